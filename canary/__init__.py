@@ -1,0 +1,1 @@
+"""Rollouts, sequential analysis (SPRT + CUSUM), traffic shifting, live dashboard, leased chaos."""

@@ -1,0 +1,109 @@
+"""Domain errors and the one place that turns them into HTTP responses.
+
+Services raise `KilnError` subclasses; the DRF handler renders every error as
+`{"code", "message", "extra"}`. A `ValidationError` is a 400 with the field
+errors in `extra.fields`. Anything unexpected stays a 500 and is logged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.http import Http404
+from rest_framework import exceptions as drf_exceptions
+from rest_framework.response import Response
+
+
+class KilnError(Exception):
+    """Base of every domain error: a stable code, an HTTP status and a human message."""
+
+    code = "error"
+    http_status = 400
+
+    def __init__(self, message: str, *, extra: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.extra = extra or {}
+
+
+class InvalidInput(KilnError):
+    code = "invalid"
+    http_status = 400
+
+
+class NotAuthenticated(KilnError):
+    code = "not_authenticated"
+    http_status = 401
+
+
+class Forbidden(KilnError):
+    code = "forbidden"
+    http_status = 403
+
+
+class NotFound(KilnError):
+    code = "not_found"
+    http_status = 404
+
+
+class Conflict(KilnError):
+    code = "conflict"
+    http_status = 409
+
+
+class IllegalTransition(Conflict):
+    code = "illegal_transition"
+
+
+class Unavailable(KilnError):
+    code = "unavailable"
+    http_status = 503
+
+
+def error_body(code: str, message: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"code": code, "message": message, "extra": extra or {}}
+
+
+_DRF_CODES = {
+    drf_exceptions.NotAuthenticated: "not_authenticated",
+    drf_exceptions.AuthenticationFailed: "authentication_failed",
+    drf_exceptions.PermissionDenied: "forbidden",
+    drf_exceptions.NotFound: "not_found",
+    drf_exceptions.MethodNotAllowed: "method_not_allowed",
+    drf_exceptions.NotAcceptable: "not_acceptable",
+    drf_exceptions.UnsupportedMediaType: "unsupported_media_type",
+    drf_exceptions.Throttled: "throttled",
+    drf_exceptions.ParseError: "malformed",
+    drf_exceptions.ValidationError: "invalid",
+}
+
+
+def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """DRF EXCEPTION_HANDLER: one error shape for every API error."""
+    if isinstance(exc, KilnError):
+        return Response(error_body(exc.code, exc.message, exc.extra), status=exc.http_status)
+    if isinstance(exc, DjangoValidationError):
+        fields = (
+            exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
+        )
+        return Response(
+            error_body("invalid", "The request is invalid.", {"fields": fields}), status=400
+        )
+    if isinstance(exc, Http404):
+        exc = drf_exceptions.NotFound()
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = drf_exceptions.PermissionDenied()
+    if not isinstance(exc, drf_exceptions.APIException):
+        return None  # unexpected: a 500, logged by Django
+    code = next((c for t, c in _DRF_CODES.items() if isinstance(exc, t)), "error")
+    headers: dict[str, str] = {}
+    if getattr(exc, "auth_header", None):
+        headers["WWW-Authenticate"] = exc.auth_header
+    if isinstance(exc, drf_exceptions.ValidationError):
+        detail = exc.detail if isinstance(exc.detail, dict) else {"non_field_errors": exc.detail}
+        body = error_body(code, "The request is invalid.", {"fields": detail})
+    else:
+        body = error_body(code, str(exc.detail))
+    return Response(body, status=exc.status_code, headers=headers)

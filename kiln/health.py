@@ -1,0 +1,61 @@
+"""Readiness checks. Apps register extra checks (the audit writer's lag) in their AppConfig.ready()."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+
+Check = Callable[[], dict[str, Any]]
+_checks: dict[str, Check] = {}
+
+
+def register(name: str, check: Check) -> None:
+    """Add a readiness check; it returns a dict with at least `ok: bool`."""
+    _checks[name] = check
+
+
+def database() -> dict[str, Any]:
+    started = time.perf_counter()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+        cursor.fetchone()
+    return {
+        "ok": True,
+        "vendor": connection.vendor,
+        "ms": round((time.perf_counter() - started) * 1000, 2),
+    }
+
+
+def redis() -> dict[str, Any]:
+    if not settings.REDIS_URL:
+        return {"ok": True, "mode": "standalone (in-process transports)"}
+    import redis as redis_lib
+
+    started = time.perf_counter()
+    client = redis_lib.Redis.from_url(
+        settings.REDIS_URL, socket_timeout=1, socket_connect_timeout=1
+    )
+    try:
+        client.ping()
+    finally:
+        client.close()
+    return {"ok": True, "ms": round((time.perf_counter() - started) * 1000, 2)}
+
+
+register("database", database)
+register("redis", redis)
+
+
+def run_checks() -> tuple[bool, dict[str, dict[str, Any]]]:
+    """Run every check; a check that raises is a failure whose reason is its exception class."""
+    results: dict[str, dict[str, Any]] = {}
+    for name, check in list(_checks.items()):
+        try:
+            results[name] = check()
+        except Exception as exc:  # noqa: BLE001 - any failure means "not ready", reported by name
+            results[name] = {"ok": False, "error": exc.__class__.__name__}
+    return all(r.get("ok") for r in results.values()), results

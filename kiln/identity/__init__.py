@@ -1,0 +1,1 @@
+"""Identity: JWT bearer tokens (RS256 against a JWKS), session users, roles and permissions."""

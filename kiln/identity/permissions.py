@@ -1,0 +1,115 @@
+"""The one module that decides permissions.
+
+DRF permission classes (`kiln.identity.drf`), HTML views, Django admin and
+services all ask here. Roles come from the JWT `roles` claim for API clients
+and from Django groups for session users; a superuser is a platform admin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+ENGINEER = "engineer"
+APPROVER = "approver"
+AUDITOR = "auditor"
+PLATFORM_ADMIN = "platform-admin"
+ROLES = (ENGINEER, APPROVER, AUDITOR, PLATFORM_ADMIN)
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who is acting: a person, an API client or a named system component."""
+
+    username: str
+    roles: frozenset[str] = field(default_factory=frozenset)
+    teams: frozenset[str] = field(default_factory=frozenset)
+    user_id: int | None = None
+    kind: str = "user"  # user | system
+
+    def __str__(self) -> str:
+        return self.username
+
+    @property
+    def is_system(self) -> bool:
+        return self.kind == "system"
+
+
+def system_actor(component: str) -> Actor:
+    """A named actor for background work (never None): `system:reaper`, `system:audit-writer`."""
+    return Actor(username=f"system:{component}", roles=frozenset({PLATFORM_ADMIN}), kind="system")
+
+
+def actor_for_user(user: Any, claims: dict[str, Any] | None = None) -> Actor:
+    """Build the Actor for a Django user; `claims` (a verified JWT) override groups for roles."""
+    if user is None or not getattr(user, "is_authenticated", False):
+        return Actor(username="anonymous")
+    teams: set[str] = set()
+    if claims is not None:
+        roles = {r for r in _as_list(claims.get("roles")) if r in ROLES}
+        if isinstance(claims.get("team"), str) and claims["team"]:
+            teams.add(claims["team"])
+    else:
+        roles = {name for name in user.groups.values_list("name", flat=True) if name in ROLES}
+        if user.is_superuser:
+            roles.add(PLATFORM_ADMIN)
+    teams.update(_membership_teams(user))
+    return Actor(
+        username=user.get_username(),
+        roles=frozenset(roles),
+        teams=frozenset(teams),
+        user_id=user.pk,
+    )
+
+
+def actor_from_request(request: Any) -> Actor:
+    """The Actor of an HTTP request (DRF or plain Django)."""
+    cached = getattr(request, "_kiln_actor", None)
+    if cached is not None:
+        return cached
+    auth = getattr(request, "auth", None)
+    claims = auth if isinstance(auth, dict) else None
+    actor = actor_for_user(getattr(request, "user", None), claims)
+    try:
+        request._kiln_actor = actor
+    except AttributeError:  # pragma: no cover - immutable request wrappers
+        pass
+    return actor
+
+
+def _as_list(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return value.split()
+    if isinstance(value, list | tuple):
+        return [v for v in value if isinstance(v, str)]
+    return []
+
+
+def _membership_teams(user: Any) -> Iterable[str]:
+    from portal.models import Membership
+
+    return Membership.objects.filter(user=user).values_list("team__slug", flat=True)
+
+
+# --- predicates ---------------------------------------------------------------
+
+
+def has_role(actor: Actor, *roles: str) -> bool:
+    """True if the actor holds any of `roles`; platform admins hold every role."""
+    return PLATFORM_ADMIN in actor.roles or any(r in actor.roles for r in roles)
+
+
+def is_member(actor: Actor, team_slug: str) -> bool:
+    """True if the actor belongs to the team (platform admins belong everywhere)."""
+    return PLATFORM_ADMIN in actor.roles or team_slug in actor.teams
+
+
+def can_view_audit(actor: Actor) -> bool:
+    """Auditors (and platform admins) read and export the audit chain."""
+    return has_role(actor, AUDITOR)
+
+
+def can_administer(actor: Actor) -> bool:
+    """Platform admins run the platform: admin site, pricing, manual overrides."""
+    return PLATFORM_ADMIN in actor.roles

@@ -1,0 +1,58 @@
+"""Issue tokens with the configured private key (kiln_token, standalone's printed tokens)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from django.conf import settings
+
+from kiln.identity import keys, tokens
+from kiln.identity.permissions import ROLES
+
+
+def ensure_dev_keys() -> None:
+    """Create the dev key pair and JWKS under var/jwt/ when no JWKS is configured."""
+    if settings.KILN_JWT_JWKS_IS_DEV:
+        keys.generate_key_pair(Path(settings.KILN_JWT_PRIVATE_KEY).parent)
+
+
+def _kid_for(private_key) -> str:
+    """The configured kid, else the kid of the JWKS entry whose modulus matches the private key."""
+    if settings.KILN_JWT_KID:
+        return settings.KILN_JWT_KID
+    public_numbers = private_key.public_key().public_numbers()
+    jwk = keys.public_jwk(private_key.public_key(), "probe")
+    source = settings.KILN_JWT_JWKS
+    document = (
+        json.loads(Path(source).read_text()) if not source.startswith("http") else {"keys": []}
+    )
+    for entry in document.get("keys", []):
+        if entry.get("n") == jwk["n"] and entry.get("e") == jwk["e"]:
+            return entry["kid"]
+    raise keys.KeysUnavailable(
+        f"no key in the JWKS matches the private key (modulus {public_numbers.n.bit_length()} bits); set KILN_JWT_KID"
+    )
+
+
+def issue_token(
+    *, sub: str, roles: list[str], team: str | None = None, ttl_seconds: int = 3600
+) -> str:
+    """A signed RS256 token for `sub` with `roles`, verifiable by Kiln's JWKS."""
+    unknown = [r for r in roles if r not in ROLES]
+    if unknown:
+        raise ValueError(f"unknown role(s) {', '.join(unknown)}; roles are {', '.join(ROLES)}")
+    if ttl_seconds <= 0:
+        raise ValueError("ttl must be positive")
+    ensure_dev_keys()
+    private_key = keys.load_private_key(settings.KILN_JWT_PRIVATE_KEY)
+    return tokens.issue(
+        private_key=private_key,
+        kid=_kid_for(private_key),
+        issuer=settings.KILN_JWT_ISSUER,
+        audience=settings.KILN_JWT_AUDIENCE,
+        sub=sub,
+        roles=roles,
+        team=team,
+        ttl_seconds=ttl_seconds,
+    )

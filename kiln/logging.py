@@ -1,0 +1,32 @@
+"""Structured logs: one JSON object per line, with the current trace id when there is one."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime
+
+_RESERVED = set(vars(logging.makeLogRecord({})).keys()) | {"message", "asctime"}
+
+
+class JSONFormatter(logging.Formatter):
+    """Format a record as JSON: time, level, logger, message, trace_id and any `extra=` fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        from kiln.observability import current_trace_id
+
+        payload = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        trace_id = current_trace_id()
+        if trace_id:
+            payload["trace_id"] = trace_id
+        for key, value in record.__dict__.items():
+            if key not in _RESERVED and not key.startswith("_"):
+                payload[key] = value
+        if record.exc_info:
+            payload["exc"] = self.formatException(record.exc_info)
+        return json.dumps(payload, default=str)

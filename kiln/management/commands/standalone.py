@@ -1,0 +1,90 @@
+"""Run all of Kiln in one process: ASGI server, Celery worker and beat, in-process services."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import sys
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+
+from kiln import standalone
+from kiln.identity.signing import ensure_dev_keys, issue_token
+from kiln.seed import USERS, seed_demo
+
+
+def _exit_cleanly(signum, frame) -> None:
+    sys.exit(0)
+
+
+class Command(BaseCommand):
+    help = (
+        "Start standalone mode: migrate, seed demo data, print logins and tokens, serve on --port."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--no-seed", action="store_true", help="skip the demo data")
+
+    def handle(self, *args, **opts):
+        import uvicorn
+
+        host, port = opts["host"], opts["port"]
+        with socket.socket() as probe:
+            if probe.connect_ex((host, port)) == 0:
+                raise CommandError(f"{host}:{port} is already in use; pick another with --port")
+        settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
+        ensure_dev_keys()
+        call_command("migrate", interactive=False, verbosity=0)
+        if not opts["no_seed"]:
+            seed_demo()
+
+        # uvicorn shuts down gracefully on SIGINT/SIGTERM and then re-raises the signal;
+        # turning SIGTERM into SystemExit lets the in-process services stop in `finally`.
+        signal.signal(signal.SIGTERM, _exit_cleanly)
+        runtime = standalone.build_runtime()
+        runtime.start()
+        self._print_banner(host, port, seeded=not opts["no_seed"])
+        try:
+            config = uvicorn.Config(
+                "kiln.asgi:application",
+                host=host,
+                port=port,
+                log_level="warning",
+                lifespan="off",
+                ws="websockets-sansio",
+            )
+            uvicorn.Server(config).run()
+        finally:
+            runtime.stop()
+            self.stdout.write("Kiln stopped.")
+
+    def _print_banner(self, host: str, port: int, *, seeded: bool) -> None:
+        out = self.stdout.write
+        out("")
+        out(f"Kiln standalone is running on http://{host}:{port}/  (Ctrl-C stops it)")
+        out(
+            f"  database {settings.DATABASES['default']['NAME']}, simulated cluster, in-process worker and beat"
+        )
+        if seeded:
+            out("")
+            out("Demo logins (username / password / role / team):")
+            for u in USERS:
+                out(f"  {u.username:<6} {u.password:<18} {u.role:<15} {u.team or '-'}")
+            out("")
+            out("API tokens (valid 12 h):")
+            first_per_role = {u.role: u for u in reversed(USERS)}
+            for u in sorted(first_per_role.values(), key=lambda u: USERS.index(u)):
+                token = issue_token(
+                    sub=u.username, roles=[u.role], team=u.team, ttl_seconds=12 * 3600
+                )
+                out(f"  {u.role:<15} export KILN_TOKEN_{u.role.upper().replace('-', '_')}={token}")
+            out("")
+            out(
+                f'  curl -H "Authorization: Bearer $KILN_TOKEN_ENGINEER" http://{host}:{port}/api/v1/'
+            )
+        out("", ending="\n")
+        self.stdout.flush()

@@ -1,0 +1,78 @@
+"""OpenTelemetry tracing and Prometheus metrics, set up once per process.
+
+Tracing covers Django, Celery (trace context travels in task headers), psycopg
+and Redis. Spans go to OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is set, and
+to an in-memory exporter otherwise, which tests read through `finished_spans()`.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from django.conf import settings
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client import Counter, Histogram
+
+_lock = threading.Lock()
+_configured = False
+memory_exporter = InMemorySpanExporter()
+
+HTTP_REQUESTS = Counter(
+    "kiln_http_requests_total", "HTTP requests served", ["method", "route", "status"]
+)
+HTTP_LATENCY = Histogram(
+    "kiln_http_request_duration_seconds",
+    "HTTP request latency",
+    ["method", "route"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+
+
+def setup() -> None:
+    """Install the tracer provider and the instrumentors (idempotent, thread-safe)."""
+    global _configured
+    with _lock:
+        if _configured or not settings.KILN_TRACING:
+            return
+        _configured = True
+        provider = TracerProvider(
+            resource=Resource.create({"service.name": settings.OTEL_SERVICE_NAME})
+        )
+        if settings.OTEL_EXPORTER_OTLP_ENDPOINT:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+            from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        else:
+            provider.add_span_processor(SimpleSpanProcessor(memory_exporter))
+        trace.set_tracer_provider(provider)
+
+        from opentelemetry.instrumentation.celery import CeleryInstrumentor
+        from opentelemetry.instrumentation.django import DjangoInstrumentor
+        from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
+        from opentelemetry.instrumentation.redis import RedisInstrumentor
+
+        DjangoInstrumentor().instrument(is_sql_commentor_enabled=False)
+        CeleryInstrumentor().instrument()
+        PsycopgInstrumentor().instrument(skip_dep_check=True)
+        RedisInstrumentor().instrument()
+
+
+def current_trace_id() -> str:
+    """The current trace id as 32 hex digits, or "" outside any trace."""
+    ctx = trace.get_current_span().get_span_context()
+    return format(ctx.trace_id, "032x") if ctx.is_valid else ""
+
+
+def tracer(name: str = "kiln") -> trace.Tracer:
+    """A tracer for Kiln's own spans."""
+    return trace.get_tracer(name)
+
+
+def finished_spans() -> list:
+    """Spans recorded by the in-memory exporter (tests)."""
+    return list(memory_exporter.get_finished_spans())

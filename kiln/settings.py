@@ -1,0 +1,288 @@
+"""Kiln settings, read from the environment (README "Configuration" lists every variable).
+
+Standalone mode (the default when neither DATABASE_URL nor REDIS_URL is set, or
+when KILN_STANDALONE=1) swaps only transports: SQLite under var/, the in-memory
+channel layer and Celery's memory transport. Every other variable still
+overrides standalone's defaults.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+
+def env(name: str, default: str | None = None) -> str | None:
+    """Return an environment variable, treating an empty value as unset."""
+    value = os.environ.get(name, "")
+    return value if value != "" else default
+
+
+def env_bool(name: str, default: bool) -> bool:
+    value = env(name)
+    if value is None:
+        return default
+    if value.lower() in {"1", "true", "yes", "on"}:
+        return True
+    if value.lower() in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name} must be a boolean (1/0, true/false), not {value!r}")
+
+
+def env_int(name: str, default: int) -> int:
+    value = env(name)
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be an integer, not {value!r}") from exc
+
+
+def env_float(name: str, default: float) -> float:
+    value = env(name)
+    if value is None:
+        return default
+    try:
+        return float(value)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be a number, not {value!r}") from exc
+
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env("KILN_VAR_DIR", str(BASE_DIR / "var")))
+
+DATABASE_URL = env("DATABASE_URL")
+REDIS_URL = env("REDIS_URL")
+STANDALONE = env_bool("KILN_STANDALONE", DATABASE_URL is None and REDIS_URL is None)
+
+# --- core ------------------------------------------------------------------
+
+DEBUG = env_bool("DEBUG", STANDALONE)
+SECRET_KEY = env("SECRET_KEY")
+if SECRET_KEY is None:
+    if not STANDALONE:
+        raise ImproperlyConfigured("SECRET_KEY is required outside standalone mode")
+    SECRET_KEY = "standalone-insecure-key-only-for-127.0.0.1"  # noqa: S105 - standalone only
+
+ALLOWED_HOSTS = [
+    h.strip()
+    for h in env("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",")
+    if h.strip()
+]
+CSRF_TRUSTED_ORIGINS = [o.strip() for o in env("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "channels",
+    "kiln",
+    "audit",
+    "portal",
+    "scheduler",
+    "canary",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "kiln.middleware.ContentSecurityPolicyMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "kiln.middleware.RequestMetricsMiddleware",
+]
+
+ROOT_URLCONF = "kiln.urls"
+ASGI_APPLICATION = "kiln.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "kiln.context_processors.navigation",
+            ],
+        },
+    },
+]
+
+# --- data ------------------------------------------------------------------
+
+if DATABASE_URL:
+    DATABASES = {
+        "default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)
+    }
+else:
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": VAR_DIR / "kiln.sqlite3",
+            "OPTIONS": {
+                # One process, several threads (web, worker, beat, audit writer):
+                # WAL lets readers run beside the writer, IMMEDIATE avoids upgrade deadlocks.
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 30,
+            },
+        }
+    }
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+if REDIS_URL:
+    CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+    }
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL]},
+        }
+    }
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# --- celery ----------------------------------------------------------------
+
+CELERY_BROKER_URL = env("CELERY_BROKER_URL", REDIS_URL or "memory://localhost/")
+CELERY_RESULT_BACKEND = env("CELERY_RESULT_BACKEND", REDIS_URL or "cache+memory://")
+CELERY_TASK_ACKS_LATE = True  # a killed worker's task is redelivered, not lost
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TIMEZONE = "UTC"
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULE: dict[str, dict] = {}
+
+# --- identity ----------------------------------------------------------------
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+JWT_KEY_DIR = VAR_DIR / "jwt"
+# A file path or an http(s) URL of a JWKS. Unset: the dev key pair under var/jwt/.
+KILN_JWT_JWKS = env("KILN_JWT_JWKS", str(JWT_KEY_DIR / "jwks.json"))
+KILN_JWT_JWKS_IS_DEV = env("KILN_JWT_JWKS") is None
+KILN_JWT_PRIVATE_KEY = env("KILN_JWT_PRIVATE_KEY", str(JWT_KEY_DIR / "private.pem"))
+KILN_JWT_KID = env("KILN_JWT_KID")
+KILN_JWT_ISSUER = env("KILN_JWT_ISSUER", "https://kiln.local")
+KILN_JWT_AUDIENCE = env("KILN_JWT_AUDIENCE", "kiln-api")
+KILN_JWT_LEEWAY_SECONDS = min(env_int("KILN_JWT_LEEWAY_SECONDS", 10), 30)
+KILN_JWT_JWKS_CACHE_SECONDS = env_int("KILN_JWT_JWKS_CACHE_SECONDS", 300)
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "kiln.identity.authentication.JWTAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "kiln.errors.api_exception_handler",
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Kiln API",
+    "DESCRIPTION": "Environments, scheduling, canary rollouts, chaos experiments and the audit chain.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+# --- security ----------------------------------------------------------------
+
+SECURE_COOKIES = env_bool("KILN_SECURE_COOKIES", not STANDALONE)
+SESSION_COOKIE_SECURE = SECURE_COOKIES
+CSRF_COOKIE_SECURE = SECURE_COOKIES
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+SECURE_HSTS_SECONDS = env_int("KILN_HSTS_SECONDS", 0 if STANDALONE else 31536000)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = not STANDALONE
+SECURE_SSL_REDIRECT = env_bool("KILN_SSL_REDIRECT", False)
+if env_bool("KILN_BEHIND_PROXY", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# Scripts and styles come only from our own origin; no inline script anywhere.
+CONTENT_SECURITY_POLICY = env(
+    "KILN_CSP",
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "font-src 'self'; connect-src 'self' ws: wss:; object-src 'none'; base-uri 'self'; "
+    "form-action 'self'; frame-ancestors 'none'",
+)
+
+# --- static ------------------------------------------------------------------
+
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise serves finders plus this (collectstatic)
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+# --- observability -----------------------------------------------------------
+
+OTEL_EXPORTER_OTLP_ENDPOINT = env("OTEL_EXPORTER_OTLP_ENDPOINT")
+OTEL_SERVICE_NAME = env("OTEL_SERVICE_NAME", "kiln")
+KILN_TRACING = env_bool("KILN_TRACING", True)
+
+LOG_LEVEL = env("KILN_LOG_LEVEL", "INFO")
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"json": {"()": "kiln.logging.JSONFormatter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json"}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        "uvicorn.access": {"level": "WARNING"},
+        "celery": {"level": "WARNING"},
+    },
+}
+
+# --- delivery ------------------------------------------------------------------
+
+# simulated | kubernetes | gitops. Standalone defaults to the simulated cluster.
+KILN_DELIVERY_BACKEND = env("KILN_DELIVERY_BACKEND", "simulated")

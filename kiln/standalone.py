@@ -1,0 +1,90 @@
+"""Standalone mode's in-process services: a Celery worker and beat on the memory transport.
+
+The worker runs the same tasks as production (`celery -A kiln worker`), in a
+thread pool inside the web process; beat runs the same schedule. Other
+in-process services (the audit relay and writer) register with `add_service`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from django.conf import settings
+
+log = logging.getLogger("kiln.standalone")
+
+
+@dataclass
+class Service:
+    """A background service: `start()` returns once it runs; `stop()` asks it to end and waits."""
+
+    name: str
+    start: Callable[[], None]
+    stop: Callable[[], None]
+
+
+@dataclass
+class Runtime:
+    services: list[Service] = field(default_factory=list)
+
+    def start(self) -> None:
+        for service in self.services:
+            service.start()
+            log.info("started %s", service.name)
+
+    def stop(self) -> None:
+        for service in reversed(self.services):
+            try:
+                service.stop()
+            except Exception:  # noqa: BLE001 - keep stopping the others, but say so
+                log.exception("stopping %s failed", service.name)
+
+
+_extra: list[Callable[[], Service]] = []
+
+
+def add_service(factory: Callable[[], Service]) -> None:
+    """Register a factory for an extra in-process service (called from AppConfig.ready())."""
+    _extra.append(factory)
+
+
+def celery_worker_service(concurrency: int = 4) -> Service:
+    from kiln.celery import app
+
+    app.conf.broker_transport_options = {"polling_interval": 0.1}
+    worker = app.WorkController(
+        pool_cls="threads",
+        concurrency=concurrency,
+        loglevel=settings.LOG_LEVEL,
+        without_heartbeat=True,
+        without_mingle=True,
+        without_gossip=True,
+        hostname="standalone@kiln",
+    )
+    thread = threading.Thread(target=worker.start, name="celery-worker", daemon=True)
+
+    def stop() -> None:
+        worker.stop(in_sighandler=False)
+        thread.join(timeout=10)
+
+    return Service("celery worker (threads, memory transport)", thread.start, stop)
+
+
+def celery_beat_service() -> Service:
+    from celery.beat import EmbeddedService
+
+    from kiln.celery import app
+
+    beat = EmbeddedService(
+        app, thread=True, schedule_filename=str(settings.VAR_DIR / "celerybeat-schedule")
+    )
+    return Service("celery beat", beat.start, beat.stop)
+
+
+def build_runtime() -> Runtime:
+    runtime = Runtime([celery_worker_service(), celery_beat_service()])
+    runtime.services.extend(factory() for factory in _extra)
+    return runtime

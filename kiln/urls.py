@@ -1,0 +1,42 @@
+"""Kiln's URL map: pages, /api/v1/, schema and docs, health, readiness and metrics."""
+
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
+
+import audit.urls
+import canary.urls
+import portal.urls
+import scheduler.urls
+from kiln import views
+
+handler404 = "kiln.views.not_found"
+handler500 = "kiln.views.server_error"
+
+APPS = (portal.urls, scheduler.urls, canary.urls, audit.urls)
+
+api_v1 = [path("", views.ApiRootView.as_view(), name="api-root")]
+for module in APPS:
+    if module.api_urlpatterns:
+        api_v1.append(path("", include((module.api_urlpatterns, f"{module.app_name}-api"))))
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path(
+        "accounts/login/",
+        auth_views.LoginView.as_view(redirect_authenticated_user=True),
+        name="login",
+    ),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("admin/", admin.site.urls),
+    path("healthz", views.healthz, name="healthz"),
+    path("readyz", views.readyz, name="readyz"),
+    path("metrics", views.metrics, name="metrics"),
+    path("api/v1/", include(api_v1)),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api-docs"),
+]
+for module in APPS:
+    if module.urlpatterns:
+        urlpatterns.append(path("", include((module.urlpatterns, module.app_name))))

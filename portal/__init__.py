@@ -1,0 +1,1 @@
+"""Teams, environment requests, approvals, policy gate, composition, delivery, provisioning, reaper."""

@@ -1,0 +1,1 @@
+"""Pricing models, cluster inventory, scoring engine, kube-scheduler extender, trace replay."""

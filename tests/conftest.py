@@ -1,0 +1,69 @@
+"""Suite-wide fixtures: RSA keys and a JWKS for tokens, API clients per role."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from rest_framework.test import APIClient
+
+from kiln.identity import keys, tokens
+
+
+@pytest.fixture(scope="session")
+def jwt_keys(tmp_path_factory) -> dict:
+    """A fresh RSA key pair and JWKS file for the whole session."""
+    key_dir: Path = tmp_path_factory.mktemp("jwt")
+    private_path, jwks_path = keys.generate_key_pair(key_dir, kid="test-key-1")
+    return {
+        "private_key": keys.load_private_key(private_path),
+        "private_path": private_path,
+        "jwks_path": jwks_path,
+        "jwks": json.loads(jwks_path.read_text()),
+        "kid": "test-key-1",
+    }
+
+
+@pytest.fixture(autouse=True)
+def _jwt_settings(settings, jwt_keys):
+    """Point the API at the test JWKS for every test."""
+    settings.KILN_JWT_JWKS = str(jwt_keys["jwks_path"])
+    settings.KILN_JWT_JWKS_IS_DEV = False
+    settings.KILN_JWT_PRIVATE_KEY = str(jwt_keys["private_path"])
+    settings.KILN_JWT_KID = jwt_keys["kid"]
+    settings.KILN_JWT_ISSUER = "https://kiln.test"
+    settings.KILN_JWT_AUDIENCE = "kiln-test"
+    settings.KILN_JWT_LEEWAY_SECONDS = 10
+
+
+@pytest.fixture
+def make_token(jwt_keys):
+    """make_token(sub="alice", roles=["engineer"], team="payments", ttl_seconds=3600) -> str"""
+
+    def _make(sub: str = "alice", roles=("engineer",), team: str | None = None, ttl_seconds: int = 3600, **kw):
+        return tokens.issue(
+            private_key=jwt_keys["private_key"],
+            kid=jwt_keys["kid"],
+            issuer=kw.pop("issuer", "https://kiln.test"),
+            audience=kw.pop("audience", "kiln-test"),
+            sub=sub,
+            roles=list(roles),
+            team=team,
+            ttl_seconds=ttl_seconds,
+            now=kw.pop("now", None),
+        )
+
+    return _make
+
+
+@pytest.fixture
+def api_client_for(make_token):
+    """api_client_for("approver", sub="carol", team="payments") -> an APIClient with a bearer token."""
+
+    def _client(*roles: str, sub: str = "user", team: str | None = None) -> APIClient:
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {make_token(sub=sub, roles=roles, team=team)}")
+        return client
+
+    return _client
