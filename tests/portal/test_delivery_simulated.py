@@ -1,0 +1,182 @@
+"""The simulated cluster: apply/get/list/delete/health, delays, finalizers and injected failures."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from portal.delivery import (
+    AppliedRef,
+    DeliveryError,
+    HealthStatus,
+    InvalidManifest,
+    get_backend,
+)
+from portal.delivery.simulated import SimulatedBackend, inject_failure
+from portal.models import SimulatedObject
+
+pytestmark = pytest.mark.django_db
+
+
+def vs(name: str = "checkout", weight: int = 10, namespace: str = "shop") -> dict:
+    return {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "VirtualService",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app": name, "tier": "web"}},
+        "spec": {
+            "hosts": [name],
+            "http": [
+                {
+                    "route": [
+                        {"destination": {"host": name, "subset": "stable"}, "weight": 100 - weight},
+                        {"destination": {"host": name, "subset": "canary"}, "weight": weight},
+                    ]
+                }
+            ],
+        },
+    }
+
+
+def ns(name: str = "shop") -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name, "labels": {"kiln.dev/team": "payments"}},
+    }
+
+
+@pytest.fixture(autouse=True)
+def _zero_delays(settings):
+    settings.KILN_DELIVERY_BACKEND = "simulated"
+    settings.KILN_SIM_DELAY_PROFILE = "zero"
+
+
+def test_get_backend_returns_the_configured_backend(settings):
+    assert isinstance(get_backend(), SimulatedBackend)
+    with pytest.raises(DeliveryError) as err:
+        get_backend("nope")
+    assert err.value.retryable is False
+
+
+def test_apply_then_get_round_trips_any_kind_and_reports_server_fields():
+    backend = get_backend()
+    [ref] = backend.apply([vs()])
+    assert ref == AppliedRef(
+        "networking.istio.io/v1", "VirtualService", "shop", "checkout", 1, ref.uid
+    )
+    obj = backend.get("networking.istio.io/v1", "VirtualService", "shop", "checkout")
+    assert obj["spec"]["http"][0]["route"][1]["weight"] == 10
+    assert obj["metadata"]["generation"] == 1
+    assert obj["metadata"]["uid"] == ref.uid
+    assert backend.health(ref).status == HealthStatus.HEALTHY
+    assert backend.get("networking.istio.io/v1", "VirtualService", "shop", "other") is None
+
+
+def test_reapplying_the_same_manifest_is_a_noop_and_a_change_bumps_generation():
+    backend = get_backend()
+    backend.apply([vs()])
+    [same] = backend.apply([vs()])
+    assert same.generation == 1
+    [changed] = backend.apply([vs(weight=50)])
+    assert changed.generation == 2
+    assert SimulatedObject.objects.count() == 1
+    obj = backend.get(*changed.key)
+    assert obj["spec"]["http"][0]["route"][1]["weight"] == 50
+
+
+def test_invalid_manifest_applies_nothing():
+    backend = get_backend()
+    with pytest.raises(InvalidManifest):
+        backend.apply(
+            [vs(), {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "Bad_Name"}}]
+        )
+    assert SimulatedObject.objects.count() == 0
+
+
+def test_list_filters_by_namespace_and_label_selector():
+    backend = get_backend()
+    backend.apply([vs("a"), vs("b"), vs("c", namespace="other")])
+    names = [
+        o["metadata"]["name"]
+        for o in backend.list("networking.istio.io/v1", "VirtualService", "shop")
+    ]
+    assert names == ["a", "b"]
+    picked = backend.list(
+        "networking.istio.io/v1", "VirtualService", label_selector="app=c,tier=web"
+    )
+    assert [o["metadata"]["name"] for o in picked] == ["c"]
+    assert (
+        backend.list("networking.istio.io/v1", "VirtualService", label_selector="app!=a,!missing")
+        != []
+    )
+    assert backend.list("networking.istio.io/v1", "VirtualService", label_selector="missing") == []
+
+
+def test_readiness_comes_after_the_configured_delay(settings):
+    settings.KILN_SIM_DELAY_PROFILE = "realistic"
+    settings.KILN_SIM_DELAY_SCALE = 0.5  # VirtualService: 1.0 s x 0.5
+    backend = get_backend()
+    [ref] = backend.apply([vs()])
+    assert backend.health(ref).status == HealthStatus.PROGRESSING
+    time.sleep(0.6)
+    assert backend.health(ref).status == HealthStatus.HEALTHY
+
+
+def test_never_ready_and_degraded_failures_are_reported():
+    inject_failure("never_ready", kind="VirtualService", name="a")
+    inject_failure("degraded", kind="VirtualService", name="b")
+    backend = get_backend()
+    a, b, c = backend.apply([vs("a"), vs("b"), vs("c")])
+    assert backend.health(a).status == HealthStatus.PROGRESSING
+    assert backend.health(b).status == HealthStatus.DEGRADED
+    assert backend.health(c).status == HealthStatus.HEALTHY
+
+
+def test_apply_error_fires_the_injected_number_of_times_then_succeeds():
+    inject_failure("apply_error", kind="VirtualService", times=1)
+    backend = get_backend()
+    with pytest.raises(DeliveryError) as err:
+        backend.apply([vs()])
+    assert err.value.retryable
+    assert SimulatedObject.objects.count() == 0
+    [ref] = backend.apply([vs()])
+    assert backend.get(*ref.key) is not None
+
+
+def test_delete_waits_for_finalizers_and_a_stuck_one_never_clears(settings):
+    backend = get_backend()
+    inject_failure("stuck_finalizer", kind="VirtualService", name="stuck")
+    ok, stuck = backend.apply([vs("ok"), vs("stuck")])
+    assert backend.delete(ok) is True
+    assert backend.get(*ok.key) is None
+    assert backend.delete(ok) is False
+    assert backend.delete(stuck) is True
+    obj = backend.get(*stuck.key)
+    assert obj["metadata"]["deletionTimestamp"]
+    assert backend.health(stuck).status == HealthStatus.DELETING
+    with pytest.raises(DeliveryError):
+        backend.apply([vs("stuck")])
+    backend.clear_finalizers(stuck)
+    assert backend.get(*stuck.key) is None
+
+
+def test_deleting_a_namespace_deletes_its_contents_and_waits_for_stuck_ones():
+    backend = get_backend()
+    inject_failure("stuck_finalizer", kind="VirtualService", name="stuck")
+    ns_ref, _, stuck = backend.apply([ns(), vs("fine"), vs("stuck")])
+    backend.delete(ns_ref)
+    assert backend.get("networking.istio.io/v1", "VirtualService", "shop", "fine") is None
+    assert backend.get(*ns_ref.key)["status"]["phase"] == "Terminating"
+    with pytest.raises(DeliveryError):
+        backend.apply([vs("new")])
+    backend.clear_finalizers(stuck)
+    assert backend.get(*ns_ref.key) is None
+
+
+def test_set_status_is_merged_into_the_live_object():
+    backend = get_backend()
+    [ref] = backend.apply([vs()])
+    backend.set_status(ref, {"canary": {"requests": 10}})
+    assert backend.get(*ref.key)["status"]["canary"] == {"requests": 10}
+    assert backend.get(*ref.key)["status"]["conditions"][0]["type"] == "Ready"
