@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.contrib.admin import apps as admin_apps
 
 
 class KilnConfig(AppConfig):
@@ -11,3 +12,10 @@ class KilnConfig(AppConfig):
         from kiln import observability
 
         observability.setup()
+
+
+class KilnAdminConfig(admin_apps.AdminConfig):
+    """django.contrib.admin whose default site asks kiln.identity.permissions who may enter."""
+
+    default = False  # not the config of the `kiln` package itself
+    default_site = "kiln.admin_site.KilnAdminSite"

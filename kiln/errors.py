@@ -101,6 +101,10 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
     headers: dict[str, str] = {}
     if getattr(exc, "auth_header", None):
         headers["WWW-Authenticate"] = exc.auth_header
+        if isinstance(exc, drf_exceptions.AuthenticationFailed):
+            # RFC 6750 section 3: say why the bearer token was refused.
+            reason = str(exc.detail).replace('"', "'")
+            headers["WWW-Authenticate"] += f', error="invalid_token", error_description="{reason}"'
     if isinstance(exc, drf_exceptions.ValidationError):
         detail = exc.detail if isinstance(exc.detail, dict) else {"non_field_errors": exc.detail}
         body = error_body(code, "The request is invalid.", {"fields": detail})

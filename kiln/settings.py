@@ -61,7 +61,8 @@ STANDALONE = env_bool("KILN_STANDALONE", DATABASE_URL is None and REDIS_URL is N
 
 # --- core ------------------------------------------------------------------
 
-DEBUG = env_bool("DEBUG", STANDALONE)
+# Off everywhere by default (standalone too: same pages and error responses as production).
+DEBUG = env_bool("DEBUG", False)
 SECRET_KEY = env("SECRET_KEY")
 if SECRET_KEY is None:
     if not STANDALONE:
@@ -76,7 +77,7 @@ ALLOWED_HOSTS = [
 CSRF_TRUSTED_ORIGINS = [o.strip() for o in env("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "kiln.apps.KilnAdminConfig",  # django.contrib.admin, its site asking kiln.identity.permissions
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -282,7 +283,50 @@ LOGGING = {
     },
 }
 
+# --- audit chain (README "Audit chain") ------------------------------------------
+
+KILN_AUDIT_STREAM = env("KILN_AUDIT_STREAM", "kiln:audit")
+KILN_AUDIT_GROUP = env("KILN_AUDIT_GROUP", "kiln-audit-writer")
+KILN_AUDIT_CONSUMER = env("KILN_AUDIT_CONSUMER", "writer-1")
+KILN_AUDIT_BATCH_SIZE = env_int("KILN_AUDIT_BATCH_SIZE", 1000)
+KILN_AUDIT_CHECKPOINT_EVERY = env_int("KILN_AUDIT_CHECKPOINT_EVERY", 10000)
+KILN_AUDIT_CHECKPOINT_SECONDS = env_float("KILN_AUDIT_CHECKPOINT_SECONDS", 60.0)
+KILN_AUDIT_SWEEP_SECONDS = env_float("KILN_AUDIT_SWEEP_SECONDS", 5.0)
+KILN_AUDIT_REPUBLISH_SECONDS = env_float("KILN_AUDIT_REPUBLISH_SECONDS", 300.0)
+KILN_AUDIT_MAX_LAG_SECONDS = env_float("KILN_AUDIT_MAX_LAG_SECONDS", 120.0)
+KILN_AUDIT_RELAY_ON_COMMIT = env_bool("KILN_AUDIT_RELAY_ON_COMMIT", True)
+KILN_AUDIT_ORIGIN = env("KILN_AUDIT_ORIGIN", "kiln.local/audit")
+# Ed25519 PEM private key signing checkpoints; unset: a dev key generated under var/audit/.
+KILN_AUDIT_SIGNING_KEY = env("KILN_AUDIT_SIGNING_KEY", str(VAR_DIR / "audit" / "checkpoint-key.pem"))
+KILN_AUDIT_SIGNING_KEY_IS_DEV = env("KILN_AUDIT_SIGNING_KEY") is None or STANDALONE
+# Anchors, comma-separated: dir:/path and/or git:/path/to/repo. Unset: a directory under var/audit/.
+KILN_AUDIT_ANCHORS = env("KILN_AUDIT_ANCHORS", f"dir:{VAR_DIR / 'audit' / 'anchor'}")
+KILN_AUDIT_WRITER_ROLE = env("KILN_AUDIT_WRITER_ROLE", "kiln_audit_writer")
+KILN_AUDIT_APP_ROLE = env("KILN_AUDIT_APP_ROLE", "kiln_app")
+CELERY_BEAT_SCHEDULE["audit-relay-sweep"] = {
+    "task": "audit.tasks.relay_outbox",
+    "schedule": KILN_AUDIT_SWEEP_SECONDS,
+}
+
 # --- delivery ------------------------------------------------------------------
 
 # simulated | kubernetes | gitops. Standalone defaults to the simulated cluster.
 KILN_DELIVERY_BACKEND = env("KILN_DELIVERY_BACKEND", "simulated")
+# Simulated cluster: per-kind readiness delays (zero | fast | realistic) times a scale.
+KILN_SIM_DELAY_PROFILE = env("KILN_SIM_DELAY_PROFILE", "fast")
+KILN_SIM_DELAY_SCALE = env_float("KILN_SIM_DELAY_SCALE", 1.0)
+KILN_SIM_FINALIZER_SECONDS = env_float("KILN_SIM_FINALIZER_SECONDS", 1.0)
+
+# --- chaos (README "Chaos"): leader-election timings of fault leases, in seconds --------------
+
+KILN_CHAOS_LEASE_DURATION = env_float("KILN_CHAOS_LEASE_DURATION", 15.0)
+KILN_CHAOS_RENEW_DEADLINE = env_float("KILN_CHAOS_RENEW_DEADLINE", 10.0)
+KILN_CHAOS_RETRY_PERIOD = env_float("KILN_CHAOS_RETRY_PERIOD", 2.0)
+KILN_CHAOS_MAX_CLOCK_SKEW = env_float("KILN_CHAOS_MAX_CLOCK_SKEW", 1.0)
+KILN_CHAOS_REVERT_BUDGET = env_float("KILN_CHAOS_REVERT_BUDGET", 2.0)
+KILN_CHAOS_REAPER_PERIOD = env_float("KILN_CHAOS_REAPER_PERIOD", 5.0)
+KILN_CHAOS_LEASE_NAMESPACE = env("KILN_CHAOS_LEASE_NAMESPACE", "kiln-system")
+CELERY_BEAT_SCHEDULE["canary-chaos-reaper"] = {
+    "task": "canary.chaos_tasks.chaos_reap",
+    "schedule": KILN_CHAOS_REAPER_PERIOD,
+}

@@ -7,6 +7,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 
 import audit.urls
 import canary.urls
+import kiln.api_urls
 import portal.urls
 import scheduler.urls
 from kiln import views
@@ -16,7 +17,10 @@ handler500 = "kiln.views.server_error"
 
 APPS = (portal.urls, scheduler.urls, canary.urls, audit.urls)
 
-api_v1 = [path("", views.ApiRootView.as_view(), name="api-root")]
+api_v1 = [
+    path("", views.ApiRootView.as_view(), name="api-root"),
+    path("", include((kiln.api_urls.api_urlpatterns, "kiln-api"))),
+]
 for module in APPS:
     if module.api_urlpatterns:
         api_v1.append(path("", include((module.api_urlpatterns, f"{module.app_name}-api"))))

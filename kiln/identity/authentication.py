@@ -56,7 +56,10 @@ class JWTAuthentication(authentication.BaseAuthentication):
             claims = verify_bearer(token)
         except tokens.TokenRejected as exc:
             raise exceptions.AuthenticationFailed(exc.reason) from exc
-        return user_from_claims(claims), claims
+        user = user_from_claims(claims)
+        if not user.is_active:
+            raise exceptions.AuthenticationFailed("user is deactivated")
+        return user, claims
 
     def authenticate_header(self, request) -> str:
         return f'{self.keyword} realm="kiln"'

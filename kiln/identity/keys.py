@@ -9,6 +9,7 @@ limited) so a freshly rotated key works without waiting for the cache.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
@@ -21,6 +22,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 MIN_REFETCH_SECONDS = 5.0
+STALE_GRACE_SECONDS = 3600.0
+
+log = logging.getLogger("kiln.identity")
 
 
 class KeysUnavailable(Exception):
@@ -59,13 +63,22 @@ def load_private_key(path: str | Path) -> rsa.RSAPrivateKey:
 
 
 class JWKSet:
-    """A cached view of one JWKS source (file or URL), looked up by `kid`."""
+    """A cached view of one JWKS source (file or URL), looked up by `kid`.
+
+    The cache lives `cache_seconds`; an unknown `kid` refetches early, at most
+    once per MIN_REFETCH_SECONDS, so random kids cannot hammer the source. When
+    a refresh fails, the keys last read keep working for STALE_GRACE_SECONDS
+    (a JWKS server restart does not log everyone out); with no keys at all,
+    verification fails closed.
+    """
 
     def __init__(self, source: str, cache_seconds: float = 300.0) -> None:
         self.source = source
         self.cache_seconds = cache_seconds
         self._keys: dict[str, dict[str, Any]] = {}
-        self._loaded_at = 0.0
+        self._loaded_at = 0.0  # last successful read (monotonic); 0 = never
+        self._attempted_at = -MIN_REFETCH_SECONDS - 1.0  # last read attempt
+        self._failed = False
         self._lock = threading.Lock()
 
     def _fetch(self) -> dict[str, Any]:
@@ -75,6 +88,7 @@ class JWKSet:
         return json.loads(Path(self.source).read_text())
 
     def _refresh(self) -> None:
+        self._attempted_at = time.monotonic()
         try:
             document = self._fetch()
         except (OSError, ValueError) as exc:
@@ -84,24 +98,47 @@ class JWKSet:
             if (
                 isinstance(jwk, dict)
                 and jwk.get("kty") == "RSA"
+                and jwk.get("use", "sig") == "sig"
                 and isinstance(jwk.get("kid"), str)
             ):
                 keys[jwk["kid"]] = jwk
         self._keys = keys
         self._loaded_at = time.monotonic()
 
+    def _ensure_fresh(self, kid: str | None) -> None:
+        now = time.monotonic()
+        expired = not self._loaded_at or now - self._loaded_at > self.cache_seconds
+        unknown = kid is not None and kid not in self._keys
+        if not (expired or unknown):
+            return
+        if now - self._attempted_at < MIN_REFETCH_SECONDS:
+            if self._failed and not self._keys:
+                raise KeysUnavailable("cannot read JWKS (retrying shortly)")
+            return
+        try:
+            self._refresh()
+            self._failed = False
+        except KeysUnavailable:
+            self._failed = True
+            usable = (
+                self._loaded_at
+                and now - self._loaded_at <= self.cache_seconds + STALE_GRACE_SECONDS
+            )
+            if not usable:
+                self._keys = {}
+                raise
+            log.warning(
+                "JWKS refresh failed; using the keys read %.0f s ago", now - self._loaded_at
+            )
+
     def get(self, kid: str) -> dict[str, Any] | None:
         """The JWK for `kid`, refreshing when the cache is stale or the kid is new."""
         with self._lock:
-            age = time.monotonic() - self._loaded_at
-            if not self._loaded_at or age > self.cache_seconds:
-                self._refresh()
-            elif kid not in self._keys and age > MIN_REFETCH_SECONDS:
-                self._refresh()
+            self._ensure_fresh(kid)
             return self._keys.get(kid)
 
     def kids(self) -> list[str]:
+        """The key ids currently published."""
         with self._lock:
-            if not self._loaded_at:
-                self._refresh()
+            self._ensure_fresh(None)
             return list(self._keys)

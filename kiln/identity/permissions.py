@@ -47,9 +47,9 @@ def actor_for_user(user: Any, claims: dict[str, Any] | None = None) -> Actor:
         return Actor(username="anonymous")
     teams: set[str] = set()
     if claims is not None:
+        # The `team` claim counts once user_from_claims made it a Membership (the team
+        # exists); a claim naming no real team grants nothing.
         roles = {r for r in _as_list(claims.get("roles")) if r in ROLES}
-        if isinstance(claims.get("team"), str) and claims["team"]:
-            teams.add(claims["team"])
     else:
         roles = {name for name in user.groups.values_list("name", flat=True) if name in ROLES}
         if user.is_superuser:
@@ -113,3 +113,30 @@ def can_view_audit(actor: Actor) -> bool:
 def can_administer(actor: Actor) -> bool:
     """Platform admins run the platform: admin site, pricing, manual overrides."""
     return PLATFORM_ADMIN in actor.roles
+
+
+def can_use_admin(actor: Actor, *, is_staff: bool) -> bool:
+    """The Django admin: staff accounts that are platform admins or approvers."""
+    return is_staff and (PLATFORM_ADMIN in actor.roles or APPROVER in actor.roles)
+
+
+def can_see_all_teams(actor: Actor) -> bool:
+    """Platform admins see every team; everyone else sees the teams they belong to."""
+    return PLATFORM_ADMIN in actor.roles
+
+
+def can_manage_teams(actor: Actor) -> bool:
+    """Creating teams and changing who belongs to them is a platform-admin task."""
+    return PLATFORM_ADMIN in actor.roles
+
+
+def can_run_chaos(actor: Actor, team_slug: str) -> bool:
+    """Chaos on a namespace: engineers of the team that owns it, or platform admins."""
+    if PLATFORM_ADMIN in actor.roles:
+        return True
+    return ENGINEER in actor.roles and team_slug in actor.teams
+
+
+def can_view_chaos(actor: Actor, team_slug: str) -> bool:
+    """Chaos experiments are visible to the owning team, auditors and platform admins."""
+    return PLATFORM_ADMIN in actor.roles or AUDITOR in actor.roles or team_slug in actor.teams

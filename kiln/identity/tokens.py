@@ -21,6 +21,7 @@ from kiln.identity.keys import JWKSet, KeysUnavailable
 ALGORITHM = "RS256"
 MAX_LEEWAY_SECONDS = 30
 REQUIRED_CLAIMS = ("exp", "iat", "sub", "iss", "aud")
+MAX_SUB_LENGTH = 150  # Django user names; a longer sub is refused, never truncated
 
 
 class TokenRejected(Exception):
@@ -111,4 +112,6 @@ def verify(token: str, keys: JWKSet, config: VerifierConfig) -> dict[str, Any]:
         raise TokenRejected("invalid token") from exc
     if not isinstance(claims.get("sub"), str) or not claims["sub"].strip():
         raise TokenRejected("missing claim: sub")
+    if len(claims["sub"]) > MAX_SUB_LENGTH:
+        raise TokenRejected("sub too long")
     return claims
