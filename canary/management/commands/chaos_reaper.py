@@ -1,0 +1,36 @@
+"""`python manage.py chaos_reaper`: a separate process reverting every fault whose lease lapsed."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+
+from django.conf import settings
+from django.core.management.base import BaseCommand
+from django.db import close_old_connections
+
+from canary.chaos_services import chaos_reap
+
+
+class Command(BaseCommand):
+    help = "Revert faults whose lease lapsed, every --period seconds (default KILN_CHAOS_REAPER_PERIOD)."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--period", type=float, default=None, help="seconds between passes")
+        parser.add_argument("--once", action="store_true", help="one pass, then exit")
+        parser.add_argument("--dry-run", action="store_true", help="report what would be reverted")
+
+    def handle(self, *args, **options) -> None:
+        period = options["period"] or settings.KILN_CHAOS_REAPER_PERIOD
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        while True:
+            close_old_connections()
+            result = chaos_reap(dry_run=options["dry_run"])
+            if options["once"] or result.reverted or result.strays or result.ended:
+                self.stdout.write(json.dumps(result.as_dict()))
+                self.stdout.flush()
+            if options["once"] or stop.wait(period):
+                return
