@@ -6,3 +6,11 @@ class AuditConfig(AppConfig):
 
     name = "audit"
     verbose_name = "Audit"
+
+    def ready(self) -> None:
+        from audit import runtime
+        from kiln import health, standalone
+
+        health.register("audit_writer", runtime.writer_lag_check)
+        standalone.add_service(runtime.relay_service)
+        standalone.add_service(runtime.writer_service)

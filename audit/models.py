@@ -25,3 +25,62 @@ class OutboxEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} {self.target} by {self.actor}"
+
+
+class ChainEvent(models.Model):
+    """One entry of the hash chain. Append-only: database triggers reject UPDATE, DELETE,
+    TRUNCATE and any INSERT that does not extend the head (seq = head + 1, prev_hash = head hash).
+
+    `data` holds the RFC 8785 canonical JSON text of the event data, exactly as hashed.
+    """
+
+    seq = models.BigIntegerField(primary_key=True)
+    event_id = models.UUIDField(unique=True)
+    recorded_at = models.DateTimeField(db_index=True)
+    actor = models.CharField(max_length=200, db_index=True)
+    action = models.CharField(max_length=200, db_index=True)
+    target = models.CharField(max_length=300, db_index=True)
+    data = models.TextField()
+    trace_id = models.CharField(max_length=32, blank=True, default="")
+    prev_hash = models.CharField(max_length=64)
+    hash = models.CharField(max_length=64)
+
+    class Meta:
+        ordering = ["seq"]
+
+    def __str__(self) -> str:
+        return f"#{self.seq} {self.action} {self.target} by {self.actor}"
+
+
+class Checkpoint(models.Model):
+    """A signed statement (C2SP signed note) of the chain's size and head hash at a time."""
+
+    size = models.BigIntegerField(db_index=True)
+    head_hash = models.CharField(max_length=64)
+    signed_at = models.DateTimeField()
+    note = models.TextField()
+    anchored = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["size", "id"]
+
+    def __str__(self) -> str:
+        return f"checkpoint {self.size} {self.head_hash[:12]}"
+
+
+class VerificationRun(models.Model):
+    """The outcome of one full verification of the chain (audit_verify)."""
+
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField()
+    ok = models.BooleanField()
+    checked = models.BigIntegerField(default=0)
+    checkpoints = models.IntegerField(default=0)
+    first_bad_seq = models.BigIntegerField(null=True, blank=True)
+    message = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["-finished_at"]
+
+    def __str__(self) -> str:
+        return f"verification {'ok' if self.ok else 'FAILED'} at {self.finished_at:%Y-%m-%d %H:%M}"

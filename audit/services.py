@@ -1,20 +1,31 @@
-"""Audit writes. `record` is the one entry point every subsystem uses."""
+"""Audit writes: `record` (every subsystem), the relay, the chain append, checkpoints, verification runs."""
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
-from django.db import models, transaction
+from django.conf import settings
+from django.db import connection, models, transaction
+from django.db.models import Q
 from django.utils import timezone
 
-from audit.models import OutboxEvent
+from audit import chain, notes
+from audit.models import ChainEvent, Checkpoint, OutboxEvent, VerificationRun
+from audit.topic import Message, get_topic
 from kiln.errors import InvalidInput
 from kiln.observability import current_trace_id
 
+log = logging.getLogger("kiln.audit")
+
 ACTION_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_-]*){2,}$")
+RELAY_BATCH = 1000
 
 
 def actor_name(actor: Any) -> str:
@@ -41,30 +52,39 @@ def record(actor: Any, action: str, target: Any, data: dict[str, Any] | None = N
 
     If the surrounding transaction rolls back, the event goes with it; once it
     commits, the relay publishes it to the audit topic and the writer chains it.
-    `action` is `<app>.<entity>.<past verb>`; `data` must be JSON-serialisable.
+    `action` is `<app>.<entity>.<past verb>`; `data` must be JSON with an RFC 8785
+    canonical form (no NaN, integers within ±2^53).
     """
     if not isinstance(action, str) or not ACTION_RE.match(action):
         raise InvalidInput(f"audit action {action!r} is not <app>.<entity>.<past verb>")
     payload = data or {}
     try:
         payload = json.loads(json.dumps(payload, allow_nan=False, default=_json_default))
+        chain.canonical_data(payload)
     except (TypeError, ValueError) as exc:
-        raise InvalidInput(f"audit data is not JSON-serialisable: {exc}") from exc
+        raise InvalidInput(f"audit data is not canonical JSON: {exc}") from exc
+    actor_text, target_text = actor_name(actor)[:200], target_name(target)[:300]
+    try:
+        actor_text.encode("utf-8")
+        target_text.encode("utf-8")
+    except UnicodeError as exc:
+        raise InvalidInput("audit actor and target must be valid Unicode text") from exc
     with transaction.atomic():
         event = OutboxEvent.objects.create(
             recorded_at=timezone.now(),
-            actor=actor_name(actor)[:200],
+            actor=actor_text,
             action=action,
-            target=target_name(target)[:300],
+            target=target_text,
             data=payload,
             trace_id=current_trace_id(),
         )
-        transaction.on_commit(_notify_relay)
+        if not any(item[1] is _notify_relay for item in connection.run_on_commit):
+            transaction.on_commit(_notify_relay)
     return event.event_id
 
 
 def _json_default(value: Any) -> Any:
-    from datetime import date, datetime
+    from datetime import date
     from decimal import Decimal
 
     if isinstance(value, datetime | date):
@@ -75,11 +95,341 @@ def _json_default(value: Any) -> Any:
 
 
 def _notify_relay() -> None:
-    """Wake the relay after commit (it also polls, so a missed wake-up loses nothing)."""
+    """Wake the relay after commit; the periodic sweep covers a wake-up that fails."""
+    from audit import relay
+
+    relay.wake()
+
+
+# --- relay: outbox -> topic ----------------------------------------------------------------
+
+
+def relay_publish(*, max_events: int | None = None) -> int:
+    """Publish pending outbox rows to the audit topic; returns how many were published.
+
+    A row is pending until published, and published rows are published again
+    after KILN_AUDIT_REPUBLISH_SECONDS if still not chained (the writer deletes
+    rows it chained), so a stream lost with Redis loses nothing. Raises
+    TopicUnavailable when Redis is down; the rows then stay pending.
+    """
+    topic = get_topic()
+    total = 0
+    while max_events is None or total < max_events:
+        limit = RELAY_BATCH if max_events is None else min(RELAY_BATCH, max_events - total)
+        now = timezone.now()
+        cutoff = now - timedelta(seconds=settings.KILN_AUDIT_REPUBLISH_SECONDS)
+        with transaction.atomic():
+            qs = OutboxEvent.objects.filter(
+                Q(published_at__isnull=True) | Q(published_at__lt=cutoff)
+            ).order_by("id")
+            if connection.vendor == "postgresql":
+                qs = qs.select_for_update(skip_locked=True)
+            rows = list(
+                qs.values_list(
+                    "id", "event_id", "recorded_at", "actor", "action", "target", "data", "trace_id"
+                )[:limit]
+            )
+            if not rows:
+                break
+            payloads = [
+                json.dumps(
+                    {
+                        "event_id": str(event_id),
+                        "recorded_at": chain.format_time(recorded_at),
+                        "actor": actor,
+                        "action": action,
+                        "target": target,
+                        "data": chain.canonical_data(data),
+                        "trace_id": trace_id,
+                    },
+                    ensure_ascii=False,
+                ).encode("utf-8")
+                for _id, event_id, recorded_at, actor, action, target, data, trace_id in rows
+            ]
+            topic.publish(payloads)
+            OutboxEvent.objects.filter(id__in=[r[0] for r in rows]).update(published_at=now)
+        total += len(rows)
+        if len(rows) < limit:
+            break
+    return total
+
+
+# --- writer: topic -> chain ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    """What one batch did: entries appended, redeliveries ignored, unreadable entries, new head."""
+
+    appended: int
+    duplicates: int
+    malformed: int
+    head_seq: int
+    head_hash: str
+
+
+_FIELDS = ("event_id", "recorded_at", "actor", "action", "target", "data", "trace_id")
+
+
+def _parse(payload: bytes) -> tuple[str, str, str, str, str, str, str] | None:
+    """One stream entry as an event tuple, or None if it cannot be chained."""
     try:
-        from audit import relay
-    except ImportError:  # relay not installed in this build
+        doc = json.loads(payload)
+        event = tuple(doc[f] for f in _FIELDS)
+        if not all(isinstance(v, str) for v in event):
+            return None
+        str(uuid.UUID(event[0]))
+        datetime.fromisoformat(event[1])
+        if not chain.TRACE_ID.match(event[6]):
+            return None
+        return (str(uuid.UUID(event[0])), *event[1:])  # type: ignore[return-value]
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def chain_head() -> tuple[int, str]:
+    """(seq, hash) of the newest chain entry; (0, genesis hash) for an empty chain."""
+    head = ChainEvent.objects.order_by("-seq").values_list("seq", "hash").first()
+    return head if head else (0, chain.GENESIS_HASH)
+
+
+def chain_append(messages: list[Message], *, role: str | None = None) -> AppendResult:
+    """Append a batch of stream entries to the chain in one transaction (the writer's only write).
+
+    Redelivered event ids (already chained, or twice in the batch) are skipped;
+    the chained events' outbox rows are deleted in the same transaction. With
+    `role` (PostgreSQL) the insert runs as that role, the only one allowed to.
+    """
+    parsed: list[tuple[str, str, str, str, str, str, str]] = []
+    malformed = 0
+    for entry_id, payload in messages:
+        event = _parse(payload)
+        if event is None:
+            malformed += 1
+            log.error("audit stream entry %s cannot be chained; left out", entry_id)
+            continue
+        parsed.append(event)
+    with transaction.atomic():
+        if role and connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute(f'SET LOCAL ROLE "{role}"')
+        ids = [e[0] for e in parsed]
+        seen = {
+            str(u)
+            for u in ChainEvent.objects.filter(event_id__in=ids).values_list("event_id", flat=True)
+        }
+        fresh = []
+        for event in parsed:
+            if event[0] not in seen:
+                seen.add(event[0])
+                fresh.append(event)
+        head_seq, head_hash = chain_head()
+        entries = list(chain.build_entries(head_seq, head_hash, fresh))
+        if entries:
+            _insert(entries)
+            head_seq, head_hash = entries[-1].seq, entries[-1].hash
+        if ids:
+            OutboxEvent.objects.filter(event_id__in=ids).delete()
+    return AppendResult(len(entries), len(parsed) - len(entries), malformed, head_seq, head_hash)
+
+
+def _insert(entries: list[chain.Entry]) -> None:
+    """Bulk insert: COPY on PostgreSQL, one executemany elsewhere."""
+    if connection.vendor == "postgresql":
+        columns = (
+            "seq, event_id, recorded_at, actor, action, target, data, trace_id, prev_hash, hash"
+        )
+        with connection.cursor() as cursor:
+            raw = cursor.cursor
+            with raw.copy(f"COPY audit_chainevent ({columns}) FROM STDIN") as copy:
+                for e in entries:
+                    copy.write_row(e.as_row())
         return
-    wake = getattr(relay, "wake", None)
-    if wake is not None:
-        wake()
+    ChainEvent.objects.bulk_create(
+        [
+            ChainEvent(
+                seq=e.seq,
+                event_id=uuid.UUID(e.event_id),
+                recorded_at=datetime.fromisoformat(e.recorded_at),
+                actor=e.actor,
+                action=e.action,
+                target=e.target,
+                data=e.data,
+                trace_id=e.trace_id,
+                prev_hash=e.prev_hash,
+                hash=e.hash,
+            )
+            for e in entries
+        ],
+        batch_size=200,
+    )
+
+
+# --- checkpoints ---------------------------------------------------------------------------
+
+
+def signing_key() -> notes.Ed25519PrivateKey:
+    """The checkpoint signing key; in dev/standalone it is generated on first use."""
+    path = Path(settings.KILN_AUDIT_SIGNING_KEY)
+    try:
+        key = notes.load_or_create_private_key(path, create=settings.KILN_AUDIT_SIGNING_KEY_IS_DEV)
+    except FileExistsError:  # another process created it a moment ago
+        key = notes.load_or_create_private_key(path, create=False)
+    public_path = public_key_path()
+    vkey = notes.verifier_key(settings.KILN_AUDIT_ORIGIN, key.public_key())
+    if not public_path.exists() or public_path.read_text().strip() != vkey:
+        public_path.write_text(vkey + "\n")
+    return key
+
+
+def public_key_path() -> Path:
+    """Where the verifier key for auditors is written: beside the signing key, `.pub`."""
+    return Path(settings.KILN_AUDIT_SIGNING_KEY).with_suffix(".pub")
+
+
+def checkpoint_create(*, force: bool = False) -> Checkpoint | None:
+    """Sign the current head and store it (and push it to the anchors), unless already covered."""
+    from audit.anchors import configured_anchors
+
+    head_seq, head_hash = chain_head()
+    if head_seq == 0:
+        return None
+    last = Checkpoint.objects.order_by("-size", "-id").values_list("size", flat=True).first()
+    if last == head_seq and not force:
+        return None
+    now = timezone.now()
+    statement = notes.Checkpoint(
+        settings.KILN_AUDIT_ORIGIN, head_seq, head_hash, notes.time_text(now.astimezone(chain.UTC))
+    )
+    note = notes.sign(statement, settings.KILN_AUDIT_ORIGIN, signing_key())
+    results = []
+    for anchor in configured_anchors():
+        try:
+            results.append(f"{anchor.name}: {anchor.push(head_seq, note)}")
+        except Exception as exc:  # noqa: BLE001 - an anchor outage must not stop chaining; it is reported
+            log.error("checkpoint %s not anchored at %s: %s", head_seq, anchor.name, exc)
+            results.append(f"{anchor.name}: FAILED {exc.__class__.__name__}")
+    return Checkpoint.objects.create(
+        size=head_seq, head_hash=head_hash, signed_at=now, note=note, anchored="\n".join(results)
+    )
+
+
+# --- verification runs ---------------------------------------------------------------------
+
+
+def verification_run_store(
+    *,
+    started_at: datetime,
+    ok: bool,
+    checked: int,
+    checkpoints: int,
+    first_bad_seq: int | None,
+    message: str,
+) -> VerificationRun:
+    """Store the outcome of a chain verification, audited."""
+    from kiln.identity.permissions import system_actor
+
+    with transaction.atomic():
+        run = VerificationRun.objects.create(
+            started_at=started_at,
+            finished_at=timezone.now(),
+            ok=ok,
+            checked=checked,
+            checkpoints=checkpoints,
+            first_bad_seq=first_bad_seq,
+            message=message[:2000],
+        )
+        record(
+            system_actor("audit-verifier"),
+            "audit.chain.verified",
+            run,
+            {
+                "ok": ok,
+                "checked": checked,
+                "first_bad_seq": first_bad_seq,
+                "message": message[:500],
+            },
+        )
+    return run
+
+
+# --- database roles ------------------------------------------------------------------------
+
+ROLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+def roles_setup(*, writer_role: str, app_role: str) -> list[str]:
+    """Create the writer and application roles and grant them (PostgreSQL; idempotent).
+
+    The writer role alone may INSERT into the chain; the application role may only
+    SELECT it (and write the outbox). The connecting user becomes a member of the
+    writer role so the writer process can `SET ROLE` to it.
+    """
+    if connection.vendor != "postgresql":
+        return ["no database roles on SQLite: the triggers keep the chain append-only"]
+    for role in (writer_role, app_role):
+        if not ROLE_NAME.match(role):
+            raise InvalidInput(f"role name {role!r} is not a plain lowercase identifier")
+    w, a = f'"{writer_role}"', f'"{app_role}"'
+    done: list[str] = []
+    with transaction.atomic(), connection.cursor() as cursor:
+        for role in (writer_role, app_role):
+            cursor.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [role])
+            if cursor.fetchone() is None:
+                cursor.execute(f'CREATE ROLE "{role}" LOGIN')
+                done.append(f"created role {role}")
+        cursor.execute("SELECT current_database(), current_user")
+        database, me = cursor.fetchone()
+        statements = [
+            f'GRANT CONNECT ON DATABASE "{database}" TO {w}, {a}',
+            f"GRANT USAGE ON SCHEMA public TO {w}, {a}",
+            f"REVOKE ALL ON audit_chainevent FROM PUBLIC, {w}, {a}",
+            f"GRANT SELECT ON audit_chainevent TO {a}",
+            f"GRANT SELECT, INSERT ON audit_chainevent TO {w}",
+            f"GRANT SELECT, INSERT, UPDATE, DELETE ON audit_outboxevent TO {a}",
+            f"GRANT SELECT, DELETE ON audit_outboxevent TO {w}",
+            f"GRANT SELECT ON audit_checkpoint, audit_verificationrun TO {a}, {w}",
+        ]
+        for table in ("audit_outboxevent",):
+            cursor.execute("SELECT pg_get_serial_sequence(%s, 'id')", [table])
+            sequence = cursor.fetchone()[0]
+            if sequence:
+                statements.append(f"GRANT USAGE, SELECT ON SEQUENCE {sequence} TO {a}")
+        cursor.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
+        if not cursor.fetchone()[0]:
+            statements.append(f'GRANT {w} TO "{me}"')
+        for sql in statements:
+            cursor.execute(sql)
+        done.append(
+            f"{writer_role}: SELECT, INSERT on the chain; {app_role}: SELECT only (database {database})"
+        )
+        from kiln.identity.permissions import system_actor
+
+        record(
+            system_actor("audit-setup"),
+            "audit.roles.configured",
+            f"database:{database}",
+            {"writer_role": writer_role, "app_role": app_role},
+        )
+    return done
+
+
+def export_create(*, actor: Any, since: datetime | None, until: datetime | None, fmt: str):
+    """Choose the segment to export and record who exported what (`audit.export.created`)."""
+    from audit.selectors import export_segment
+
+    segment = export_segment(since, until)
+    with transaction.atomic():
+        record(
+            actor,
+            "audit.export.created",
+            "audit.chain",
+            {
+                "from": since.isoformat() if since else None,
+                "to": until.isoformat() if until else None,
+                "format": fmt,
+                "first_seq": segment.first_seq if segment else None,
+                "last_seq": segment.last_seq if segment else None,
+            },
+        )
+    return segment

@@ -1,8 +1,17 @@
 """URL routes of the audit app: `urlpatterns` (pages) and `api_urlpatterns` (under /api/v1/)."""
 
-from django.urls import path  # noqa: F401
+from django.urls import path
+
+from audit import api, views
 
 app_name = "audit"
 
-urlpatterns: list = []
-api_urlpatterns: list = []
+urlpatterns = [
+    path("audit/", views.explorer, name="explorer"),
+    path("audit/events/<int:seq>/", views.event_detail, name="event-detail"),
+    path("audit/status/", views.status_panel, name="status"),
+]
+api_urlpatterns = [
+    path("audit/events/", api.AuditEventListApi.as_view(), name="events"),
+    path("audit/export", api.AuditExportApi.as_view(), name="export"),
+]

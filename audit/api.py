@@ -1,0 +1,153 @@
+"""Audit API: list chain entries (filters, cursor pagination) and stream exports. Auditors only."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+from django.http import StreamingHttpResponse
+from django.utils.dateparse import parse_date, parse_datetime
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from audit import selectors, services
+from audit.export import csv_lines, jsonl_lines
+from audit.models import ChainEvent
+from kiln.errors import InvalidInput
+from kiln.identity.drf import IsAuditor
+from kiln.identity.permissions import actor_from_request
+
+MAX_LIMIT = 500
+
+
+def parse_moment(value: str | None, name: str) -> datetime | None:
+    """An ISO 8601 date or datetime query parameter (naive means UTC); InvalidInput otherwise."""
+    if not value:
+        return None
+    moment = parse_datetime(value)
+    if moment is None:
+        day = parse_date(value)
+        if day is None:
+            raise InvalidInput(f"{name} is not an ISO 8601 date or datetime", extra={"field": name})
+        moment = datetime(day.year, day.month, day.day)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def filters_from(params) -> selectors.EventFilter:
+    """Explorer/API filters from query parameters (`from`/`since`, `to`/`until`, actor, action, target)."""
+    since = parse_moment(params.get("from") or params.get("since"), "from")
+    until = parse_moment(params.get("to") or params.get("until"), "to")
+    if since and until and since >= until:
+        raise InvalidInput("`from` must be before `to`")
+    return selectors.EventFilter(
+        since=since,
+        until=until,
+        actor=params.get("actor", "").strip(),
+        action=params.get("action", "").strip(),
+        target=params.get("target", "").strip(),
+    )
+
+
+class ChainEventSerializer(serializers.ModelSerializer):
+    """A chain entry as the API shows it (`data` as JSON, `recorded_at` as hashed)."""
+
+    data = serializers.SerializerMethodField()
+    event_id = serializers.CharField()
+    recorded_at = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ChainEvent
+        fields = [
+            "seq",
+            "event_id",
+            "recorded_at",
+            "actor",
+            "action",
+            "target",
+            "data",
+            "trace_id",
+            "prev_hash",
+            "hash",
+        ]
+
+    def get_data(self, obj: ChainEvent) -> dict:
+        return json.loads(obj.data)
+
+    def get_recorded_at(self, obj: ChainEvent) -> str:
+        from audit.chain import format_time
+
+        return format_time(obj.recorded_at)
+
+
+FILTER_PARAMS = [
+    OpenApiParameter("from", OpenApiTypes.DATETIME, description="recorded at or after"),
+    OpenApiParameter("to", OpenApiTypes.DATETIME, description="recorded before"),
+    OpenApiParameter("actor", str),
+    OpenApiParameter("action", str, description="exact, or a prefix ending in '.'"),
+    OpenApiParameter("target", str),
+]
+
+
+class AuditEventListApi(APIView):
+    """GET /api/v1/audit/events/: chain entries, newest first, by opaque cursor."""
+
+    permission_classes = [IsAuditor]
+
+    class OutputSerializer(serializers.Serializer):
+        results = ChainEventSerializer(many=True)
+        next_cursor = serializers.CharField(allow_null=True)
+
+    @extend_schema(
+        parameters=[
+            *FILTER_PARAMS,
+            OpenApiParameter("cursor", str),
+            OpenApiParameter("limit", int, description=f"1..{MAX_LIMIT}, default 50"),
+        ],
+        responses=OutputSerializer,
+    )
+    def get(self, request):
+        filters = filters_from(request.query_params)
+        try:
+            limit = int(request.query_params.get("limit", 50))
+        except ValueError as exc:
+            raise InvalidInput("limit must be an integer") from exc
+        if not 1 <= limit <= MAX_LIMIT:
+            raise InvalidInput(f"limit must be between 1 and {MAX_LIMIT}")
+        before = selectors.decode_cursor(request.query_params.get("cursor"))
+        rows, next_seq = selectors.event_page(filters, before=before, limit=limit)
+        return Response(
+            {
+                "results": ChainEventSerializer(rows, many=True).data,
+                "next_cursor": selectors.encode_cursor(next_seq),
+            }
+        )
+
+
+class AuditExportApi(APIView):
+    """GET /api/v1/audit/export?from=&to=[&format=csv]: a streamed, offline-verifiable export."""
+
+    permission_classes = [IsAuditor]
+
+    @extend_schema(
+        parameters=[*FILTER_PARAMS[:2], OpenApiParameter("format", str, enum=["jsonl", "csv"])],
+        responses={(200, "application/x-ndjson"): OpenApiTypes.STR},
+    )
+    def get(self, request):
+        filters = filters_from(request.query_params)
+        fmt = request.query_params.get("format", "jsonl")
+        if fmt not in ("jsonl", "csv"):
+            raise InvalidInput("format must be jsonl or csv")
+        segment = services.export_create(
+            actor=actor_from_request(request), since=filters.since, until=filters.until, fmt=fmt
+        )
+        lines = jsonl_lines if fmt == "jsonl" else csv_lines
+        content_type = "application/x-ndjson" if fmt == "jsonl" else "text/csv"
+        response = StreamingHttpResponse(
+            lines(segment, filters.since, filters.until), content_type=content_type
+        )
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        response["Content-Disposition"] = f'attachment; filename="kiln-audit-{stamp}.{fmt}"'
+        return response

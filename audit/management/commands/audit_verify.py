@@ -1,0 +1,60 @@
+"""Verify the whole audit chain: hashes, links, checkpoint signatures and coverage."""
+
+from __future__ import annotations
+
+import json
+
+from django.core.management.base import BaseCommand
+from django.utils import timezone
+
+from audit.services import verification_run_store
+from audit.verification import verify_chain
+
+
+class Command(BaseCommand):
+    help = "Recompute the audit chain and check every checkpoint; exit 0 when intact, 1 otherwise."
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--public-key", default=None, help="verifier key file (default: the configured one)"
+        )
+        parser.add_argument("--no-anchors", action="store_true", help="ignore the external anchors")
+        parser.add_argument("--json", action="store_true")
+        parser.add_argument("--no-record", action="store_true", help="do not store the outcome")
+
+    def handle(self, *args, **opts):
+        started = timezone.now()
+        report = verify_chain(public_key=opts["public_key"], include_anchors=not opts["no_anchors"])
+        if not opts["no_record"]:
+            verification_run_store(
+                started_at=started,
+                ok=report.ok,
+                checked=report.checked,
+                checkpoints=report.checkpoints,
+                first_bad_seq=report.problem.seq if report.problem else None,
+                message=report.message,
+            )
+        if opts["json"]:
+            self.stdout.write(
+                json.dumps(
+                    {
+                        "ok": report.ok,
+                        "checked": report.checked,
+                        "checkpoints": report.checkpoints,
+                        "head_seq": report.head_seq,
+                        "first_bad_seq": report.problem.seq if report.problem else None,
+                        "problem": report.problem.reason if report.problem else None,
+                        "seconds": round(report.seconds, 3),
+                    }
+                )
+            )
+        elif report.ok:
+            self.stdout.write(
+                f"audit chain intact: {report.checked} entries, {report.checkpoints} signed checkpoints"
+            )
+        else:
+            self.stderr.write(
+                f"audit chain BROKEN at seq {report.problem.seq}: {report.problem.reason}"
+            )
+        if not report.ok:
+            raise SystemExit(1)

@@ -1,0 +1,49 @@
+"""Run the single audit writer (production: its own process)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+
+from django.core.management.base import BaseCommand, CommandError
+
+from audit.topic import TopicUnavailable
+from audit.writer import AuditWriter
+
+
+class Command(BaseCommand):
+    help = "Consume the audit topic and append to the hash chain; --once drains and exits."
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--once", action="store_true", help="drain what is pending, checkpoint, exit"
+        )
+        parser.add_argument("--batch-size", type=int, default=None)
+        parser.add_argument("--consumer", default=None, help="consumer name in the group")
+        parser.add_argument(
+            "--batch-pause",
+            type=float,
+            default=0.0,
+            help="seconds to hold each batch's transaction open before commit (fault drills)",
+        )
+
+    def handle(self, *args, **opts):
+        writer = AuditWriter(
+            consumer=opts["consumer"],
+            batch_size=opts["batch_size"],
+            batch_pause=opts["batch_pause"],
+        )
+        if opts["once"]:
+            try:
+                stats = writer.run_once()
+            except TopicUnavailable as exc:
+                raise CommandError(f"audit topic unavailable: {exc}") from exc
+            self.stdout.write(json.dumps(stats.__dict__))
+            return
+        stop = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+        self.stdout.write("audit writer running (Ctrl-C stops it)")
+        stats = writer.run(stop)
+        self.stdout.write(json.dumps(stats.__dict__))

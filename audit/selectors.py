@@ -1,0 +1,156 @@
+"""Audit reads: the explorer's queries, chain status, writer lag, export segments."""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Max, Min, QuerySet
+from django.utils import timezone
+
+from audit.models import ChainEvent, Checkpoint, OutboxEvent, VerificationRun
+from kiln.errors import InvalidInput
+
+
+def writer_lag() -> dict[str, Any]:
+    """Recorded-but-unchained events (outbox rows) and the age in seconds of the oldest."""
+    agg = OutboxEvent.objects.aggregate(oldest=Min("recorded_at"))
+    pending = OutboxEvent.objects.count()
+    head = ChainEvent.objects.aggregate(head=Max("seq"))["head"] or 0
+    oldest = agg["oldest"]
+    lag = (timezone.now() - oldest).total_seconds() if oldest else 0.0
+    return {"pending": pending, "lag_seconds": round(max(lag, 0.0), 3), "head_seq": head}
+
+
+def chain_status() -> dict[str, Any]:
+    """Head, last checkpoint, last verification and writer lag, for the status panel."""
+    head = ChainEvent.objects.order_by("-seq").first()
+    checkpoint = Checkpoint.objects.order_by("-size", "-id").first()
+    verification = VerificationRun.objects.order_by("-finished_at").first()
+    return {
+        "head": head,
+        "checkpoint": checkpoint,
+        "checkpoint_behind": (head.seq - checkpoint.size) if head and checkpoint else None,
+        "verification": verification,
+        "lag": writer_lag(),
+    }
+
+
+@dataclass(frozen=True)
+class EventFilter:
+    """Explorer/API filters; every field optional."""
+
+    since: datetime | None = None
+    until: datetime | None = None
+    actor: str = ""
+    action: str = ""
+    target: str = ""
+
+
+def event_list(filters: EventFilter) -> QuerySet[ChainEvent]:
+    """Chain entries matching the filters, newest first."""
+    qs = ChainEvent.objects.all()
+    if filters.since:
+        qs = qs.filter(recorded_at__gte=filters.since)
+    if filters.until:
+        qs = qs.filter(recorded_at__lt=filters.until)
+    if filters.actor:
+        qs = qs.filter(actor=filters.actor)
+    if filters.action:
+        qs = (
+            qs.filter(action__startswith=filters.action)
+            if filters.action.endswith(".")
+            else qs.filter(action=filters.action)
+        )
+    if filters.target:
+        qs = qs.filter(target=filters.target)
+    return qs.order_by("-seq")
+
+
+def event_page(
+    filters: EventFilter, *, before: int | None, limit: int
+) -> tuple[list[ChainEvent], int | None]:
+    """One page of `event_list` by seq cursor: entries with seq < `before`, and the next cursor."""
+    qs = event_list(filters)
+    if before is not None:
+        qs = qs.filter(seq__lt=before)
+    rows = list(qs[: limit + 1])
+    next_cursor = rows[limit - 1].seq if len(rows) > limit else None
+    return rows[:limit], next_cursor
+
+
+def event_detail(seq: int) -> tuple[ChainEvent | None, ChainEvent | None, ChainEvent | None]:
+    """An entry and its neighbours (seq-1, seq+1)."""
+    rows = {e.seq: e for e in ChainEvent.objects.filter(seq__in=[seq - 1, seq, seq + 1])}
+    return rows.get(seq), rows.get(seq - 1), rows.get(seq + 1)
+
+
+def encode_cursor(seq: int | None) -> str | None:
+    """An opaque pagination cursor."""
+    return (
+        None
+        if seq is None
+        else base64.urlsafe_b64encode(json.dumps({"b": seq}).encode()).decode().rstrip("=")
+    )
+
+
+def decode_cursor(cursor: str | None) -> int | None:
+    """The seq inside an opaque cursor; InvalidInput for a forged one."""
+    if not cursor:
+        return None
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        value = json.loads(base64.urlsafe_b64decode(padded.encode()))["b"]
+        if not isinstance(value, int) or value < 1:
+            raise ValueError
+        return value
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InvalidInput("invalid cursor") from exc
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A contiguous run of the chain for export, widened to signed checkpoints at both ends."""
+
+    first_seq: int
+    last_seq: int
+    checkpoints: list[Checkpoint]
+
+
+def export_segment(since: datetime | None, until: datetime | None) -> Segment | None:
+    """The seq range holding every entry recorded in [since, until), widened to checkpoints.
+
+    The start moves back to just after the latest checkpoint below it (so a signature
+    vouches for the first prev_hash) and the end forward to the first checkpoint at or
+    after it (so a signature covers the last entry). None when nothing matches.
+    """
+    qs = ChainEvent.objects.all()
+    if since:
+        qs = qs.filter(recorded_at__gte=since)
+    if until:
+        qs = qs.filter(recorded_at__lt=until)
+    bounds = qs.aggregate(lo=Min("seq"), hi=Max("seq"))
+    if bounds["lo"] is None:
+        return None
+    lo, hi = bounds["lo"], bounds["hi"]
+    before = (
+        Checkpoint.objects.filter(size__lt=lo)
+        .order_by("-size")
+        .values_list("size", flat=True)
+        .first()
+    )
+    after = (
+        Checkpoint.objects.filter(size__gte=hi)
+        .order_by("size")
+        .values_list("size", flat=True)
+        .first()
+    )
+    first = before + 1 if before is not None else 1
+    last = after if after is not None else hi
+    checkpoints = list(
+        Checkpoint.objects.filter(size__gte=first - 1, size__lte=last).order_by("size", "id")
+    )
+    return Segment(first, last, checkpoints)

@@ -1,0 +1,21 @@
+"""Celery tasks of the audit chain: thin wrappers around services."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from audit.services import relay_publish
+from audit.topic import TopicUnavailable
+
+
+@shared_task(
+    name="audit.tasks.relay_outbox",
+    autoretry_for=(TopicUnavailable,),
+    retry_backoff=1,
+    retry_backoff_max=60,
+    max_retries=None,
+    ignore_result=True,
+)
+def relay_outbox() -> int:
+    """Publish pending outbox rows to the audit topic (retries while Redis is down)."""
+    return relay_publish()

@@ -1,0 +1,96 @@
+"""Database triggers that make the chain table append-only, for PostgreSQL and SQLite.
+
+UPDATE and DELETE are rejected row by row; TRUNCATE is rejected while the chain
+holds rows (emptying an empty table loses nothing, and test databases flush it);
+an INSERT must extend the head: seq = head seq + 1 and prev_hash = head hash.
+"""
+
+from __future__ import annotations
+
+# ruff: noqa: S608 - DDL built from module constants only
+
+TABLE = "audit_chainevent"
+GENESIS = "0" * 64
+
+POSTGRESQL_CREATE = [
+    f"""
+CREATE OR REPLACE FUNCTION audit_chain_reject_change() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF TG_OP = 'TRUNCATE' AND NOT EXISTS (SELECT 1 FROM {TABLE}) THEN
+    RETURN NULL;
+  END IF;
+  RAISE EXCEPTION 'audit chain is append-only: % rejected', TG_OP USING ERRCODE = 'insufficient_privilege';
+END
+$$""",
+    f"""
+CREATE OR REPLACE FUNCTION audit_chain_check_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+  head_seq bigint;
+  head_hash varchar;
+BEGIN
+  SELECT seq, hash INTO head_seq, head_hash FROM {TABLE} ORDER BY seq DESC LIMIT 1;
+  IF head_seq IS NULL THEN
+    head_seq := 0;
+    head_hash := '{GENESIS}';
+  END IF;
+  IF NEW.seq IS DISTINCT FROM head_seq + 1 THEN
+    RAISE EXCEPTION 'audit chain insert rejected: seq % does not extend head %', NEW.seq, head_seq
+      USING ERRCODE = 'integrity_constraint_violation';
+  END IF;
+  IF NEW.prev_hash IS DISTINCT FROM head_hash THEN
+    RAISE EXCEPTION 'audit chain insert rejected: prev_hash of seq % is not the head hash', NEW.seq
+      USING ERRCODE = 'integrity_constraint_violation';
+  END IF;
+  RETURN NEW;
+END
+$$""",
+    f"DROP TRIGGER IF EXISTS audit_chain_no_change ON {TABLE}",
+    f"""CREATE TRIGGER audit_chain_no_change BEFORE UPDATE OR DELETE ON {TABLE}
+        FOR EACH ROW EXECUTE FUNCTION audit_chain_reject_change()""",
+    f"DROP TRIGGER IF EXISTS audit_chain_no_truncate ON {TABLE}",
+    f"""CREATE TRIGGER audit_chain_no_truncate BEFORE TRUNCATE ON {TABLE}
+        FOR EACH STATEMENT EXECUTE FUNCTION audit_chain_reject_change()""",
+    f"DROP TRIGGER IF EXISTS audit_chain_extend ON {TABLE}",
+    f"""CREATE TRIGGER audit_chain_extend BEFORE INSERT ON {TABLE}
+        FOR EACH ROW EXECUTE FUNCTION audit_chain_check_insert()""",
+]
+
+POSTGRESQL_DROP = [
+    f"DROP TRIGGER IF EXISTS audit_chain_extend ON {TABLE}",
+    f"DROP TRIGGER IF EXISTS audit_chain_no_truncate ON {TABLE}",
+    f"DROP TRIGGER IF EXISTS audit_chain_no_change ON {TABLE}",
+    "DROP FUNCTION IF EXISTS audit_chain_check_insert()",
+    "DROP FUNCTION IF EXISTS audit_chain_reject_change()",
+]
+
+# SQLite has no TRUNCATE: `DELETE FROM t` is its truncate, and the DELETE trigger
+# disables that optimisation, so every row passes through the trigger.
+SQLITE_CREATE = [
+    f"""CREATE TRIGGER IF NOT EXISTS audit_chain_no_update BEFORE UPDATE ON {TABLE}
+        BEGIN SELECT RAISE(ABORT, 'audit chain is append-only: UPDATE rejected'); END""",
+    f"""CREATE TRIGGER IF NOT EXISTS audit_chain_no_delete BEFORE DELETE ON {TABLE}
+        BEGIN SELECT RAISE(ABORT, 'audit chain is append-only: DELETE rejected'); END""",
+    f"""CREATE TRIGGER IF NOT EXISTS audit_chain_extend BEFORE INSERT ON {TABLE}
+        BEGIN
+          SELECT RAISE(ABORT, 'audit chain insert rejected: seq does not extend the head')
+            WHERE NEW.seq IS NOT COALESCE((SELECT MAX(seq) FROM {TABLE}), 0) + 1;
+          SELECT RAISE(ABORT, 'audit chain insert rejected: prev_hash is not the head hash')
+            WHERE NEW.prev_hash IS NOT COALESCE(
+              (SELECT hash FROM {TABLE} ORDER BY seq DESC LIMIT 1), '{GENESIS}');
+        END""",
+]
+
+SQLITE_DROP = [
+    "DROP TRIGGER IF EXISTS audit_chain_extend",
+    "DROP TRIGGER IF EXISTS audit_chain_no_delete",
+    "DROP TRIGGER IF EXISTS audit_chain_no_update",
+]
+
+
+def statements(vendor: str, *, create: bool) -> list[str]:
+    """The trigger DDL for a database vendor (`postgresql` or `sqlite`)."""
+    if vendor == "postgresql":
+        return POSTGRESQL_CREATE if create else POSTGRESQL_DROP
+    if vendor == "sqlite":
+        return SQLITE_CREATE if create else SQLITE_DROP
+    raise NotImplementedError(f"no audit chain triggers for {vendor}")

@@ -1,0 +1,68 @@
+"""Audit fixtures: a unique stream and signing key per test, helpers to run the chain end to end."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+import redis
+from django.conf import settings as django_settings
+from django.db import connection
+
+
+@pytest.fixture(autouse=True)
+def audit_settings(settings, tmp_path: Path):
+    """Each test gets its own stream, group, signing key and anchors, so runs never collide."""
+    tag = uuid.uuid4().hex[:10]
+    settings.KILN_AUDIT_STREAM = f"kiln:audit:test:{tag}"
+    settings.KILN_AUDIT_GROUP = f"writers-{tag}"
+    settings.KILN_AUDIT_SIGNING_KEY = str(tmp_path / "audit" / "checkpoint-key.pem")
+    settings.KILN_AUDIT_SIGNING_KEY_IS_DEV = True
+    settings.KILN_AUDIT_ANCHORS = f"dir:{tmp_path / 'anchor'}"
+    settings.KILN_AUDIT_RELAY_ON_COMMIT = False
+    yield settings
+    if django_settings.REDIS_URL:
+        client = redis.Redis.from_url(django_settings.REDIS_URL)
+        client.delete(f"kiln:audit:test:{tag}")
+        client.close()
+
+
+def wipe_chain() -> None:
+    """Empty the chain behind the triggers' back (test teardown of committed data only)."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("ALTER TABLE audit_chainevent DISABLE TRIGGER USER")
+            cursor.execute("DELETE FROM audit_chainevent")
+            cursor.execute("ALTER TABLE audit_chainevent ENABLE TRIGGER USER")
+
+
+@pytest.fixture
+def committed_chain(transactional_db):
+    """For transaction=True tests: empty the chain afterwards so the database flush succeeds."""
+    yield
+    wipe_chain()
+
+
+def drain() -> dict:
+    """Publish the outbox and chain everything pending, as `audit_writer --once` does."""
+    from audit.writer import AuditWriter
+
+    return AuditWriter(block_ms=0).run_once().__dict__
+
+
+@pytest.fixture
+def tamper():
+    """Run raw SQL on the chain with its triggers disabled, as a superuser tamperer would."""
+
+    def _run(*statements: tuple[str, list] | str) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("ALTER TABLE audit_chainevent DISABLE TRIGGER USER")
+            try:
+                for stmt in statements:
+                    sql, params = (stmt, []) if isinstance(stmt, str) else stmt
+                    cursor.execute(sql, params)
+            finally:
+                cursor.execute("ALTER TABLE audit_chainevent ENABLE TRIGGER USER")
+
+    return _run

@@ -1,0 +1,99 @@
+"""Recording: the outbox row lives and dies with the caller's transaction; relay and writer chain it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.db import transaction
+
+from audit import record
+from audit.models import ChainEvent, OutboxEvent
+from audit.services import relay_publish
+from audit.topic import TopicUnavailable
+from kiln.errors import InvalidInput
+from kiln.identity.permissions import system_actor
+from tests.audit.conftest import drain
+
+pytestmark = pytest.mark.django_db
+
+
+class Boom(Exception):
+    pass
+
+
+def test_rolled_back_transaction_leaves_no_audit_event():
+    with pytest.raises(Boom), transaction.atomic():
+        record("alice", "portal.environment.approved", "env:1", {"n": 1})
+        assert OutboxEvent.objects.count() == 1
+        raise Boom
+    assert OutboxEvent.objects.count() == 0
+    drain()
+    assert ChainEvent.objects.count() == 0
+
+
+def test_recorded_event_is_chained_with_its_fields_and_leaves_the_outbox():
+    event_id = record(system_actor("reaper"), "portal.environment.expired", "env:9", {"ttl": 3600})
+    stats = drain()
+    row = ChainEvent.objects.get()
+    assert stats["appended"] == 1 and stats["checkpoints"] == 1
+    assert (row.seq, row.event_id, row.actor, row.action, row.target) == (
+        1,
+        event_id,
+        "system:reaper",
+        "portal.environment.expired",
+        "env:9",
+    )
+    assert json.loads(row.data) == {"ttl": 3600}
+    assert row.prev_hash == "0" * 64 and len(row.hash) == 64
+    assert OutboxEvent.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("action", "data"),
+    [
+        ("approved", {}),
+        ("Portal.Env.Approved", {}),
+        ("portal.environment.approved", {"x": float("nan")}),
+        ("portal.environment.approved", {"big": 2**60}),
+        ("portal.environment.approved", {"obj": object()}),
+    ],
+    ids=["not-dotted", "upper-case", "nan", "int-beyond-2^53", "not-json"],
+)
+def test_bad_action_or_data_is_refused_and_records_nothing(action, data):
+    with pytest.raises(InvalidInput):
+        record("alice", action, "env:1", data)
+    assert OutboxEvent.objects.count() == 0
+
+
+def test_no_actor_is_refused():
+    with pytest.raises(InvalidInput):
+        record(None, "portal.environment.approved", "env:1")
+    assert OutboxEvent.objects.count() == 0
+
+
+def test_events_recorded_while_redis_is_down_are_published_later(settings):
+    good_url = settings.REDIS_URL
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens there
+    ids = [record("alice", "portal.environment.approved", f"env:{i}", {"i": i}) for i in range(5)]
+    with pytest.raises(TopicUnavailable):
+        relay_publish()
+    assert OutboxEvent.objects.filter(published_at__isnull=True).count() == 5
+    settings.REDIS_URL = good_url  # Redis is back
+    assert relay_publish() == 5
+    drain()
+    assert list(ChainEvent.objects.values_list("event_id", flat=True)) == ids
+    assert OutboxEvent.objects.count() == 0
+
+
+def test_published_but_lost_events_are_republished_after_the_grace_period(settings):
+    record("alice", "portal.environment.approved", "env:1")
+    assert relay_publish() == 1
+    # The stream is lost (Redis restarted without persistence) before the writer read it.
+    import redis
+
+    redis.Redis.from_url(settings.REDIS_URL).delete(settings.KILN_AUDIT_STREAM)
+    assert relay_publish() == 0  # still within the grace period
+    settings.KILN_AUDIT_REPUBLISH_SECONDS = 0
+    drain()
+    assert ChainEvent.objects.count() == 1
