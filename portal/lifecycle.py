@@ -1,0 +1,84 @@
+"""The environment lifecycle as data: statuses and the only transitions allowed between them.
+
+    SUBMITTED -> DENIED (policy) | PENDING_APPROVAL -> APPROVED | REJECTED
+    APPROVED -> PROVISIONING -> READY -> EXPIRING -> TEARING_DOWN -> DELETED
+    any live step -> FAILED; teardown timeout -> QUARANTINED (owned by a person)
+
+A FAILED or QUARANTINED environment may still hold resources, so both lead back
+into TEARING_DOWN; nothing leaves DENIED, REJECTED or DELETED.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Status(StrEnum):
+    """Where an environment is in its life."""
+
+    SUBMITTED = "SUBMITTED"
+    DENIED = "DENIED"
+    PENDING_APPROVAL = "PENDING_APPROVAL"
+    APPROVED = "APPROVED"
+    REJECTED = "REJECTED"
+    PROVISIONING = "PROVISIONING"
+    READY = "READY"
+    EXPIRING = "EXPIRING"
+    TEARING_DOWN = "TEARING_DOWN"
+    DELETED = "DELETED"
+    FAILED = "FAILED"
+    QUARANTINED = "QUARANTINED"
+
+
+S = Status
+TRANSITIONS: dict[Status, frozenset[Status]] = {
+    S.SUBMITTED: frozenset({S.DENIED, S.PENDING_APPROVAL, S.FAILED}),
+    S.PENDING_APPROVAL: frozenset({S.APPROVED, S.REJECTED, S.FAILED}),
+    S.APPROVED: frozenset({S.PROVISIONING, S.FAILED}),
+    S.PROVISIONING: frozenset({S.READY, S.FAILED}),
+    S.READY: frozenset({S.EXPIRING, S.FAILED}),
+    S.EXPIRING: frozenset({S.TEARING_DOWN, S.FAILED}),
+    S.TEARING_DOWN: frozenset({S.DELETED, S.QUARANTINED, S.FAILED}),
+    S.FAILED: frozenset({S.TEARING_DOWN}),
+    S.QUARANTINED: frozenset({S.TEARING_DOWN}),
+    S.DENIED: frozenset(),
+    S.REJECTED: frozenset(),
+    S.DELETED: frozenset(),
+}
+
+# The audit action's past verb for arriving in each status: portal.environment.<verb>.
+ARRIVAL_VERB: dict[Status, str] = {
+    S.SUBMITTED: "submitted",
+    S.DENIED: "denied",
+    S.PENDING_APPROVAL: "queued_for_approval",
+    S.APPROVED: "approved",
+    S.REJECTED: "rejected",
+    S.PROVISIONING: "provisioning_started",
+    S.READY: "readied",
+    S.EXPIRING: "expiry_started",
+    S.TEARING_DOWN: "teardown_started",
+    S.DELETED: "deleted",
+    S.FAILED: "failed",
+    S.QUARANTINED: "quarantined",
+}
+
+TERMINAL = frozenset(s for s, targets in TRANSITIONS.items() if not targets)
+# Statuses that hold (or may hold) cluster resources or a claim on a name.
+LIVE = frozenset(set(Status) - TERMINAL)
+
+
+def is_allowed(current: Status | str, target: Status | str) -> bool:
+    """True if the table allows moving from `current` to `target`."""
+    return Status(target) in TRANSITIONS[Status(current)]
+
+
+def badge(status: Status | str) -> str:
+    """CSS badge class for a status: ok, warn, bad or muted."""
+    status = Status(status)
+    if status == S.READY:
+        return "ok"
+    if status in (S.DENIED, S.REJECTED, S.FAILED, S.QUARANTINED):
+        return "bad"
+    if status == S.DELETED:
+        return "muted"
+    return "warn"

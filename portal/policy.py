@@ -1,0 +1,322 @@
+"""The policy gate: Kyverno `ValidatingPolicy` files evaluated with CEL, failing closed.
+
+Pure (no Django). A policy set is a directory of ValidatingPolicy YAML files;
+its version is the SHA-256 over every file's name and SHA-256. Each file is
+evaluated exactly as written: `spec.matchConstraints.resourceRules` pick the
+objects, `spec.matchConditions` must all hold, `spec.variables` are evaluated
+in order into `variables`, and every `spec.validations[].expression` must
+return the boolean true.
+
+Fail closed: a missing or empty policy set, a file that does not parse, a
+compile error, a runtime error (missing field, unknown function), a non-boolean
+result or running past the deadline is a denial with outcome "missing",
+"error" or "timeout". `failurePolicy: Ignore` is not honoured: the portal
+never admits what it could not check. Validations whose `validationActions`
+hold no `Deny` (Audit or Warn only) are recorded but do not deny.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Iterable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import celpy
+import yaml
+
+POLICY_API_GROUP = "policies.kyverno.io"
+POLICY_KIND = "ValidatingPolicy"
+ALLOW, DENY, ERROR, TIMEOUT, MISSING = "allow", "deny", "error", "timeout", "missing"
+
+
+class PolicySetMissing(Exception):
+    """No policy set (or an empty one) where one was expected."""
+
+
+@dataclass(frozen=True)
+class PolicyFile:
+    """One ValidatingPolicy file: its name, path, content hash and parsed document (None if unparsable)."""
+
+    name: str
+    path: str
+    sha256: str
+    doc: dict[str, Any] | None
+    load_error: str = ""
+
+
+@dataclass(frozen=True)
+class PolicySet:
+    """The policies of one stage; `version` identifies exactly which file contents were in force."""
+
+    name: str
+    files: tuple[PolicyFile, ...]
+
+    @property
+    def version(self) -> str:
+        digest = hashlib.sha256()
+        for f in sorted(self.files, key=lambda f: f.path):
+            digest.update(f"{Path(f.path).name}:{f.sha256}\n".encode())
+        return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One policy's outcome on one object."""
+
+    policy: str
+    sha256: str
+    target: str
+    allowed: bool
+    outcome: str
+    message: str = ""
+
+
+@dataclass
+class Evaluation:
+    """The outcome of a policy set over some objects: allowed only if no verdict denies."""
+
+    policy_set: str
+    version: str
+    verdicts: list[Verdict] = field(default_factory=list)
+
+    @property
+    def allowed(self) -> bool:
+        return bool(self.verdicts) and all(v.allowed for v in self.verdicts)
+
+    @property
+    def denials(self) -> list[Verdict]:
+        return [v for v in self.verdicts if not v.allowed]
+
+    def summary(self) -> str:
+        """One line naming every denial (or saying all allowed)."""
+        if self.allowed:
+            return f"all {len(self.verdicts)} policy checks allowed"
+        return "; ".join(f"{v.policy} on {v.target}: {v.message}" for v in self.denials)
+
+
+def load_policy_set(directory: Path | str, name: str) -> PolicySet:
+    """Read every *.yaml/*.yml in `directory`; raise PolicySetMissing if there is none."""
+    path = Path(directory)
+    if not path.is_dir():
+        raise PolicySetMissing(f"policy set {name!r} not found at {path}")
+    files: list[PolicyFile] = []
+    for file in sorted(list(path.glob("*.yaml")) + list(path.glob("*.yml"))):
+        raw = file.read_bytes()
+        sha = hashlib.sha256(raw).hexdigest()
+        try:
+            doc = yaml.safe_load(raw)
+            _check_shape(doc)
+            files.append(PolicyFile(doc["metadata"]["name"], str(file), sha, doc))
+        except Exception as exc:  # noqa: BLE001 - any unreadable file is recorded and denies
+            files.append(PolicyFile(file.stem, str(file), sha, None, f"cannot load: {exc}"))
+    if not files:
+        raise PolicySetMissing(f"policy set {name!r} at {path} holds no policy files")
+    return PolicySet(name, tuple(files))
+
+
+def _check_shape(doc: Any) -> None:
+    if not isinstance(doc, dict):
+        raise ValueError("not a mapping")
+    group = str(doc.get("apiVersion", "")).split("/")[0]
+    if group != POLICY_API_GROUP or doc.get("kind") != POLICY_KIND:
+        raise ValueError(f"not a {POLICY_API_GROUP} {POLICY_KIND}")
+    if not doc.get("metadata", {}).get("name"):
+        raise ValueError("no metadata.name")
+    spec = doc.get("spec") or {}
+    if not spec.get("validations"):
+        raise ValueError("no spec.validations")
+    constraints = spec.get("matchConstraints") or {}
+    if not constraints.get("resourceRules"):
+        raise ValueError("no spec.matchConstraints.resourceRules")
+    unsupported = set(constraints) - {"resourceRules", "matchPolicy"}
+    if unsupported:
+        raise ValueError(f"unsupported matchConstraints: {sorted(unsupported)}")
+
+
+def resource_of(kind: str) -> str:
+    """The plural resource name Kubernetes uses for a kind (NetworkPolicy -> networkpolicies)."""
+    lower = kind.lower()
+    if lower.endswith("y") and lower[-2:-1] not in "aeiou":
+        return lower[:-1] + "ies"
+    if lower.endswith(("s", "x", "ch", "sh")):
+        return lower + "es"
+    return lower + "s"
+
+
+def matches(doc: dict[str, Any], obj: dict[str, Any], operation: str = "CREATE") -> bool:
+    """True if one of the policy's resourceRules selects `obj` for `operation`."""
+    api_version = str(obj.get("apiVersion", ""))
+    group, _, version = api_version.rpartition("/")
+    resource = resource_of(str(obj.get("kind", "")))
+    name = (obj.get("metadata") or {}).get("name")
+    for rule in doc["spec"]["matchConstraints"]["resourceRules"]:
+        if not _in(rule.get("apiGroups"), group):
+            continue
+        if not _in(rule.get("apiVersions"), version):
+            continue
+        if not _in(rule.get("resources"), resource):
+            continue
+        if not _in(rule.get("operations"), operation):
+            continue
+        if rule.get("resourceNames") and name not in rule["resourceNames"]:
+            continue
+        return True
+    return False
+
+
+def _in(allowed: list[str] | None, value: str) -> bool:
+    return bool(allowed) and ("*" in allowed or value in allowed)
+
+
+_compiled: dict[str, Any] = {}
+_compile_lock = threading.Lock()
+_env = celpy.Environment()
+
+
+def _program(expression: str) -> Any:
+    """Compile once per distinct expression text (compilation is the slow part of cel-python)."""
+    program = _compiled.get(expression)
+    if program is None:
+        with _compile_lock:
+            program = _compiled.get(expression)
+            if program is None:
+                program = _env.program(_env.compile(expression))
+                _compiled[expression] = program
+    return program
+
+
+def _eval(expression: str, activation: dict[str, Any]) -> Any:
+    return _program(expression).evaluate(activation)
+
+
+def _is_bool(value: Any) -> bool:
+    return isinstance(value, celpy.celtypes.BoolType | bool)
+
+
+def _describe(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    where = f"{meta['namespace']}/" if meta.get("namespace") else ""
+    return f"{obj.get('kind', '?')} {where}{meta.get('name', '?')}"
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc.args[0]) if getattr(exc, "args", None) else str(exc)
+    return text[:300]
+
+
+def evaluate_policy(pf: PolicyFile, obj: dict[str, Any], context: dict[str, Any]) -> Verdict | None:
+    """Evaluate one policy file on one object; None when the policy does not select the object."""
+    target = _describe(obj)
+    if pf.doc is None:
+        return Verdict(pf.name, pf.sha256, target, False, ERROR, pf.load_error)
+    if not matches(pf.doc, obj, context.get("operation", "CREATE")):
+        return None
+    spec = pf.doc["spec"]
+    enforce = "Deny" in (spec.get("validationActions") or ["Deny"])
+    activation: dict[str, Any] = {
+        "object": celpy.json_to_cel(obj),
+        "oldObject": celpy.json_to_cel(None),
+        "request": celpy.json_to_cel(
+            {
+                "operation": context.get("operation", "CREATE"),
+                "userInfo": context.get("userInfo", {}),
+                "namespace": (obj.get("metadata") or {}).get("namespace", ""),
+                "name": (obj.get("metadata") or {}).get("name", ""),
+            }
+        ),
+    }
+    try:
+        for condition in spec.get("matchConditions") or []:
+            result = _eval(condition["expression"], activation)
+            if not _is_bool(result):
+                raise TypeError(f"matchCondition {condition.get('name')} is not a boolean")
+            if not result:
+                return None
+        variables: dict[str, Any] = {}
+        for variable in spec.get("variables") or []:
+            activation["variables"] = celpy.celtypes.MapType(
+                {celpy.celtypes.StringType(k): v for k, v in variables.items()}
+            )
+            variables[variable["name"]] = _eval(variable["expression"], activation)
+        activation["variables"] = celpy.celtypes.MapType(
+            {celpy.celtypes.StringType(k): v for k, v in variables.items()}
+        )
+        for validation in spec["validations"]:
+            result = _eval(validation["expression"], activation)
+            if isinstance(result, celpy.CELEvalError):
+                raise result
+            if not _is_bool(result):
+                raise TypeError(f"validation returned {type(result).__name__}, not a boolean")
+            if not result:
+                message = validation.get("message") or f"failed: {validation['expression']}"
+                if validation.get("messageExpression"):
+                    rendered = _eval(validation["messageExpression"], activation)
+                    if isinstance(rendered, str):
+                        message = str(rendered)
+                return Verdict(pf.name, pf.sha256, target, not enforce, DENY, message)
+    except Exception as exc:  # noqa: BLE001 - fail closed: any evaluation failure denies
+        return Verdict(pf.name, pf.sha256, target, False, ERROR, f"evaluation error: {_short(exc)}")
+    return Verdict(pf.name, pf.sha256, target, True, ALLOW, "")
+
+
+def evaluate(
+    policy_set: PolicySet,
+    objects: Iterable[dict[str, Any]],
+    *,
+    context: dict[str, Any] | None = None,
+    timeout_seconds: float = 2.0,
+) -> Evaluation:
+    """Evaluate every policy on every object within `timeout_seconds`; running late denies everything."""
+    objects = list(objects)
+    context = context or {}
+    done: Future[list[Verdict]] = Future()
+
+    def run() -> None:
+        try:
+            verdicts = []
+            for obj in objects:
+                for pf in policy_set.files:
+                    verdict = evaluate_policy(pf, obj, context)
+                    if verdict is not None:
+                        verdicts.append(verdict)
+            done.set_result(verdicts)
+        except BaseException as exc:  # noqa: BLE001 - reported to the waiting caller below
+            done.set_exception(exc)
+
+    # A daemon thread: CEL evaluation cannot be interrupted, so a late one is abandoned, not awaited.
+    threading.Thread(target=run, name="policy-eval", daemon=True).start()
+    evaluation = Evaluation(policy_set.name, policy_set.version)
+    try:
+        verdicts = done.result(timeout=timeout_seconds)
+    except TimeoutError:
+        evaluation.verdicts = [
+            Verdict(
+                pf.name,
+                pf.sha256,
+                "*",
+                False,
+                TIMEOUT,
+                f"evaluation did not finish within {timeout_seconds}s",
+            )
+            for pf in policy_set.files
+        ]
+        return evaluation
+    except Exception as exc:  # noqa: BLE001 - fail closed
+        evaluation.verdicts = [Verdict(policy_set.name, "", "*", False, ERROR, _short(exc))]
+        return evaluation
+    if not verdicts:
+        # Nothing matched: still a decision on record, and an allowed one.
+        verdicts = [
+            Verdict(policy_set.name, "", "*", True, ALLOW, "no policy selects these objects")
+        ]
+    evaluation.verdicts = verdicts
+    return evaluation
+
+
+def missing(name: str, reason: str) -> Evaluation:
+    """The denial recorded when a policy set cannot be found."""
+    return Evaluation(name, "", [Verdict(name, "", "*", False, MISSING, reason)])

@@ -1,0 +1,257 @@
+"""The CEL policy gate over Kyverno ValidatingPolicy files: allow, deny, and every fail-closed path."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from django.conf import settings
+
+from portal import compose as c
+from portal import policy as p
+from tests.portal.k8s_schema import validate
+
+POLICIES = Path(settings.BASE_DIR) / "deploy" / "policies"
+
+
+def request_doc(**spec_overrides) -> dict:
+    spec = {
+        "team": "payments",
+        "name": "checkout",
+        "envClass": "dev",
+        "ttlHours": 48,
+        "workloadClass": "standard",
+        "resources": {"cpu": 4, "memoryGi": 16, "gpu": 0},
+        "components": {
+            "namespace": True,
+            "tenantControlPlane": False,
+            "spotNodePool": False,
+            "database": False,
+        },
+        "justification": "",
+        "requester": {"username": "alice", "roles": ["engineer"], "teams": ["payments"]},
+    }
+    spec.update(spec_overrides)
+    return {
+        "apiVersion": "kiln.dev/v1alpha1",
+        "kind": "EnvironmentRequest",
+        "metadata": {"name": "checkout", "namespace": "payments"},
+        "spec": spec,
+        "status": {
+            "teamUsage": {"cpu": 10, "memoryGi": 40, "gpu": 0, "environments": 2},
+            "teamLimits": {"cpu": 64, "memoryGi": 256, "gpu": 4, "environments": 10},
+        },
+    }
+
+
+def request_set() -> p.PolicySet:
+    return p.load_policy_set(POLICIES / "request", "request")
+
+
+def manifest_set() -> p.PolicySet:
+    return p.load_policy_set(POLICIES / "manifests", "manifests")
+
+
+def test_every_policy_file_is_a_valid_kyverno_validatingpolicy():
+    files = sorted(POLICIES.glob("*/*.yaml"))
+    assert len(files) >= 10
+    for path in files:
+        doc = yaml.safe_load(path.read_text())
+        assert doc["apiVersion"] == "policies.kyverno.io/v1"
+        validate(doc)
+
+
+def test_a_reasonable_request_is_allowed_and_the_version_pins_file_hashes():
+    result = p.evaluate(request_set(), [request_doc()])
+    assert result.allowed, result.summary()
+    assert len(result.version) == 64
+    assert all(len(v.sha256) == 64 for v in result.verdicts)
+
+
+@pytest.mark.parametrize(
+    "overrides, policy, fragment",
+    [
+        (
+            {"envClass": "ephemeral", "ttlHours": 100},
+            "kiln-request-ttl-per-class",
+            "exceeds the ephemeral limit of 72h",
+        ),
+        (
+            {"resources": {"cpu": 4, "memoryGi": 16, "gpu": 3}},
+            "kiln-request-gpu-limits",
+            "3 GPUs exceed the dev limit of 2",
+        ),
+        (
+            {"envClass": "prod", "ttlHours": 100, "justification": "short"},
+            "kiln-request-prod-requesters",
+            "justification",
+        ),
+        (
+            {"envClass": "staging", "components": {"spotNodePool": True}},
+            "kiln-request-spot-classes",
+            "not staging",
+        ),
+        (
+            {"workloadClass": "latency-sensitive", "components": {"spotNodePool": True}},
+            "kiln-request-spot-classes",
+            "never run on spot",
+        ),
+        (
+            {"resources": {"cpu": 60, "memoryGi": 16, "gpu": 0}},
+            "kiln-request-team-quota",
+            "team CPU quota: 10 in use + 60 asked > 64",
+        ),
+    ],
+    ids=[
+        "ttl-over-class",
+        "gpu-over-class",
+        "prod-justification",
+        "spot-staging",
+        "spot-latency",
+        "team-cpu-quota",
+    ],
+)
+def test_request_policies_deny_with_a_reason(overrides, policy, fragment):
+    result = p.evaluate(request_set(), [request_doc(**overrides)])
+    assert not result.allowed
+    assert any(
+        v.policy == policy and v.outcome == p.DENY and fragment in v.message for v in result.denials
+    ), result.summary()
+
+
+def test_composed_manifests_pass_the_manifest_policies():
+    spec = c.EnvironmentSpec(
+        request_id="env_x",
+        team="payments",
+        name="a",
+        namespace="payments-a",
+        env_class="dev",
+        ttl_hours=24,
+        workload_class="batch",
+        cpu=4,
+        memory_gib=8,
+        tenant_control_plane=True,
+        spot_node_pool=True,
+        database=True,
+        datastore="etcd-a",
+    )
+    result = p.evaluate(manifest_set(), c.compose(spec))
+    assert result.allowed, result.summary()
+    assert {v.policy for v in result.verdicts} >= {
+        "kiln-namespace-labels",
+        "kiln-spot-nodepools-diversified",
+        "kiln-attribution",
+    }
+
+
+def test_manifest_policies_deny_an_undiversified_spot_pool_and_a_privileged_pod():
+    spec = c.EnvironmentSpec(
+        request_id="env_x",
+        team="payments",
+        name="a",
+        namespace="payments-a",
+        env_class="dev",
+        ttl_hours=24,
+        workload_class="batch",
+        cpu=4,
+        memory_gib=8,
+        spot_node_pool=True,
+    )
+    pool = c.node_pool(spec)
+    pool["spec"]["template"]["spec"]["requirements"][1]["values"] = ["m6i.xlarge", "m5.xlarge"]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "x", "namespace": "payments-a"},
+        "spec": {
+            "containers": [
+                {"name": "c", "image": "busybox", "securityContext": {"privileged": True}}
+            ]
+        },
+    }
+    namespace = c.namespace(spec)
+    del namespace["metadata"]["labels"]["kiln.dev/ttl-class"]
+    result = p.evaluate(manifest_set(), [pool, pod, namespace])
+    denied = {(v.policy, v.outcome) for v in result.denials}
+    assert ("kiln-spot-nodepools-diversified", p.DENY) in denied
+    assert ("kiln-no-privileged", p.DENY) in denied
+    assert ("kiln-namespace-labels", p.DENY) in denied
+
+
+def _policy_dir(tmp_path: Path, expression: str, name: str = "custom") -> Path:
+    doc = {
+        "apiVersion": "policies.kyverno.io/v1",
+        "kind": "ValidatingPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "validationActions": ["Deny"],
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": ["kiln.dev"],
+                        "apiVersions": ["v1alpha1"],
+                        "operations": ["CREATE"],
+                        "resources": ["environmentrequests"],
+                    }
+                ]
+            },
+            "validations": [{"expression": expression, "message": "custom"}],
+        },
+    }
+    (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(doc))
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "expression, fragment",
+    [
+        ("object.spec.noSuchField == 1", "evaluation error"),
+        (
+            "resource.List('v1', 'pods', '').items.size() == 0",
+            "evaluation error",
+        ),  # Kyverno library: unsupported
+        ("object.spec.ttlHours", "not a boolean"),
+        ("1 / 0 == 1", "evaluation error"),
+        ("object.spec.ttlHours >", "evaluation error"),  # does not compile
+    ],
+    ids=[
+        "missing-field",
+        "unsupported-function",
+        "non-boolean",
+        "division-by-zero",
+        "syntax-error",
+    ],
+)
+def test_errors_deny(tmp_path, expression, fragment):
+    result = p.evaluate(p.load_policy_set(_policy_dir(tmp_path, expression), "t"), [request_doc()])
+    assert not result.allowed
+    [verdict] = result.verdicts
+    assert verdict.outcome == p.ERROR and fragment in verdict.message
+
+
+def test_a_timeout_denies_every_policy(tmp_path):
+    slow = (
+        "[" + ",".join(["1"] * 60) + "].all(a, [" + ",".join(["1"] * 60) + "].all(b, a + b == 2))"
+    )
+    result = p.evaluate(
+        p.load_policy_set(_policy_dir(tmp_path, slow), "t"), [request_doc()], timeout_seconds=0.01
+    )
+    assert not result.allowed
+    assert [v.outcome for v in result.verdicts] == [p.TIMEOUT]
+
+
+def test_a_missing_or_empty_policy_set_raises(tmp_path):
+    with pytest.raises(p.PolicySetMissing):
+        p.load_policy_set(tmp_path / "nope", "request")
+    with pytest.raises(p.PolicySetMissing):
+        p.load_policy_set(tmp_path, "request")
+
+
+def test_an_unparsable_or_foreign_policy_file_denies(tmp_path):
+    shutil.copy(POLICIES / "request" / "ttl-per-class.yaml", tmp_path)
+    (tmp_path / "broken.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
+    result = p.evaluate(p.load_policy_set(tmp_path, "t"), [request_doc()])
+    assert not result.allowed
+    assert any(v.outcome == p.ERROR and "ValidatingPolicy" in v.message for v in result.denials)
