@@ -11,7 +11,6 @@ from datetime import datetime
 from django.conf import settings
 from django.db import transaction
 
-from audit import chain
 from audit.selectors import Segment
 from audit.verification import iter_rows
 
@@ -68,10 +67,15 @@ def jsonl_lines(
             f'"prev_hash":{dumps(prev)},"hash":{dumps(digest)}}}\n'
         )
     for cp in segment.checkpoints:
-        yield dumps({"type": "checkpoint", "size": cp.size, "hash": cp.head_hash, "note": cp.note}) + "\n"
+        yield (
+            dumps({"type": "checkpoint", "size": cp.size, "hash": cp.head_hash, "note": cp.note})
+            + "\n"
+        )
 
 
-def csv_lines(segment: Segment | None, since: datetime | None, until: datetime | None) -> Iterator[str]:
+def csv_lines(
+    segment: Segment | None, since: datetime | None, until: datetime | None
+) -> Iterator[str]:
     """The export as CSV: one row per entry, then one per checkpoint (`type` says which)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer)
@@ -91,7 +95,7 @@ def csv_lines(segment: Segment | None, since: datetime | None, until: datetime |
         if n % 500 == 499:
             yield flush()
     for cp in segment.checkpoints:
-        writer.writerow(("checkpoint", cp.size, "", "", "", "", "", "", "", "", cp.head_hash, cp.note))
+        writer.writerow(
+            ("checkpoint", cp.size, "", "", "", "", "", "", "", "", cp.head_hash, cp.note)
+        )
     yield flush()
-
-

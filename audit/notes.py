@@ -79,7 +79,7 @@ def parse_verifier_key(text: str) -> tuple[str, Ed25519PublicKey]:
             raise NoteError("the PEM public key is not Ed25519")
         return "kiln", key
     try:
-        name, hash_hex, encoded = text.rsplit("+", 2)
+        name, hash_hex, encoded = text.split("+", 2)  # names never contain "+"
         blob = base64.b64decode(encoded, validate=True)
     except ValueError as exc:
         raise NoteError("not a verifier key (<name>+<hash>+<key>)") from exc

@@ -97,7 +97,9 @@ def verify_export(path: Path, public_key_text: str) -> ExportReport:
             problem = problem or chain.Problem(max(size, 1), f"checkpoint {size}: {exc}")
             continue
         if cp.size != size or expected.get(cp.size, cp.head_hash) != cp.head_hash:
-            problem = problem or chain.Problem(cp.size, f"checkpoint {size} does not match its signed content")
+            problem = problem or chain.Problem(
+                cp.size, f"checkpoint {size} does not match its signed content"
+            )
             continue
         expected[cp.size] = cp.head_hash
     state, row_problem = chain.verify_rows(rows, expect_hash_at=expected, segment=True)
@@ -106,15 +108,20 @@ def verify_export(path: Path, public_key_text: str) -> ExportReport:
     if problem is None and rows:
         first, last = rows[0][0], state.last_seq
         if header.get("first_seq") not in (None, first):
-            problem = chain.Problem(header["first_seq"], "export does not start where its header says")
+            problem = chain.Problem(
+                header["first_seq"], "export does not start where its header says"
+            )
         elif header.get("last_seq") not in (None, last):
             problem = chain.Problem(
-                last + 1, f"truncated: the header ends at seq {header['last_seq']}, the entries at {last}"
+                last + 1,
+                f"truncated: the header ends at seq {header['last_seq']}, the entries at {last}",
             )
         elif last not in expected:
             problem = chain.Problem(last, "the last entry is not covered by a signed checkpoint")
         elif first > 1 and (first - 1) not in expected:
-            problem = chain.Problem(first, "the first entry's prev_hash is not vouched for by a checkpoint")
+            problem = chain.Problem(
+                first, "the first entry's prev_hash is not vouched for by a checkpoint"
+            )
         else:
             problem = chain.check_checkpoint_sizes(last, [s for s in expected if s >= first - 1])
     return ExportReport(problem is None, state.checked, len(expected), problem)
@@ -123,7 +130,9 @@ def verify_export(path: Path, public_key_text: str) -> ExportReport:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m audit.verify_export", description=__doc__)
     parser.add_argument("file", type=Path)
-    parser.add_argument("--public-key", required=True, type=Path, help="verifier key or Ed25519 PEM")
+    parser.add_argument(
+        "--public-key", required=True, type=Path, help="verifier key or Ed25519 PEM"
+    )
     args = parser.parse_args(argv)
     try:
         report = verify_export(args.file, args.public_key.read_text(encoding="utf-8"))

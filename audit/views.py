@@ -35,7 +35,11 @@ def explorer(request: HttpRequest) -> HttpResponse:
     except InvalidInput as exc:
         error, filters, before = exc.message, selectors.EventFilter(), None
     rows, next_seq = selectors.event_page(filters, before=before, limit=PAGE_SIZE)
-    keep = {k: v for k, v in request.GET.items() if k in ("from", "to", "actor", "action", "target") and v}
+    keep = {
+        k: v
+        for k, v in request.GET.items()
+        if k in ("from", "to", "actor", "action", "target") and v
+    }
     next_url = (
         f"{reverse('audit:explorer')}?{urlencode({**keep, 'cursor': selectors.encode_cursor(next_seq)})}"
         if next_seq
@@ -75,7 +79,9 @@ def event_detail(request: HttpRequest, seq: int) -> HttpResponse:
             "previous": previous,
             "following": following,
             "data_pretty": json.dumps(json.loads(event.data), indent=2, ensure_ascii=False),
-            "links": previous is None and seq == 1 or (previous is not None and previous.hash == event.prev_hash),
+            "links": previous is None
+            and seq == 1
+            or (previous is not None and previous.hash == event.prev_hash),
         },
     )
 
