@@ -31,6 +31,11 @@ class CanManageTeams(BasePermission):
 
 
 class TeamOutputSerializer(serializers.Serializer):
+    """A team with its members' user names."""
+
+    class Meta:
+        ref_name = "Team"
+
     slug = serializers.CharField()
     name = serializers.CharField()
     members = serializers.ListField(child=serializers.CharField())
@@ -56,6 +61,9 @@ class MeApi(APIView):
         teams = serializers.ListField(child=serializers.CharField())
         authenticated_by = serializers.ChoiceField(choices=["token", "session"])
 
+        class Meta:
+            ref_name = "Me"
+
     @extend_schema(operation_id="me_retrieve", responses=OutputSerializer)
     def get(self, request):
         actor = permissions.actor_from_request(request)
@@ -74,6 +82,9 @@ class TeamListCreateApi(APIView):
     class InputSerializer(serializers.Serializer):
         slug = serializers.CharField(max_length=63, validators=[DNS_LABEL])
         name = serializers.CharField(max_length=200)
+
+        class Meta:
+            ref_name = "TeamCreate"
 
     def get_permissions(self):
         if self.request.method == "POST":
@@ -105,6 +116,9 @@ class TeamMemberAddApi(APIView):
     class InputSerializer(serializers.Serializer):
         username = serializers.CharField(max_length=150)
 
+        class Meta:
+            ref_name = "TeamMemberAdd"
+
     @extend_schema(
         operation_id="teams_members_create",
         request=InputSerializer,
@@ -116,4 +130,5 @@ class TeamMemberAddApi(APIView):
         data.is_valid(raise_exception=True)
         team = selectors.team_get(viewer=actor, slug=slug)
         services.membership_add(actor=actor, team=team, username=data.validated_data["username"])
+        team = selectors.team_get(viewer=actor, slug=slug)  # with its new member
         return Response(TeamOutputSerializer(team).data, status=status.HTTP_201_CREATED)

@@ -186,6 +186,7 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
+CSRF_FAILURE_VIEW = "kiln.views.csrf_failure"
 
 JWT_KEY_DIR = VAR_DIR / "jwt"
 # A file path or an http(s) URL of a JWKS. Unset: the dev key pair under var/jwt/.

@@ -3,7 +3,7 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
+from drf_spectacular.views import SpectacularAPIView
 
 import audit.urls
 import canary.urls
@@ -12,6 +12,8 @@ import portal.urls
 import scheduler.urls
 from kiln import views
 
+handler400 = "kiln.views.bad_request"
+handler403 = "kiln.views.permission_denied"
 handler404 = "kiln.views.not_found"
 handler500 = "kiln.views.server_error"
 
@@ -39,7 +41,7 @@ urlpatterns = [
     path("metrics", views.metrics, name="metrics"),
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api-docs"),
+    path("api/docs/", views.ApiDocsView.as_view(url_name="schema"), name="api-docs"),
 ]
 for module in APPS:
     if module.urlpatterns:

@@ -5,9 +5,11 @@ from __future__ import annotations
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
+from django.template import loader
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.views.decorators.http import require_GET
 from drf_spectacular.utils import extend_schema
+from drf_spectacular.views import SpectacularSwaggerSplitView
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
@@ -15,13 +17,23 @@ from rest_framework.views import APIView
 
 from kiln import health
 from kiln.errors import error_body
-from kiln.identity.permissions import actor_from_request
+from kiln.identity.permissions import actor_from_request, can_use_admin
 
 
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
     """The landing page: who you are and where to go."""
-    return render(request, "kiln/home.html", {"actor": actor_from_request(request)})
+    actor = actor_from_request(request)
+    return render(
+        request,
+        "kiln/home.html",
+        {
+            "actor": actor,
+            "roles": sorted(actor.roles),
+            "teams": sorted(actor.teams),
+            "show_admin": can_use_admin(actor, is_staff=request.user.is_staff),
+        },
+    )
 
 
 @require_GET
@@ -61,6 +73,12 @@ class ApiRootView(APIView):
         )
 
 
+class ApiDocsView(SpectacularSwaggerSplitView):
+    """Swagger UI from the vendored sidecar assets; no inline script or style, so the CSP holds."""
+
+    template_name = "kiln/swagger_ui.html"
+
+
 def _routes(resolver: URLResolver, prefix: str = "") -> list[str]:
     found: list[str] = []
     for p in resolver.url_patterns:
@@ -77,17 +95,58 @@ def _wants_json(request: HttpRequest) -> bool:
     ) or "application/json" in request.headers.get("Accept", "")
 
 
+def _error_page(request: HttpRequest | None, status: int, title: str, message: str) -> HttpResponse:
+    context = {"status": status, "title": title, "message": message}
+    if request is None:  # a 500: render without context processors, which may be what failed
+        return HttpResponse(loader.render_to_string("kiln/error.html", context), status=status)
+    return render(request, "kiln/error.html", context, status=status)
+
+
 def not_found(request: HttpRequest, exception=None) -> HttpResponse:
+    """404: JSON for API clients, a page for people."""
     if _wants_json(request):
         return JsonResponse(error_body("not_found", "Not found."), status=404)
-    return render(request, "kiln/error.html", {"status": 404, "title": "Not found"}, status=404)
+    return _error_page(
+        request, 404, "Page not found", "There is nothing at this address. It may have moved."
+    )
+
+
+def permission_denied(request: HttpRequest, exception=None) -> HttpResponse:
+    """403: JSON for API clients, a page for people."""
+    if _wants_json(request):
+        return JsonResponse(error_body("forbidden", "You may not do this."), status=403)
+    return _error_page(
+        request, 403, "Not allowed", "Your roles do not give you access to this page."
+    )
+
+
+def bad_request(request: HttpRequest, exception=None) -> HttpResponse:
+    """400 raised outside a view's own handling (for example a bad Host header)."""
+    if _wants_json(request):
+        return JsonResponse(error_body("invalid", "Bad request."), status=400)
+    return _error_page(request, 400, "Bad request", "The request could not be understood.")
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
+    """500: logged by Django; the response says so and nothing more."""
     if _wants_json(request):
         return JsonResponse(
             error_body("server_error", "Internal error; it has been logged."), status=500
         )
-    return render(
-        request, "kiln/error.html", {"status": 500, "title": "Something went wrong"}, status=500
+    return _error_page(
+        None, 500, "Something went wrong", "The error has been logged. Please try again."
+    )
+
+
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    """CSRF_FAILURE_VIEW: Kiln's own 403 page (Django's default carries inline styles)."""
+    if _wants_json(request):
+        return JsonResponse(
+            error_body("csrf_failed", "CSRF verification failed.", {"reason": reason}), status=403
+        )
+    return _error_page(
+        request,
+        403,
+        "Form expired",
+        "The form could not be verified. Reload the page and submit it again.",
     )

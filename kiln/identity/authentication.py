@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 from django.conf import settings
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
 from kiln.identity import tokens
@@ -63,3 +64,13 @@ class JWTAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request) -> str:
         return f'{self.keyword} realm="kiln"'
+
+
+class JWTAuthenticationScheme(OpenApiAuthenticationExtension):
+    """Describe bearer JWT authentication in the OpenAPI schema."""
+
+    target_class = JWTAuthentication
+    name = "bearerAuth"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer", "bearerFormat": "JWT (RS256)"}

@@ -33,4 +33,7 @@ def test_metrics_expose_request_counters_in_prometheus_text(client):
     response = client.get("/metrics")
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/plain")
-    assert 'kiln_http_requests_total{method="GET",route="healthz",status="200"}' in response.content.decode()
+    assert (
+        'kiln_http_requests_total{method="GET",route="healthz",status="200"}'
+        in response.content.decode()
+    )

@@ -1,0 +1,131 @@
+"""Browser-test fixtures: one standalone Kiln per session and headless Chromium pages that
+record console errors and Content-Security-Policy violations.
+
+    def test_x(kiln, browser_page):
+        page = browser_page.page
+        browser_page.login("alice")
+        page.goto(kiln.base_url + "/rollouts/")
+        ...
+        browser_page.assert_clean()   # no console errors, no CSP violations
+
+The server is a real `manage.py standalone` subprocess (SQLite and in-process
+transports in a fresh KILN_VAR_DIR); `kiln.tokens[role]` and `kiln.logins[user]`
+hold what it printed. Playwright lives for one test module at a time: its sync
+API keeps an event loop in the main thread, which Django's ORM refuses to run
+beside, so the database tests that follow must not inherit it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
+
+from tests.kiln import standalone_process
+from tests.kiln.standalone_process import Standalone
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "var" / "screenshots"
+
+# Runs before any page script; reports every CSP violation to the test through a binding.
+_CSP_LISTENER = """
+document.addEventListener("securitypolicyviolation", (e) => {
+  window.__kilnCspViolation({directive: e.violatedDirective, blocked: e.blockedURI,
+                             source: e.sourceFile, line: e.lineNumber, sample: e.sample});
+});
+"""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/e2e/" in str(item.path).replace("\\", "/"):
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="session")
+def kiln(tmp_path_factory) -> Iterator[Standalone]:
+    """A standalone Kiln for the whole session, on a free port with a fresh var/ directory."""
+    server = standalone_process.start(tmp_path_factory.mktemp("kiln-e2e-var"), timeout=90)
+    try:
+        yield server
+    finally:
+        code = standalone_process.stop(server)
+        assert code == 0, server.stderr()[-3000:]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """Headless Debian Chromium driven by Playwright (one per test module)."""
+    with sync_playwright() as playwright:
+        instance = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+        )
+        try:
+            yield instance
+        finally:
+            instance.close()
+
+
+@dataclass
+class WatchedPage:
+    """A page plus everything it complained about."""
+
+    page: Page
+    base_url: str
+    logins: dict[str, str]
+    console_errors: list[str] = field(default_factory=list)
+    csp_violations: list[dict] = field(default_factory=list)
+
+    def goto(self, path: str):
+        return self.page.goto(self.base_url + path)
+
+    def login(self, username: str) -> None:
+        """Sign in through the login form as a demo user."""
+        self.goto("/accounts/login/")
+        self.page.fill("#id_username", username)
+        self.page.fill("#id_password", self.logins[username])
+        with self.page.expect_navigation():
+            self.page.click("button[type=submit]")
+
+    def screenshot(self, name: str) -> Path:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        path = SCREENSHOTS / f"{name}.png"
+        self.page.screenshot(path=str(path), full_page=True)
+        return path
+
+    def assert_clean(self) -> None:
+        """No console errors and no CSP violations so far."""
+        assert self.csp_violations == [], self.csp_violations
+        assert self.console_errors == [], self.console_errors
+
+
+@pytest.fixture
+def browser_page(browser: Browser, kiln: Standalone) -> Iterator[WatchedPage]:
+    """A fresh browser context and page that records console errors and CSP violations."""
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    page = context.new_page()
+    watched = WatchedPage(page, kiln.base_url, kiln.logins)
+
+    def on_console(message: ConsoleMessage) -> None:
+        if message.type == "error":
+            watched.console_errors.append(f"{message.text} @ {message.location.get('url')}")
+
+    page.on("console", on_console)
+    page.on("pageerror", lambda exc: watched.console_errors.append(f"pageerror: {exc}"))
+    page.expose_binding("__kilnCspViolation", lambda source, v: watched.csp_violations.append(v))
+    page.add_init_script(_CSP_LISTENER)
+    try:
+        yield watched
+    finally:
+        context.close()

@@ -1,0 +1,45 @@
+"""Helpers shared by the page tests: what the Content-Security-Policy would refuse in HTML."""
+
+from __future__ import annotations
+
+from html.parser import HTMLParser
+
+
+class _InlineFinder(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.problems: list[str] = []
+        self._in_script_without_src = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        names = {name for name, _ in attrs}
+        if "style" in names:
+            self.problems.append(f"style attribute on <{tag}>")
+        if any(name.startswith("on") for name in names):
+            self.problems.append(f"inline event handler on <{tag}>")
+        if tag == "style":
+            self.problems.append("<style> element")
+        if tag == "script" and "src" not in names:
+            self._in_script_without_src = True
+        for name, value in attrs:
+            if name in {"href", "src", "action"} and (value or "").lower().startswith(
+                "javascript:"
+            ):
+                self.problems.append(f"javascript: URL on <{tag}>")
+            if name in {"href", "src"} and (value or "").startswith(("http://", "https://", "//")):
+                self.problems.append(f"off-site {name} {value} on <{tag}>")
+
+    def handle_data(self, data: str) -> None:
+        if self._in_script_without_src and data.strip():
+            self.problems.append("inline <script>")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "script":
+            self._in_script_without_src = False
+
+
+def csp_problems(html: str) -> list[str]:
+    """Everything in `html` that a strict same-origin, no-inline CSP would block."""
+    finder = _InlineFinder()
+    finder.feed(html)
+    return finder.problems

@@ -1,0 +1,170 @@
+"""Django admin: who may enter is decided by kiln.identity.permissions; writes are audited."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib import admin
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+
+from audit.models import OutboxEvent
+from kiln.admin_site import KilnAdminSite
+from kiln.identity.permissions import Actor, can_use_admin
+from portal.models import Membership, Team
+
+pytestmark = pytest.mark.django_db
+
+
+def person(username: str, *, role: str | None, staff: bool, superuser: bool = False):
+    user = get_user_model().objects.create_user(
+        username, password=None, is_staff=staff, is_superuser=superuser
+    )
+    if role:
+        user.groups.add(Group.objects.get_or_create(name=role)[0])
+    return user
+
+
+@pytest.mark.parametrize(
+    ("roles", "staff", "allowed"),
+    [
+        ({"platform-admin"}, True, True),
+        ({"approver"}, True, True),
+        ({"engineer"}, True, False),
+        ({"auditor"}, True, False),
+        ({"platform-admin"}, False, False),
+        ({"approver"}, False, False),
+        (set(), True, False),
+    ],
+    ids=[
+        "admin-staff",
+        "approver-staff",
+        "engineer-staff",
+        "auditor-staff",
+        "admin-not-staff",
+        "approver-not-staff",
+        "no-role-staff",
+    ],
+)
+def test_can_use_admin_needs_staff_and_admin_or_approver(roles, staff, allowed):
+    assert can_use_admin(Actor("x", roles=frozenset(roles)), is_staff=staff) is allowed
+
+
+def test_the_default_admin_site_is_kilns():
+    assert isinstance(admin.site, KilnAdminSite)
+    assert admin.site.is_registered(Team) and admin.site.is_registered(Membership)
+
+
+def test_anonymous_is_sent_to_the_admin_login(client):
+    response = client.get("/admin/")
+    assert response.status_code == 302
+    assert response["Location"].startswith("/admin/login/")
+
+
+@pytest.mark.parametrize(
+    ("role", "staff", "superuser", "allowed"),
+    [
+        ("platform-admin", True, False, True),
+        ("approver", True, False, True),
+        (None, True, True, True),  # a superuser is a platform admin
+        ("engineer", True, False, False),
+        ("platform-admin", False, False, False),
+    ],
+    ids=["platform-admin", "approver", "superuser", "engineer-staff", "admin-not-staff"],
+)
+def test_admin_index_follows_the_permission_module(client, role, staff, superuser, allowed):
+    client.force_login(person("p", role=role, staff=staff, superuser=superuser))
+    response = client.get("/admin/")
+    if allowed:
+        assert response.status_code == 200
+        assert "Kiln administration" in response.content.decode()
+    else:
+        assert response.status_code == 302
+        assert response["Location"].startswith("/admin/login/")
+
+
+def test_approver_sees_teams_but_cannot_add_one(client):
+    Team.objects.create(slug="payments", name="Payments")
+    client.force_login(person("carol", role="approver", staff=True))
+    listing = client.get("/admin/portal/team/")
+    assert listing.status_code == 200
+    assert "payments" in listing.content.decode()
+    assert client.get("/admin/portal/team/add/").status_code == 403
+    response = client.post("/admin/portal/team/add/", {"slug": "sneaky", "name": "Sneaky"})
+    assert response.status_code == 403
+    assert not Team.objects.filter(slug="sneaky").exists()
+
+
+def test_platform_admin_adds_a_team_through_the_audited_service(client):
+    client.force_login(person("root", role="platform-admin", staff=True))
+    response = client.post(
+        "/admin/portal/team/add/",
+        {
+            "slug": "ml-infra",
+            "name": "ML infra",
+            "memberships-TOTAL_FORMS": "0",
+            "memberships-INITIAL_FORMS": "0",
+        },
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    team = Team.objects.get(slug="ml-infra")
+    event = OutboxEvent.objects.get(action="kiln.team.created")
+    assert (event.actor, event.target) == ("root", f"portal.team:{team.pk}")
+
+
+def test_admin_team_with_a_bad_slug_is_a_form_error_and_changes_nothing(client):
+    client.force_login(person("root", role="platform-admin", staff=True))
+    response = client.post(
+        "/admin/portal/team/add/",
+        {
+            "slug": "Not_DNS",
+            "name": "Bad",
+            "memberships-TOTAL_FORMS": "0",
+            "memberships-INITIAL_FORMS": "0",
+        },
+    )
+    assert response.status_code == 200
+    assert "DNS-1123" in response.content.decode()
+    assert not Team.objects.exists()
+    assert not OutboxEvent.objects.exists()
+
+
+def test_platform_admin_adds_and_removes_a_member_audited(client):
+    team = Team.objects.create(slug="payments", name="Payments")
+    bob = person("bob", role="engineer", staff=False)
+    client.force_login(person("root", role="platform-admin", staff=True))
+
+    added = client.post("/admin/portal/membership/add/", {"user": bob.pk, "team": team.pk})
+    assert added.status_code == 302
+    membership = Membership.objects.get(user=bob, team=team)
+    assert OutboxEvent.objects.filter(action="kiln.membership.created", actor="root").exists()
+
+    removed = client.post(f"/admin/portal/membership/{membership.pk}/delete/", {"post": "yes"})
+    assert removed.status_code == 302
+    assert not Membership.objects.exists()
+    deleted = OutboxEvent.objects.get(action="kiln.membership.deleted")
+    assert deleted.data == {"user": "bob", "team": "payments"}
+
+
+def test_bulk_delete_of_memberships_is_audited_per_row(client):
+    team = Team.objects.create(slug="payments", name="Payments")
+    ids = [
+        Membership.objects.create(user=person(n, role=None, staff=False), team=team).pk
+        for n in ("u1", "u2")
+    ]
+    client.force_login(person("root", role="platform-admin", staff=True))
+    response = client.post(
+        "/admin/portal/membership/",
+        {"action": "delete_selected", "_selected_action": ids, "post": "yes"},
+    )
+    assert response.status_code == 302
+    assert not Membership.objects.exists()
+    assert OutboxEvent.objects.filter(action="kiln.membership.deleted").count() == 2
+
+
+def test_approver_cannot_delete_a_membership(client):
+    team = Team.objects.create(slug="payments", name="Payments")
+    membership = Membership.objects.create(user=person("bob", role=None, staff=False), team=team)
+    client.force_login(person("carol", role="approver", staff=True))
+    response = client.post(f"/admin/portal/membership/{membership.pk}/delete/", {"post": "yes"})
+    assert response.status_code == 403
+    assert Membership.objects.filter(pk=membership.pk).exists()

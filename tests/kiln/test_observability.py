@@ -1,0 +1,89 @@
+"""OpenTelemetry: HTTP requests are traced and the audit rows they write carry the trace id."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+from opentelemetry.trace import SpanKind
+
+from audit.models import OutboxEvent
+from kiln.logging import JSONFormatter
+from kiln.observability import current_trace_id, finished_spans, memory_exporter, tracer
+
+
+def server_spans(route: str) -> list:
+    return [
+        s
+        for s in finished_spans()
+        if s.kind == SpanKind.SERVER and s.attributes.get("http.route") == route
+    ]
+
+
+@pytest.mark.django_db
+def test_http_request_produces_a_django_server_span(client):
+    memory_exporter.clear()
+    assert client.get("/healthz").status_code == 200
+    spans = server_spans("healthz")
+    assert len(spans) == 1
+    span = spans[0]
+    assert span.name == "GET healthz"
+    assert span.instrumentation_scope.name == "opentelemetry.instrumentation.django"
+    assert span.attributes["http.status_code"] == 200
+
+
+@pytest.mark.django_db
+def test_audit_rows_written_during_a_request_carry_its_trace_id(api_client_for):
+    memory_exporter.clear()
+    response = api_client_for("platform-admin", sub="root").post(
+        "/api/v1/teams/", {"slug": "traced", "name": "Traced"}, format="json"
+    )
+    assert response.status_code == 201
+    (span,) = server_spans("api/v1/teams/")
+    trace_id = format(span.context.trace_id, "032x")
+    events = OutboxEvent.objects.filter(action__in=["kiln.user.created", "kiln.team.created"])
+    assert events.count() == 2
+    assert {e.trace_id for e in events} == {trace_id}
+
+    # A second request is a different trace.
+    memory_exporter.clear()
+    api_client_for("platform-admin", sub="root").post(
+        "/api/v1/teams/", {"slug": "traced-2", "name": "Traced 2"}, format="json"
+    )
+    (second,) = server_spans("api/v1/teams/")
+    event = OutboxEvent.objects.get(action="kiln.team.created", data__slug="traced-2")
+    assert event.trace_id == format(second.context.trace_id, "032x") != trace_id
+
+
+def test_json_formatter_includes_the_trace_id_inside_a_span():
+    formatter = JSONFormatter()
+    record = logging.LogRecord("kiln.test", logging.INFO, __file__, 1, "hello %s", ("world",), None)
+    record.team = "payments"  # an extra= field
+    outside = json.loads(formatter.format(record))
+    assert "trace_id" not in outside
+    with tracer("tests").start_as_current_span("unit"):
+        trace_id = current_trace_id()
+        inside = json.loads(formatter.format(record))
+    assert len(trace_id) == 32 and int(trace_id, 16) != 0
+    assert inside["trace_id"] == trace_id
+    assert inside["message"] == "hello world"
+    assert inside["level"] == "info"
+    assert inside["logger"] == "kiln.test"
+    assert inside["team"] == "payments"
+    assert inside["time"].endswith("+00:00")
+
+
+def test_json_formatter_renders_exceptions():
+    formatter = JSONFormatter()
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        import sys
+
+        record = logging.LogRecord(
+            "kiln.test", logging.ERROR, __file__, 1, "failed", (), sys.exc_info()
+        )
+    line = json.loads(formatter.format(record))
+    assert line["level"] == "error"
+    assert "ValueError: boom" in line["exc"]

@@ -1,0 +1,84 @@
+"""Standalone smoke test: the real `manage.py standalone` process, start to clean stop."""
+
+from __future__ import annotations
+
+import re
+import time
+import urllib.parse
+import urllib.request
+from http.cookiejar import CookieJar
+
+import pytest
+
+from tests.kiln import standalone_process
+
+pytestmark = pytest.mark.slow
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+def test_standalone_starts_serves_api_and_login_then_stops_cleanly(tmp_path):
+    started = time.monotonic()
+    server = standalone_process.start(tmp_path / "var", timeout=60)
+    try:
+        status, ready = server.get_json("/readyz")
+        assert status == 200
+        assert ready["status"] == "ready"
+        assert ready["checks"]["database"]["vendor"] == "sqlite"
+        assert (tmp_path / "var" / "kiln.sqlite3").exists()
+        assert (tmp_path / "var" / "jwt" / "jwks.json").exists()
+
+        # A token it printed works against the API.
+        assert set(server.tokens) == {"engineer", "approver", "auditor", "platform-admin"}
+        status, me = server.get_json("/api/v1/me/", token=server.tokens["engineer"])
+        assert status == 200
+        assert me == {
+            "sub": "alice",
+            "roles": ["engineer"],
+            "teams": ["payments"],
+            "authenticated_by": "token",
+        }
+        status, teams = server.get_json("/api/v1/teams/", token=server.tokens["platform-admin"])
+        assert status == 200
+        assert {"payments", "search", "data-platform"} <= {t["slug"] for t in teams}
+        auditor_claims = server.tokens["auditor"].rsplit(".", 1)[0]
+        engineer_signature = server.tokens["engineer"].rsplit(".", 1)[1]
+        forged = f"{auditor_claims}.{engineer_signature}"
+        status, refused = server.get_json("/api/v1/me/", token=forged)
+        assert status == 401 and refused["message"] == "bad signature"
+
+        # Log in through the login page like a browser: GET the form, POST with the CSRF token.
+        jar = CookieJar()
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar), NoRedirect)
+        with opener.open(server.base_url + "/accounts/login/", timeout=10) as page:
+            html = page.read().decode()
+        csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', html)[1]
+        form = urllib.parse.urlencode(
+            {
+                "username": "alice",
+                "password": server.logins["alice"],
+                "csrfmiddlewaretoken": csrf,
+                "next": "/",
+            }
+        ).encode()
+        try:
+            opener.open(server.base_url + "/accounts/login/", data=form, timeout=10)
+            raise AssertionError("login did not redirect")
+        except urllib.error.HTTPError as redirect:
+            assert redirect.code == 302
+            assert redirect.headers["Location"] == "/"
+        assert "sessionid" in {c.name for c in jar}
+        with opener.open(server.base_url + "/", timeout=10) as home:
+            body = home.read().decode()
+        assert "Welcome, alice" in body
+        assert '<span class="badge role">engineer</span>' in body
+    finally:
+        stopping = time.monotonic()
+        code = standalone_process.stop(server, timeout=15)
+    assert code == 0, server.stderr()[-3000:]
+    assert time.monotonic() - stopping < 10
+    assert "Kiln stopped." in server.stdout()
+    assert time.monotonic() - started < 90
