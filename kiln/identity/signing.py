@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from django.conf import settings
@@ -21,17 +20,14 @@ def _kid_for(private_key) -> str:
     """The configured kid, else the kid of the JWKS entry whose modulus matches the private key."""
     if settings.KILN_JWT_KID:
         return settings.KILN_JWT_KID
-    public_numbers = private_key.public_key().public_numbers()
     jwk = keys.public_jwk(private_key.public_key(), "probe")
-    source = settings.KILN_JWT_JWKS
-    document = (
-        json.loads(Path(source).read_text()) if not source.startswith("http") else {"keys": []}
-    )
-    for entry in document.get("keys", []):
+    published = keys.JWKSet(settings.KILN_JWT_JWKS, cache_seconds=0)  # a file or a URL
+    for kid in published.kids():
+        entry = published.get(kid) or {}
         if entry.get("n") == jwk["n"] and entry.get("e") == jwk["e"]:
-            return entry["kid"]
+            return kid
     raise keys.KeysUnavailable(
-        f"no key in the JWKS matches the private key (modulus {public_numbers.n.bit_length()} bits); set KILN_JWT_KID"
+        "no key in the JWKS matches the private key; publish it or set KILN_JWT_KID"
     )
 
 

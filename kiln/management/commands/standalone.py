@@ -11,12 +11,23 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from kiln import standalone
+from kiln.identity.keys import KeysUnavailable
 from kiln.identity.signing import ensure_dev_keys, issue_token
 from kiln.seed import USERS, seed_demo
 
 
 def _exit_cleanly(signum, frame) -> None:
     sys.exit(0)
+
+
+def demo_tokens(ttl_seconds: int = 12 * 3600) -> list[tuple[str, str]]:
+    """One signed token per role, for the first demo user holding it."""
+    first_per_role = {u.role: u for u in reversed(USERS)}
+    users = sorted(first_per_role.values(), key=USERS.index)
+    return [
+        (u.role, issue_token(sub=u.username, roles=[u.role], team=u.team, ttl_seconds=ttl_seconds))
+        for u in users
+    ]
 
 
 class Command(BaseCommand):
@@ -75,16 +86,19 @@ class Command(BaseCommand):
             for u in USERS:
                 out(f"  {u.username:<6} {u.password:<18} {u.role:<15} {u.team or '-'}")
             out("")
-            out("API tokens (valid 12 h):")
-            first_per_role = {u.role: u for u in reversed(USERS)}
-            for u in sorted(first_per_role.values(), key=lambda u: USERS.index(u)):
-                token = issue_token(
-                    sub=u.username, roles=[u.role], team=u.team, ttl_seconds=12 * 3600
+            try:
+                tokens = demo_tokens()
+            except (OSError, ValueError, KeysUnavailable) as exc:
+                out(f"API tokens: none printed ({exc.__class__.__name__}: {exc}).")
+                out("  KILN_JWT_JWKS is yours: get tokens from your identity provider, or set")
+                out("  KILN_JWT_PRIVATE_KEY (and KILN_JWT_KID) to a key that JWKS publishes.")
+            else:
+                out("API tokens (valid 12 h):")
+                for role, token in tokens:
+                    out(f"  {role:<15} export KILN_TOKEN_{role.upper().replace('-', '_')}={token}")
+                out("")
+                out(
+                    f'  curl -H "Authorization: Bearer $KILN_TOKEN_ENGINEER" http://{host}:{port}/api/v1/me/'
                 )
-                out(f"  {u.role:<15} export KILN_TOKEN_{u.role.upper().replace('-', '_')}={token}")
-            out("")
-            out(
-                f'  curl -H "Authorization: Bearer $KILN_TOKEN_ENGINEER" http://{host}:{port}/api/v1/'
-            )
         out("", ending="\n")
         self.stdout.flush()
