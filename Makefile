@@ -40,9 +40,10 @@ services:
 
 ## browser: headless Chromium for the end-to-end tests (Debian package)
 browser:
-	@command -v chromium >/dev/null 2>&1 || { \
+	@test -x /usr/bin/chromium || { \
 	  echo "installing chromium from Debian packages"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+	  SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
 ## test: the whole suite against PostgreSQL and Redis
 test: $(VENV)/.installed services browser
