@@ -16,6 +16,9 @@ class OutboxEvent(models.Model):
     action = models.CharField(max_length=200)
     target = models.CharField(max_length=300)
     data = models.JSONField(default=dict)
+    data_jcs = models.TextField(
+        blank=True, default=""
+    )  # RFC 8785 text of `data`, as it will be hashed
     trace_id = models.CharField(max_length=32, blank=True, default="")
     published_at = models.DateTimeField(null=True, blank=True, db_index=True)
 

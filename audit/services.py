@@ -60,7 +60,7 @@ def record(actor: Any, action: str, target: Any, data: dict[str, Any] | None = N
     payload = data or {}
     try:
         payload = json.loads(json.dumps(payload, allow_nan=False, default=_json_default))
-        chain.canonical_data(payload)
+        data_jcs = chain.canonical_data(payload)
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"audit data is not canonical JSON: {exc}") from exc
     actor_text, target_text = actor_name(actor)[:200], target_name(target)[:300]
@@ -69,18 +69,41 @@ def record(actor: Any, action: str, target: Any, data: dict[str, Any] | None = N
         target_text.encode("utf-8")
     except UnicodeError as exc:
         raise InvalidInput("audit actor and target must be valid Unicode text") from exc
-    with transaction.atomic():
-        event = OutboxEvent.objects.create(
-            recorded_at=timezone.now(),
-            actor=actor_text,
-            action=action,
-            target=target_text,
-            data=payload,
-            trace_id=current_trace_id(),
-        )
+    recorded_at, trace_id = timezone.now(), current_trace_id()
+    # No savepoint: inside the caller's transaction the row simply belongs to it.
+    with transaction.atomic(savepoint=False):
+        if connection.vendor == "postgresql":
+            # One plain INSERT: the ORM's per-row overhead would be most of record()'s cost.
+            event_id = uuid.uuid4()
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "INSERT INTO audit_outboxevent "
+                    "(event_id, recorded_at, actor, action, target, data, data_jcs, trace_id) "
+                    "VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s, %s)",
+                    [
+                        event_id,
+                        recorded_at,
+                        actor_text,
+                        action,
+                        target_text,
+                        data_jcs,
+                        data_jcs,
+                        trace_id,
+                    ],
+                )
+        else:
+            event_id = OutboxEvent.objects.create(
+                recorded_at=recorded_at,
+                actor=actor_text,
+                action=action,
+                target=target_text,
+                data=payload,
+                data_jcs=data_jcs,
+                trace_id=trace_id,
+            ).event_id
         if not any(item[1] is _notify_relay for item in connection.run_on_commit):
             transaction.on_commit(_notify_relay)
-    return event.event_id
+    return event_id
 
 
 def _json_default(value: Any) -> Any:
@@ -119,32 +142,23 @@ def relay_publish(*, max_events: int | None = None) -> int:
         now = timezone.now()
         cutoff = now - timedelta(seconds=settings.KILN_AUDIT_REPUBLISH_SECONDS)
         with transaction.atomic():
-            qs = OutboxEvent.objects.filter(
-                Q(published_at__isnull=True) | Q(published_at__lt=cutoff)
-            ).order_by("id")
-            if connection.vendor == "postgresql":
-                qs = qs.select_for_update(skip_locked=True)
-            rows = list(
-                qs.values_list(
-                    "id", "event_id", "recorded_at", "actor", "action", "target", "data", "trace_id"
-                )[:limit]
-            )
+            rows = _pending_outbox(cutoff, limit)
             if not rows:
                 break
             payloads = [
                 json.dumps(
                     {
-                        "event_id": str(event_id),
-                        "recorded_at": chain.format_time(recorded_at),
+                        "event_id": event_id,
+                        "recorded_at": recorded_at,
                         "actor": actor,
                         "action": action,
                         "target": target,
-                        "data": chain.canonical_data(data),
+                        "data": data_jcs or _canonical_stored(data),
                         "trace_id": trace_id,
                     },
                     ensure_ascii=False,
                 ).encode("utf-8")
-                for _id, event_id, recorded_at, actor, action, target, data, trace_id in rows
+                for _id, event_id, recorded_at, actor, action, target, data_jcs, data, trace_id in rows
             ]
             topic.publish(payloads)
             OutboxEvent.objects.filter(id__in=[r[0] for r in rows]).update(published_at=now)
@@ -152,6 +166,48 @@ def relay_publish(*, max_events: int | None = None) -> int:
         if len(rows) < limit:
             break
     return total
+
+
+def _canonical_stored(data: Any) -> str:
+    """Canonical text of outbox data stored without `data_jcs` (raw jsonb text or a dict)."""
+    return chain.canonical_data(json.loads(data) if isinstance(data, str) else data)
+
+
+def _pending_outbox(cutoff: datetime, limit: int) -> list[tuple]:
+    """Rows to publish, locked (PostgreSQL: SKIP LOCKED, so concurrent relays split the work).
+
+    Each row: (id, event_id str, recorded_at as hashed, actor, action, target, data_jcs, data, trace_id).
+    """
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT id, event_id::text, "
+                "to_char(recorded_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), "
+                "actor, action, target, data_jcs, CASE WHEN data_jcs = '' THEN data END, trace_id "
+                "FROM audit_outboxevent WHERE published_at IS NULL OR published_at < %s "
+                "ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED",
+                [cutoff, limit],
+            )
+            return cursor.fetchall()
+    qs = (
+        OutboxEvent.objects.filter(Q(published_at__isnull=True) | Q(published_at__lt=cutoff))
+        .order_by("id")
+        .values_list(
+            "id",
+            "event_id",
+            "recorded_at",
+            "actor",
+            "action",
+            "target",
+            "data_jcs",
+            "data",
+            "trace_id",
+        )
+    )
+    return [
+        (i, str(e), chain.format_time(r), a, ac, t, dj, d, tr)
+        for i, e, r, a, ac, t, dj, d, tr in qs[:limit]
+    ]
 
 
 # --- writer: topic -> chain ----------------------------------------------------------------
@@ -171,20 +227,24 @@ class AppendResult:
 _FIELDS = ("event_id", "recorded_at", "actor", "action", "target", "data", "trace_id")
 
 
+UUID_TEXT = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+TIME_TEXT = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
+
+
 def _parse(payload: bytes) -> tuple[str, str, str, str, str, str, str] | None:
     """One stream entry as an event tuple, or None if it cannot be chained."""
     try:
         doc = json.loads(payload)
         event = tuple(doc[f] for f in _FIELDS)
-        if not all(isinstance(v, str) for v in event):
-            return None
-        str(uuid.UUID(event[0]))
-        datetime.fromisoformat(event[1])
-        if not chain.TRACE_ID.match(event[6]):
-            return None
-        return (str(uuid.UUID(event[0])), *event[1:])  # type: ignore[return-value]
     except (ValueError, KeyError, TypeError):
         return None
+    if not all(isinstance(v, str) for v in event):
+        return None
+    if not (
+        UUID_TEXT.match(event[0]) and TIME_TEXT.match(event[1]) and chain.TRACE_ID.match(event[6])
+    ):
+        return None
+    return event  # type: ignore[return-value]
 
 
 def chain_head() -> tuple[int, str]:
@@ -214,10 +274,7 @@ def chain_append(messages: list[Message], *, role: str | None = None) -> AppendR
             with connection.cursor() as cursor:
                 cursor.execute(f'SET LOCAL ROLE "{role}"')
         ids = [e[0] for e in parsed]
-        seen = {
-            str(u)
-            for u in ChainEvent.objects.filter(event_id__in=ids).values_list("event_id", flat=True)
-        }
+        seen = _chained_ids(ids)
         fresh = []
         for event in parsed:
             if event[0] not in seen:
@@ -229,8 +286,34 @@ def chain_append(messages: list[Message], *, role: str | None = None) -> AppendR
             _insert(entries)
             head_seq, head_hash = entries[-1].seq, entries[-1].hash
         if ids:
-            OutboxEvent.objects.filter(event_id__in=ids).delete()
+            _outbox_delete(ids)
     return AppendResult(len(entries), len(parsed) - len(entries), malformed, head_seq, head_hash)
+
+
+def _chained_ids(ids: list[str]) -> set[str]:
+    """Which of these event ids are already in the chain."""
+    if not ids:
+        return set()
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT event_id::text FROM audit_chainevent WHERE event_id = ANY(%s::uuid[])",
+                [ids],
+            )
+            return {r[0] for r in cursor.fetchall()}
+    return {
+        str(u)
+        for u in ChainEvent.objects.filter(event_id__in=ids).values_list("event_id", flat=True)
+    }
+
+
+def _outbox_delete(ids: list[str]) -> None:
+    """Remove chained events from the outbox."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("DELETE FROM audit_outboxevent WHERE event_id = ANY(%s::uuid[])", [ids])
+        return
+    OutboxEvent.objects.filter(event_id__in=ids).delete()
 
 
 def _insert(entries: list[chain.Entry]) -> None:
