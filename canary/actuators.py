@@ -229,6 +229,65 @@ def stray_objects(
     return found
 
 
+@dataclass(frozen=True)
+class FaultEffect:
+    """What faults in the cluster do to one host's traffic: extra failed share and mean added latency."""
+
+    error_rate: float = 0.0
+    added_latency_ms: float = 0.0
+    delayed_share: float = 0.0
+
+
+def fault_effect(virtual_services: list[dict[str, Any]], host: str) -> FaultEffect:
+    """Combine the HTTP faults of live VirtualServices routing `host` (what simulated traffic sees).
+
+    Aborts compose as independent draws: the share of requests that survive is
+    the product of (1 - p_i); delays add their mean (delay x share).
+    """
+    survive = 1.0
+    latency = 0.0
+    delayed = 0.0
+    for vs in virtual_services:
+        if not _is_live(vs) or host not in ((vs.get("spec") or {}).get("hosts") or []):
+            continue
+        for route in (vs.get("spec") or {}).get("http") or []:
+            fault = route.get("fault") or {}
+            abort = fault.get("abort")
+            if abort and "httpStatus" in abort:
+                share = float((abort.get("percentage") or {}).get("value", 100.0)) / 100.0
+                survive *= 1.0 - max(0.0, min(1.0, share))
+            delay = fault.get("delay")
+            if delay and delay.get("fixedDelay"):
+                share = float((delay.get("percentage") or {}).get("value", 100.0)) / 100.0
+                latency += _duration_ms(delay["fixedDelay"]) * share
+                delayed = max(delayed, share)
+    return FaultEffect(
+        error_rate=round(1.0 - survive, 6), added_latency_ms=latency, delayed_share=delayed
+    )
+
+
+def _duration_ms(text: str) -> float:
+    """A Go-style duration of one unit ("250ms", "1.5s") in milliseconds."""
+    for unit, factor in (
+        ("ms", 1.0),
+        ("us", 0.001),
+        ("s", 1000.0),
+        ("m", 60_000.0),
+        ("h", 3_600_000.0),
+    ):
+        if text.endswith(unit):
+            try:
+                return float(text[: -len(unit)]) * factor
+            except ValueError:
+                return 0.0
+    return 0.0
+
+
+def simulated_fault_effect(backend: Any, namespace: str, host: str) -> FaultEffect:
+    """The fault effect on `host` in `namespace`, read from the VirtualServices in the backend."""
+    return fault_effect(backend.list(CHAOS_API_VS, "VirtualService", namespace), host)
+
+
 # --- coordination.k8s.io/v1 Lease ---------------------------------------------------------
 
 

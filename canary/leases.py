@@ -20,7 +20,11 @@ The invariant the timings protect (see `validate_timings`):
     renew_deadline + revert_budget + max_clock_skew <= lease_duration
     max_clock_skew * 10 <= lease_duration          ("much longer than the skew")
 
-so that the old holder has stopped injecting (renew_deadline + revert_budget
+The reaper reverts a fault `reap_after` = renew_deadline + revert_budget +
+max_clock_skew after the last renewal (never later than lease_duration): a
+crashed holder's fault is gone within lease_duration + reaper_period.
+
+The ordering guarantees that the old holder has stopped injecting (renew_deadline + revert_budget
 after its last renewal) before a new holder can start (lease_duration +
 max_clock_skew after the same renewal).
 """
@@ -129,15 +133,22 @@ def remaining_before_stop(
     return t.stop_injecting_after - (now_monotonic - last_renew_monotonic)
 
 
-def reap_due(renewed_at: datetime | None, now: datetime, t: LeaseTimings) -> bool:
-    """True if a reaper must revert the fault: the lease has passed its duration since the last renewal.
+def reap_after(t: LeaseTimings) -> float:
+    """Seconds after the last renewal when the reaper reverts: renew_deadline + revert_budget + max_clock_skew.
 
-    The reaper needs no skew margin: reverting is always safe, and the holder
-    itself reverted at renew_deadline < lease_duration.
+    By then a live holder has given up and reverted by its own rule, even if the
+    reaper's clock runs max_clock_skew ahead of the holder's; validate_timings
+    keeps this at or below lease_duration, so the reaper never waits past the
+    lease's expiry and its own pass time fits in the difference.
     """
+    return t.renew_deadline + t.revert_budget + t.max_clock_skew
+
+
+def reap_due(renewed_at: datetime | None, now: datetime, t: LeaseTimings) -> bool:
+    """True if a reaper must revert the fault: the holder is past the point where it had to revert itself."""
     if renewed_at is None:
         return True
-    return now >= expires_at(renewed_at, t)
+    return now >= renewed_at + timedelta(seconds=reap_after(t))
 
 
 def worst_case_revert_after_crash(t: LeaseTimings, reaper_period: float) -> float:

@@ -1,3 +1,4 @@
+# ruff: noqa: F811 - fixtures are imported from test_chaos_support and requested by name
 """Chaos services against the real database and the simulated cluster: create, lease CAS, inject, revert, reap."""
 
 from __future__ import annotations
@@ -63,7 +64,17 @@ def test_create_stores_experiment_lease_and_audits(engineer, shop, backend):
         ({"stop_conditions": [{"kind": "error-rate-above"}]}, "stop_conditions[0]"),
         ({"namespace": "Not_A_Label"}, "namespace"),
     ],
-    ids=["empty-selector", "no-blast-radius", "hard-max-below-duration", "unknown-fault", "http-without-service", "abort-2xx", "zero-delay", "condition-without-threshold", "bad-namespace"],
+    ids=[
+        "empty-selector",
+        "no-blast-radius",
+        "hard-max-below-duration",
+        "unknown-fault",
+        "http-without-service",
+        "abort-2xx",
+        "zero-delay",
+        "condition-without-threshold",
+        "bad-namespace",
+    ],
 )
 def test_invalid_experiment_is_refused_and_changes_nothing(engineer, shop, backend, over, field):
     with pytest.raises(ChaosInvalid) as err:
@@ -90,7 +101,10 @@ def test_lease_cas_gives_one_holder_and_a_new_term_only_after_expiry(engineer, s
     now = timezone.now()
     assert fault_lease_acquire(experiment_id=exp.pk, holder="a", now=now) == 1
     # b may not take it while a's lease runs (nor within duration + skew).
-    assert fault_lease_acquire(experiment_id=exp.pk, holder="b", now=now + timedelta(seconds=1.05)) is None
+    assert (
+        fault_lease_acquire(experiment_id=exp.pk, holder="b", now=now + timedelta(seconds=1.05))
+        is None
+    )
     assert fault_lease_renew(experiment_id=exp.pk, holder="a", term=1)
     lease = ChaosLease.objects.get(pk=exp.pk)
     assert lease.holder == "a" and lease.renewals == 1
@@ -106,7 +120,12 @@ def test_stale_read_loses_the_compare_and_swap(engineer, shop, backend):
     lease = ChaosLease.objects.get(pk=exp.pk)
     assert fault_lease_acquire(experiment_id=exp.pk, holder="a") == 1
     # A writer that read the old resourceVersion cannot overwrite.
-    assert ChaosLease.objects.filter(pk=exp.pk, resource_version=lease.resource_version).update(holder="b") == 0
+    assert (
+        ChaosLease.objects.filter(pk=exp.pk, resource_version=lease.resource_version).update(
+            holder="b"
+        )
+        == 0
+    )
     assert ChaosLease.objects.get(pk=exp.pk).holder == "a"
 
 
@@ -122,7 +141,9 @@ def test_inject_applies_a_valid_virtual_service_and_revert_removes_it(engineer, 
     # Idempotent for the same holder and term.
     assert fault_inject(experiment_id=exp.pk, holder="a", term=term, backend=backend).pk == inj.pk
     assert fault_revert(injection_id=inj.pk, actor="system:test", reason="done", backend=backend)
-    assert not fault_revert(injection_id=inj.pk, actor="system:test", reason="again", backend=backend)
+    assert not fault_revert(
+        injection_id=inj.pk, actor="system:test", reason="again", backend=backend
+    )
     assert not actuators.in_effect(backend, inj.applied)
     assert audit_actions().count("canary.fault.reverted") == 1
 
@@ -141,14 +162,23 @@ def test_two_live_injections_are_impossible(engineer, shop, backend):
     fault_inject(experiment_id=exp.pk, holder="a", term=1, backend=backend)
     # b takes a lapsed lease but a's fault is not reverted yet: b must not inject on top.
     lease = ChaosLease.objects.get(pk=exp.pk)
-    assert fault_lease_acquire(experiment_id=exp.pk, holder="b", now=lease.renewed_at + timedelta(seconds=2)) == 2
+    assert (
+        fault_lease_acquire(
+            experiment_id=exp.pk, holder="b", now=lease.renewed_at + timedelta(seconds=2)
+        )
+        == 2
+    )
     with pytest.raises(Conflict):
         fault_inject(experiment_id=exp.pk, holder="b", term=2, backend=backend)
     assert ChaosInjection.objects.filter(reverted_at__isnull=True).count() == 1
 
 
 def test_pod_kill_respects_blast_radius_and_sets_hard_maximum(engineer, shop, backend):
-    exp = experiment_create(actor=engineer, data=abort_data(fault="pod-kill", max_pods=3, max_percent=50.0), backend=backend)
+    exp = experiment_create(
+        actor=engineer,
+        data=abort_data(fault="pod-kill", max_pods=3, max_percent=50.0),
+        backend=backend,
+    )
     fault_lease_acquire(experiment_id=exp.pk, holder="a")
     inj = fault_inject(experiment_id=exp.pk, holder="a", term=1, backend=backend)
     chaos = _live_vs(backend, inj)
@@ -156,7 +186,11 @@ def test_pod_kill_respects_blast_radius_and_sets_hard_maximum(engineer, shop, ba
     assert chaos["spec"]["mode"] == "fixed" and chaos["spec"]["value"] == "2"  # min(3, 50% of 4)
     assert chaos["spec"]["duration"] == "120s"
     assert len(inj.targets) == 2
-    live_pods = [p for p in backend.list("v1", "Pod", "shop", "app=web") if not p["metadata"].get("deletionTimestamp")]
+    live_pods = [
+        p
+        for p in backend.list("v1", "Pod", "shop", "app=web")
+        if not p["metadata"].get("deletionTimestamp")
+    ]
     assert len(live_pods) == 2
 
 
@@ -177,7 +211,14 @@ def test_reaper_reverts_lapsed_lease_and_is_idempotent(engineer, shop, backend):
 def test_reaper_sweeps_a_lost_holders_late_write(engineer, shop, backend):
     exp = experiment_create(actor=engineer, data=abort_data(), backend=backend)
     spec_obj = actuators.virtual_service_fault(
-        actuators.FaultSpec(experiment_id=str(exp.pk), namespace="shop", selector={"app": "web"}, fault="http-abort", service="web", abort_http_status=500),
+        actuators.FaultSpec(
+            experiment_id=str(exp.pk),
+            namespace="shop",
+            selector={"app": "web"},
+            fault="http-abort",
+            service="web",
+            abort_http_status=500,
+        ),
         7,
     )
     backend.apply([spec_obj])  # a write with a term that has no live injection

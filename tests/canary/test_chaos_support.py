@@ -48,8 +48,16 @@ def shop(backend):
     Team.objects.get_or_create(slug="search", defaults={"name": "Search"})
     backend.apply(
         [
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop", "labels": {"kiln.dev/team": "payments"}}},
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "lab", "labels": {"kiln.dev/team": "search"}}},
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": "shop", "labels": {"kiln.dev/team": "payments"}},
+            },
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": "lab", "labels": {"kiln.dev/team": "search"}},
+            },
         ]
         + [
             {
@@ -101,5 +109,7 @@ def audit_actions(target_prefix: str = "canary.chaosexperiment:") -> list[str]:
     from audit.models import OutboxEvent
 
     return list(
-        OutboxEvent.objects.filter(target__startswith=target_prefix).order_by("id").values_list("action", flat=True)
+        OutboxEvent.objects.filter(target__startswith=target_prefix)
+        .order_by("id")
+        .values_list("action", flat=True)
     )

@@ -17,6 +17,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -40,6 +41,8 @@ class TrialResult:
     kill_to_revert_s: float | None
     reverted_by: str
     in_effect_after: bool
+    held_at_kill: bool = True
+    starved_terms: int = 0
 
 
 def bench_timings(lease: float = 1.0) -> dict[str, float]:
@@ -124,15 +127,26 @@ def _db_env() -> dict[str, str]:
     return env
 
 
-def start_reaper(period: float) -> subprocess.Popen:
-    """Start `manage.py chaos_reaper --period P` as its own process."""
+def start_reaper(period: float, *, ready_timeout: float = 60.0) -> subprocess.Popen:
+    """Start `manage.py chaos_reaper --period P` as its own process; return once it made a pass."""
     manage = os.path.join(settings.BASE_DIR, "manage.py")
-    return subprocess.Popen(
-        [sys.executable, manage, "chaos_reaper", "--period", str(period)],
+    fd, ready = tempfile.mkstemp(prefix="chaos-reaper-", suffix=".ready")
+    os.close(fd)
+    os.unlink(ready)
+    proc = subprocess.Popen(
+        [sys.executable, manage, "chaos_reaper", "--period", str(period), "--ready-file", ready],
         env=_db_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    deadline = time.monotonic() + ready_timeout
+    while not os.path.exists(ready):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_process(proc)
+            raise CommandError("the chaos reaper process did not start")
+        time.sleep(0.05)
+    os.unlink(ready)
+    return proc
 
 
 def stop_process(proc: subprocess.Popen) -> None:
@@ -189,6 +203,7 @@ def crash_trial(
     from kiln.identity.permissions import system_actor
 
     rng = rng or random.Random()
+    retried = 0
     if fault == "pod-kill":
         ensure_pods(backend)
     exp = experiment_create(
@@ -199,16 +214,20 @@ def crash_trial(
         deadline = time.monotonic() + timeout
         injection = None
         while time.monotonic() < deadline:
-            injection = ChaosInjection.objects.filter(
-                experiment=exp, state=InjectionState.ACTIVE
+            candidate = ChaosInjection.objects.filter(
+                experiment=exp, state=InjectionState.ACTIVE, reverted_at__isnull=True
             ).first()
-            if injection is not None:
-                break
+            if candidate is not None:
+                # Kill at a random point of the renew cycle, while the fault is still held.
+                time.sleep(rng.uniform(0, exp.retry_period * 2))
+                candidate.refresh_from_db()
+                if candidate.reverted_at is None:
+                    injection = candidate
+                    break
+                retried += 1  # the controller was starved past its deadline and reverted: next term
             time.sleep(0.02)
         if injection is None:
-            raise CommandError(f"the controller never injected {fault} (experiment {exp.pk})")
-        # Kill at a random point of the renew cycle.
-        time.sleep(rng.uniform(0, exp.retry_period * 2))
+            raise CommandError(f"the controller never held {fault} (experiment {exp.pk})")
         killed_at = time.time()
         os.kill(pid, signal.SIGKILL)
     finally:
@@ -244,6 +263,8 @@ def crash_trial(
         kill_to_revert_s=None if reverted_at is None else round(reverted_at - killed_at, 4),
         reverted_by=reverted_by,
         in_effect_after=still,
+        held_at_kill=reverted_at is None or reverted_at >= killed_at,
+        starved_terms=retried,
     )
 
 
@@ -266,6 +287,8 @@ def summarize(results: list[TrialResult], *, lease: float, reaper_period: float)
         "lease_duration_s": lease,
         "reaper_period_s": reaper_period,
         "by_fault": {f: sum(1 for r in results if r.fault == f) for f in FAULTS},
+        "reverted_before_kill": sum(1 for r in results if not r.held_at_kill),
+        "starved_terms": sum(r.starved_terms for r in results),
     }
 
 
