@@ -140,3 +140,30 @@ def can_run_chaos(actor: Actor, team_slug: str) -> bool:
 def can_view_chaos(actor: Actor, team_slug: str) -> bool:
     """Chaos experiments are visible to the owning team, auditors and platform admins."""
     return PLATFORM_ADMIN in actor.roles or AUDITOR in actor.roles or team_slug in actor.teams
+
+
+def can_request_environment(actor: Actor, team_slug: str) -> bool:
+    """Engineers ask for environments for their own teams (platform admins for any)."""
+    return PLATFORM_ADMIN in actor.roles or (ENGINEER in actor.roles and team_slug in actor.teams)
+
+
+def can_act_on_environment(actor: Actor, team_slug: str) -> bool:
+    """Engineers extend and tear down their team's environments (platform admins any)."""
+    return can_request_environment(actor, team_slug)
+
+
+def can_view_environment(actor: Actor, team_slug: str) -> bool:
+    """The owning team, approvers, auditors and platform admins see an environment."""
+    return (
+        team_slug in actor.teams
+        or PLATFORM_ADMIN in actor.roles
+        or APPROVER in actor.roles
+        or AUDITOR in actor.roles
+    )
+
+
+def can_approve(actor: Actor, requester_username: str | None = None) -> bool:
+    """Approvers approve, never their own request (separation of duties)."""
+    if not has_role(actor, APPROVER) or actor.is_system:
+        return False
+    return requester_username is None or actor.username != requester_username

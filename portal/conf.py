@@ -1,0 +1,84 @@
+"""The portal's settings with their defaults, read in one place (README "Configuration" lists them)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.conf import settings
+
+from portal.compose import DatastorePool
+
+
+def _get(name: str, default):
+    return getattr(settings, name, default)
+
+
+def policy_dir() -> Path:
+    """Directory holding request/ and manifests/ policy sets."""
+    return Path(_get("KILN_POLICY_DIR", Path(settings.BASE_DIR) / "deploy" / "policies"))
+
+
+def policy_timeout() -> float:
+    """Seconds a policy set may take before it denies."""
+    return float(_get("KILN_POLICY_TIMEOUT_SECONDS", 2.0))
+
+
+def team_limits() -> dict[str, int]:
+    """Per-team caps over live environments: cpu, memoryGi, gpu, environments."""
+    raw = _get("KILN_TEAM_LIMITS", "cpu=128,memoryGi=512,gpu=8,environments=20")
+    limits = {"cpu": 128, "memoryGi": 512, "gpu": 8, "environments": 20}
+    for part in str(raw).split(","):
+        if "=" in part:
+            key, value = part.split("=", 1)
+            limits[key.strip()] = int(value)
+    return limits
+
+
+def datastore_pools() -> list[DatastorePool]:
+    """Kamaji datastore pools as name:label:cap entries."""
+    raw = _get(
+        "KILN_DATASTORE_POOLS",
+        "etcd-a1:zone-a:30,etcd-a2:zone-a:30,etcd-b1:zone-b:30,etcd-c1:zone-c:30",
+    )
+    pools = []
+    for entry in str(raw).split(","):
+        name, label, cap = entry.strip().split(":")
+        pools.append(DatastorePool(name, label, int(cap)))
+    return pools
+
+
+def provision_timeout() -> float:
+    """Seconds from provisioning start until a not-ready environment is FAILED."""
+    return float(_get("KILN_PROVISION_TIMEOUT_SECONDS", 900))
+
+
+def poll_seconds() -> float:
+    """Seconds between readiness checks while provisioning or tearing down."""
+    return float(_get("KILN_PROVISION_POLL_SECONDS", 0.5))
+
+
+def teardown_deadline() -> float:
+    """Seconds teardown waits for finalizers and the audit chain before QUARANTINE."""
+    return float(_get("KILN_TEARDOWN_DEADLINE_SECONDS", 300))
+
+
+def quarantine_owner() -> str:
+    """Username who owns quarantined environments (empty: the requester)."""
+    return str(_get("KILN_QUARANTINE_OWNER", "") or "")
+
+
+def gitops_repo() -> str:
+    """Git repository the gitops backend commits to (a path or URL)."""
+    return str(_get("KILN_GITOPS_REPO", "") or (Path(settings.VAR_DIR) / "gitops.git"))
+
+
+def auto_approve_classes() -> tuple[str, ...]:
+    """Environment classes approved automatically when every policy allows."""
+    return ("ephemeral", "dev")
+
+
+# The longest TTL each class may have (the request policy ttl-per-class says the same).
+MAX_TTL_HOURS = {"ephemeral": 72, "dev": 336, "staging": 720, "prod": 8760}
+MAX_CPU = 256
+MAX_MEMORY_GIB = 2048
+MAX_GPU = 16

@@ -1,0 +1,124 @@
+"""Approvals: separation of duties, two distinct approvers for prod, reasons required to reject."""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+import audit
+from kiln.errors import Conflict, Forbidden, IllegalTransition, InvalidInput
+from kiln.identity.permissions import APPROVER, Actor, can_approve, has_role
+from portal.lifecycle import Status
+from portal.models import ApprovalDecision, Environment
+from portal.services.lifecycle import audit_target, environment_transition
+
+
+class SelfApprovalForbidden(Forbidden):
+    """Nobody approves (or rejects) their own request."""
+
+    code = "self_approval_forbidden"
+
+
+class AlreadyDecided(Conflict):
+    """This approver has already decided on this request."""
+
+    code = "already_decided"
+
+
+def approvals_needed(environment: Environment) -> int:
+    """Distinct approvals required: two for prod, one otherwise."""
+    return 2 if environment.env_class == "prod" else 1
+
+
+def _check(actor: Actor, env: Environment, verb: str) -> None:
+    requester = env.request.requested_by.get_username()
+    if not has_role(actor, APPROVER) or actor.is_system:
+        raise Forbidden(f"only approvers may {verb} environment requests")
+    if not can_approve(actor, requester):
+        raise SelfApprovalForbidden(f"you cannot {verb} your own request")
+    if env.status != Status.PENDING_APPROVAL:
+        raise IllegalTransition(
+            f"cannot {verb} an environment in {env.status}",
+            extra={"from": env.status, "environment": env.public_id},
+        )
+    if ApprovalDecision.objects.filter(environment=env, approver_name=actor.username).exists():
+        raise AlreadyDecided(f"you have already decided on {env.namespace}")
+
+
+def environment_approve(*, actor: Actor, environment: Environment, reason: str = "") -> Environment:
+    """Record one approval; the environment is APPROVED (and provisioned) once enough distinct approvers agree."""
+    with transaction.atomic():
+        env = (
+            Environment.objects.select_for_update()
+            .select_related("request__requested_by")
+            .get(pk=environment.pk)
+        )
+        _check(actor, env, "approve")
+        ApprovalDecision.objects.create(
+            environment=env,
+            approver_id=actor.user_id,
+            approver_name=actor.username,
+            decision=ApprovalDecision.APPROVE,
+            reason=reason,
+        )
+        approvals = ApprovalDecision.objects.filter(
+            environment=env, decision=ApprovalDecision.APPROVE
+        ).count()
+        needed = approvals_needed(env)
+        audit.record(
+            actor,
+            "portal.approval.recorded",
+            audit_target(env),
+            {"decision": "approve", "reason": reason, "approvals": approvals, "needed": needed},
+        )
+        if approvals >= needed:
+            environment_transition(
+                actor=actor,
+                environment=env,
+                to=Status.APPROVED,
+                reason=reason or f"approved by {approvals} approver(s)",
+                data={
+                    "approvers": list(
+                        ApprovalDecision.objects.filter(
+                            environment=env, decision=ApprovalDecision.APPROVE
+                        ).values_list("approver_name", flat=True)
+                    )
+                },
+            )
+            from portal.services.provisioning import enqueue_provisioning
+
+            enqueue_provisioning(env)
+    environment.refresh_from_db()
+    return environment
+
+
+def environment_reject(*, actor: Actor, environment: Environment, reason: str) -> Environment:
+    """Reject a pending request; a reason is required."""
+    if not (reason or "").strip():
+        raise InvalidInput(
+            "a reason is required to reject", extra={"fields": {"reason": ["Required."]}}
+        )
+    with transaction.atomic():
+        env = (
+            Environment.objects.select_for_update()
+            .select_related("request__requested_by")
+            .get(pk=environment.pk)
+        )
+        _check(actor, env, "reject")
+        ApprovalDecision.objects.create(
+            environment=env,
+            approver_id=actor.user_id,
+            approver_name=actor.username,
+            decision=ApprovalDecision.REJECT,
+            reason=reason.strip(),
+        )
+        audit.record(
+            actor,
+            "portal.approval.recorded",
+            audit_target(env),
+            {"decision": "reject", "reason": reason.strip()},
+        )
+        environment_transition(
+            actor=actor, environment=env, to=Status.REJECTED, reason=reason.strip()
+        )
+    environment.refresh_from_db()
+    return environment

@@ -1,0 +1,69 @@
+"""The one transition service: checks TRANSITIONS, changes status, audits who, why and policy version."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+
+import audit
+from kiln.errors import IllegalTransition
+from kiln.observability import tracer
+from portal.lifecycle import ARRIVAL_VERB, Status, is_allowed
+from portal.models import Environment
+
+
+def audit_target(environment: Environment) -> str:
+    """The audit target string of an environment (its opaque id, stable across renames)."""
+    return f"portal.environment:{environment.public_id}"
+
+
+def environment_transition(
+    *,
+    actor: Any,
+    environment: Environment,
+    to: Status | str,
+    reason: str = "",
+    updates: dict[str, Any] | None = None,
+    data: dict[str, Any] | None = None,
+) -> Environment:
+    """Move an environment to `to` if the table allows it; audit the move in the same transaction.
+
+    Raises IllegalTransition (409) otherwise, changing nothing. `updates` are
+    other fields set atomically with the status (expires_at, ready_at, ...).
+    """
+    target = Status(to)
+    with (
+        tracer("kiln.portal").start_as_current_span("portal.environment.transition") as span,
+        transaction.atomic(),
+    ):
+        env = Environment.objects.select_for_update().get(pk=environment.pk)
+        current = Status(env.status)
+        span.set_attribute("kiln.environment", env.public_id)
+        span.set_attribute("kiln.transition", f"{current}->{target}")
+        if not is_allowed(current, target):
+            raise IllegalTransition(
+                f"an environment in {current} cannot move to {target}",
+                extra={"from": current.value, "to": target.value, "environment": env.public_id},
+            )
+        env.status = target.value
+        env.status_reason = reason
+        for field, value in (updates or {}).items():
+            setattr(env, field, value)
+        env.save()
+        audit.record(
+            actor,
+            f"portal.environment.{ARRIVAL_VERB[target]}",
+            audit_target(env),
+            {
+                "from": current.value,
+                "to": target.value,
+                "reason": reason,
+                "policy_version": env.policy_version,
+                "namespace": env.namespace,
+                "team": env.team.slug,
+                **(data or {}),
+            },
+        )
+    environment.__dict__.update({k: v for k, v in env.__dict__.items() if not k.startswith("_")})
+    return environment

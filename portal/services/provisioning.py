@@ -1,0 +1,249 @@
+"""Provisioning: compose, check manifest policies, apply through the delivery backend, wait for readiness.
+
+`environment_provision` is re-entrant: every step checks what is already done,
+apply is server-side-apply (idempotent), so a redelivered task after a killed
+worker finishes the job without duplicating anything.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from kiln.identity.permissions import system_actor
+from kiln.observability import tracer
+from portal import compose as c
+from portal import conf
+from portal.delivery import AppliedRef, DeliveryError, HealthStatus, get_backend
+from portal.lifecycle import LIVE, Status
+from portal.models import Environment, PolicyDecision
+from portal.services import gate
+from portal.services.lifecycle import environment_transition
+from portal.services.steps import is_done, step_done, step_failed, step_started
+
+PROVISIONER = "provisioner"
+STEPS = ("compose", "manifest-policy", "apply", "ready")
+READY, PENDING, FAILED, NOOP = "ready", "pending", "failed", "noop"
+
+
+def enqueue_provisioning(environment: Environment, countdown: float = 0) -> None:
+    """Queue the provisioning task once the surrounding transaction commits."""
+    from portal.tasks import provision_environment
+
+    env_id = environment.pk
+    transaction.on_commit(
+        lambda: provision_environment.apply_async((env_id,), countdown=countdown or None)
+    )
+
+
+def environment_spec(env: Environment) -> c.EnvironmentSpec:
+    """The composition input of an environment."""
+    req = env.request
+    return c.EnvironmentSpec(
+        request_id=env.public_id,
+        team=env.team.slug,
+        name=env.name,
+        namespace=env.namespace,
+        env_class=env.env_class,
+        ttl_hours=req.ttl_hours,
+        workload_class=req.workload_class,
+        cpu=req.cpu,
+        memory_gib=req.memory_gib,
+        gpu=req.gpu,
+        tenant_control_plane=req.tenant_control_plane,
+        spot_node_pool=req.spot_node_pool,
+        database=req.database,
+        team_group=f"kiln:team:{env.team.slug}",
+        datastore=env.datastore_pool,
+        gitops_repo_url=conf.gitops_repo(),
+    )
+
+
+def _choose_datastore(env: Environment) -> str:
+    """Pick and record the datastore pool under a lock, so concurrent picks respect the caps."""
+    with transaction.atomic():
+        locked = list(
+            Environment.objects.select_for_update()
+            .filter(status__in=[s.value for s in LIVE])
+            .exclude(datastore_pool="")
+            .values_list("pk", "datastore_pool")
+        )
+        current = Environment.objects.select_for_update().get(pk=env.pk)
+        if current.datastore_pool:
+            return current.datastore_pool
+        counts: dict[str, int] = {}
+        for pk, pool in locked:
+            if pk != env.pk:
+                counts[pool] = counts.get(pool, 0) + 1
+        pool = c.choose_datastore(conf.datastore_pools(), counts)
+        Environment.objects.filter(pk=env.pk).update(datastore_pool=pool.name)
+    env.datastore_pool = pool.name
+    return pool.name
+
+
+def environment_mark_failed(*, environment_id: int, reason: str, step: str = "") -> None:
+    """Move a live environment to FAILED (task on_failure and deadlines); a no-op if it already left."""
+    env = Environment.objects.filter(pk=environment_id).first()
+    if env is None or Status(env.status) not in (
+        Status.SUBMITTED,
+        Status.PENDING_APPROVAL,
+        Status.APPROVED,
+        Status.PROVISIONING,
+        Status.READY,
+        Status.EXPIRING,
+        Status.TEARING_DOWN,
+    ):
+        return
+    if step:
+        step_failed(env, step, STEPS.index(step) if step in STEPS else 99, reason)
+    environment_transition(
+        actor=system_actor(PROVISIONER), environment=env, to=Status.FAILED, reason=reason
+    )
+
+
+def environment_provision(*, environment_id: int) -> str:
+    """Advance provisioning as far as it can go now: READY, PENDING (check again later), FAILED or NOOP."""
+    actor = system_actor(PROVISIONER)
+    env = Environment.objects.select_related("team", "request").get(pk=environment_id)
+    with tracer("kiln.portal").start_as_current_span("portal.environment.provision") as span:
+        span.set_attribute("kiln.environment", env.public_id)
+        if env.status == Status.APPROVED:
+            with transaction.atomic():
+                locked = Environment.objects.select_for_update().get(pk=env.pk)
+                if locked.status == Status.APPROVED:
+                    environment_transition(
+                        actor=actor,
+                        environment=env,
+                        to=Status.PROVISIONING,
+                        reason="provisioning started",
+                    )
+            env.refresh_from_db()
+        if env.status != Status.PROVISIONING:
+            return NOOP
+        started = _provision_started_at(env)
+
+        if not is_done(env, "compose"):
+            step_started(env, "compose", 0)
+            try:
+                if env.request.tenant_control_plane:
+                    _choose_datastore(env)
+                manifests = c.compose(environment_spec(env))
+            except c.CompositionError as exc:
+                environment_mark_failed(
+                    environment_id=env.pk, reason=f"composition failed: {exc}", step="compose"
+                )
+                return FAILED
+            Environment.objects.filter(pk=env.pk).update(manifests=manifests)
+            env.manifests = manifests
+            step_done(
+                actor,
+                env,
+                "compose",
+                0,
+                f"{len(manifests)} manifests",
+                {"kinds": [m["kind"] for m in manifests]},
+            )
+
+        if not is_done(env, "manifest-policy"):
+            step_started(env, "manifest-policy", 1)
+            with tracer("kiln.portal").start_as_current_span("portal.policy.manifests"):
+                evaluation = gate.evaluate_manifests(env.manifests)
+            with transaction.atomic():
+                if not PolicyDecision.objects.filter(
+                    environment=env, stage=PolicyDecision.MANIFEST
+                ).exists():
+                    gate.store_decisions(env, PolicyDecision.MANIFEST, evaluation)
+                if not evaluation.allowed:
+                    step_failed(env, "manifest-policy", 1, evaluation.summary())
+                    environment_transition(
+                        actor=system_actor("policy-gate"),
+                        environment=env,
+                        to=Status.FAILED,
+                        reason=f"manifest policy denied: {evaluation.summary()}",
+                        data={"policy": gate.decision_summary(evaluation)},
+                    )
+                    return FAILED
+                step_done(
+                    actor,
+                    env,
+                    "manifest-policy",
+                    1,
+                    evaluation.summary(),
+                    {"policy": gate.decision_summary(evaluation)},
+                )
+
+        backend = get_backend()
+        if not is_done(env, "apply"):
+            step_started(env, "apply", 2)
+            with tracer("kiln.portal").start_as_current_span("portal.delivery.apply") as apply_span:
+                apply_span.set_attribute("kiln.backend", backend.name)
+                refs = backend.apply(env.manifests)  # DeliveryError propagates: the task retries
+            applied = [r.as_dict() for r in refs]
+            Environment.objects.filter(pk=env.pk).update(applied_refs=applied)
+            env.applied_refs = applied
+            step_done(actor, env, "apply", 2, f"{len(refs)} objects applied with {backend.name}")
+
+        healths = [backend.health(AppliedRef.from_dict(r)) for r in env.applied_refs]
+        degraded = [
+            f"{r['kind']} {r['name']}: {h.message}"
+            for r, h in zip(env.applied_refs, healths, strict=True)
+            if h.status in (HealthStatus.DEGRADED, HealthStatus.MISSING, HealthStatus.DELETING)
+        ]
+        if degraded:
+            environment_mark_failed(environment_id=env.pk, reason="; ".join(degraded), step="ready")
+            return FAILED
+        if all(h.status == HealthStatus.HEALTHY for h in healths):
+            with transaction.atomic():
+                locked = Environment.objects.select_for_update().get(pk=env.pk)
+                if locked.status != Status.PROVISIONING:
+                    return NOOP
+                now = timezone.now()
+                step_done(actor, env, "ready", 3, f"{len(healths)} objects healthy")
+                environment_transition(
+                    actor=actor,
+                    environment=env,
+                    to=Status.READY,
+                    reason="every object reports healthy",
+                    updates={
+                        "ready_at": now,
+                        "expires_at": now + timedelta(hours=env.request.ttl_hours),
+                    },
+                    data={"seconds_to_ready": round((now - env.created_at).total_seconds(), 3)},
+                )
+            return READY
+        if (timezone.now() - started).total_seconds() > conf.provision_timeout():
+            waiting = [
+                f"{r['kind']} {r['name']}"
+                for r, h in zip(env.applied_refs, healths, strict=True)
+                if h.status != HealthStatus.HEALTHY
+            ]
+            environment_mark_failed(
+                environment_id=env.pk,
+                reason=f"not ready within {conf.provision_timeout():.0f}s: {', '.join(waiting)}",
+                step="ready",
+            )
+            return FAILED
+        step_started(env, "ready", 3) if not is_done(env, "ready") else None
+        return PENDING
+
+
+def _provision_started_at(env: Environment):
+    from portal.models import ProvisioningStep
+
+    first = ProvisioningStep.objects.filter(environment=env).order_by("started_at").first()
+    return first.started_at if first and first.started_at else env.updated_at
+
+
+__all__ = [
+    "DeliveryError",
+    "FAILED",
+    "NOOP",
+    "PENDING",
+    "READY",
+    "enqueue_provisioning",
+    "environment_mark_failed",
+    "environment_provision",
+    "environment_spec",
+]

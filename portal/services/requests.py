@@ -1,0 +1,185 @@
+"""Submitting an environment request: validation, idempotency, the request policy gate, auto-approval."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db import IntegrityError, transaction
+
+import audit
+from kiln.errors import Conflict, Forbidden, InvalidInput, KilnError
+from kiln.identity.permissions import Actor, can_request_environment, system_actor
+from kiln.observability import tracer
+from portal import conf
+from portal.lifecycle import Status
+from portal.models import Environment, EnvironmentRequest, PolicyDecision, Team
+from portal.services import cost, gate
+from portal.services.lifecycle import audit_target, environment_transition
+from portal.validation import FIELDS, field_errors, namespace_for
+
+
+class IdempotencyKeyReused(KilnError):
+    """The Idempotency-Key was used before with a different request body."""
+
+    code = "idempotency_key_reused"
+    http_status = 422
+
+
+def body_hash(data: dict[str, Any]) -> str:
+    """SHA-256 of the request's fields in canonical order (what an Idempotency-Key is bound to)."""
+    canonical = json.dumps({k: data.get(k) for k in FIELDS}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _existing_for_key(actor: Actor, key: str, digest: str) -> Environment | None:
+    if not key or actor.user_id is None:
+        return None
+    previous = (
+        EnvironmentRequest.objects.select_related("environment")
+        .filter(requested_by_id=actor.user_id, idempotency_key=key)
+        .first()
+    )
+    if previous is None:
+        return None
+    if previous.body_sha256 != digest:
+        raise IdempotencyKeyReused(
+            "this Idempotency-Key was already used with a different request",
+            extra={"environment": previous.environment.public_id},
+        )
+    return previous.environment
+
+
+def environment_request_submit(
+    *, actor: Actor, data: dict[str, Any], idempotency_key: str = ""
+) -> tuple[Environment, bool]:
+    """Submit a request; returns (environment, created). A retried Idempotency-Key returns the first one.
+
+    Policy denial is a transition to DENIED that is committed and audited, not an exception.
+    ephemeral and dev move straight to APPROVED when every policy allows.
+    """
+    data = {k: data.get(k) for k in FIELDS}
+    data["justification"] = data.get("justification") or ""
+    errors = field_errors(data)
+    if errors:
+        raise InvalidInput("The request is invalid.", extra={"fields": errors})
+    if len(idempotency_key) > 200:
+        raise InvalidInput("Idempotency-Key is at most 200 characters.")
+    digest = body_hash(data)
+    existing = _existing_for_key(actor, idempotency_key, digest)
+    if existing is not None:
+        return existing, False
+    team = Team.objects.filter(slug=data["team"]).first()
+    if team is None:
+        raise InvalidInput("The request is invalid.", extra={"fields": {"team": ["No such team."]}})
+    if not can_request_environment(actor, team.slug):
+        raise Forbidden("you may request environments only for your own team, as an engineer")
+    if actor.user_id is None:
+        raise Forbidden("environment requests need a person")
+    namespace = namespace_for(team.slug, data["name"])
+    live = [s.value for s in Status if s not in (Status.DENIED, Status.REJECTED, Status.DELETED)]
+    if Environment.objects.filter(namespace=namespace, status__in=live).exists():
+        raise Conflict(f"an environment named {data['name']} already exists for {team.slug}")
+
+    with tracer("kiln.portal").start_as_current_span("portal.policy.request"):
+        evaluation = gate.evaluate_request(actor, data)
+    estimate = cost.estimate(
+        env_class=data["env_class"],
+        ttl_hours=data["ttl_hours"],
+        cpu=data["cpu"],
+        memory_gib=data["memory_gib"],
+        gpu=data["gpu"],
+        spot=data["spot_node_pool"],
+        tenant_control_plane=data["tenant_control_plane"],
+        database=data["database"],
+    )
+    try:
+        with transaction.atomic():
+            env = _create(
+                actor, team, data, idempotency_key, digest, namespace, evaluation, estimate
+            )
+    except IntegrityError:
+        # A concurrent retry with the same key, or a concurrent request for the same name.
+        existing = _existing_for_key(actor, idempotency_key, digest)
+        if existing is not None:
+            return existing, False
+        raise Conflict(
+            f"an environment named {data['name']} already exists for {team.slug}"
+        ) from None
+    return env, True
+
+
+def _create(actor, team, data, key, digest, namespace, evaluation, estimate) -> Environment:
+    user = get_user_model().objects.get(pk=actor.user_id)
+    request = EnvironmentRequest.objects.create(
+        team=team,
+        name=data["name"],
+        env_class=data["env_class"],
+        ttl_hours=data["ttl_hours"],
+        workload_class=data["workload_class"],
+        cpu=data["cpu"],
+        memory_gib=data["memory_gib"],
+        gpu=data["gpu"],
+        tenant_control_plane=data["tenant_control_plane"],
+        spot_node_pool=data["spot_node_pool"],
+        database=data["database"],
+        justification=data["justification"],
+        requested_by=user,
+        idempotency_key=key,
+        body_sha256=digest,
+    )
+    env = Environment.objects.create(
+        request=request,
+        team=team,
+        name=data["name"],
+        namespace=namespace,
+        env_class=data["env_class"],
+        status=Status.SUBMITTED.value,
+        policy_version=evaluation.version,
+        hourly_cost=estimate["hourly"],
+    )
+    audit.record(
+        actor,
+        "portal.environment.submitted",
+        audit_target(env),
+        {
+            "request": {k: data[k] for k in FIELDS if k != "justification"},
+            "justification": data["justification"],
+            "namespace": namespace,
+            "team": team.slug,
+            "policy_version": evaluation.version,
+            "hourly_cost": estimate["hourly"],
+            "idempotency_key": bool(key),
+        },
+    )
+    gate.store_decisions(env, PolicyDecision.REQUEST, evaluation)
+    policy_actor = system_actor("policy-gate")
+    summary = gate.decision_summary(evaluation)
+    if not evaluation.allowed:
+        return environment_transition(
+            actor=policy_actor,
+            environment=env,
+            to=Status.DENIED,
+            reason=evaluation.summary(),
+            data={"policy": summary},
+        )
+    environment_transition(
+        actor=policy_actor,
+        environment=env,
+        to=Status.PENDING_APPROVAL,
+        reason=evaluation.summary(),
+        data={"policy": summary},
+    )
+    if env.env_class in conf.auto_approve_classes():
+        environment_transition(
+            actor=system_actor("auto-approval"),
+            environment=env,
+            to=Status.APPROVED,
+            reason=f"{env.env_class} environments are approved automatically when every policy allows",
+        )
+        from portal.services.provisioning import enqueue_provisioning
+
+        enqueue_provisioning(env)
+    return env

@@ -1,0 +1,78 @@
+"""Provisioning and teardown steps: recorded once per environment, audited when they complete."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+import audit
+from portal.models import Environment, ProvisioningStep
+from portal.services.lifecycle import audit_target
+
+
+def step_started(env: Environment, name: str, position: int) -> ProvisioningStep:
+    """Mark a step running (a retry increments attempts on the same row)."""
+    with transaction.atomic():
+        step, _ = ProvisioningStep.objects.select_for_update().get_or_create(
+            environment=env, name=name, defaults={"position": position}
+        )
+        if step.status != ProvisioningStep.DONE:
+            step.status = ProvisioningStep.RUNNING
+            step.attempts += 1
+            step.started_at = step.started_at or timezone.now()
+            step.save()
+    return step
+
+
+def step_done(
+    actor: Any,
+    env: Environment,
+    name: str,
+    position: int,
+    detail: str = "",
+    data: dict | None = None,
+) -> bool:
+    """Mark a step done and audit it; False (and nothing written) if it was already done."""
+    with transaction.atomic():
+        step, _ = ProvisioningStep.objects.select_for_update().get_or_create(
+            environment=env, name=name, defaults={"position": position}
+        )
+        if step.status == ProvisioningStep.DONE:
+            return False
+        step.status = ProvisioningStep.DONE
+        step.detail = detail
+        step.started_at = step.started_at or timezone.now()
+        step.finished_at = timezone.now()
+        step.attempts = max(step.attempts, 1)
+        step.save()
+        audit.record(
+            actor,
+            "portal.provisioning_step.completed",
+            audit_target(env),
+            {"step": name, "detail": detail, "attempts": step.attempts, **(data or {})},
+        )
+    return True
+
+
+def step_failed(env: Environment, name: str, position: int, detail: str) -> None:
+    """Mark a step failed (the environment's FAILED transition carries the audit event)."""
+    ProvisioningStep.objects.update_or_create(
+        environment=env,
+        name=name,
+        defaults={"position": position, "status": ProvisioningStep.FAILED, "detail": detail[:2000]},
+    )
+
+
+def is_done(env: Environment, name: str) -> bool:
+    """True if the step has completed."""
+    return ProvisioningStep.objects.filter(
+        environment=env, name=name, status=ProvisioningStep.DONE
+    ).exists()
+
+
+def step_detail(env: Environment, name: str) -> str:
+    """The recorded detail of a step ("" if none)."""
+    step = ProvisioningStep.objects.filter(environment=env, name=name).first()
+    return step.detail if step else ""

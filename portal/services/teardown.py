@@ -1,0 +1,349 @@
+"""The delete path: cordon, delete workloads, wait for finalizers with a deadline, confirm the audit
+event is in the chain, then delete the control plane and namespace. On timeout: QUARANTINED,
+owned by a person, resources left labelled and attributable.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.utils import timezone
+
+import audit
+from kiln.errors import Forbidden, IllegalTransition, InvalidInput
+from kiln.identity.permissions import Actor, can_act_on_environment, system_actor
+from kiln.observability import tracer
+from portal import compose as c
+from portal import conf
+from portal.delivery import AppliedRef, ref_of
+from portal.delivery import get_backend as _get_backend
+from portal.lifecycle import Status
+from portal.models import Environment, ProvisioningStep
+from portal.services.lifecycle import audit_target, environment_transition
+from portal.services.steps import is_done, step_detail, step_done, step_started
+
+REAPER = "reaper"
+DELETED, PENDING, QUARANTINED, NOOP = "deleted", "pending", "quarantined", "noop"
+TEARDOWN_STEPS = (
+    "cordon",
+    "delete-workloads",
+    "finalizers-cleared",
+    "audit-confirmed",
+    "delete-namespace",
+)
+POSITION = {name: 10 + i for i, name in enumerate(TEARDOWN_STEPS)}
+
+
+def enqueue_teardown(environment: Environment, countdown: float = 0) -> None:
+    """Queue the teardown task once the surrounding transaction commits."""
+    from portal.tasks import teardown_environment
+
+    env_id = environment.pk
+    transaction.on_commit(
+        lambda: teardown_environment.apply_async((env_id,), countdown=countdown or None)
+    )
+
+
+def environment_teardown_request(
+    *, actor: Actor, environment: Environment, reason: str = ""
+) -> Environment:
+    """Ask for teardown: READY -> EXPIRING; FAILED or QUARANTINED -> TEARING_DOWN (a fresh deadline)."""
+    if not can_act_on_environment(actor, environment.team.slug):
+        raise Forbidden("only engineers of the owning team may tear this environment down")
+    reason = reason or "teardown requested"
+    status = Status(environment.status)
+    with transaction.atomic():
+        if status == Status.READY:
+            environment_transition(
+                actor=actor, environment=environment, to=Status.EXPIRING, reason=reason
+            )
+        elif status in (Status.FAILED, Status.QUARANTINED):
+            _reset_teardown_steps(environment)
+            environment_transition(
+                actor=actor,
+                environment=environment,
+                to=Status.TEARING_DOWN,
+                reason=reason,
+                updates={"teardown_deadline": _deadline(), "quarantine_owner": None},
+            )
+        elif status in (Status.EXPIRING, Status.TEARING_DOWN):
+            return environment  # already on its way: a repeated DELETE changes nothing
+        else:
+            raise IllegalTransition(
+                f"an environment in {status} cannot be torn down",
+                extra={"from": status.value, "environment": environment.public_id},
+            )
+        enqueue_teardown(environment)
+    return environment
+
+
+def environment_extend(*, actor: Actor, environment: Environment, hours: int) -> Environment:
+    """Push a READY environment's expiry out by `hours`, within its class's maximum lifetime."""
+    if not can_act_on_environment(actor, environment.team.slug):
+        raise Forbidden("only engineers of the owning team may extend this environment")
+    if not isinstance(hours, int) or isinstance(hours, bool) or hours < 1:
+        raise InvalidInput(
+            "The request is invalid.",
+            extra={"fields": {"hours": ["A whole number of hours, at least 1."]}},
+        )
+    with transaction.atomic():
+        env = Environment.objects.select_for_update().get(pk=environment.pk)
+        if env.status != Status.READY:
+            raise IllegalTransition(
+                f"only a READY environment can be extended (this one is {env.status})",
+                extra={"from": env.status, "environment": env.public_id},
+            )
+        limit = conf.MAX_TTL_HOURS[env.env_class]
+        new_expiry = env.expires_at + timedelta(hours=hours)
+        lifetime = (new_expiry - (env.ready_at or env.created_at)).total_seconds() / 3600
+        if lifetime > limit:
+            raise InvalidInput(
+                "The request is invalid.",
+                extra={
+                    "fields": {
+                        "hours": [f"{env.env_class} environments live at most {limit}h in total."]
+                    }
+                },
+            )
+        previous = env.expires_at
+        env.expires_at = new_expiry
+        env.save(update_fields=["expires_at", "updated_at"])
+        audit.record(
+            actor,
+            "portal.environment.extended",
+            audit_target(env),
+            {"hours": hours, "from": previous, "to": new_expiry},
+        )
+    environment.refresh_from_db()
+    return environment
+
+
+def environments_reap_expired(*, now=None, dry_run: bool = True) -> dict[str, list[str]]:
+    """Start teardown of READY environments past their expiry and re-queue stalled work.
+
+    Dry run (the default) reports what it would do and changes nothing.
+    """
+    now = now or timezone.now()
+    expired = list(
+        Environment.objects.filter(status=Status.READY, expires_at__lte=now).order_by("expires_at")
+    )
+    stale = now - timedelta(seconds=max(60.0, conf.poll_seconds() * 20))
+    stalled_teardown = list(
+        Environment.objects.filter(
+            status__in=[Status.EXPIRING, Status.TEARING_DOWN], updated_at__lt=stale
+        )
+    )
+    stalled_provisioning = list(
+        Environment.objects.filter(
+            status__in=[Status.APPROVED, Status.PROVISIONING], updated_at__lt=stale
+        )
+    )
+    report = {
+        "expired": [e.public_id for e in expired],
+        "resumed_teardown": [e.public_id for e in stalled_teardown],
+        "resumed_provisioning": [e.public_id for e in stalled_provisioning],
+    }
+    if dry_run:
+        return report
+    reaper = system_actor(REAPER)
+    for env in expired:
+        with transaction.atomic():
+            locked = Environment.objects.select_for_update().get(pk=env.pk)
+            if locked.status != Status.READY:
+                continue
+            environment_transition(
+                actor=reaper,
+                environment=env,
+                to=Status.EXPIRING,
+                reason=f"TTL expired at {env.expires_at.isoformat()}",
+            )
+            enqueue_teardown(env)
+    from portal.services.provisioning import enqueue_provisioning
+
+    with transaction.atomic():
+        for env in stalled_teardown:
+            enqueue_teardown(env)
+        for env in stalled_provisioning:
+            enqueue_provisioning(env)
+    return report
+
+
+def _deadline():
+    return timezone.now() + timedelta(seconds=conf.teardown_deadline())
+
+
+def _reset_teardown_steps(env: Environment) -> None:
+    ProvisioningStep.objects.filter(environment=env, name__in=TEARDOWN_STEPS).exclude(
+        status=ProvisioningStep.DONE
+    ).update(status=ProvisioningStep.PENDING)
+
+
+def _refs(env: Environment) -> list[AppliedRef]:
+    if env.applied_refs:
+        return [AppliedRef.from_dict(r) for r in env.applied_refs]
+    return [ref_of(m) for m in env.manifests]
+
+
+def _quarantine_owner(env: Environment):
+    User = get_user_model()
+    username = conf.quarantine_owner()
+    if username:
+        owner = User.objects.filter(username=username).first()
+        if owner is not None:
+            return owner
+    return env.request.requested_by
+
+
+def _quarantine(env: Environment, reason: str, remaining: list[str]) -> str:
+    owner = _quarantine_owner(env)
+    environment_transition(
+        actor=system_actor(REAPER),
+        environment=env,
+        to=Status.QUARANTINED,
+        reason=reason,
+        updates={"quarantine_owner": owner},
+        data={"owner": owner.get_username(), "remaining": remaining},
+    )
+    return QUARANTINED
+
+
+def _past_deadline(env: Environment) -> bool:
+    return env.teardown_deadline is not None and timezone.now() > env.teardown_deadline
+
+
+def _audit_event_chained(event_id: str) -> bool:
+    """True once the audit writer has put the event in the hash chain."""
+    from audit.models import ChainEvent
+
+    return ChainEvent.objects.filter(event_id=event_id).exists()
+
+
+def environment_teardown(*, environment_id: int) -> str:
+    """Advance teardown as far as it can go now: DELETED, PENDING, QUARANTINED or NOOP."""
+    actor = system_actor(REAPER)
+    env = Environment.objects.select_related("team", "request__requested_by").get(pk=environment_id)
+    with tracer("kiln.portal").start_as_current_span("portal.environment.teardown") as span:
+        span.set_attribute("kiln.environment", env.public_id)
+        if env.status == Status.EXPIRING:
+            with transaction.atomic():
+                locked = Environment.objects.select_for_update().get(pk=env.pk)
+                if locked.status == Status.EXPIRING:
+                    environment_transition(
+                        actor=actor,
+                        environment=env,
+                        to=Status.TEARING_DOWN,
+                        reason="teardown started",
+                        updates={"teardown_deadline": _deadline()},
+                    )
+            env.refresh_from_db()
+        if env.status != Status.TEARING_DOWN:
+            return NOOP
+        backend = _get_backend()
+        refs = _refs(env)
+
+        if not is_done(env, "cordon"):
+            step_started(env, "cordon", POSITION["cordon"])
+            live = [m for m in c.cordon(env.manifests) if _exists_alive(backend, ref_of(m))]
+            backend.apply(live)
+            step_done(actor, env, "cordon", POSITION["cordon"], f"{len(live)} objects cordoned")
+
+        workloads = [r for r in refs if r.kind in c.WORKLOAD_KINDS]
+        for api_version, kind in c.WORKLOAD_RESOURCES:
+            for obj in backend.list(api_version, kind, env.namespace):
+                workloads.append(ref_of(obj))
+        if not is_done(env, "delete-workloads"):
+            step_started(env, "delete-workloads", POSITION["delete-workloads"])
+            for ref in workloads:
+                backend.delete(ref)
+            step_done(
+                actor,
+                env,
+                "delete-workloads",
+                POSITION["delete-workloads"],
+                f"{len(workloads)} deletions requested",
+            )
+
+        if not is_done(env, "finalizers-cleared"):
+            step_started(env, "finalizers-cleared", POSITION["finalizers-cleared"])
+            remaining = [str(r) for r in workloads if backend.get(*r.key) is not None]
+            if remaining:
+                if _past_deadline(env):
+                    return _quarantine(
+                        env,
+                        f"finalizers did not clear by the deadline: {', '.join(remaining)}",
+                        remaining,
+                    )
+                return PENDING
+            step_done(
+                actor,
+                env,
+                "finalizers-cleared",
+                POSITION["finalizers-cleared"],
+                "no workloads remain",
+            )
+
+        if not is_done(env, "audit-confirmed"):
+            step_started(env, "audit-confirmed", POSITION["audit-confirmed"])
+            event_id = step_detail(env, "audit-confirmed")
+            if not event_id.startswith("event:"):
+                with transaction.atomic():
+                    recorded = audit.record(
+                        actor,
+                        "portal.environment.workloads_removed",
+                        audit_target(env),
+                        {"namespace": env.namespace, "workloads": [str(r) for r in workloads]},
+                    )
+                    ProvisioningStep.objects.filter(environment=env, name="audit-confirmed").update(
+                        detail=f"event:{recorded}"
+                    )
+                event_id = f"event:{recorded}"
+            if not _audit_event_chained(event_id.removeprefix("event:")):
+                if _past_deadline(env):
+                    return _quarantine(
+                        env,
+                        "the teardown audit event was not confirmed in the chain by the deadline",
+                        [],
+                    )
+                return PENDING
+            step_done(actor, env, "audit-confirmed", POSITION["audit-confirmed"], event_id)
+
+        if not is_done(env, "delete-namespace"):
+            step_started(env, "delete-namespace", POSITION["delete-namespace"])
+            last = [r for r in refs if r.kind in c.CONTROL_PLANE_KINDS] + [
+                r for r in refs if r.kind == "Namespace"
+            ]
+            for ref in last:
+                backend.delete(ref)
+            remaining = [str(r) for r in last if backend.get(*r.key) is not None]
+            if remaining:
+                if _past_deadline(env):
+                    return _quarantine(
+                        env,
+                        f"namespace or control plane did not go by the deadline: {', '.join(remaining)}",
+                        remaining,
+                    )
+                return PENDING
+            with transaction.atomic():
+                step_done(
+                    actor,
+                    env,
+                    "delete-namespace",
+                    POSITION["delete-namespace"],
+                    "control plane and namespace deleted",
+                )
+                environment_transition(
+                    actor=actor,
+                    environment=env,
+                    to=Status.DELETED,
+                    reason="every resource is gone",
+                    updates={"deleted_at": timezone.now()},
+                )
+            return DELETED
+        return NOOP
+
+
+def _exists_alive(backend, ref: AppliedRef) -> bool:
+    obj = backend.get(*ref.key)
+    return obj is not None and not obj.get("metadata", {}).get("deletionTimestamp")

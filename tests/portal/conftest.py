@@ -1,0 +1,89 @@
+"""Portal fixtures: teams, people per role, eager Celery, a zero-delay simulated cluster, a private audit stream."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from kiln.identity.permissions import APPROVER, ENGINEER, PLATFORM_ADMIN, Actor
+from portal.models import Membership, Team
+
+
+@pytest.fixture(autouse=True)
+def portal_settings(settings, tmp_path: Path):
+    from kiln.celery import app
+
+    tag = uuid.uuid4().hex[:10]
+    settings.KILN_AUDIT_STREAM = f"kiln:audit:test:{tag}"
+    settings.KILN_AUDIT_GROUP = f"writers-{tag}"
+    settings.KILN_AUDIT_SIGNING_KEY = str(tmp_path / "audit" / "checkpoint-key.pem")
+    settings.KILN_AUDIT_SIGNING_KEY_IS_DEV = True
+    settings.KILN_AUDIT_ANCHORS = f"dir:{tmp_path / 'anchor'}"
+    settings.KILN_AUDIT_RELAY_ON_COMMIT = False
+    settings.KILN_DELIVERY_BACKEND = "simulated"
+    settings.KILN_SIM_DELAY_PROFILE = "zero"
+    settings.KILN_GITOPS_REPO = str(tmp_path / "gitops.git")
+    previous = app.conf.task_always_eager
+    app.conf.task_always_eager = True
+    yield settings
+    app.conf.task_always_eager = previous
+
+
+@pytest.fixture
+def teams(db) -> dict[str, Team]:
+    return {
+        slug: Team.objects.create(slug=slug, name=slug.title()) for slug in ("payments", "search")
+    }
+
+
+def make_person(username: str, roles: set[str], team: Team | None) -> Actor:
+    user = get_user_model().objects.create_user(username)  # no password: hashing is slow
+    if team is not None:
+        Membership.objects.create(user=user, team=team)
+    return Actor(
+        username=username,
+        roles=frozenset(roles),
+        teams=frozenset({team.slug} if team else set()),
+        user_id=user.pk,
+    )
+
+
+@pytest.fixture
+def people(teams) -> dict[str, Actor]:
+    return {
+        "alice": make_person("alice", {ENGINEER}, teams["payments"]),
+        "bob": make_person("bob", {ENGINEER}, teams["search"]),
+        "carol": make_person("carol", {APPROVER}, teams["payments"]),
+        "dave": make_person("dave", {APPROVER}, None),
+        "erin": make_person("erin", {APPROVER, ENGINEER}, teams["payments"]),
+        "root": make_person("root", {PLATFORM_ADMIN}, None),
+    }
+
+
+def request_data(**overrides) -> dict:
+    data = {
+        "team": "payments",
+        "name": "checkout",
+        "env_class": "dev",
+        "ttl_hours": 48,
+        "workload_class": "standard",
+        "cpu": 4,
+        "memory_gib": 16,
+        "gpu": 0,
+        "tenant_control_plane": False,
+        "spot_node_pool": False,
+        "database": False,
+        "justification": "",
+    }
+    data.update(overrides)
+    return data
+
+
+def drain_audit() -> None:
+    """Publish the outbox and chain everything pending, as the audit writer does."""
+    from audit.writer import AuditWriter
+
+    AuditWriter(block_ms=0).run_once()
