@@ -151,3 +151,7 @@ class AuditExportApi(APIView):
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         response["Content-Disposition"] = f'attachment; filename="kiln-audit-{stamp}.{fmt}"'
         return response
+
+    def perform_content_negotiation(self, request, force=False):
+        # `format` selects jsonl/csv here, not a DRF renderer; errors still render as JSON.
+        return super().perform_content_negotiation(request, force=True)
