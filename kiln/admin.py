@@ -1,9 +1,14 @@
-"""Admin for teams and memberships; writes go through the audited identity services."""
+"""Admin for teams, memberships, people and groups; every change made here is audited."""
 
 from __future__ import annotations
 
 from django.contrib import admin
+from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import GroupAdmin, UserAdmin
+from django.contrib.auth.models import Group
+from django.db import transaction
 
+import audit
 from kiln.admin_site import KilnModelAdmin, admin_actor
 from kiln.identity import permissions, services
 from portal.models import Membership, Team
@@ -72,3 +77,101 @@ class MembershipAdmin(KilnModelAdmin):
     def delete_queryset(self, request, queryset) -> None:
         for membership in queryset.select_related("user", "team"):
             services.membership_remove(actor=admin_actor(request), membership=membership)
+
+
+def audit_target(obj) -> str:
+    """The audit target of a model instance, computed before it is deleted (and loses its pk)."""
+    return f"{obj._meta.app_label}.{obj._meta.model_name}:{obj.pk}"
+
+
+class AuditedAdminMixin:
+    """Record every add, change and delete made through this admin with audit.record().
+
+    The admin's change and delete views run in one transaction, so the audit row
+    commits or rolls back with the change; bulk deletes are wrapped here.
+    """
+
+    audit_prefix = "kiln.object"
+
+    def audit_data(self, obj) -> dict:
+        return {}
+
+    def _changed_fields(self, message) -> list[str]:
+        if not isinstance(message, list):
+            return []
+        return sorted({f for m in message for f in m.get("changed", {}).get("fields", [])})
+
+    def log_addition(self, request, obj, message):
+        data = {**self.audit_data(obj), "via": "admin"}
+        audit.record(admin_actor(request), f"{self.audit_prefix}.created", obj, data)
+        return super().log_addition(request, obj, message)
+
+    def log_change(self, request, obj, message):
+        data = {**self.audit_data(obj), "fields": self._changed_fields(message), "via": "admin"}
+        audit.record(admin_actor(request), f"{self.audit_prefix}.changed", obj, data)
+        return super().log_change(request, obj, message)
+
+    def delete_model(self, request, obj) -> None:
+        with transaction.atomic():
+            target, data = audit_target(obj), {**self.audit_data(obj), "via": "admin"}
+            super().delete_model(request, obj)
+            audit.record(admin_actor(request), f"{self.audit_prefix}.deleted", target, data)
+
+    def delete_queryset(self, request, queryset) -> None:
+        with transaction.atomic():
+            for obj in queryset:
+                self.delete_model(request, obj)
+
+
+class PlatformAdminOnlyMixin:
+    """Only platform admins see or change these models (asks kiln.identity.permissions)."""
+
+    def _platform_admin(self, request) -> bool:
+        return permissions.can_administer(admin_actor(request))
+
+    def has_module_permission(self, request) -> bool:
+        return self._platform_admin(request)
+
+    def has_view_permission(self, request, obj=None) -> bool:
+        return self._platform_admin(request)
+
+    def has_add_permission(self, request) -> bool:
+        return self._platform_admin(request)
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return self._platform_admin(request)
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return self._platform_admin(request)
+
+
+User = get_user_model()
+for _model in (User, Group):
+    if admin.site.is_registered(_model):
+        admin.site.unregister(_model)
+
+
+@admin.register(User)
+class KilnUserAdmin(AuditedAdminMixin, PlatformAdminOnlyMixin, UserAdmin):
+    """People: their groups are their roles, so every change here is audited."""
+
+    audit_prefix = "kiln.user"
+
+    def audit_data(self, obj) -> dict:
+        return {
+            "username": obj.get_username(),
+            "groups": sorted(obj.groups.values_list("name", flat=True)) if obj.pk else [],
+            "is_active": obj.is_active,
+            "is_staff": obj.is_staff,
+            "is_superuser": obj.is_superuser,
+        }
+
+
+@admin.register(Group)
+class KilnGroupAdmin(AuditedAdminMixin, PlatformAdminOnlyMixin, GroupAdmin):
+    """Groups: the ones named after a role grant it."""
+
+    audit_prefix = "kiln.group"
+
+    def audit_data(self, obj) -> dict:
+        return {"name": obj.name}

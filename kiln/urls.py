@@ -3,6 +3,7 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView
 
 import audit.urls
@@ -39,6 +40,7 @@ urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("readyz", views.readyz, name="readyz"),
     path("metrics", views.metrics, name="metrics"),
+    path("favicon.ico", RedirectView.as_view(url="/static/kiln/favicon.svg", permanent=True)),
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", views.ApiDocsView.as_view(url_name="schema"), name="api-docs"),

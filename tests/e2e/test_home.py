@@ -117,3 +117,21 @@ def test_the_checker_sees_csp_violations(browser_page: WatchedPage, kiln):
 def test_static_assets_are_served_by_kiln_itself(kiln, path):
     with urllib.request.urlopen(kiln.base_url + path, timeout=10) as response:  # noqa: S310
         assert response.status == 200
+
+
+def test_admin_renders_for_a_platform_admin_within_the_csp(browser_page: WatchedPage):
+    browser_page.login("root")
+    response = browser_page.goto("/admin/")
+    page = browser_page.page
+    assert response.status == 200
+    assert page.locator("#site-name").inner_text() == "Kiln administration"
+    assert page.locator("a[href='/admin/portal/team/']").count() >= 1
+    browser_page.assert_clean()
+
+
+def test_admin_turns_away_an_engineer(browser_page: WatchedPage, kiln):
+    browser_page.login("alice")
+    browser_page.goto("/admin/")
+    assert browser_page.page.url.startswith(kiln.base_url + "/admin/login/")
+    assert browser_page.page.locator("#site-name").count() == 1
+    browser_page.assert_clean()

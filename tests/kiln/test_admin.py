@@ -168,3 +168,86 @@ def test_approver_cannot_delete_a_membership(client):
     response = client.post(f"/admin/portal/membership/{membership.pk}/delete/", {"post": "yes"})
     assert response.status_code == 403
     assert Membership.objects.filter(pk=membership.pk).exists()
+
+
+# --- people and groups: roles change here, so every change is audited -------------------
+
+
+def user_change_form(user, **overrides) -> dict:
+    form = {
+        "username": user.username,
+        "first_name": "",
+        "last_name": "",
+        "email": "",
+        "is_active": "on",
+        "date_joined_0": "2026-01-01",
+        "date_joined_1": "00:00:00",
+        "initial-date_joined_0": "2026-01-01",
+        "initial-date_joined_1": "00:00:00",
+        "groups": [],
+        "user_permissions": [],
+    }
+    form.update(overrides)
+    return form
+
+
+def test_granting_a_role_in_the_admin_is_audited(client):
+    alice = person("alice", role="engineer", staff=False)
+    approver = Group.objects.get_or_create(name="approver")[0]
+    engineer = Group.objects.get(name="engineer")
+    client.force_login(person("root", role="platform-admin", staff=True))
+    response = client.post(
+        f"/admin/auth/user/{alice.pk}/change/",
+        user_change_form(alice, groups=[engineer.pk, approver.pk]),
+    )
+    assert response.status_code == 302, response.content.decode()[:3000]
+    assert set(alice.groups.values_list("name", flat=True)) == {"engineer", "approver"}
+    event = OutboxEvent.objects.get(action="kiln.user.changed")
+    assert event.actor == "root"
+    assert event.target == f"auth.user:{alice.pk}"
+    assert event.data["groups"] == ["approver", "engineer"]
+    assert event.data["fields"] == ["Groups"]
+
+
+def test_deleting_a_person_in_the_admin_is_audited(client):
+    bob = person("bob", role="engineer", staff=False)
+    client.force_login(person("root", role="platform-admin", staff=True))
+    response = client.post(f"/admin/auth/user/{bob.pk}/delete/", {"post": "yes"})
+    assert response.status_code == 302
+    assert not get_user_model().objects.filter(username="bob").exists()
+    event = OutboxEvent.objects.get(action="kiln.user.deleted")
+    assert event.target == f"auth.user:{bob.pk}"
+    assert event.data["username"] == "bob" and event.data["groups"] == ["engineer"]
+
+
+def test_creating_a_group_in_the_admin_is_audited(client):
+    client.force_login(person("root", role="platform-admin", staff=True))
+    response = client.post("/admin/auth/group/add/", {"name": "auditor", "permissions": []})
+    assert response.status_code == 302
+    group = Group.objects.get(name="auditor")
+    event = OutboxEvent.objects.get(action="kiln.group.created")
+    assert (event.target, event.data) == (
+        f"auth.group:{group.pk}",
+        {"name": "auditor", "via": "admin"},
+    )
+
+
+@pytest.mark.parametrize("path", ["/admin/auth/user/", "/admin/auth/group/"])
+def test_approvers_cannot_see_people_or_groups(client, path):
+    client.force_login(person("carol", role="approver", staff=True))
+    assert client.get(path).status_code == 403
+    index = client.get("/admin/").content.decode()
+    assert "/admin/auth/user/" not in index and "/admin/portal/team/" in index
+
+
+def test_approver_cannot_grant_themselves_a_role(client):
+    carol = person("carol", role="approver", staff=True)
+    admin_group = Group.objects.create(name="platform-admin")
+    client.force_login(carol)
+    response = client.post(
+        f"/admin/auth/user/{carol.pk}/change/",
+        user_change_form(carol, groups=[admin_group.pk], is_staff="on"),
+    )
+    assert response.status_code == 403
+    assert list(carol.groups.values_list("name", flat=True)) == ["approver"]
+    assert not OutboxEvent.objects.exists()

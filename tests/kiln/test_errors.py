@@ -63,3 +63,10 @@ def test_api_root_lists_the_identity_routes(client):
     assert {"/api/v1/me/", "/api/v1/teams/", "/api/v1/teams/<slug:slug>/members/"} <= set(
         body["routes"]
     )
+
+
+def test_favicon_ico_points_at_the_svg_icon(client):
+    response = client.get("/favicon.ico")
+    assert response.status_code == 301
+    assert response["Location"] == "/static/kiln/favicon.svg"
+    assert client.get("/static/kiln/favicon.svg").status_code == 200
