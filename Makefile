@@ -47,17 +47,20 @@ browser:
 
 ## test: the whole suite against PostgreSQL and Redis
 test: $(VENV)/.installed services browser
+	$(PY) manage.py audit_setup_roles
 	$(PY) -m pytest -p no:cacheprovider
 
 ## dev: the production shape - web, worker, beat and audit writer as separate processes
 dev: $(VENV)/.installed services
 	$(PY) manage.py migrate --noinput
+	$(PY) manage.py audit_setup_roles
 	$(PY) manage.py seed_demo
 	@echo "web http://127.0.0.1:$(PORT), worker, beat (Ctrl-C stops all)"
 	@trap 'kill 0' INT TERM EXIT; \
 	  $(PY) -m uvicorn kiln.asgi:application --host 127.0.0.1 --port $(PORT) & \
 	  $(VENV)/bin/celery -A kiln worker --loglevel INFO --concurrency 2 & \
 	  $(VENV)/bin/celery -A kiln beat --loglevel INFO --schedule var/celerybeat-schedule & \
+	  $(PY) manage.py audit_writer & \
 	  wait
 
 lint: $(VENV)/.installed

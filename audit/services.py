@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, models, transaction
+from django.db import OperationalError, connection, models, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -455,6 +455,18 @@ def roles_setup(*, writer_role: str, app_role: str) -> list[str]:
             raise InvalidInput(f"role name {role!r} is not a plain lowercase identifier")
     w, a = f'"{writer_role}"', f'"{app_role}"'
     done: list[str] = []
+    try:
+        connection.ensure_connection()
+    except OperationalError:
+        # The database does not exist yet (a fresh server before `migrate`, or a test run whose
+        # test database pytest creates): roles are server-wide, so create them from the server's
+        # maintenance database; grants follow once the tables exist.
+        return _roles_create_on_server((writer_role, app_role))
+    if "audit_chainevent" not in connection.introspection.table_names():
+        return [
+            *_roles_create_on_server((writer_role, app_role)),
+            "no audit tables yet: run migrate, then again",
+        ]
     with transaction.atomic(), connection.cursor() as cursor:
         for role in (writer_role, app_role):
             cursor.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [role])
@@ -516,3 +528,30 @@ def export_create(*, actor: Any, since: datetime | None, until: datetime | None,
             },
         )
     return segment
+
+
+def _roles_create_on_server(roles: tuple[str, ...]) -> list[str]:
+    """Create missing roles through the server's `postgres` database (no grants)."""
+    import psycopg
+
+    db = connection.settings_dict
+    done = []
+    with psycopg.connect(
+        host=db["HOST"] or None,
+        port=db["PORT"] or None,
+        user=db["USER"] or None,
+        password=db["PASSWORD"] or None,
+        dbname="postgres",
+        autocommit=True,
+    ) as server:
+        for role in roles:
+            if (
+                server.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [role]).fetchone()
+                is None
+            ):
+                try:
+                    server.execute(f'CREATE ROLE "{role}" LOGIN')
+                    done.append(f"created role {role}")
+                except psycopg.errors.DuplicateObject:
+                    pass  # created concurrently
+    return [*done, f"roles {', '.join(roles)} exist on the server"]
