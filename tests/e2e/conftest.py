@@ -17,6 +17,7 @@ beside, so the database tests that follow must not inherit it.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,8 +61,9 @@ def kiln(tmp_path_factory) -> Iterator[Standalone]:
     try:
         yield server
     finally:
-        code = standalone_process.stop(server)
+        code = standalone_process.stop(server, sig=signal.SIGINT)  # as Ctrl-C in `make run`
         assert code == 0, server.stderr()[-3000:]
+        assert "Traceback" not in server.stderr()
 
 
 @pytest.fixture(scope="module")

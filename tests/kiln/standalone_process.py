@@ -102,10 +102,13 @@ def start(var_dir: Path, *, timeout: float = 60.0) -> Standalone:
     return server
 
 
-def stop(server: Standalone, *, timeout: float = 15.0) -> int:
-    """SIGTERM the server and return its exit code (kills it, and raises, if it hangs)."""
+def stop(server: Standalone, *, timeout: float = 15.0, sig: int = signal.SIGTERM) -> int:
+    """Signal the server (SIGTERM, or SIGINT like Ctrl-C) and return its exit code.
+
+    Kills it, and raises, if it does not stop within `timeout`.
+    """
     if server.process.poll() is None:
-        server.process.send_signal(signal.SIGTERM)
+        server.process.send_signal(sig)
     try:
         return server.process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:

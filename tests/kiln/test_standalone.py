@@ -81,4 +81,5 @@ def test_standalone_starts_serves_api_and_login_then_stops_cleanly(tmp_path):
     assert code == 0, server.stderr()[-3000:]
     assert time.monotonic() - stopping < 10
     assert "Kiln stopped." in server.stdout()
+    assert "Traceback" not in server.stderr()
     assert time.monotonic() - started < 90

@@ -55,7 +55,9 @@ class Command(BaseCommand):
 
         # uvicorn shuts down gracefully on SIGINT/SIGTERM and then re-raises the signal;
         # turning SIGTERM into SystemExit lets the in-process services stop in `finally`.
+        # SIGINT too: Ctrl-C in `make run` stops cleanly instead of ending in a traceback.
         signal.signal(signal.SIGTERM, _exit_cleanly)
+        signal.signal(signal.SIGINT, _exit_cleanly)
         runtime = standalone.build_runtime()
         runtime.start()
         self._print_banner(host, port, seeded=not opts["no_seed"])
