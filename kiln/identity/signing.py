@@ -11,9 +11,17 @@ from kiln.identity.permissions import ROLES
 
 
 def ensure_dev_keys() -> None:
-    """Create the dev key pair and JWKS under var/jwt/ when no JWKS is configured."""
-    if settings.KILN_JWT_JWKS_IS_DEV:
-        keys.generate_key_pair(Path(settings.KILN_JWT_PRIVATE_KEY).parent)
+    """Create the dev key pair and JWKS under var/jwt/ when no JWKS is configured.
+
+    Only when the private key is the dev one beside that JWKS: a private key of
+    your own (KILN_JWT_PRIVATE_KEY) is never replaced or shadowed by a generated pair.
+    """
+    jwks_dir = Path(settings.KILN_JWT_JWKS).parent
+    if (
+        settings.KILN_JWT_JWKS_IS_DEV
+        and Path(settings.KILN_JWT_PRIVATE_KEY) == jwks_dir / "private.pem"
+    ):
+        keys.generate_key_pair(jwks_dir)
 
 
 def _kid_for(private_key) -> str:

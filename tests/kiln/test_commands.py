@@ -137,3 +137,28 @@ def test_seed_demo_creates_people_teams_and_roles_once():
     assert again.getvalue().strip() == "demo data already present; nothing to do"
     assert OutboxEvent.objects.count() == events_before
     assert User.objects.count() == users_before
+
+
+def test_dev_keys_are_generated_beside_the_default_jwks_once(settings, tmp_path):
+    from kiln.identity.signing import ensure_dev_keys
+
+    settings.KILN_JWT_JWKS_IS_DEV = True
+    settings.KILN_JWT_JWKS = str(tmp_path / "jwt" / "jwks.json")
+    settings.KILN_JWT_PRIVATE_KEY = str(tmp_path / "jwt" / "private.pem")
+    settings.KILN_JWT_KID = None
+    ensure_dev_keys()
+    first = (tmp_path / "jwt" / "private.pem").read_bytes()
+    ensure_dev_keys()
+    assert (tmp_path / "jwt" / "private.pem").read_bytes() == first  # kept, not regenerated
+    token = run_kiln_token("--sub", "alice", "--roles", "engineer")
+    assert verify(token, tmp_path / "jwt" / "jwks.json")["sub"] == "alice"
+
+
+def test_own_private_key_without_a_jwks_is_not_shadowed_by_a_generated_pair(settings, tmp_path):
+    from kiln.identity.signing import ensure_dev_keys
+
+    settings.KILN_JWT_JWKS_IS_DEV = True
+    settings.KILN_JWT_JWKS = str(tmp_path / "var" / "jwks.json")
+    settings.KILN_JWT_PRIVATE_KEY = str(tmp_path / "mine" / "signing.pem")
+    ensure_dev_keys()
+    assert not (tmp_path / "var").exists() and not (tmp_path / "mine").exists()
