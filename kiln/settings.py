@@ -313,6 +313,25 @@ CELERY_BEAT_SCHEDULE["audit-relay-sweep"] = {
 
 # simulated | kubernetes | gitops. Standalone defaults to the simulated cluster.
 KILN_DELIVERY_BACKEND = env("KILN_DELIVERY_BACKEND", "simulated")
+
+# --- scheduler ---------------------------------------------------------------
+# Score weights (each in [0, 1], summing to 1; checked when the app loads).
+KILN_SCHEDULER_WEIGHT_COST = env_float("KILN_SCHEDULER_WEIGHT_COST", 0.5)
+KILN_SCHEDULER_WEIGHT_PACKING = env_float("KILN_SCHEDULER_WEIGHT_PACKING", 0.3)
+KILN_SCHEDULER_WEIGHT_RISK = env_float("KILN_SCHEDULER_WEIGHT_RISK", 0.2)
+# Optional shared secret kube-scheduler sends as `Authorization: Bearer <token>` to the extender.
+KILN_SCHEDULER_EXTENDER_TOKEN = env("KILN_SCHEDULER_EXTENDER_TOKEN")
+KILN_SCHEDULER_MAX_BODY_BYTES = env_int("KILN_SCHEDULER_MAX_BODY_BYTES", 32 * 1024 * 1024)
+KILN_SCHEDULER_SNAPSHOT_TTL_SECONDS = env_float("KILN_SCHEDULER_SNAPSHOT_TTL_SECONDS", 2.0)
+# Where nodes sync from: simulated | kubernetes | none. Follows the delivery backend by default.
+KILN_SCHEDULER_NODE_SOURCE = env(
+    "KILN_SCHEDULER_NODE_SOURCE", "kubernetes" if KILN_DELIVERY_BACKEND == "kubernetes" else "simulated"
+)
+KILN_SCHEDULER_SYNC_SECONDS = env_float("KILN_SCHEDULER_SYNC_SECONDS", 15.0)
+CELERY_BEAT_SCHEDULE["scheduler-nodes-resync"] = {
+    "task": "scheduler.tasks.nodes_resync",
+    "schedule": KILN_SCHEDULER_SYNC_SECONDS,
+}
 # Simulated cluster: per-kind readiness delays (zero | fast | realistic) times a scale.
 KILN_SIM_DELAY_PROFILE = env("KILN_SIM_DELAY_PROFILE", "fast")
 KILN_SIM_DELAY_SCALE = env_float("KILN_SIM_DELAY_SCALE", 1.0)
@@ -333,4 +352,13 @@ CELERY_IMPORTS = ("canary.chaos_tasks",)
 CELERY_BEAT_SCHEDULE["canary-chaos-reaper"] = {
     "task": "canary.chaos_tasks.chaos_reap",
     "schedule": KILN_CHAOS_REAPER_PERIOD,
+}
+
+# --- canary rollouts (README "Canary rollouts") ---------------------------------------------
+# Each rollout re-enqueues its next tick; this beat sweep enqueues any tick that is due, so a
+# killed worker (or a lost countdown task) delays a rollout by at most one sweep.
+KILN_CANARY_SWEEP_SECONDS = env_float("KILN_CANARY_SWEEP_SECONDS", 2.0)
+CELERY_BEAT_SCHEDULE["canary-rollouts-tick-due"] = {
+    "task": "canary.tasks.rollouts_tick_due",
+    "schedule": KILN_CANARY_SWEEP_SECONDS,
 }

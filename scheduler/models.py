@@ -1,1 +1,164 @@
-"""Tables of this app (none yet)."""
+"""Pricing (instance types, spot prices) and inventory (nodes) shared by the extender and the portal."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.core.validators import MinValueValidator
+from django.db import models
+
+CAPACITY_TYPE_LABEL = "karpenter.sh/capacity-type"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+ZONE_LABEL = "topology.kubernetes.io/zone"
+
+
+class CapacityType(models.TextChoices):
+    """Values of `karpenter.sh/capacity-type`; UNKNOWN when the label is missing or unexpected."""
+
+    ON_DEMAND = "on-demand", "On-demand"
+    SPOT = "spot", "Spot"
+    RESERVED = "reserved", "Reserved"
+    UNKNOWN = "unknown", "Unknown"
+
+
+class InterruptionBucket(models.IntegerChoices):
+    """Spot interruption frequency per month (the Spot Instance Advisor bands)."""
+
+    UNDER_5 = 0, "<5%"
+    FROM_5_TO_10 = 1, "5-10%"
+    FROM_10_TO_15 = 2, "10-15%"
+    FROM_15_TO_20 = 3, "15-20%"
+    OVER_20 = 4, ">20%"
+
+
+class NodeSource(models.TextChoices):
+    """Where a node row was synced from."""
+
+    KUBERNETES = "kubernetes", "Kubernetes watch"
+    SIMULATED = "simulated", "Simulated cluster"
+
+
+class InstanceType(models.Model):
+    """A machine type with its shape and on-demand list price (USD per hour)."""
+
+    name = models.CharField(max_length=64, unique=True)
+    family = models.CharField(max_length=32)
+    vcpu = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    memory_gib = models.DecimalField(max_digits=8, decimal_places=2)
+    gpus = models.PositiveIntegerField(default=0)
+    gpu_model = models.CharField(max_length=64, blank=True)
+    on_demand_hourly = models.DecimalField(max_digits=10, decimal_places=4)
+
+    class Meta:
+        ordering = ["family", "vcpu", "name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(on_demand_hourly__gt=Decimal("0")),
+                name="instancetype_price_positive",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(gpus=0) | ~models.Q(gpu_model=""),
+                name="instancetype_gpu_has_model",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class SpotPrice(models.Model):
+    """The current spot price (USD per hour) and interruption bucket of a type in one zone."""
+
+    instance_type = models.ForeignKey(
+        InstanceType, on_delete=models.CASCADE, related_name="spot_prices"
+    )
+    zone = models.CharField(max_length=64)
+    hourly = models.DecimalField(max_digits=10, decimal_places=4)
+    interruption_bucket = models.PositiveSmallIntegerField(choices=InterruptionBucket.choices)
+    observed_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["instance_type__name", "zone"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["instance_type", "zone"], name="spotprice_type_zone_unique"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(hourly__gt=Decimal("0")), name="spotprice_positive"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.instance_type.name}@{self.zone}"
+
+
+class Node(models.Model):
+    """A cluster node as last synced: labels, capacity type, shape, allocatable and requested."""
+
+    name = models.CharField(max_length=253, unique=True)
+    labels = models.JSONField(default=dict, blank=True)
+    capacity_type = models.CharField(
+        max_length=16, choices=CapacityType.choices, default=CapacityType.UNKNOWN
+    )
+    instance_type = models.CharField(max_length=64, blank=True)
+    zone = models.CharField(max_length=64, blank=True)
+    allocatable_cpu_millis = models.BigIntegerField(default=0)
+    allocatable_memory_bytes = models.BigIntegerField(default=0)
+    allocatable_gpus = models.IntegerField(default=0)
+    requested_cpu_millis = models.BigIntegerField(default=0)
+    requested_memory_bytes = models.BigIntegerField(default=0)
+    requested_gpus = models.IntegerField(default=0)
+    source = models.CharField(max_length=16, choices=NodeSource.choices)
+    synced_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(allocatable_cpu_millis__gte=0)
+                & models.Q(allocatable_memory_bytes__gte=0)
+                & models.Q(allocatable_gpus__gte=0)
+                & models.Q(requested_cpu_millis__gte=0)
+                & models.Q(requested_memory_bytes__gte=0)
+                & models.Q(requested_gpus__gte=0),
+                name="node_quantities_non_negative",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def cpu_utilisation(self) -> float:
+        """Requested / allocatable cpu in [0, 1+]; 0 on zero capacity."""
+        return (
+            self.requested_cpu_millis / self.allocatable_cpu_millis
+            if self.allocatable_cpu_millis
+            else 0.0
+        )
+
+    @property
+    def memory_utilisation(self) -> float:
+        """Requested / allocatable memory; 0 on zero capacity."""
+        if not self.allocatable_memory_bytes:
+            return 0.0
+        return self.requested_memory_bytes / self.allocatable_memory_bytes
+
+
+class ReplayReport(models.Model):
+    """One stored `scheduler_replay` invocation: its parameters and every run's figures."""
+
+    created_at = models.DateTimeField()
+    parts = models.CharField(max_length=64)
+    seed = models.IntegerField()
+    nodes = models.IntegerField()
+    placements = models.BigIntegerField()
+    latency_class_placements = models.BigIntegerField()
+    parse_seconds = models.FloatField()
+    report = models.JSONField()
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"replay {self.parts} seed {self.seed} at {self.created_at:%Y-%m-%d %H:%M}"

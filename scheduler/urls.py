@@ -1,8 +1,15 @@
-"""URL routes of the scheduler app: `urlpatterns` (pages) and `api_urlpatterns` (under /api/v1/)."""
+"""URL routes of the scheduler app: `urlpatterns` (pages and the extender) and `api_urlpatterns`."""
 
-from django.urls import path  # noqa: F401
+from django.urls import path
+
+from scheduler import views
 
 app_name = "scheduler"
 
-urlpatterns: list = []
+urlpatterns: list = [
+    path("scheduler/", views.overview, name="overview"),
+    path("scheduler/explain", views.score_explain, name="explain"),
+    path("scheduler/filter", views.extender_filter, name="extender-filter"),
+    path("scheduler/prioritize", views.extender_prioritize, name="extender-prioritize"),
+]
 api_urlpatterns: list = []

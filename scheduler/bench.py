@@ -1,0 +1,119 @@
+"""Extender benchmark: filter+prioritize latency for N synthetic nodes, in-process and over HTTP."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+
+from scheduler import extender, scoring
+
+
+def synthetic_snapshot(nodes: int, seed: int = 1) -> extender.NodeSnapshot:
+    """N nodes of a few shapes, half spot, random utilisation and prices (one in 50 unpriced)."""
+    rng = np.random.default_rng(seed)
+    shapes = np.array([(2, 8), (4, 16), (8, 32), (16, 64)], dtype=np.float64)
+    pick = shapes[rng.integers(0, len(shapes), nodes)]
+    matrix = np.zeros((nodes, len(scoring.NodeArrays.COLUMNS)))
+    matrix[:, 0] = pick[:, 0]
+    matrix[:, 1] = pick[:, 1] * 2**30
+    matrix[:, 3] = matrix[:, 0] * rng.uniform(0, 0.9, nodes)
+    matrix[:, 4] = matrix[:, 1] * rng.uniform(0, 0.9, nodes)
+    spot = rng.random(nodes) < 0.5
+    matrix[:, 6] = pick[:, 0] * 0.048 * np.where(spot, 0.35, 1.0)
+    matrix[rng.random(nodes) < 0.02, 6] = np.nan
+    matrix[:, 7] = np.where(spot, rng.choice([0.1, 0.3, 0.5, 0.7, 1.0], nodes), 0.0)
+    matrix[:, 8] = spot
+    return extender.NodeSnapshot([f"node-{i:05d}" for i in range(nodes)], matrix)
+
+
+def sample_body(names: list[str], workload_class: str | None, i: int = 0) -> bytes:
+    """An ExtenderArgs body (nodeCacheCapable: true) shaped like kube-scheduler's."""
+    labels = {"app": f"bench-{i}"}
+    if workload_class:
+        labels[scoring.WORKLOAD_CLASS_LABEL] = workload_class
+    pod = {
+        "metadata": {"name": f"bench-{i}", "namespace": "default", "labels": labels},
+        "spec": {
+            "containers": [
+                {"name": "app", "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}}}
+            ]
+        },
+    }
+    return json.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}).encode()
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    """p50/p99/mean of latencies in seconds, reported in milliseconds."""
+    ordered = sorted(samples)
+    p99 = ordered[min(len(ordered) - 1, int(round(0.99 * (len(ordered) - 1))))]
+    return {
+        "p50_ms": round(statistics.median(ordered) * 1000, 3),
+        "p99_ms": round(p99 * 1000, 3),
+        "mean_ms": round(statistics.fmean(ordered) * 1000, 3),
+    }
+
+
+def bench_in_process(
+    snapshot: extender.NodeSnapshot, requests: int, weights: scoring.Weights
+) -> dict[str, Any]:
+    """Per pod: parse + filter + serialise, then parse + prioritize (filter's nodes) + serialise."""
+    classes = (None, scoring.STANDARD, scoring.BATCH, scoring.LATENCY_SENSITIVE)
+    filter_bodies = [sample_body(snapshot.names, classes[i], i) for i in range(4)]
+    prioritize_bodies: dict[int, bytes] = {}
+    samples = []
+    for i in range(requests):
+        k = i % 4
+        t0 = time.perf_counter()
+        result = extender.filter_result(extender.parse_args(filter_bodies[k]), snapshot)
+        json.dumps(result)
+        if k not in prioritize_bodies:
+            prioritize_bodies[k] = sample_body(result["NodeNames"], classes[k], k)
+        ranked = extender.prioritize_result(
+            extender.parse_args(prioritize_bodies[k]), snapshot, weights
+        )
+        json.dumps(ranked)
+        samples.append(time.perf_counter() - t0)
+    out = percentiles(samples)
+    out["pods_per_second"] = round(requests / sum(samples), 1)
+    return out
+
+
+def bench_http(
+    host: str, port: int, names: list[str], requests: int, token: str | None
+) -> dict[str, Any]:
+    """filter then prioritize (with filter's NodeNames) per pod over one keep-alive HTTP connection."""
+    classes = (None, scoring.STANDARD, scoring.BATCH, scoring.LATENCY_SENSITIVE)
+    conn = http.client.HTTPConnection(host, port, timeout=30)
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    samples = []
+    filter_cache: dict[int, bytes] = {}
+    bodies = [sample_body(names, classes[i % 4], i) for i in range(4)]
+    started = time.perf_counter()
+    for i in range(requests):
+        t0 = time.perf_counter()
+        conn.request("POST", "/scheduler/filter", body=bodies[i % 4], headers=headers)
+        response = conn.getresponse()
+        raw = response.read()
+        if response.status != 200:
+            raise RuntimeError(f"filter answered {response.status}: {raw[:200]!r}")
+        if i % 4 not in filter_cache:
+            passing = json.loads(raw)["NodeNames"]
+            filter_cache[i % 4] = sample_body(passing, classes[i % 4], i)
+        conn.request("POST", "/scheduler/prioritize", body=filter_cache[i % 4], headers=headers)
+        response = conn.getresponse()
+        raw = response.read()
+        if response.status != 200:
+            raise RuntimeError(f"prioritize answered {response.status}: {raw[:200]!r}")
+        samples.append(time.perf_counter() - t0)
+    elapsed = time.perf_counter() - started
+    conn.close()
+    out = percentiles(samples)
+    out["pods_per_second"] = round(requests / elapsed, 1)
+    return out

@@ -1,0 +1,184 @@
+"""The extender's HTTP edge, shared by the Django views and the dedicated ASGI app.
+
+`extender_call(verb, body, authorization)` returns (status, JSON bytes). It never
+raises for bad input: a malformed body is a 400 with the reason, an oversized
+one a 413, a wrong bearer token a 401. kube-scheduler calls it without a user
+session, so the Django views are csrf-exempt; see README "Scheduler" for how
+the endpoints are protected (NetworkPolicy, mTLS, optional shared token).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
+from prometheus_client import Counter, Histogram
+
+from scheduler import extender, selectors
+
+log = logging.getLogger("kiln.scheduler.extender")
+FILTER, PRIORITIZE = "filter", "prioritize"
+VERBS = (FILTER, PRIORITIZE)
+
+EXTENDER_SECONDS = Histogram(
+    "kiln_scheduler_extender_seconds",
+    "Time to answer one extender call",
+    ["verb"],
+    buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5),
+)
+EXTENDER_ERRORS = Counter(
+    "kiln_scheduler_extender_errors_total",
+    "Extender calls answered with an error",
+    ["verb", "code"],
+)
+SPOT_REJECTIONS = Counter(
+    "kiln_scheduler_spot_rejections_total",
+    "Spot nodes rejected for latency-sensitive pods (FailedAndUnresolvableNodes)",
+)
+
+
+def _dumps(data: Any) -> bytes:
+    return json.dumps(data, separators=(",", ":")).encode()
+
+
+def _error(verb: str, status: int, code: str, message: str) -> tuple[int, bytes]:
+    EXTENDER_ERRORS.labels(verb, code).inc()
+    if verb == FILTER:
+        body = extender.error_filter_result(message)
+        body["code"] = code
+        return status, _dumps(body)
+    return status, _dumps({"code": code, "message": message, "extra": {}})
+
+
+def authorized(authorization: str | None) -> bool:
+    """Whether the call carries the configured shared token (always true when none is configured)."""
+    expected = settings.KILN_SCHEDULER_EXTENDER_TOKEN
+    if not expected:
+        return True
+    if not authorization or not authorization.startswith("Bearer "):
+        return False
+    return hmac.compare_digest(authorization[len("Bearer ") :].encode(), expected.encode())
+
+
+def extender_call(
+    verb: str,
+    body: bytes,
+    authorization: str | None = None,
+    snapshot_source: Callable[[], extender.NodeSnapshot] | None = None,
+) -> tuple[int, bytes]:
+    """Answer one filter or prioritize call: (HTTP status, JSON body).
+
+    `snapshot_source` defaults to the inventory (`selectors.node_snapshot`); the
+    benchmark passes a synthetic one.
+    """
+    started = time.perf_counter()
+    if verb not in VERBS:
+        return _error(verb, 404, "not_found", f"unknown extender verb {verb!r}")
+    if not authorized(authorization):
+        return _error(verb, 401, "not_authenticated", "missing or wrong extender bearer token")
+    if len(body) > settings.KILN_SCHEDULER_MAX_BODY_BYTES:
+        return _error(
+            verb,
+            413,
+            "too_large",
+            f"body of {len(body)} bytes exceeds KILN_SCHEDULER_MAX_BODY_BYTES "
+            f"({settings.KILN_SCHEDULER_MAX_BODY_BYTES}); use nodeCacheCapable: true",
+        )
+    try:
+        args = extender.parse_args(body)
+    except extender.ProtocolError as exc:
+        return _error(verb, 400, "malformed", str(exc))
+    snapshot = (snapshot_source or selectors.node_snapshot)()
+    if verb == FILTER:
+        result: Any = extender.filter_result(args, snapshot)
+        if result["FailedAndUnresolvableNodes"]:
+            SPOT_REJECTIONS.inc(len(result["FailedAndUnresolvableNodes"]))
+    else:
+        result = extender.prioritize_result(args, snapshot, selectors.scoring_weights())
+    payload = _dumps(result)
+    EXTENDER_SECONDS.labels(verb).observe(time.perf_counter() - started)
+    return 200, payload
+
+
+class ExtenderASGI:
+    """A minimal ASGI app serving POST /scheduler/filter and /scheduler/prioritize (and /healthz).
+
+    It skips Django's middleware stack (kube-scheduler waits on every call) but
+    answers through the same `extender_call` as the Django views; the ORM read
+    of a stale snapshot runs in a worker thread.
+    """
+
+    PATHS = {"/scheduler/filter": FILTER, "/scheduler/prioritize": PRIORITIZE}
+
+    def __init__(self, snapshot_source: Callable[[], extender.NodeSnapshot] | None = None) -> None:
+        self.snapshot_source = snapshot_source
+
+    async def __call__(self, scope: dict, receive, send) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        path = scope["path"].rstrip("/") or "/"
+        if path == "/healthz":
+            await self._send(send, 200, b'{"status":"ok"}')
+            return
+        verb = self.PATHS.get(path)
+        if verb is None:
+            await self._send(
+                send, 404, _dumps({"code": "not_found", "message": "no such endpoint", "extra": {}})
+            )
+            return
+        if scope["method"] != "POST":
+            await self._send(
+                send,
+                405,
+                _dumps({"code": "method_not_allowed", "message": "use POST", "extra": {}}),
+            )
+            return
+        headers = {
+            k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])
+        }
+        limit = settings.KILN_SCHEDULER_MAX_BODY_BYTES
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size <= limit + 1:
+                chunks.append(chunk)
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        status, payload = await asyncio.to_thread(
+            extender_call, verb, body, headers.get("authorization")
+        )
+        await self._send(send, status, payload)
+
+    @staticmethod
+    async def _send(send, status: int, payload: bytes) -> None:
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(payload)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": payload})

@@ -1,0 +1,95 @@
+"""Benchmark the extender: filter+prioritize latency for N nodes, in process and over HTTP; print JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from scheduler import bench, selectors
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Command(BaseCommand):
+    help = "Measure extender latency (p50/p99 ms per filter+prioritize pair, pods/s) for N nodes."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--nodes", type=int, default=5000)
+        parser.add_argument("--requests", type=int, default=500)
+        parser.add_argument("--no-http", action="store_true", help="skip the HTTP measurement")
+        parser.add_argument(
+            "--json", action="store_true", help="print JSON (always on; kept for scripts)"
+        )
+
+    def handle(self, *args, **opts):
+        nodes, requests = opts["nodes"], opts["requests"]
+        if nodes <= 0 or requests <= 0:
+            raise CommandError("--nodes and --requests must be positive")
+        snapshot = bench.synthetic_snapshot(nodes)
+        weights = selectors.scoring_weights()
+        bench.bench_in_process(snapshot, min(20, requests), weights)  # warm up
+        result = {
+            "nodes": nodes,
+            "requests": requests,
+            "mode": "nodeCacheCapable: true (NodeNames)",
+            "machine": {
+                "cpus": os.cpu_count(),
+                "python": platform.python_version(),
+                "load_1m": os.getloadavg()[0],
+            },
+            "in_process": bench.bench_in_process(snapshot, requests, weights),
+        }
+        if not opts["no_http"]:
+            result["http"] = self._over_http(nodes, requests, snapshot.names)
+        self.stdout.write(json.dumps(result, indent=2))
+
+    def _over_http(self, nodes: int, requests: int, names: list[str]) -> dict:
+        """Start `scheduler_extender` as a real process on loopback and measure against it."""
+        port = _free_port()
+        manage = Path(settings.BASE_DIR) / "manage.py"
+        cmd = [
+            sys.executable,
+            str(manage),
+            "scheduler_extender",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ]
+        cmd += ["--bench-nodes", str(nodes)]
+        server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                if server.poll() is not None:
+                    raise CommandError(f"extender exited: {server.stderr.read().decode()[-500:]}")
+                with socket.socket() as s:
+                    if s.connect_ex(("127.0.0.1", port)) == 0:
+                        break
+                if time.monotonic() > deadline:
+                    raise CommandError("extender did not start within 60 s")
+                time.sleep(0.2)
+            token = settings.KILN_SCHEDULER_EXTENDER_TOKEN
+            bench.bench_http("127.0.0.1", port, names, min(20, requests), token)  # warm up
+            out = bench.bench_http("127.0.0.1", port, names, requests, token)
+            out["server"] = "scheduler_extender (uvicorn, dedicated ASGI app), loopback, keep-alive"
+            return out
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                server.kill()

@@ -1,0 +1,434 @@
+"""The replay core: machines and tasks from the trace, placements by the scheduler under test.
+
+State is a set of per-machine numpy arrays updated incrementally (one element
+per event); each placement filters and scores a sample of machines with array
+operations, the way kube-scheduler does:
+
+  1. sampling: starting where the previous pod stopped, walk the machines in
+     order and keep the first `numFeasibleNodesToFind` that pass NodeResourcesFit
+     (free cpu and memory >= request); the next pod starts after the last one looked at;
+  2. `default`: score the sample with LeastAllocated + BalancedAllocation;
+     `kiln`: hand the sample to Kiln's filter (spot guarantee) and score
+     (scheduler/scoring.py), as the deployed extender is called with it;
+  3. the best score wins; ties are broken uniformly at random (selectHost).
+
+Tasks: priority >= 9 is latency-sensitive, 0-1 batch, the rest standard.
+SCHEDULE places a task; EVICT, FAIL, FINISH, KILL and LOST free it. A placement
+that finds no node counts as unschedulable and is not retried (the trace's own
+later SCHEDULE of the same task is another attempt). REMOVE of a machine drops
+every task on it (counted as disrupted) and ADD brings it back empty.
+Cost integrates, over the trace window, the price of every machine holding at
+least one task: sum(node-hours * $/h).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from scheduler import kubedefault, scoring
+from scheduler.replay.prices import PriceModel, on_demand_price
+from scheduler.replay.trace import (
+    END_EVENTS,
+    MACHINE_ADD,
+    MACHINE_REMOVE,
+    SCHEDULE,
+    Trace,
+)
+
+KILN, DEFAULT = "kiln", "default"
+SCHEDULERS = (KILN, DEFAULT)
+START_TRACE, START_EMPTY = "trace", "empty"
+STARTS = (START_TRACE, START_EMPTY)
+WINDOW_START_US = 600_000_000  # the trace window opens at 600 s; time 0 means "before it"
+US_PER_HOUR = 3_600_000_000
+# kube-scheduler's non-zero defaults for scoring a pod that requests nothing
+# (100m cpu, 200 MB), in trace units: 0.1 of 64 vCPU, 200 MB of 256 GiB.
+NON_ZERO_CPU = 0.1 / 64
+NON_ZERO_MEM = 200e6 / (256 * 2**30)
+
+LAT, STD, BAT = 0, 1, 2
+CLASS_NAMES = {LAT: scoring.LATENCY_SENSITIVE, STD: scoring.STANDARD, BAT: scoring.BATCH}
+
+
+def task_class(priority: int) -> int:
+    """Priority 9-11 is latency-sensitive, 0-1 batch, 2-8 standard."""
+    if priority >= 9:
+        return LAT
+    if priority <= 1:
+        return BAT
+    return STD
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    """One run: which scheduler, spot fraction and start, and the seed of every draw."""
+
+    scheduler: str
+    spot_fraction: float
+    start: str
+    seed: int = 1
+    weights: scoring.Weights = field(default_factory=scoring.Weights)
+    percentage_of_nodes_to_score: int = 0
+
+
+@dataclass
+class RunResult:
+    """Figures of one run (see the module docstring for their definitions)."""
+
+    scheduler: str
+    spot_fraction: float
+    start: str
+    placements: int = 0
+    latency_placements: int = 0
+    pinned_at_start: int = 0
+    latency_on_spot: int = 0
+    initial_latency_on_spot: int = 0
+    unschedulable: int = 0
+    latency_unschedulable: int = 0
+    cost: float = 0.0
+    on_demand_cost: float = 0.0
+    savings_vs_on_demand: float = 0.0
+    busy_node_hours: float = 0.0
+    tasks_disrupted_by_reclaim: int = 0
+    latency_disrupted_by_reclaim: int = 0
+    latency_disrupted_on_spot: int = 0
+    wall_seconds: float = 0.0
+    placements_per_second: float = 0.0
+    scheduling_retries: int = 0
+
+    def as_dict(self) -> dict:
+        """The run as a JSON-ready dict (money and ratios rounded)."""
+        data = asdict(self)
+        for key in ("cost", "on_demand_cost", "busy_node_hours"):
+            data[key] = round(data[key], 2)
+        for key in ("savings_vs_on_demand", "wall_seconds", "placements_per_second"):
+            data[key] = round(data[key], 4)
+        return data
+
+
+class Cluster:
+    """Per-machine arrays for one run; rows follow scoring.NodeArrays.COLUMNS."""
+
+    def __init__(self, n: int, prices: PriceModel, fraction: float) -> None:
+        self.n = n
+        self.matrix = np.zeros((n, len(scoring.NodeArrays.COLUMNS)), dtype=np.float64)
+        self.spot = prices.spot_mask(fraction)
+        self.on_demand = ~self.spot
+        self.matrix[:, 7] = np.where(self.spot, prices.likelihood(), 0.0)
+        self.matrix[:, 8] = self.spot.astype(np.float64)
+        self.discount = prices.discount
+        # Free capacity for the fit check; -1 marks an absent machine so nothing fits.
+        self.free_cpu = np.full(n, -1.0)
+        self.free_mem = np.full(n, -1.0)
+        self.active = np.zeros(n, dtype=bool)
+        self.active_count = 0
+        self.tasks = np.zeros(n, dtype=np.int64)
+        self.latency = np.zeros(n, dtype=np.int64)
+        self.generation = np.zeros(n, dtype=np.int64)
+        self.od_price = np.zeros(n)
+        self.busy_price = 0.0
+        self.busy_od_price = 0.0
+        self.busy_count = 0
+
+    def set_capacity(self, m: int, cpu: float, mem: float) -> None:
+        """ADD or UPDATE: set capacity and price; free capacity follows what is requested."""
+        row = self.matrix[m]
+        if self.tasks[m] > 0:
+            self.busy_price -= row[6]
+            self.busy_od_price -= self.od_price[m]
+        row[0], row[1] = cpu, mem
+        od = float(on_demand_price(cpu, mem))
+        self.od_price[m] = od
+        row[6] = od * (1.0 - self.discount[m]) if self.spot[m] else od
+        if self.tasks[m] > 0:
+            self.busy_price += row[6]
+            self.busy_od_price += od
+        if not self.active[m]:
+            self.active[m] = True
+            self.active_count += 1
+        self.free_cpu[m] = cpu - row[3]
+        self.free_mem[m] = mem - row[4]
+
+    def remove(self, m: int) -> tuple[int, int]:
+        """REMOVE: drop every task on the machine; return (tasks, latency-class tasks) dropped."""
+        if not self.active[m]:
+            return 0, 0
+        dropped, latency = int(self.tasks[m]), int(self.latency[m])
+        if dropped:
+            self.busy_price -= self.matrix[m, 6]
+            self.busy_od_price -= self.od_price[m]
+            self.busy_count -= 1
+        self.tasks[m] = 0
+        self.latency[m] = 0
+        self.matrix[m, 3] = self.matrix[m, 4] = 0.0
+        self.generation[m] += 1
+        self.active[m] = False
+        self.active_count -= 1
+        self.free_cpu[m] = self.free_mem[m] = -1.0
+        return dropped, latency
+
+    def place(self, m: int, cpu: float, mem: float, latency: bool) -> None:
+        """Add a task's requests to machine m."""
+        row = self.matrix[m]
+        row[3] += cpu
+        row[4] += mem
+        self.free_cpu[m] -= cpu
+        self.free_mem[m] -= mem
+        if self.tasks[m] == 0:
+            self.busy_price += row[6]
+            self.busy_od_price += self.od_price[m]
+            self.busy_count += 1
+        self.tasks[m] += 1
+        if latency:
+            self.latency[m] += 1
+
+    def free(self, m: int, cpu: float, mem: float, latency: bool) -> None:
+        """Take a task's requests off machine m."""
+        row = self.matrix[m]
+        row[3] -= cpu
+        row[4] -= mem
+        self.free_cpu[m] += cpu
+        self.free_mem[m] += mem
+        self.tasks[m] -= 1
+        if latency:
+            self.latency[m] -= 1
+        if self.tasks[m] == 0:
+            self.busy_price -= row[6]
+            self.busy_od_price -= self.od_price[m]
+            self.busy_count -= 1
+
+
+class Placer:
+    """kube-scheduler's sampling loop plus the scorer under test."""
+
+    def __init__(self, cluster: Cluster, config: ReplayConfig, rng: random.Random) -> None:
+        self.cluster = cluster
+        self.config = config
+        self.rng = rng
+        self.next_start = 0
+        self.need = 0
+        self.retries = 0
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Recompute how many feasible nodes to look for (after machines come or go)."""
+        self.need = kubedefault.num_feasible_nodes_to_find(
+            self.cluster.active_count, self.config.percentage_of_nodes_to_score
+        )
+
+    def sample(self, cpu: float, mem: float) -> np.ndarray:
+        """The first `need` machines from next_start that fit the request; advances next_start."""
+        c = self.cluster
+        n, need = c.n, self.need
+        if need <= 0:
+            return np.empty(0, dtype=np.int64)
+        width = max(2 * need, 512)
+        found: list[np.ndarray] = []
+        count = scanned = 0
+        pos = self.next_start
+        while scanned < n:
+            hi = min(pos + width, n, pos + (n - scanned))
+            idx = np.flatnonzero((c.free_cpu[pos:hi] >= cpu) & (c.free_mem[pos:hi] >= mem))
+            if count + idx.shape[0] >= need:
+                idx = idx[: need - count]
+                found.append(idx + pos)
+                self.next_start = (pos + int(idx[-1]) + 1) % n
+                return np.concatenate(found) if len(found) > 1 else found[0]
+            if idx.shape[0]:
+                found.append(idx + pos)
+                count += idx.shape[0]
+            scanned += hi - pos
+            pos = hi % n
+            width *= 2  # few fit here: look further per step (a nearly full cluster)
+        # Looked at every node: kube-scheduler's start index comes back to where it was.
+        if not found:
+            return np.empty(0, dtype=np.int64)
+        return np.concatenate(found) if len(found) > 1 else found[0]
+
+    def any_on_demand_fits(self, cpu: float, mem: float) -> bool:
+        """Whether any on-demand machine in the whole cluster fits the request."""
+        c = self.cluster
+        return bool(((c.free_cpu >= cpu) & (c.free_mem >= mem) & c.on_demand).any())
+
+    def choose(self, cpu: float, mem: float, klass: int) -> int:
+        """Machine index for a task, or -1 when nothing fits.
+
+        When Kiln's filter rejects the whole sample, the pod goes back to the
+        queue and kube-scheduler tries again from the next start index; the
+        retries stop once the attempts have walked the whole ring of nodes.
+        """
+        attempts = 1
+        if self.config.scheduler == KILN and self.need:
+            attempts = -(-self.cluster.active_count // self.need)
+        for _ in range(attempts):
+            sample = self.sample(cpu, mem)
+            if sample.shape[0] == 0:
+                return -1
+            rows = self.cluster.matrix[sample]
+            if self.config.scheduler == DEFAULT:
+                scores = kubedefault.default_scores(
+                    rows[:, 0],
+                    rows[:, 1],
+                    rows[:, 3],
+                    rows[:, 4],
+                    cpu if cpu > 0 else NON_ZERO_CPU,
+                    mem if mem > 0 else NON_ZERO_MEM,
+                )
+            else:
+                pod = scoring.PodRequest(cpu=cpu, memory=mem, workload_class=CLASS_NAMES[klass])
+                reasons = scoring.filter_matrix(rows, pod)
+                feasible = reasons == scoring.FIT
+                if not feasible.any():
+                    if sample.shape[0] < self.need or not self.any_on_demand_fits(cpu, mem):
+                        return -1  # no retry can succeed: every node that fits was seen, or is spot
+                    self.retries += 1
+                    continue
+                scores = np.where(
+                    feasible, scoring.score_matrix(rows, pod, self.config.weights, reasons), -1
+                )
+            candidates = np.flatnonzero(scores == scores.max())
+            if candidates.shape[0] > 1:
+                return int(sample[candidates[self.rng.randrange(candidates.shape[0])]])
+            return int(sample[candidates[0]])
+        return -1
+
+
+def run_replay(
+    trace: Trace,
+    config: ReplayConfig,
+    *,
+    progress: Callable[[str], None] | None = None,
+    progress_every: int = 200_000,
+) -> RunResult:
+    """Replay the trace once under `config` and return its figures."""
+    if config.scheduler not in SCHEDULERS:
+        raise ValueError(f"scheduler must be one of {SCHEDULERS}, not {config.scheduler!r}")
+    if config.start not in STARTS:
+        raise ValueError(f"start must be one of {STARTS}, not {config.start!r}")
+    started = time.perf_counter()
+    me = trace.machines
+    ids = np.unique(me.machine)
+    index = {int(mid): i for i, mid in enumerate(ids.tolist())}
+    n = len(ids)
+    cluster = Cluster(n, PriceModel.draw(n, config.seed), config.spot_fraction)
+    placer = Placer(cluster, config, random.Random(config.seed))
+    result = RunResult(config.scheduler, config.spot_fraction, config.start)
+
+    m_time = me.time.tolist()
+    m_idx = [index[int(x)] for x in me.machine.tolist()]
+    m_kind = me.kind.tolist()
+    m_cpu = me.cpu.tolist()
+    m_mem = me.mem.tolist()
+    m_count = len(m_time)
+    j = 0
+
+    te = trace.tasks
+    t_time = te.time.tolist()
+    t_key = te.key.tolist()
+    t_machine = te.machine.tolist()
+    t_kind = te.kind.tolist()
+    t_prio = te.priority.tolist()
+    t_cpu = te.cpu.tolist()
+    t_mem = te.mem.tolist()
+
+    running: dict[int, tuple[int, int, float, float, bool]] = {}
+    last_time = WINDOW_START_US
+    cost = od_cost = busy_hours = 0.0
+    spot = cluster.spot
+    pin = config.start == START_TRACE
+    end_events = END_EVENTS
+    next_report = progress_every
+
+    def apply_machines_until(t: int) -> None:
+        nonlocal j
+        changed = False
+        while j < m_count and m_time[j] <= t:
+            m = m_idx[j]
+            kind = m_kind[j]
+            if kind == MACHINE_REMOVE:
+                dropped, latency = cluster.remove(m)
+                result.tasks_disrupted_by_reclaim += dropped
+                result.latency_disrupted_by_reclaim += latency
+                if spot[m]:
+                    result.latency_disrupted_on_spot += latency
+                changed = True
+            else:
+                cpu, mem = m_cpu[j], m_mem[j]
+                if cpu != cpu or mem != mem:  # NaN: the trace left the capacity empty
+                    row = cluster.matrix[m]
+                    cpu = row[0] if cpu != cpu else cpu
+                    mem = row[1] if mem != mem else mem
+                if kind == MACHINE_ADD and not cluster.active[m]:
+                    changed = True
+                cluster.set_capacity(m, cpu, mem)
+            j += 1
+        if changed:
+            placer.refresh()
+
+    for i in range(len(t_time)):
+        t = t_time[i]
+        if t > last_time:
+            hours = (t - last_time) / US_PER_HOUR
+            cost += cluster.busy_price * hours
+            od_cost += cluster.busy_od_price * hours
+            busy_hours += cluster.busy_count * hours
+            last_time = t
+        if j < m_count and m_time[j] <= t:
+            apply_machines_until(t)
+        kind = t_kind[i]
+        key = t_key[i]
+        if kind == SCHEDULE:
+            held = running.pop(key, None)
+            if held is not None and cluster.generation[held[0]] == held[1]:
+                cluster.free(held[0], held[2], held[3], held[4])
+            cpu, mem = t_cpu[i], t_mem[i]
+            klass = task_class(t_prio[i])
+            latency = klass == LAT
+            m = -1
+            if pin and t == 0:
+                traced = index.get(t_machine[i], -1)
+                if traced >= 0 and cluster.active[traced]:
+                    m = traced
+                    result.pinned_at_start += 1
+                    if latency and spot[m]:
+                        result.initial_latency_on_spot += 1
+            if m < 0:
+                m = placer.choose(cpu, mem, klass)
+                if m < 0:
+                    result.unschedulable += 1
+                    if latency:
+                        result.latency_unschedulable += 1
+                    continue
+                result.placements += 1
+                if latency:
+                    result.latency_placements += 1
+                    if spot[m]:
+                        result.latency_on_spot += 1
+            cluster.place(m, cpu, mem, latency)
+            running[key] = (m, int(cluster.generation[m]), cpu, mem, latency)
+            if progress is not None and i >= next_report:
+                next_report = i + progress_every
+                progress(
+                    f"{config.scheduler} spot={config.spot_fraction} start={config.start}: "
+                    f"{i + 1}/{len(t_time)} events, {result.placements} placements, "
+                    f"{time.perf_counter() - started:.1f}s"
+                )
+        elif kind in end_events:
+            held = running.pop(key, None)
+            if held is not None and cluster.generation[held[0]] == held[1]:
+                cluster.free(held[0], held[2], held[3], held[4])
+    result.cost = float(cost)
+    result.on_demand_cost = float(od_cost)
+    result.busy_node_hours = float(busy_hours)
+    result.scheduling_retries = placer.retries
+    result.savings_vs_on_demand = float(1.0 - cost / od_cost) if od_cost > 0 else 0.0
+    result.wall_seconds = time.perf_counter() - started
+    result.placements_per_second = (
+        result.placements / result.wall_seconds if result.wall_seconds else 0.0
+    )
+    return result

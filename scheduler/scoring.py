@@ -1,0 +1,346 @@
+"""Kiln's scoring engine: filter and score every candidate node at once (numpy, no Django).
+
+Inputs are column arrays over nodes (`NodeArrays`) and one pod (`PodRequest`);
+units only have to agree between nodes and pod (cores and bytes in the
+extender, normalised trace units in the replay).
+
+Filter (reasons are constants, never bools):
+  * the spot guarantee: a latency-sensitive pod (label `kiln.dev/workload-class`
+    `latency-sensitive`, missing or unknown) sees every spot node as
+    unschedulable, and that reason is *unresolvable* (preemption cannot undo it);
+  * resource fit: requested + pod <= allocatable for cpu, memory and GPUs;
+  * zero capacity: a node without allocatable cpu or memory fits nothing.
+
+Score (each term in [0, 1], then weighted; weights sum to 1):
+  score = round(10 * (w_cost * cost + w_packing * packing + w_risk * (1 - risk)))
+so every score is an integer in [0, 10] (`MaxExtenderPriority`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+MAX_EXTENDER_PRIORITY = 10
+
+WORKLOAD_CLASS_LABEL = "kiln.dev/workload-class"
+LATENCY_SENSITIVE = "latency-sensitive"
+STANDARD = "standard"
+BATCH = "batch"
+WORKLOAD_CLASSES = (LATENCY_SENSITIVE, STANDARD, BATCH)
+
+# What one interruption costs a pod of each class, in [0, 1]: a latency-sensitive
+# service loses requests and its warm state; batch work just re-runs a chunk.
+RESTART_COST: dict[str, float] = {LATENCY_SENSITIVE: 1.0, STANDARD: 0.5, BATCH: 0.1}
+
+# Spot interruption-frequency buckets (the five bands of the AWS Spot Instance
+# Advisor: interruptions per month) and the likelihood in [0, 1] Kiln assigns each:
+# the band's midpoint (2.5%, 7.5%, 12.5%, 17.5%, 25%) divided by the top one's.
+INTERRUPTION_BUCKETS: tuple[tuple[str, float], ...] = (
+    ("<5%", 0.1),
+    ("5-10%", 0.3),
+    ("10-15%", 0.5),
+    ("15-20%", 0.7),
+    (">20%", 1.0),
+)
+UNKNOWN_SPOT_LIKELIHOOD = 1.0  # a spot node with no bucket is assumed the worst
+
+# Filter reasons. FIT means the node passes.
+FIT = 0
+REASON_SPOT_LATENCY_SENSITIVE = 1
+REASON_ZERO_CAPACITY = 2
+REASON_INSUFFICIENT_CPU = 3
+REASON_INSUFFICIENT_MEMORY = 4
+REASON_INSUFFICIENT_GPU = 5
+REASON_MESSAGES: dict[int, str] = {
+    REASON_SPOT_LATENCY_SENSITIVE: "node is spot capacity and the pod is latency-sensitive",
+    REASON_ZERO_CAPACITY: "node has no allocatable cpu or memory",
+    REASON_INSUFFICIENT_CPU: "Insufficient cpu",
+    REASON_INSUFFICIENT_MEMORY: "Insufficient memory",
+    REASON_INSUFFICIENT_GPU: "Insufficient nvidia.com/gpu",
+}
+# Reasons preemption cannot resolve: they go to FailedAndUnresolvableNodes.
+UNRESOLVABLE_REASONS = frozenset({REASON_SPOT_LATENCY_SENSITIVE, REASON_ZERO_CAPACITY})
+
+
+class WeightsError(ValueError):
+    """The score weights are not three finite numbers in [0, 1] summing to 1."""
+
+
+@dataclass(frozen=True)
+class Weights:
+    """Weights of the cost, packing and risk terms; each in [0, 1], summing to 1."""
+
+    cost: float = 0.5
+    packing: float = 0.3
+    risk: float = 0.2
+
+    def __post_init__(self) -> None:
+        values = {"cost": self.cost, "packing": self.packing, "risk": self.risk}
+        for name, value in values.items():
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise WeightsError(f"weight {name} must be a number, not {value!r}")
+            if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+                raise WeightsError(f"weight {name} must be within [0, 1], not {value!r}")
+        total = sum(values.values())
+        if abs(total - 1.0) > 1e-6:
+            raise WeightsError(f"weights must sum to 1, not {total:g}")
+
+
+@dataclass(frozen=True)
+class PodRequest:
+    """What one pod asks for (cpu, memory, GPUs in the nodes' units) and its workload class."""
+
+    cpu: float
+    memory: float
+    gpu: float = 0.0
+    workload_class: str = LATENCY_SENSITIVE
+
+
+@dataclass
+class NodeArrays:
+    """Column arrays over N nodes; `price` NaN means unpriced, `interruption` NaN means unknown."""
+
+    alloc_cpu: np.ndarray
+    alloc_mem: np.ndarray
+    alloc_gpu: np.ndarray
+    req_cpu: np.ndarray
+    req_mem: np.ndarray
+    req_gpu: np.ndarray
+    price: np.ndarray
+    interruption: np.ndarray
+    spot: np.ndarray
+
+    COLUMNS = (
+        "alloc_cpu",
+        "alloc_mem",
+        "alloc_gpu",
+        "req_cpu",
+        "req_mem",
+        "req_gpu",
+        "price",
+        "interruption",
+        "spot",
+    )
+
+    def __len__(self) -> int:
+        return int(self.alloc_cpu.shape[0])
+
+    @classmethod
+    def from_matrix(cls, matrix: np.ndarray) -> NodeArrays:
+        """View an (N, 9) float matrix whose columns follow `COLUMNS` as NodeArrays (no copy)."""
+        return cls(*(matrix[:, i] for i in range(8)), matrix[:, 8] > 0.5)
+
+    def to_matrix(self) -> np.ndarray:
+        """Stack the columns into one (N, 9) float64 matrix (see `from_matrix`)."""
+        return np.column_stack(
+            [np.asarray(getattr(self, c), dtype=np.float64) for c in self.COLUMNS]
+        )
+
+
+def workload_class_of(labels: Mapping[str, str] | None) -> str:
+    """The pod's workload class from its labels; missing or unknown means latency-sensitive."""
+    value = (labels or {}).get(WORKLOAD_CLASS_LABEL)
+    return value if value in WORKLOAD_CLASSES else LATENCY_SENSITIVE
+
+
+def effective_prices(price: np.ndarray) -> np.ndarray:
+    """Fail-safe prices: an unpriced (NaN) node costs the highest known price (1.0 if none is known)."""
+    price = np.asarray(price, dtype=np.float64)
+    known = ~np.isnan(price)
+    if known.all():
+        return price
+    fallback = float(price[known].max()) if known.any() else 1.0
+    return np.where(known, price, fallback)
+
+
+def filter_nodes(nodes: NodeArrays, pod: PodRequest) -> np.ndarray:
+    """Per-node filter reason (int8, FIT = passes); the spot guarantee takes precedence over fit."""
+    reasons = np.zeros(len(nodes), dtype=np.int8)
+    # Assigned from the weakest to the strongest reason so the strongest one wins.
+    if pod.gpu > 0:
+        reasons[nodes.req_gpu + pod.gpu > nodes.alloc_gpu] = REASON_INSUFFICIENT_GPU
+    reasons[nodes.req_mem + pod.memory > nodes.alloc_mem] = REASON_INSUFFICIENT_MEMORY
+    reasons[nodes.req_cpu + pod.cpu > nodes.alloc_cpu] = REASON_INSUFFICIENT_CPU
+    reasons[(nodes.alloc_cpu <= 0) | (nodes.alloc_mem <= 0)] = REASON_ZERO_CAPACITY
+    if pod.workload_class not in (STANDARD, BATCH):
+        reasons[nodes.spot] = REASON_SPOT_LATENCY_SENSITIVE
+    return reasons
+
+
+def _safe_ratio(numerator: np.ndarray | float, denominator: np.ndarray) -> np.ndarray:
+    """numerator / denominator, +inf where the denominator is zero or negative (zero-capacity guard)."""
+    denominator = np.asarray(denominator, dtype=np.float64)
+    out = np.full(denominator.shape, np.inf)
+    return np.divide(numerator, denominator, out=out, where=denominator > 0)
+
+
+def dominant_share(nodes: NodeArrays, pod: PodRequest) -> np.ndarray:
+    """The pod's largest share of a node's allocatable cpu, memory or GPUs (inf on zero capacity)."""
+    share = np.maximum(
+        _safe_ratio(pod.cpu, nodes.alloc_cpu), _safe_ratio(pod.memory, nodes.alloc_mem)
+    )
+    if pod.gpu > 0:
+        share = np.maximum(share, _safe_ratio(pod.gpu, nodes.alloc_gpu))
+    return share
+
+
+def cost_term(
+    price: np.ndarray, share: np.ndarray, feasible: np.ndarray | None = None
+) -> np.ndarray:
+    """Cost score in [0, 1]: cheapest pod cost / this node's pod cost, pod cost = price/h * share.
+
+    The pod's cost on a node is the hourly price of the share it takes. 1.0 for
+    the cheapest candidate, 0.5 for one twice as dear, 0 for an infinite cost.
+    A pod that asks for nothing (share 0) is compared on the node price alone.
+    The cheapest is taken over `feasible` nodes only (all when None).
+    """
+    price = np.asarray(price, dtype=np.float64)
+    share = np.where(share > 0, share, 1.0)
+    cost = np.multiply(price, share, out=np.full(share.shape, np.inf), where=np.isfinite(share))
+    finite = np.isfinite(cost)
+    pool = finite if feasible is None else finite & feasible
+    if not pool.any():
+        return np.zeros_like(cost)
+    cheapest = float(cost[pool].min())
+    if cheapest <= 0:
+        # Free capacity: free nodes are best (1.0), every priced node scores 0.
+        return np.where(cost <= 0, 1.0, 0.0)
+    out = np.zeros_like(cost)
+    return np.minimum(np.divide(cheapest, cost, out=out, where=finite & (cost > 0)), 1.0)
+
+
+def packing_term(nodes: NodeArrays, pod: PodRequest) -> np.ndarray:
+    """Packing score in [0, 1]: mean utilisation after placement, times (1 - stranded GPU fraction).
+
+    utilisation = mean over cpu, memory (and GPUs if the pod asks for any) of
+    min(1, (requested + pod) / allocatable), 0 on zero capacity. A pod that asks
+    for no GPU on a node with free GPUs strands them (their cpu and memory get
+    used up), so the term is multiplied by 1 - free_gpus / allocatable_gpus.
+    """
+    cpu = np.minimum(_safe_ratio(nodes.req_cpu + pod.cpu, nodes.alloc_cpu), 1.0)
+    mem = np.minimum(_safe_ratio(nodes.req_mem + pod.memory, nodes.alloc_mem), 1.0)
+    zero = (nodes.alloc_cpu <= 0) | (nodes.alloc_mem <= 0)
+    if pod.gpu > 0:
+        gpu = np.minimum(_safe_ratio(nodes.req_gpu + pod.gpu, nodes.alloc_gpu), 1.0)
+        utilisation = (cpu + mem + gpu) / 3.0
+        zero |= nodes.alloc_gpu <= 0
+    else:
+        utilisation = (cpu + mem) / 2.0
+        has_gpu = nodes.alloc_gpu > 0
+        if has_gpu.any():
+            free = np.maximum(nodes.alloc_gpu - nodes.req_gpu, 0.0)
+            stranded = np.minimum(
+                np.divide(free, nodes.alloc_gpu, out=np.zeros_like(free), where=has_gpu), 1.0
+            )
+            utilisation = utilisation * (1.0 - stranded)
+    return np.where(zero, 0.0, np.maximum(utilisation, 0.0))
+
+
+def interruption_likelihood(nodes: NodeArrays) -> np.ndarray:
+    """Interruption likelihood in [0, 1]: 0 for on-demand, the bucket's for spot, worst if unknown."""
+    likelihood = np.where(np.isnan(nodes.interruption), UNKNOWN_SPOT_LIKELIHOOD, nodes.interruption)
+    return np.where(nodes.spot, np.minimum(np.maximum(likelihood, 0.0), 1.0), 0.0)
+
+
+def risk_term(nodes: NodeArrays, pod: PodRequest) -> np.ndarray:
+    """Preemption risk in [0, 1]: interruption likelihood * restart cost of the pod's class."""
+    restart = RESTART_COST.get(pod.workload_class, RESTART_COST[LATENCY_SENSITIVE])
+    return interruption_likelihood(nodes) * restart
+
+
+def combined_score(
+    nodes: NodeArrays, pod: PodRequest, weights: Weights, feasible: np.ndarray | None = None
+) -> np.ndarray:
+    """Weighted sum in [0, 1] of cost, packing and (1 - risk); cost compares feasible nodes only."""
+    cost = cost_term(effective_prices(nodes.price), dominant_share(nodes, pod), feasible)
+    total = (
+        weights.cost * cost
+        + weights.packing * packing_term(nodes, pod)
+        + weights.risk * (1.0 - risk_term(nodes, pod))
+    )
+    return np.minimum(np.maximum(total, 0.0), 1.0)
+
+
+def score_nodes(
+    nodes: NodeArrays, pod: PodRequest, weights: Weights, reasons: np.ndarray | None = None
+) -> np.ndarray:
+    """Extender scores (int64 in [0, 10]); nodes that fail the filter get 0 and are not compared.
+
+    Cost is normalised over the feasible nodes only, so an infeasible node can
+    never move the others' scores.
+    """
+    if reasons is None:
+        reasons = filter_nodes(nodes, pod)
+    feasible = reasons == FIT
+    if not feasible.any():
+        return np.zeros(len(nodes), dtype=np.int64)
+    raw = combined_score(nodes, pod, weights, feasible)
+    scores = np.floor(raw * MAX_EXTENDER_PRIORITY + 0.5).astype(np.int64)
+    return np.where(feasible, scores, 0)
+
+
+def filter_matrix(rows: np.ndarray, pod: PodRequest) -> np.ndarray:
+    """`filter_nodes` over an (N, 9) matrix in `NodeArrays.COLUMNS` order (same reasons)."""
+    return filter_nodes(NodeArrays.from_matrix(rows), pod)
+
+
+def score_matrix(
+    rows: np.ndarray, pod: PodRequest, weights: Weights, reasons: np.ndarray
+) -> np.ndarray:
+    """`score_nodes` fused for speed over an (N, 9) matrix: the same formula in fewer array passes.
+
+    Used by the extender and the replay on every pod; tests hold it equal to
+    `score_nodes` over random clusters.
+    """
+    feasible = reasons == FIT
+    scores = np.zeros(rows.shape[0], dtype=np.int64)
+    if not feasible.any():
+        return scores
+    sub = rows if feasible.all() else rows[feasible]
+    # Feasible nodes have allocatable cpu and memory > 0 (zero capacity is filtered).
+    # Column by column: numpy reductions along a short axis are slow.
+    alloc_cpu, alloc_mem = sub[:, 0], sub[:, 1]
+    share = np.maximum(pod.cpu / alloc_cpu, pod.memory / alloc_mem)
+    if pod.gpu > 0:
+        share = np.maximum(share, pod.gpu / sub[:, 2])
+    price = sub[:, 6]
+    if np.isnan(price).any():
+        price = (
+            effective_prices(rows[:, 6])[feasible] if sub is not rows else effective_prices(price)
+        )
+    cost = price * share if (pod.cpu > 0 or pod.memory > 0 or pod.gpu > 0) else price.copy()
+    cheapest = cost.min()
+    if cheapest > 0:
+        cost_score = cheapest / cost
+    else:
+        cost_score = (cost <= 0).astype(np.float64)
+    packing = np.minimum((sub[:, 3] + pod.cpu) / alloc_cpu, 1.0)
+    packing += np.minimum((sub[:, 4] + pod.memory) / alloc_mem, 1.0)
+    if pod.gpu > 0:
+        packing += np.minimum((sub[:, 5] + pod.gpu) / sub[:, 2], 1.0)
+        packing /= 3.0
+    else:
+        packing *= 0.5
+        gpus = sub[:, 2]
+        if (gpus > 0).any():
+            has = gpus > 0
+            free = np.maximum(gpus - sub[:, 5], 0.0)
+            stranded = np.minimum(np.divide(free, gpus, out=np.zeros_like(free), where=has), 1.0)
+            packing = packing * (1.0 - stranded)
+    likelihood = sub[:, 7]
+    if np.isnan(likelihood).any():
+        likelihood = np.where(np.isnan(likelihood), UNKNOWN_SPOT_LIKELIHOOD, likelihood)
+    risk = np.minimum(np.maximum(likelihood, 0.0), 1.0) * (sub[:, 8] > 0.5)
+    risk *= RESTART_COST.get(pod.workload_class, RESTART_COST[LATENCY_SENSITIVE])
+    total = weights.cost * cost_score
+    total += weights.packing * np.maximum(packing, 0.0)
+    total += weights.risk * (1.0 - risk)
+    np.clip(total, 0.0, 1.0, out=total)
+    total *= MAX_EXTENDER_PRIORITY
+    total += 0.5
+    scores[feasible] = np.floor(total)
+    return scores

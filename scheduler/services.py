@@ -1,0 +1,184 @@
+"""Writes of the scheduler app: node inventory sync and stored replay reports (each audited)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+import audit
+from kiln.errors import InvalidInput
+from scheduler import selectors
+from scheduler.models import (
+    CAPACITY_TYPE_LABEL,
+    INSTANCE_TYPE_LABEL,
+    ZONE_LABEL,
+    CapacityType,
+    Node,
+    NodeSource,
+    ReplayReport,
+)
+
+_SYNCED_FIELDS = (
+    "labels",
+    "capacity_type",
+    "instance_type",
+    "zone",
+    "allocatable_cpu_millis",
+    "allocatable_memory_bytes",
+    "allocatable_gpus",
+    "requested_cpu_millis",
+    "requested_memory_bytes",
+    "requested_gpus",
+)
+
+
+@dataclass(frozen=True)
+class ObservedNode:
+    """A node as a source reports it: labels, allocatable and the sum of its pods' requests."""
+
+    name: str
+    labels: dict[str, str] = field(default_factory=dict)
+    allocatable_cpu_millis: int = 0
+    allocatable_memory_bytes: int = 0
+    allocatable_gpus: int = 0
+    requested_cpu_millis: int = 0
+    requested_memory_bytes: int = 0
+    requested_gpus: int = 0
+
+    def fields(self) -> dict[str, Any]:
+        """Node column values derived from the observation (capacity type, type and zone from labels)."""
+        raw = self.labels.get(CAPACITY_TYPE_LABEL)
+        capacity = (
+            raw
+            if raw in CapacityType.values and raw != CapacityType.UNKNOWN
+            else CapacityType.UNKNOWN
+        )
+        return {
+            "labels": dict(self.labels),
+            "capacity_type": capacity,
+            "instance_type": self.labels.get(INSTANCE_TYPE_LABEL, "")[:64],
+            "zone": self.labels.get(ZONE_LABEL, "")[:64],
+            "allocatable_cpu_millis": max(0, int(self.allocatable_cpu_millis)),
+            "allocatable_memory_bytes": max(0, int(self.allocatable_memory_bytes)),
+            "allocatable_gpus": max(0, int(self.allocatable_gpus)),
+            "requested_cpu_millis": max(0, int(self.requested_cpu_millis)),
+            "requested_memory_bytes": max(0, int(self.requested_memory_bytes)),
+            "requested_gpus": max(0, int(self.requested_gpus)),
+        }
+
+
+@dataclass
+class SyncResult:
+    """Names of the nodes a sync created, updated and deleted."""
+
+    created: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.created or self.updated or self.deleted)
+
+
+def _validate_source(source: str) -> None:
+    if source not in NodeSource.values:
+        raise InvalidInput(f"unknown node source {source!r}", extra={"sources": NodeSource.values})
+
+
+def _upsert(node: ObservedNode, source: str, now, result: SyncResult) -> None:
+    values = node.fields()
+    existing = Node.objects.filter(name=node.name).first()
+    if existing is None:
+        Node.objects.create(name=node.name, source=source, synced_at=now, **values)
+        result.created.append(node.name)
+        return
+    if existing.source != source or any(getattr(existing, k) != v for k, v in values.items()):
+        for key, value in values.items():
+            setattr(existing, key, value)
+        existing.source = source
+        existing.synced_at = now
+        existing.save()
+        result.updated.append(node.name)
+
+
+def node_sync(*, actor: Any, source: str, observed: list[ObservedNode]) -> SyncResult:
+    """Make the source's nodes match `observed` (create, update, delete) and audit what changed."""
+    _validate_source(source)
+    names = [n.name for n in observed]
+    if len(set(names)) != len(names) or not all(names):
+        raise InvalidInput("observed nodes need distinct, non-empty names")
+    result = SyncResult()
+    now = timezone.now()
+    with transaction.atomic():
+        for node in observed:
+            _upsert(node, source, now, result)
+        gone = Node.objects.filter(source=source).exclude(name__in=names)
+        result.deleted = sorted(gone.values_list("name", flat=True))
+        gone.delete()
+        if result.changed:
+            audit.record(
+                actor,
+                "scheduler.nodes.synced",
+                f"scheduler:nodes:{source}",
+                {
+                    "source": source,
+                    "created": result.created,
+                    "updated": result.updated,
+                    "deleted": result.deleted,
+                },
+            )
+            transaction.on_commit(selectors.snapshot_invalidate)
+    return result
+
+
+def node_apply_event(*, actor: Any, source: str, event: str, node: ObservedNode) -> SyncResult:
+    """Apply one watch event (ADDED, MODIFIED, DELETED) for a node and audit it if it changed anything."""
+    _validate_source(source)
+    if event not in {"ADDED", "MODIFIED", "DELETED"}:
+        raise InvalidInput(f"unknown watch event {event!r}")
+    result = SyncResult()
+    with transaction.atomic():
+        if event == "DELETED":
+            deleted, _ = Node.objects.filter(name=node.name, source=source).delete()
+            if deleted:
+                result.deleted.append(node.name)
+        else:
+            _upsert(node, source, timezone.now(), result)
+        if result.changed:
+            audit.record(
+                actor,
+                "scheduler.node.synced",
+                f"scheduler:node:{node.name}",
+                {"source": source, "event": event, "capacity_type": node.fields()["capacity_type"]},
+            )
+            transaction.on_commit(selectors.snapshot_invalidate)
+    return result
+
+
+def replay_report_store(*, actor: Any, report: dict[str, Any]) -> ReplayReport:
+    """Store one replay report (the command's JSON) for the results page, audited."""
+    required = ("parts", "seed", "nodes", "placements", "latency_class_placements", "runs")
+    missing = [k for k in required if k not in report]
+    if missing or not isinstance(report.get("runs"), list):
+        raise InvalidInput("replay report is incomplete", extra={"missing": missing})
+    with transaction.atomic():
+        stored = ReplayReport.objects.create(
+            created_at=timezone.now(),
+            parts=str(report["parts"])[:64],
+            seed=int(report["seed"]),
+            nodes=int(report["nodes"]),
+            placements=int(report["placements"]),
+            latency_class_placements=int(report["latency_class_placements"]),
+            parse_seconds=float(report.get("parse_seconds", 0.0)),
+            report=report,
+        )
+        audit.record(
+            actor,
+            "scheduler.replay.stored",
+            stored,
+            {"parts": stored.parts, "seed": stored.seed, "runs": len(report["runs"])},
+        )
+    return stored

@@ -1,0 +1,82 @@
+"""Scheduler pages (overview, score explainer) and the extender's Django endpoints."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+
+from scheduler import selectors
+from scheduler.extender_http import FILTER, PRIORITIZE, extender_call
+from scheduler.forms import ScoreExplainForm
+
+
+def _extender(request: HttpRequest, verb: str) -> HttpResponse:
+    status, payload = extender_call(verb, request.body, request.headers.get("Authorization"))
+    return HttpResponse(payload, status=status, content_type="application/json")
+
+
+# kube-scheduler calls these without a session or CSRF token; they are protected
+# by the optional shared token (KILN_SCHEDULER_EXTENDER_TOKEN) and the network.
+@csrf_exempt
+@require_POST
+def extender_filter(request: HttpRequest) -> HttpResponse:
+    """POST /scheduler/filter: ExtenderArgs in, ExtenderFilterResult out."""
+    return _extender(request, FILTER)
+
+
+@csrf_exempt
+@require_POST
+def extender_prioritize(request: HttpRequest) -> HttpResponse:
+    """POST /scheduler/prioritize: ExtenderArgs in, HostPriorityList out."""
+    return _extender(request, PRIORITIZE)
+
+
+def _replay_chart_data(reports) -> dict:
+    """Series per scheduler and start of the latest stored replay, for the charts."""
+    if not reports:
+        return {}
+    runs = reports[0].report.get("runs", [])
+    series: dict[str, dict[str, list]] = {}
+    for run in sorted(runs, key=lambda r: r["spot_fraction"]):
+        key = f"{run['scheduler']} ({run['start']})"
+        s = series.setdefault(key, {"fraction": [], "latency_on_spot": [], "cost": []})
+        s["fraction"].append(run["spot_fraction"])
+        s["latency_on_spot"].append(run["latency_on_spot"])
+        s["cost"].append(run["cost"])
+    return series
+
+
+@login_required
+def overview(request: HttpRequest) -> HttpResponse:
+    """Pricing, nodes with capacity type and utilisation, the score explainer and stored replays."""
+    reports = selectors.replay_report_list()
+    return render(
+        request,
+        "scheduler/overview.html",
+        {
+            "instance_types": selectors.instance_type_list(),
+            "nodes": selectors.node_list(),
+            "form": ScoreExplainForm(),
+            "weights": selectors.scoring_weights(),
+            "reports": reports,
+            "chart_data": _replay_chart_data(reports),
+        },
+    )
+
+
+@login_required
+@require_POST
+def score_explain(request: HttpRequest) -> HttpResponse:
+    """htmx fragment: score a sample pod against the current nodes, term by term."""
+    form = ScoreExplainForm(request.POST)
+    if not form.is_valid():
+        return render(request, "scheduler/_explain.html", {"form": form, "rows": None}, status=400)
+    pod = form.pod()
+    return render(
+        request,
+        "scheduler/_explain.html",
+        {"form": form, "pod": pod, "rows": selectors.score_explain(pod)},
+    )
