@@ -64,7 +64,15 @@ from canary.models_chaos import (
     FaultKind,
     InjectionState,
 )
-from kiln.errors import Conflict, Forbidden, IllegalTransition, InvalidInput, NotFound, Unavailable
+from kiln.errors import (
+    Conflict,
+    Forbidden,
+    IllegalTransition,
+    InvalidInput,
+    KilnError,
+    NotFound,
+    Unavailable,
+)
 from kiln.identity.permissions import Actor, can_run_chaos, system_actor
 
 log = logging.getLogger("kiln.chaos")
@@ -379,8 +387,10 @@ def _kube_lease(exp_id: Any) -> actuators.KubernetesLease | None:
 
 def kube_api_client() -> Any:
     """An ApiClient: the delivery backend's when it has one, else in-cluster or KUBECONFIG config."""
-    backend = _backend()
-    api_client = getattr(backend, "api_client", None)
+    try:
+        api_client = getattr(_backend(), "api_client", None)
+    except (ImportError, KilnError):  # no usable delivery backend: the client's own configuration
+        api_client = None
     if api_client is not None:
         return api_client
     from kubernetes import config
@@ -390,7 +400,8 @@ def kube_api_client() -> Any:
         from kubernetes import client
 
         return client.ApiClient()
-    return config.new_client_from_config()
+    # The client reads KUBECONFIG once at import; read it now so the current value counts.
+    return config.new_client_from_config(config_file=os.environ.get("KUBECONFIG") or None)
 
 
 def fault_lease_acquire(

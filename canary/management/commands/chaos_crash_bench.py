@@ -46,13 +46,13 @@ class TrialResult:
 
 
 def bench_timings(lease: float = 1.0) -> dict[str, float]:
-    """Short, valid lease settings scaled from the lease duration (renew 60%, retry 10%, skew 10%)."""
+    """Short, valid lease settings scaled from the lease duration (renew 50%, retry 10%, skew 10%, revert 15%)."""
     return {
         "KILN_CHAOS_LEASE_DURATION": lease,
-        "KILN_CHAOS_RENEW_DEADLINE": round(lease * 0.6, 3),
+        "KILN_CHAOS_RENEW_DEADLINE": round(lease * 0.5, 3),
         "KILN_CHAOS_RETRY_PERIOD": round(lease * 0.1, 3),
         "KILN_CHAOS_MAX_CLOCK_SKEW": round(lease * 0.1, 3),
-        "KILN_CHAOS_REVERT_BUDGET": round(lease * 0.2, 3),
+        "KILN_CHAOS_REVERT_BUDGET": round(lease * 0.15, 3),
     }
 
 
