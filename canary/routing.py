@@ -1,3 +1,9 @@
 """Websocket routes of the canary app (mounted by kiln.asgi)."""
 
-websocket_urlpatterns: list = []
+from django.urls import path
+
+from canary.consumers import RolloutConsumer
+
+websocket_urlpatterns: list = [
+    path("ws/rollouts/<str:rollout_id>/", RolloutConsumer.as_asgi()),
+]

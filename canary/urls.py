@@ -1,11 +1,32 @@
 """URL routes of the canary app: `urlpatterns` (pages) and `api_urlpatterns` (under /api/v1/)."""
 
-from django.urls import path  # noqa: F401
+from django.urls import path
+
+from canary import api, views
 
 app_name = "canary"
 
-urlpatterns: list = []
-api_urlpatterns: list = []
+# --- rollouts (canary/views.py, canary/api.py) ---
+urlpatterns: list = [
+    path("rollouts/", views.rollout_list, name="rollout-list"),
+    path("rollouts/<uuid:rollout_id>/", views.rollout_detail, name="rollout-detail"),
+]
+api_urlpatterns: list = [
+    path("canary/services/", api.ServiceListCreateApi.as_view(), name="service-list"),
+    path("rollouts/", api.RolloutListCreateApi.as_view(), name="rollout-list"),
+    path("rollouts/<str:rollout_id>/", api.RolloutDetailApi.as_view(), name="rollout-detail"),
+    path("rollouts/<str:rollout_id>/abort/", api.RolloutAbortApi.as_view(), name="rollout-abort"),
+    path(
+        "rollouts/<str:rollout_id>/promote/",
+        api.RolloutPromoteApi.as_view(),
+        name="rollout-promote",
+    ),
+    path(
+        "rollouts/<str:rollout_id>/observations/",
+        api.RolloutObservationApi.as_view(),
+        name="rollout-observations",
+    ),
+]
 
 # --- chaos experiments (canary/chaos_views.py, canary/chaos_api.py) ---
 from canary import chaos_api, chaos_views  # noqa: E402

@@ -167,3 +167,20 @@ def can_approve(actor: Actor, requester_username: str | None = None) -> bool:
     if not has_role(actor, APPROVER) or actor.is_system:
         return False
     return requester_username is None or actor.username != requester_username
+
+
+def can_manage_rollout(actor: Actor, team_slug: str) -> bool:
+    """Engineers of the owning team start, feed and abort its rollouts (platform admins any)."""
+    return PLATFORM_ADMIN in actor.roles or (ENGINEER in actor.roles and team_slug in actor.teams)
+
+
+def can_promote_rollout(actor: Actor) -> bool:
+    """A manual promotion overrides the analysis: approvers and platform admins only."""
+    return has_role(actor, APPROVER)
+
+
+def can_view_rollout(actor: Actor, team_slug: str) -> bool:
+    """The owning team, approvers, auditors and platform admins see a rollout."""
+    return team_slug in actor.teams or bool(
+        actor.roles & {PLATFORM_ADMIN, APPROVER, AUDITOR}
+    )

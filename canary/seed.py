@@ -1,0 +1,44 @@
+"""Demo data: two simulated services, one healthy canary that will be promoted, one that rolls back."""
+
+from __future__ import annotations
+
+from canary import services
+from canary.models import Service
+from kiln.identity.permissions import system_actor
+from portal.models import Team
+
+DEMO = (
+    # team, service, namespace, traffic class, canary regression (None: healthy)
+    ("payments", "checkout", "payments-prod", "steady", None),
+    ("search", "search-api", "search-prod", "bursty", "errors"),
+)
+
+
+def seed_demo() -> list[str]:
+    """Create the demo services and start a rollout on each (idempotent); return what was created."""
+    actor = system_actor("seed")
+    created: list[str] = []
+    for team_slug, name, namespace, traffic, regression in DEMO:
+        team = Team.objects.filter(slug=team_slug).first()
+        if team is None or Service.objects.filter(namespace=namespace, name=name).exists():
+            continue
+        service = services.service_create(
+            actor=actor, team=team, name=name, namespace=namespace, sim_traffic_class=traffic
+        )
+        created.append(f"canary service {namespace}/{name}")
+        if regression:
+            services.service_set_simulated_regression(
+                actor=actor, service=service, version="v2", regression=regression
+            )
+            created.append(f"simulated {regression} regression in {name} v2")
+        services.rollout_create(
+            actor=actor,
+            service=service,
+            baseline_version="v1",
+            canary_version="v2",
+            steps=[5, 25, 50, 100],
+            ticks_per_step=5,
+            tick_seconds=1.5,
+        )
+        created.append(f"rollout {name} v1 -> v2")
+    return created

@@ -1,0 +1,136 @@
+"""Rollout reads: what a viewer may see, and the series the dashboard draws."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.db.models import Q, QuerySet
+
+from canary.models import Rollout, Service
+from kiln.errors import NotFound
+from kiln.identity.permissions import APPROVER, AUDITOR, PLATFORM_ADMIN, Actor
+
+
+def _visible(actor: Actor) -> Q:
+    if actor.roles & {PLATFORM_ADMIN, APPROVER, AUDITOR}:
+        return Q()
+    return Q(service__team__slug__in=list(actor.teams))
+
+
+def rollout_list(*, viewer: Actor, status: str | None = None) -> QuerySet[Rollout]:
+    """Rollouts the viewer may see, newest first."""
+    qs = Rollout.objects.select_related("service__team").filter(_visible(viewer))
+    if status:
+        qs = qs.filter(status=status)
+    return qs.order_by("-created_at")
+
+
+def rollout_get(*, viewer: Actor, rollout_id: Any) -> Rollout:
+    """One rollout; a hidden one is the same 404 as a missing one."""
+    try:
+        key = uuid.UUID(str(rollout_id))
+    except ValueError as exc:
+        raise NotFound("no such rollout") from exc
+    rollout = rollout_list(viewer=viewer).filter(pk=key).first()
+    if rollout is None:
+        raise NotFound("no such rollout")
+    return rollout
+
+
+def service_list(*, viewer: Actor) -> QuerySet[Service]:
+    """Services the viewer may see."""
+    if viewer.roles & {PLATFORM_ADMIN, APPROVER, AUDITOR}:
+        return Service.objects.select_related("team").all()
+    return Service.objects.select_related("team").filter(team__slug__in=list(viewer.teams))
+
+
+def service_get(*, viewer: Actor, service_id: Any) -> Service:
+    """One service the viewer may see, else 404."""
+    try:
+        key = uuid.UUID(str(service_id))
+    except ValueError as exc:
+        raise NotFound("no such service") from exc
+    service = service_list(viewer=viewer).filter(pk=key).first()
+    if service is None:
+        raise NotFound("no such service")
+    return service
+
+
+def rollout_summary(rollout: Rollout) -> dict[str, Any]:
+    """The rollout's state as the API and the dashboard show it."""
+    return {
+        "id": str(rollout.pk),
+        "service": {
+            "id": str(rollout.service_id),
+            "name": rollout.service.name,
+            "namespace": rollout.service.namespace,
+            "team": rollout.service.team.slug,
+        },
+        "baseline_version": rollout.baseline_version,
+        "canary_version": rollout.canary_version,
+        "steps": rollout.steps,
+        "ticks_per_step": rollout.ticks_per_step,
+        "tick_seconds": rollout.tick_seconds,
+        "status": rollout.status,
+        "weight": rollout.weight,
+        "ticks_done": rollout.ticks_done,
+        "reason": rollout.reason,
+        "created_at": rollout.created_at.isoformat() if rollout.created_at else None,
+        "finished_at": rollout.finished_at.isoformat() if rollout.finished_at else None,
+    }
+
+
+def _tick_point(tick) -> dict[str, Any]:
+    d = tick.decision
+    return {
+        "tick": tick.number,
+        "weight": tick.weight,
+        "action": tick.action,
+        "canary_error_rate": d["canary_error_rate"],
+        "baseline_error_rate": d["baseline_error_rate"],
+        "llr": d["llr"],
+        "llr_lower": d["llr_lower"],
+        "llr_upper": d["llr_upper"],
+        "cusum": d["cusum"],
+        "cusum_threshold": d["cusum_threshold"],
+        "canary_p50_ms": d["canary_p50_ms"],
+        "baseline_p50_ms": d["baseline_p50_ms"],
+        "canary_p99_ms": d["canary_p99_ms"],
+        "baseline_p99_ms": d["baseline_p99_ms"],
+        "reason": d["reason"],
+    }
+
+
+def _decision_item(dec) -> dict[str, Any]:
+    return {
+        "id": dec.pk,
+        "tick": dec.tick,
+        "kind": dec.kind,
+        "actor": dec.actor,
+        "from_weight": dec.from_weight,
+        "to_weight": dec.to_weight,
+        "reason": dec.reason,
+        "at": dec.created_at.isoformat(),
+    }
+
+
+def rollout_series(rollout: Rollout) -> dict[str, Any]:
+    """Everything the dashboard draws: state, every tick's statistics, every decision."""
+    return {
+        "rollout": rollout_summary(rollout),
+        "ticks": [_tick_point(t) for t in rollout.ticks.order_by("number")],
+        "decisions": [_decision_item(d) for d in rollout.decisions.order_by("created_at", "id")],
+    }
+
+
+def rollout_stream_update(rollout_id: Any) -> dict[str, Any]:
+    """The incremental websocket message: state, latest tick, all decisions (few)."""
+    rollout = Rollout.objects.select_related("service__team").get(pk=rollout_id)
+    last = rollout.ticks.order_by("-number").first()
+    return {
+        "type": "update",
+        "rollout": rollout_summary(rollout),
+        "tick": _tick_point(last) if last else None,
+        "decisions": [_decision_item(d) for d in rollout.decisions.order_by("created_at", "id")],
+    }

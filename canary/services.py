@@ -1,0 +1,613 @@
+"""Rollout writes: create, analyse one tick, shift traffic, promote, roll back, abort.
+
+Every change happens here, in a transaction, with its audit event beside it;
+broadcasts to the dashboard go out in `transaction.on_commit`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+from datetime import timedelta
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from django.db import transaction
+from django.utils import timezone
+
+from audit import record
+from canary.bench import weight_at
+from canary.models import (
+    ACTIVE_STATUSES,
+    ROLLOUT_TRANSITIONS,
+    Arm,
+    MetricsSource,
+    Observation,
+    Rollout,
+    RolloutDecision,
+    RolloutStatus,
+    RolloutTick,
+    Service,
+)
+from canary.sequential import CONTINUE, PROMOTE, ROLLBACK, AnalysisConfig, Analyzer, Evidence
+from canary.sequential import evidence as tick_evidence
+from canary.simulate import CLASSES, REGRESSIONS
+from canary.traffic import destination_rule, virtual_service
+from kiln.errors import Conflict, Forbidden, IllegalTransition, InvalidInput, NotFound
+from kiln.identity.permissions import (
+    Actor,
+    can_manage_rollout,
+    can_promote_rollout,
+    system_actor,
+)
+from kiln.observability import current_trace_id, tracer
+from portal.models import DNS_LABEL, Team
+
+log = logging.getLogger("kiln.canary")
+ANALYZER = system_actor("canary-analyzer")
+MAX_LATENCY_SAMPLES = 10_000
+CONFIG_KEYS = {f.name for f in dataclasses.fields(AnalysisConfig)} - {"horizon_ticks"}
+
+
+class RolloutNotVisible(NotFound):
+    code = "rollout_not_found"
+
+
+# --- services (the routed things) ---------------------------------------------------------
+
+
+def service_create(
+    *,
+    actor: Actor,
+    team: Team,
+    name: str,
+    namespace: str,
+    host: str = "",
+    metrics_source: str = MetricsSource.SIMULATED,
+    prometheus_url: str = "",
+    queries: dict[str, str] | None = None,
+    sim_traffic_class: str = "steady",
+) -> Service:
+    """Register a service for canary rollouts (engineers of its team, platform admins)."""
+    if not can_manage_rollout(actor, team.slug):
+        raise Forbidden("only engineers of the owning team register its services")
+    if metrics_source not in MetricsSource.values:
+        raise InvalidInput(f"metrics_source must be one of {', '.join(MetricsSource.values)}")
+    if sim_traffic_class not in CLASSES:
+        raise InvalidInput(f"sim_traffic_class must be one of {', '.join(CLASSES)}")
+    if metrics_source == MetricsSource.PROMETHEUS and not prometheus_url:
+        raise InvalidInput("a Prometheus metrics source needs prometheus_url")
+    unknown = set(queries or {}) - {"requests", "errors", "latency_buckets"}
+    if unknown:
+        raise InvalidInput(f"unknown queries: {', '.join(sorted(unknown))}")
+    service = Service(
+        team=team,
+        name=name,
+        namespace=namespace,
+        host=host or f"{name}.{namespace}.svc.cluster.local",
+        metrics_source=metrics_source,
+        prometheus_url=prometheus_url,
+        queries=queries or {},
+        sim_traffic_class=sim_traffic_class,
+    )
+    service.full_clean()
+    with transaction.atomic():
+        if Service.objects.filter(namespace=namespace, name=name).exists():
+            raise Conflict(f"service {namespace}/{name} already exists")
+        service.save()
+        record(actor, "canary.service.created", service, _service_data(service))
+    return service
+
+
+def service_set_simulated_regression(
+    *, actor: Actor, service: Service, version: str, regression: str | None
+) -> Service:
+    """Give (or take away) a simulated regression for one version of a demo service."""
+    if not can_manage_rollout(actor, service.team.slug):
+        raise Forbidden("only engineers of the owning team change its simulation")
+    if regression is not None and regression not in REGRESSIONS:
+        raise InvalidInput(f"regression must be one of {', '.join(REGRESSIONS)} or null")
+    with transaction.atomic():
+        service = Service.objects.select_for_update().get(pk=service.pk)
+        regressions = dict(service.sim_regressions or {})
+        if regression is None:
+            regressions.pop(version, None)
+        else:
+            regressions[version] = regression
+        service.sim_regressions = regressions
+        service.save(update_fields=["sim_regressions"])
+        record(
+            actor,
+            "canary.service.simulation_changed",
+            service,
+            {"version": version, "regression": regression},
+        )
+    return service
+
+
+def _service_data(service: Service) -> dict[str, Any]:
+    return {
+        "team": service.team.slug,
+        "name": service.name,
+        "namespace": service.namespace,
+        "host": service.host,
+        "metrics_source": service.metrics_source,
+    }
+
+
+# --- rollouts -----------------------------------------------------------------------------
+
+
+def analysis_steps(rollout: Rollout) -> tuple[tuple[int, int], ...]:
+    """The analysed steps ((weight, ticks), ...): every step below 100%."""
+    return tuple((int(w), rollout.ticks_per_step) for w in rollout.steps if int(w) < 100)
+
+
+def analysis_config(rollout: Rollout) -> AnalysisConfig:
+    """The rollout's AnalysisConfig: defaults, horizon from its steps, then its overrides."""
+    horizon = rollout.ticks_per_step * len(analysis_steps(rollout))
+    base = {"horizon_ticks": horizon, "warmup_ticks": min(5, max(1, horizon // 5))}
+    base.update(rollout.config or {})
+    return AnalysisConfig(**base)
+
+
+def _validate_rollout(
+    steps: Any, ticks_per_step: Any, tick_seconds: Any, config: Any
+) -> dict[str, list[str]]:
+    errors: dict[str, list[str]] = {}
+    if (
+        not isinstance(steps, list)
+        or len(steps) < 2
+        or not all(isinstance(w, int) and not isinstance(w, bool) for w in steps)
+    ):
+        errors["steps"] = ["a list of at least two integer weights, e.g. [5, 25, 50, 100]"]
+    elif steps != sorted(set(steps)) or steps[0] <= 0 or steps[-1] != 100:
+        errors["steps"] = ["weights must increase strictly from above 0 and end at 100"]
+    if not isinstance(ticks_per_step, int) or not 1 <= ticks_per_step <= 1000:
+        errors["ticks_per_step"] = ["an integer from 1 to 1000"]
+    if not isinstance(tick_seconds, int | float) or not 0.2 <= float(tick_seconds) <= 3600:
+        errors["tick_seconds"] = ["a number of seconds from 0.2 to 3600"]
+    if not isinstance(config, dict):
+        errors["config"] = ["an object of AnalysisConfig fields"]
+    elif set(config) - CONFIG_KEYS:
+        errors["config"] = [f"unknown fields: {', '.join(sorted(set(config) - CONFIG_KEYS))}"]
+    return errors
+
+
+def rollout_create(
+    *,
+    actor: Actor,
+    service: Service,
+    baseline_version: str,
+    canary_version: str,
+    steps: list[int] | None = None,
+    ticks_per_step: int = 8,
+    tick_seconds: float = 60.0,
+    config: dict[str, Any] | None = None,
+) -> Rollout:
+    """Start a rollout of `canary_version` (PENDING; the analysis loop takes it from there)."""
+    if not can_manage_rollout(actor, service.team.slug):
+        raise Forbidden("only engineers of the owning team roll out its services")
+    steps = [5, 25, 50, 100] if steps is None else steps
+    config = {} if config is None else config
+    errors = _validate_rollout(steps, ticks_per_step, tick_seconds, config)
+    for field, value in (
+        ("baseline_version", baseline_version),
+        ("canary_version", canary_version),
+    ):
+        try:
+            DNS_LABEL(value)
+        except Exception:  # noqa: BLE001 - DNS_LABEL raises ValidationError
+            errors[field] = ["a DNS-1123 label"]
+    if not errors and baseline_version == canary_version:
+        errors["canary_version"] = ["must differ from baseline_version"]
+    rollout = Rollout(
+        service=service,
+        baseline_version=baseline_version,
+        canary_version=canary_version,
+        steps=steps,
+        ticks_per_step=ticks_per_step,
+        tick_seconds=float(tick_seconds) if not errors.get("tick_seconds") else 60.0,
+        config=config,
+        seed=random.SystemRandom().randrange(1, 2**62),
+        created_by_id=actor.user_id,
+    )
+    if not errors:
+        try:
+            analysis_config(rollout)
+        except (TypeError, ValueError) as exc:
+            errors["config"] = [str(exc)]
+    if errors:
+        raise InvalidInput("The rollout is invalid.", extra={"fields": errors})
+    with transaction.atomic():
+        Service.objects.select_for_update().get(pk=service.pk)
+        if Rollout.objects.filter(service=service, status__in=ACTIVE_STATUSES).exists():
+            raise Conflict(f"{service} already has an active rollout")
+        rollout.next_tick_at = timezone.now()
+        rollout.save()
+        record(actor, "canary.rollout.created", rollout, _rollout_data(rollout))
+        transaction.on_commit(lambda: _enqueue_tick(rollout.pk, 0, countdown=0))
+    return rollout
+
+
+def _rollout_data(rollout: Rollout) -> dict[str, Any]:
+    return {
+        "service": str(rollout.service),
+        "baseline_version": rollout.baseline_version,
+        "canary_version": rollout.canary_version,
+        "steps": rollout.steps,
+        "ticks_per_step": rollout.ticks_per_step,
+        "tick_seconds": rollout.tick_seconds,
+        "status": rollout.status,
+        "weight": rollout.weight,
+    }
+
+
+def _transition(rollout: Rollout, to: str) -> None:
+    if to not in ROLLOUT_TRANSITIONS[rollout.status]:
+        raise IllegalTransition(
+            f"a {rollout.status} rollout cannot become {to}",
+            extra={"from": rollout.status, "to": to},
+        )
+    rollout.status = to
+    if to not in ACTIVE_STATUSES:
+        rollout.finished_at = timezone.now()
+        rollout.next_tick_at = None
+
+
+def _route(rollout: Rollout, weight: int) -> None:
+    """Apply the DestinationRule and the VirtualService at `weight` through the delivery backend."""
+    from portal.delivery import get_backend
+
+    service = rollout.service
+    get_backend().apply(
+        [
+            destination_rule(
+                name=service.name,
+                namespace=service.namespace,
+                host=service.host,
+                baseline_version=rollout.baseline_version,
+                canary_version=rollout.canary_version,
+            ),
+            virtual_service(
+                name=service.name,
+                namespace=service.namespace,
+                host=service.host,
+                canary_weight=weight,
+                rollout_id=str(rollout.pk),
+            ),
+        ]
+    )
+
+
+def _decide(
+    rollout: Rollout,
+    *,
+    actor: Any,
+    kind: str,
+    to_weight: int,
+    reason: str,
+    statistics: dict[str, Any] | None = None,
+) -> RolloutDecision:
+    """Record a state-changing decision: route traffic, store it, audit it, broadcast it."""
+    from_weight = rollout.weight
+    if to_weight != from_weight or kind == "started":
+        _route(rollout, to_weight)
+    rollout.weight = to_weight
+    rollout.reason = reason
+    decision = RolloutDecision.objects.create(
+        rollout=rollout,
+        tick=rollout.ticks_done,
+        kind=kind,
+        actor=str(actor),
+        from_weight=from_weight,
+        to_weight=to_weight,
+        reason=reason,
+        statistics=statistics or {},
+    )
+    record(
+        actor,
+        f"canary.rollout.{kind}",
+        rollout,
+        {
+            "tick": rollout.ticks_done,
+            "from_weight": from_weight,
+            "to_weight": to_weight,
+            "status": rollout.status,
+            "reason": reason,
+            "statistics": statistics or {},
+        },
+    )
+    return decision
+
+
+def rollout_tick(*, rollout_id: Any, tick: int) -> str:
+    """Run analysis tick `tick` (0 starts the rollout); a repeat or stale tick is a no-op.
+
+    Idempotent per tick number: the rollout row is locked and `ticks_done` must be
+    `tick - 1`, so a redelivered or duplicated task changes nothing.
+    """
+    with tracer("kiln.canary").start_as_current_span(
+        "canary.rollout.tick", attributes={"kiln.rollout": str(rollout_id), "kiln.tick": tick}
+    ):
+        with transaction.atomic():
+            rollout = (
+                Rollout.objects.select_for_update()
+                .select_related("service")
+                .filter(pk=rollout_id)
+                .first()
+            )
+            if rollout is None or rollout.status not in ACTIVE_STATUSES:
+                return "inactive"
+            if tick == 0:
+                if rollout.status != RolloutStatus.PENDING:
+                    return "duplicate"
+                return _start(rollout)
+            if rollout.status != RolloutStatus.RUNNING or rollout.ticks_done != tick - 1:
+                return "duplicate"
+            return _analyse(rollout, tick)
+
+
+def _start(rollout: Rollout) -> str:
+    _transition(rollout, RolloutStatus.RUNNING)
+    first = analysis_steps(rollout)[0][0]
+    _decide(
+        rollout,
+        actor=ANALYZER,
+        kind="started",
+        to_weight=first,
+        reason=f"canary {rollout.canary_version} receives {first}% of traffic",
+    )
+    rollout.next_tick_at = timezone.now() + timedelta(seconds=rollout.tick_seconds)
+    rollout.save()
+    _after_commit(rollout, countdown=rollout.tick_seconds)
+    return "started"
+
+
+def _analyse(rollout: Rollout, tick: int) -> str:
+    from canary.metrics import read_windows
+
+    cfg = analysis_config(rollout)
+    baseline, canary, weight = read_windows(rollout, tick)
+    analyzer = Analyzer(cfg)
+    analyzer.replay(
+        [
+            Evidence.from_dict(e)
+            for e in rollout.ticks.order_by("number").values_list("evidence", flat=True)
+        ]
+    )
+    ev = tick_evidence(baseline, canary, cfg)
+    decision = analyzer.observe(ev)
+    stats = decision.as_dict()
+    RolloutTick.objects.create(
+        rollout=rollout,
+        number=tick,
+        weight=weight,
+        evidence=ev.as_dict(),
+        decision=stats,
+        action=decision.action,
+        trace_id=current_trace_id(),
+    )
+    rollout.ticks_done = tick
+    record(
+        ANALYZER,
+        "canary.tick.decided",
+        rollout,
+        {
+            "tick": tick,
+            "weight": weight,
+            "action": decision.action,
+            "reason": decision.reason,
+            "llr": stats["llr"],
+            "cusum": stats["cusum"],
+        },
+    )
+    summary = _stat_summary(stats)
+    if decision.action == ROLLBACK:
+        _transition(rollout, RolloutStatus.ROLLED_BACK)
+        _decide(
+            rollout,
+            actor=ANALYZER,
+            kind="rolled_back",
+            to_weight=0,
+            reason=decision.reason,
+            statistics=summary,
+        )
+    elif decision.action == PROMOTE:
+        _transition(rollout, RolloutStatus.PROMOTED)
+        _decide(
+            rollout,
+            actor=ANALYZER,
+            kind="promoted",
+            to_weight=100,
+            reason=decision.reason,
+            statistics=summary,
+        )
+    else:
+        assert decision.action == CONTINUE
+        next_weight = weight_at(analysis_steps(rollout), tick)
+        if next_weight != rollout.weight:
+            _decide(
+                rollout,
+                actor=ANALYZER,
+                kind="step_advanced",
+                to_weight=next_weight,
+                reason=f"no regression after {tick} ticks: canary to {next_weight}%",
+                statistics=summary,
+            )
+        rollout.next_tick_at = timezone.now() + timedelta(seconds=rollout.tick_seconds)
+    rollout.save()
+    _after_commit(rollout, countdown=rollout.tick_seconds)
+    return decision.action
+
+
+def _stat_summary(stats: dict[str, Any]) -> dict[str, Any]:
+    keys = (
+        "llr",
+        "llr_lower",
+        "llr_upper",
+        "cusum",
+        "cusum_threshold",
+        "cusum_median",
+        "cusum_tail",
+        "errors_accepted",
+    )
+    return {k: stats[k] for k in keys}
+
+
+def rollout_abort(*, actor: Actor, rollout: Rollout, reason: str = "") -> Rollout:
+    """Stop a rollout and send all traffic back to the baseline (engineers of the team)."""
+    if not can_manage_rollout(actor, rollout.service.team.slug):
+        raise Forbidden("only engineers of the owning team abort its rollouts")
+    with transaction.atomic():
+        rollout = (
+            Rollout.objects.select_for_update().select_related("service__team").get(pk=rollout.pk)
+        )
+        _transition(rollout, RolloutStatus.ABORTED)
+        _decide(
+            rollout,
+            actor=actor,
+            kind="aborted",
+            to_weight=0,
+            reason=reason or f"aborted by {actor}",
+        )
+        rollout.save()
+        _after_commit(rollout, countdown=None)
+    return rollout
+
+
+def rollout_promote(*, actor: Actor, rollout: Rollout, reason: str = "") -> Rollout:
+    """Promote by hand, overriding the analysis (approvers and platform admins)."""
+    if not can_promote_rollout(actor):
+        raise Forbidden("only approvers and platform admins promote by hand")
+    with transaction.atomic():
+        rollout = (
+            Rollout.objects.select_for_update().select_related("service__team").get(pk=rollout.pk)
+        )
+        if rollout.status == RolloutStatus.PENDING:
+            raise IllegalTransition(
+                "the rollout has not started yet",
+                extra={"from": rollout.status, "to": RolloutStatus.PROMOTED},
+            )
+        _transition(rollout, RolloutStatus.PROMOTED)
+        _decide(
+            rollout,
+            actor=actor,
+            kind="promoted",
+            to_weight=100,
+            reason=reason or f"promoted by hand by {actor}",
+        )
+        rollout.save()
+        _after_commit(rollout, countdown=None)
+    return rollout
+
+
+def observation_push(
+    *,
+    actor: Actor,
+    rollout: Rollout,
+    arm: str,
+    requests: int,
+    errors: int,
+    latencies_ms: list[float] | None = None,
+) -> Observation:
+    """Store one arm's metrics for the next tick of a push-fed rollout."""
+    if not can_manage_rollout(actor, rollout.service.team.slug):
+        raise Forbidden("only engineers of the owning team push its metrics")
+    latencies_ms = latencies_ms or []
+    fields: dict[str, list[str]] = {}
+    if arm not in Arm.values:
+        fields["arm"] = ["baseline or canary"]
+    if not isinstance(requests, int) or isinstance(requests, bool) or requests < 0:
+        fields["requests"] = ["a non-negative integer"]
+    if not isinstance(errors, int) or isinstance(errors, bool) or errors < 0:
+        fields["errors"] = ["a non-negative integer"]
+    elif isinstance(requests, int) and errors > requests:
+        fields["errors"] = ["cannot exceed requests"]
+    if len(latencies_ms) > MAX_LATENCY_SAMPLES or not all(
+        isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < 1e9
+        for v in latencies_ms
+    ):
+        fields["latencies_ms"] = [f"at most {MAX_LATENCY_SAMPLES} non-negative numbers"]
+    if fields:
+        raise InvalidInput("The observation is invalid.", extra={"fields": fields})
+    with transaction.atomic():
+        rollout = Rollout.objects.select_for_update().select_related("service").get(pk=rollout.pk)
+        if rollout.service.metrics_source != MetricsSource.PUSH:
+            raise Conflict("this rollout's service does not take pushed metrics")
+        if rollout.status not in ACTIVE_STATUSES:
+            raise Conflict(f"the rollout is {rollout.status}")
+        obs = Observation.objects.create(
+            rollout=rollout,
+            arm=arm,
+            requests=requests,
+            errors=errors,
+            latencies_ms=[float(v) for v in latencies_ms],
+        )
+        record(
+            actor,
+            "canary.observation.received",
+            rollout,
+            {"arm": arm, "requests": requests, "errors": errors, "samples": len(latencies_ms)},
+        )
+    return obs
+
+
+# --- the loop and the stream ------------------------------------------------------------
+
+
+def rollouts_tick_due(*, now=None) -> int:
+    """Enqueue the next tick of every active rollout that is due (the beat's safety net)."""
+    now = now or timezone.now()
+    due = Rollout.objects.filter(status__in=ACTIVE_STATUSES, next_tick_at__lte=now)
+    count = 0
+    for rollout_id, status, ticks_done in due.values_list("id", "status", "ticks_done"):
+        tick = 0 if status == RolloutStatus.PENDING else ticks_done + 1
+        _enqueue_tick(rollout_id, tick, countdown=0)
+        count += 1
+    return count
+
+
+def _enqueue_tick(rollout_id: Any, tick: int, *, countdown: float | None) -> None:
+    from canary.tasks import rollout_tick_task
+
+    try:
+        rollout_tick_task.apply_async((str(rollout_id), tick), countdown=countdown or 0)
+    except Exception:  # noqa: BLE001 - the beat sweep enqueues it again; say so
+        log.exception("could not enqueue tick %s of rollout %s", tick, rollout_id)
+
+
+def _after_commit(rollout: Rollout, *, countdown: float | None) -> None:
+    """After commit: broadcast the new state and, if still active, schedule the next tick."""
+    rollout_id, active, next_tick = rollout.pk, rollout.is_active, rollout.ticks_done + 1
+
+    def run() -> None:
+        broadcast(rollout_id)
+        if active and countdown is not None:
+            _enqueue_tick(rollout_id, next_tick, countdown=countdown)
+
+    transaction.on_commit(run)
+
+
+def broadcast(rollout_id: Any) -> None:
+    """Send the rollout's latest state to its websocket group."""
+    from channels.layers import get_channel_layer
+
+    from canary.selectors import rollout_stream_update
+
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        payload = rollout_stream_update(rollout_id)
+        async_to_sync(layer.group_send)(
+            group_name(rollout_id), {"type": "rollout.event", "payload": payload}
+        )
+    except Exception:  # noqa: BLE001 - a dashboard outage must not fail the rollout; say so
+        log.exception("broadcast for rollout %s failed", rollout_id)
+
+
+def group_name(rollout_id: Any) -> str:
+    """The channel-layer group of one rollout's dashboard."""
+    return f"rollout-{rollout_id}"

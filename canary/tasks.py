@@ -1,0 +1,19 @@
+"""Rollout Celery tasks: thin, take ids, call one service, idempotent per tick number."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from canary import services
+
+
+@shared_task(name="canary.tasks.rollout_tick_task", ignore_result=True, acks_late=True)
+def rollout_tick_task(rollout_id: str, tick: int) -> str:
+    """Analyse one tick of one rollout (a repeated or stale tick is a no-op)."""
+    return services.rollout_tick(rollout_id=rollout_id, tick=tick)
+
+
+@shared_task(name="canary.tasks.rollouts_tick_due", ignore_result=True)
+def rollouts_tick_due() -> int:
+    """Beat task: enqueue the due tick of every active rollout, so a killed worker loses nothing."""
+    return services.rollouts_tick_due()

@@ -1,0 +1,82 @@
+"""Istio traffic shifting: the VirtualService and DestinationRule of a rollout (pure builders).
+
+The DestinationRule names two subsets by the pods' `version` label; the
+VirtualService splits the service's host between them by weight. Services apply
+them through the delivery backend (`portal.delivery.get_backend().apply`); the
+simulated cluster routes simulated traffic by the weights it stores.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+ISTIO_API = "networking.istio.io/v1"
+BASELINE_SUBSET = "baseline"
+CANARY_SUBSET = "canary"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "kiln", "kiln.dev/component": "canary"}
+
+
+def destination_rule(
+    *, name: str, namespace: str, host: str, baseline_version: str, canary_version: str
+) -> dict[str, Any]:
+    """DestinationRule with a subset per version, selected by the pods' `version` label."""
+    return {
+        "apiVersion": ISTIO_API,
+        "kind": "DestinationRule",
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(MANAGED_BY)},
+        "spec": {
+            "host": host,
+            "subsets": [
+                {"name": BASELINE_SUBSET, "labels": {"version": baseline_version}},
+                {"name": CANARY_SUBSET, "labels": {"version": canary_version}},
+            ],
+        },
+    }
+
+
+def virtual_service(
+    *, name: str, namespace: str, host: str, canary_weight: int, rollout_id: str = ""
+) -> dict[str, Any]:
+    """VirtualService sending `canary_weight` percent of the host's traffic to the canary subset."""
+    if not 0 <= canary_weight <= 100:
+        raise ValueError("canary_weight must be a percentage")
+    annotations = {"kiln.dev/rollout": rollout_id} if rollout_id else {}
+    return {
+        "apiVersion": ISTIO_API,
+        "kind": "VirtualService",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": dict(MANAGED_BY),
+            "annotations": annotations,
+        },
+        "spec": {
+            "hosts": [host],
+            "http": [
+                {
+                    "name": "canary-split",
+                    "route": [
+                        {
+                            "destination": {"host": host, "subset": BASELINE_SUBSET},
+                            "weight": 100 - canary_weight,
+                        },
+                        {
+                            "destination": {"host": host, "subset": CANARY_SUBSET},
+                            "weight": canary_weight,
+                        },
+                    ],
+                }
+            ],
+        },
+    }
+
+
+def canary_weight_of(virtual_service_obj: dict[str, Any] | None) -> int:
+    """The canary subset's weight in a (live) VirtualService; 0 when absent."""
+    if not virtual_service_obj:
+        return 0
+    for route in (virtual_service_obj.get("spec") or {}).get("http") or []:
+        for dest in route.get("route") or []:
+            if (dest.get("destination") or {}).get("subset") == CANARY_SUBSET:
+                return int(dest.get("weight") or 0)
+    return 0

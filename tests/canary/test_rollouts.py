@@ -1,0 +1,229 @@
+"""Rollout services: the state machine, the analysis loop, traffic shifting and the audit trail."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+from django.conf import settings
+
+from audit.models import OutboxEvent
+from canary import services
+from canary.metrics import simulated_windows
+from canary.models import Rollout, RolloutDecision, RolloutStatus, RolloutTick
+from canary.traffic import ISTIO_API, canary_weight_of
+from kiln.errors import Conflict, IllegalTransition, InvalidInput
+from kiln.identity.permissions import PLATFORM_ADMIN, Actor, system_actor
+from portal.delivery import get_backend
+from portal.models import Team
+
+pytestmark = pytest.mark.django_db
+
+ADMIN = Actor("root", roles=frozenset({PLATFORM_ADMIN}))
+CRDS = Path(settings.BASE_DIR).parent / "shared" / "crds" / "networking.istio.io"
+
+
+@pytest.fixture
+def team() -> Team:
+    return Team.objects.create(slug="payments", name="Payments")
+
+
+@pytest.fixture
+def service(team):
+    return services.service_create(
+        actor=ADMIN, team=team, name="checkout", namespace="shop", sim_traffic_class="steady"
+    )
+
+
+def _rollout(service, **kw) -> Rollout:
+    kw.setdefault("ticks_per_step", 3)
+    return services.rollout_create(
+        actor=ADMIN, service=service, baseline_version="v1", canary_version="v2", **kw
+    )
+
+
+def _actions(target: Rollout) -> list[str]:
+    return list(
+        OutboxEvent.objects.filter(target=f"canary.rollout:{target.pk}")
+        .order_by("id")
+        .values_list("action", flat=True)
+    )
+
+
+def _run(rollout: Rollout, limit: int = 100) -> Rollout:
+    services.rollout_tick(rollout_id=rollout.pk, tick=0)
+    for tick in range(1, limit):
+        rollout.refresh_from_db()
+        if rollout.status != RolloutStatus.RUNNING:
+            break
+        services.rollout_tick(rollout_id=rollout.pk, tick=tick)
+    rollout.refresh_from_db()
+    return rollout
+
+
+def _schema(kind_file: str) -> dict:
+    crd = yaml.safe_load((CRDS / kind_file).read_text())
+    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
+    return version["schema"]["openAPIV3Schema"]
+
+
+def _live(service, kind: str) -> dict | None:
+    return get_backend().get(ISTIO_API, kind, service.namespace, service.name)
+
+
+def test_start_routes_the_first_step_with_schema_valid_istio_objects(service):
+    rollout = _rollout(service)
+    assert rollout.status == RolloutStatus.PENDING
+    assert services.rollout_tick(rollout_id=rollout.pk, tick=0) == "started"
+    rollout.refresh_from_db()
+    assert (rollout.status, rollout.weight) == (RolloutStatus.RUNNING, 5)
+    vs = _live(service, "VirtualService")
+    dr = _live(service, "DestinationRule")
+    assert canary_weight_of(vs) == 5
+    assert [s["labels"]["version"] for s in dr["spec"]["subsets"]] == ["v1", "v2"]
+    jsonschema.validate(
+        {k: v for k, v in vs.items() if k != "status"}, _schema("virtualservices.yaml")
+    )
+    jsonschema.validate(
+        {k: v for k, v in dr.items() if k != "status"}, _schema("destinationrules.yaml")
+    )
+    assert _actions(rollout) == ["canary.rollout.created", "canary.rollout.started"]
+
+
+def test_a_healthy_canary_steps_up_and_is_promoted_at_the_horizon(service):
+    rollout = _run(_rollout(service))  # steps 5, 25, 50 x 3 ticks: horizon 9
+    assert rollout.status == RolloutStatus.PROMOTED
+    assert rollout.weight == 100 and rollout.ticks_done == 9
+    assert canary_weight_of(_live(service, "VirtualService")) == 100
+    weights = list(rollout.ticks.order_by("number").values_list("weight", flat=True))
+    assert weights == [5, 5, 5, 25, 25, 25, 50, 50, 50]
+    kinds = list(rollout.decisions.values_list("kind", flat=True))
+    assert kinds == ["started", "step_advanced", "step_advanced", "promoted"]
+    actions = _actions(rollout)
+    assert actions.count("canary.tick.decided") == 9  # every tick's decision is on record
+    assert actions[-1] == "canary.rollout.promoted"
+    assert "horizon" in rollout.reason
+
+
+def test_a_canary_with_twice_the_errors_is_rolled_back(service):
+    services.service_set_simulated_regression(
+        actor=ADMIN, service=service, version="v2", regression="errors"
+    )
+    rollout = _run(_rollout(service, ticks_per_step=8))
+    assert rollout.status == RolloutStatus.ROLLED_BACK
+    assert rollout.weight == 0
+    assert canary_weight_of(_live(service, "VirtualService")) == 0
+    last = rollout.decisions.last()
+    assert last.kind == "rolled_back" and "error rate" in last.reason
+    assert last.statistics["llr"] >= last.statistics["llr_upper"]
+    assert _actions(rollout)[-1] == "canary.rollout.rolled_back"
+    event = OutboxEvent.objects.filter(action="canary.rollout.rolled_back").get()
+    assert event.actor == "system:canary-analyzer"
+
+
+def test_ticks_are_idempotent_per_number(service):
+    rollout = _rollout(service)
+    services.rollout_tick(rollout_id=rollout.pk, tick=0)
+    assert services.rollout_tick(rollout_id=rollout.pk, tick=0) == "duplicate"
+    assert services.rollout_tick(rollout_id=rollout.pk, tick=1) == "continue"
+    assert services.rollout_tick(rollout_id=rollout.pk, tick=1) == "duplicate"
+    assert services.rollout_tick(rollout_id=rollout.pk, tick=5) == "duplicate"  # not its turn
+    assert RolloutTick.objects.filter(rollout=rollout).count() == 1
+    assert _actions(rollout).count("canary.tick.decided") == 1
+
+
+def test_tick_decisions_are_traced(service):
+    rollout = _rollout(service)
+    services.rollout_tick(rollout_id=rollout.pk, tick=0)
+    services.rollout_tick(rollout_id=rollout.pk, tick=1)
+    tick = RolloutTick.objects.get(rollout=rollout, number=1)
+    assert len(tick.trace_id) == 32
+    event = OutboxEvent.objects.get(action="canary.tick.decided")
+    assert event.trace_id == tick.trace_id
+
+
+def test_simulated_traffic_follows_the_applied_weight(service):
+    rollout = _rollout(service)
+    services.rollout_tick(rollout_id=rollout.pk, tick=0)
+    rollout.refresh_from_db()
+    baseline, canary, weight = simulated_windows(rollout, 1)
+    share = canary.requests / (canary.requests + baseline.requests)
+    assert weight == 5 and 0.03 < share < 0.07
+    # Shift the VirtualService by hand: the simulated cluster routes by what is applied.
+    services._route(rollout, 50)
+    baseline, canary, weight = simulated_windows(rollout, 1)
+    assert weight == 50 and 0.45 < canary.requests / (canary.requests + baseline.requests) < 0.55
+
+
+def test_aborting_a_finished_rollout_is_refused_and_changes_nothing(service):
+    rollout = _run(_rollout(service))
+    events = OutboxEvent.objects.count()
+    with pytest.raises(IllegalTransition):
+        services.rollout_abort(actor=ADMIN, rollout=rollout)
+    rollout.refresh_from_db()
+    assert rollout.status == RolloutStatus.PROMOTED and rollout.weight == 100
+    assert OutboxEvent.objects.count() == events
+
+
+def test_abort_sends_traffic_back_to_the_baseline(service):
+    rollout = _rollout(service)
+    services.rollout_tick(rollout_id=rollout.pk, tick=0)
+    services.rollout_abort(actor=ADMIN, rollout=rollout, reason="pager went off")
+    rollout.refresh_from_db()
+    assert (rollout.status, rollout.weight) == (RolloutStatus.ABORTED, 0)
+    assert canary_weight_of(_live(service, "VirtualService")) == 0
+    assert services.rollout_tick(rollout_id=rollout.pk, tick=1) == "inactive"
+    assert _actions(rollout)[-1] == "canary.rollout.aborted"
+
+
+def test_one_active_rollout_per_service(service):
+    _rollout(service)
+    with pytest.raises(Conflict):
+        _rollout(service)
+    assert Rollout.objects.count() == 1
+
+
+@pytest.mark.parametrize(
+    ("kw", "field"),
+    [
+        ({"steps": [5, 50, 25, 100]}, "steps"),
+        ({"steps": [5, 25, 50]}, "steps"),
+        ({"steps": [0, 100]}, "steps"),
+        ({"ticks_per_step": 0}, "ticks_per_step"),
+        ({"tick_seconds": 0.0}, "tick_seconds"),
+        ({"config": {"alpha": 0.9}}, "config"),
+        ({"config": {"bogus": 1}}, "config"),
+    ],
+    ids=["unsorted", "no-100", "zero-weight", "no-ticks", "zero-seconds", "alpha", "unknown"],
+)
+def test_invalid_rollouts_are_refused_and_nothing_is_stored(service, kw, field):
+    events = OutboxEvent.objects.count()
+    with pytest.raises(InvalidInput) as exc:
+        _rollout(service, **kw)
+    assert field in exc.value.extra["fields"]
+    assert Rollout.objects.count() == 0 and OutboxEvent.objects.count() == events
+
+
+def test_the_due_sweep_finds_rollouts_whose_tick_is_due(service):
+    rollout = _rollout(service)
+    assert services.rollouts_tick_due() == 1  # PENDING, due now
+    services.rollout_tick(rollout_id=rollout.pk, tick=0)
+    assert services.rollouts_tick_due() == 0  # next tick in 60 s
+
+
+def test_seed_shows_one_promotion_and_one_rollback():
+    from canary.seed import seed_demo
+
+    Team.objects.create(slug="payments", name="Payments")
+    Team.objects.create(slug="search", name="Search")
+    created = seed_demo()
+    assert any("rollout checkout" in c for c in created)
+    assert seed_demo() == []  # idempotent
+    outcomes = {}
+    for rollout in Rollout.objects.select_related("service"):
+        outcomes[rollout.service.name] = _run(rollout).status
+    assert outcomes == {"checkout": RolloutStatus.PROMOTED, "search-api": RolloutStatus.ROLLED_BACK}
+    assert RolloutDecision.objects.filter(kind="rolled_back").count() == 1
+    assert system_actor("seed").username == "system:seed"
