@@ -1,8 +1,58 @@
 """URL routes of the portal app: `urlpatterns` (pages) and `api_urlpatterns` (under /api/v1/)."""
 
-from django.urls import path  # noqa: F401
+from django.urls import path
+
+from portal import api, views
 
 app_name = "portal"
 
-urlpatterns: list = []
-api_urlpatterns: list = []
+urlpatterns: list = [
+    path("environments/", views.environment_list, name="environment-list"),
+    path("environments/new/", views.environment_request, name="environment-request"),
+    path("environments/estimate/", views.environment_estimate, name="environment-estimate"),
+    path("environments/approvals/", views.approval_queue, name="approval-queue"),
+    path("environments/showback/", views.showback, name="showback"),
+    path("environments/<str:public_id>/", views.environment_detail, name="environment-detail"),
+    path(
+        "environments/<str:public_id>/progress/",
+        views.environment_progress,
+        name="environment-progress",
+    ),
+    path(
+        "environments/<str:public_id>/extend/", views.environment_extend, name="environment-extend"
+    ),
+    path(
+        "environments/<str:public_id>/teardown/",
+        views.environment_teardown,
+        name="environment-teardown",
+    ),
+    path(
+        "environments/<str:public_id>/decide/", views.environment_decide, name="environment-decide"
+    ),
+]
+api_urlpatterns: list = [
+    path("environments/", api.EnvironmentListCreateApi.as_view(), name="environment-list"),
+    path(
+        "environments/estimate/", api.EnvironmentEstimateApi.as_view(), name="environment-estimate"
+    ),
+    path(
+        "environments/<str:public_id>/",
+        api.EnvironmentDetailApi.as_view(),
+        name="environment-detail",
+    ),
+    path(
+        "environments/<str:public_id>/approve/",
+        api.EnvironmentApproveApi.as_view(),
+        name="environment-approve",
+    ),
+    path(
+        "environments/<str:public_id>/reject/",
+        api.EnvironmentRejectApi.as_view(),
+        name="environment-reject",
+    ),
+    path(
+        "environments/<str:public_id>/extend/",
+        api.EnvironmentExtendApi.as_view(),
+        name="environment-extend",
+    ),
+]

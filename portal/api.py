@@ -1,0 +1,305 @@
+"""Environments REST API (/api/v1/environments/): thin views over portal services and selectors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status
+from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from kiln.errors import InvalidInput
+from kiln.identity.permissions import actor_from_request
+from portal import selectors, services
+from portal.lifecycle import Status
+from portal.models import Environment
+from portal.services import cost
+from portal.validation import ENV_CLASSES, FIELDS, WORKLOAD_CLASSES, field_errors
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """An integer that must be a JSON number, not a string or a boolean."""
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictBooleanField(serializers.BooleanField):
+    """A boolean that must be a JSON true/false."""
+
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            self.fail("invalid", input=data)
+        return data
+
+
+class StrictSerializer(serializers.Serializer):
+    """Rejects fields it does not know (a typo is a 400, not silently ignored)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
+        return super().to_internal_value(data)
+
+
+class EnvironmentCreateInput(StrictSerializer):
+    team = serializers.CharField(max_length=63)
+    name = serializers.CharField(max_length=63)
+    env_class = serializers.ChoiceField(choices=ENV_CLASSES)
+    ttl_hours = StrictIntegerField()
+    workload_class = serializers.ChoiceField(choices=WORKLOAD_CLASSES, default="latency-sensitive")
+    cpu = StrictIntegerField()
+    memory_gib = StrictIntegerField()
+    gpu = StrictIntegerField(default=0)
+    tenant_control_plane = StrictBooleanField(default=False)
+    spot_node_pool = StrictBooleanField(default=False)
+    database = StrictBooleanField(default=False)
+    justification = serializers.CharField(
+        max_length=2000, required=False, allow_blank=True, default=""
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        errors = field_errors(attrs)
+        if errors:
+            raise serializers.ValidationError(errors)
+        return attrs
+
+
+class ReasonInput(StrictSerializer):
+    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+
+
+class RejectInput(StrictSerializer):
+    reason = serializers.CharField(max_length=2000)
+
+
+class ExtendInput(StrictSerializer):
+    hours = StrictIntegerField(min_value=1, max_value=8760)
+
+
+def environment_payload(env: Environment, *, detail: bool = False) -> dict[str, Any]:
+    """The API's representation of an environment (detail adds manifests, decisions and steps)."""
+    req = env.request
+    body: dict[str, Any] = {
+        "id": env.public_id,
+        "team": env.team.slug,
+        "name": env.name,
+        "namespace": env.namespace,
+        "env_class": env.env_class,
+        "status": env.status,
+        "status_reason": env.status_reason,
+        "policy_version": env.policy_version,
+        "requested_by": req.requested_by.get_username(),
+        "request": {k: getattr(req, k) for k in FIELDS if k != "team"},
+        "hourly_cost": str(env.hourly_cost),
+        "created_at": env.created_at,
+        "ready_at": env.ready_at,
+        "expires_at": env.expires_at,
+        "deleted_at": env.deleted_at,
+        "quarantine_owner": env.quarantine_owner.get_username() if env.quarantine_owner else None,
+    }
+    if detail:
+        body["approvals"] = [
+            {
+                "approver": d.approver_name,
+                "decision": d.decision,
+                "reason": d.reason,
+                "at": d.created_at,
+            }
+            for d in env.decisions.all()
+        ]
+        body["policy_decisions"] = [
+            {
+                "stage": d.stage,
+                "policy": d.policy,
+                "policy_sha256": d.policy_sha256,
+                "policy_set_version": d.policy_set_version,
+                "target": d.target,
+                "allowed": d.allowed,
+                "outcome": d.outcome,
+                "message": d.message,
+            }
+            for d in env.policy_decisions.all()
+        ]
+        body["steps"] = [
+            {
+                "name": s.name,
+                "status": s.status,
+                "attempts": s.attempts,
+                "detail": s.detail,
+                "started_at": s.started_at,
+                "finished_at": s.finished_at,
+            }
+            for s in selectors.environment_steps(env)
+        ]
+        body["manifests"] = env.manifests
+    return body
+
+
+def _filters(request: Request) -> selectors.EnvironmentFilter:
+    params = request.query_params
+    env_class = params.get("env_class", "")
+    if env_class and env_class not in ENV_CLASSES:
+        raise InvalidInput(
+            "unknown env_class",
+            extra={"fields": {"env_class": [f"One of {', '.join(ENV_CLASSES)}."]}},
+        )
+    statuses = [s.strip().upper() for s in params.get("status", "").split(",") if s.strip()]
+    unknown = [s for s in statuses if s not in Status.__members__]
+    if unknown:
+        raise InvalidInput(
+            "unknown status", extra={"fields": {"status": [f"Unknown: {', '.join(unknown)}."]}}
+        )
+    return selectors.EnvironmentFilter(
+        team=params.get("team", ""),
+        status=",".join(statuses),
+        env_class=env_class,
+        requested_by=params.get("requested_by", ""),
+        q=params.get("q", ""),
+    )
+
+
+class EnvironmentListCreateApi(APIView):
+    """GET: visible environments (filters: team, status, env_class, requested_by, q; limit/offset).
+    POST: submit a request; honours Idempotency-Key."""
+
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(request=EnvironmentCreateInput, responses={201: dict})
+    def post(self, request: Request) -> Response:
+        data = EnvironmentCreateInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        env, created = services.environment_request_submit(
+            actor=actor_from_request(request),
+            data=data.validated_data,
+            idempotency_key=request.headers.get("Idempotency-Key", "").strip(),
+        )
+        headers = {"Location": f"/api/v1/environments/{env.public_id}/"}
+        if not created:
+            headers["Idempotent-Replayed"] = "true"
+        return Response(
+            environment_payload(env, detail=True),
+            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+            headers=headers,
+        )
+
+    def get(self, request: Request) -> Response:
+        qs = selectors.environment_list(
+            viewer=actor_from_request(request), filters=_filters(request)
+        )
+        paginator = LimitOffsetPagination()
+        page = paginator.paginate_queryset(qs, request, view=self)
+        return paginator.get_paginated_response([environment_payload(e) for e in page])
+
+
+class EnvironmentDetailApi(APIView):
+    """GET: one environment. DELETE: request teardown (202)."""
+
+    permission_classes = [IsAuthenticated]
+
+    def get(self, request: Request, public_id: str) -> Response:
+        env = selectors.environment_get(viewer=actor_from_request(request), public_id=public_id)
+        return Response(environment_payload(env, detail=True))
+
+    def delete(self, request: Request, public_id: str) -> Response:
+        actor = actor_from_request(request)
+        env = selectors.environment_get(viewer=actor, public_id=public_id)
+        reason = request.query_params.get("reason", "") or "teardown requested over the API"
+        env = services.environment_teardown_request(actor=actor, environment=env, reason=reason)
+        return Response(environment_payload(env), status=status.HTTP_202_ACCEPTED)
+
+
+class EnvironmentApproveApi(APIView):
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(request=ReasonInput)
+    def post(self, request: Request, public_id: str) -> Response:
+        actor = actor_from_request(request)
+        data = ReasonInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        env = selectors.environment_get(viewer=actor, public_id=public_id)
+        env = services.environment_approve(
+            actor=actor, environment=env, reason=data.validated_data["reason"]
+        )
+        return Response(environment_payload(env, detail=True))
+
+
+class EnvironmentRejectApi(APIView):
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(request=RejectInput)
+    def post(self, request: Request, public_id: str) -> Response:
+        actor = actor_from_request(request)
+        data = RejectInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        env = selectors.environment_get(viewer=actor, public_id=public_id)
+        env = services.environment_reject(
+            actor=actor, environment=env, reason=data.validated_data["reason"]
+        )
+        return Response(environment_payload(env, detail=True))
+
+
+class EnvironmentExtendApi(APIView):
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(request=ExtendInput)
+    def post(self, request: Request, public_id: str) -> Response:
+        actor = actor_from_request(request)
+        data = ExtendInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        env = selectors.environment_get(viewer=actor, public_id=public_id)
+        env = services.environment_extend(
+            actor=actor, environment=env, hours=data.validated_data["hours"]
+        )
+        return Response(environment_payload(env, detail=True))
+
+
+class EnvironmentEstimateApi(APIView):
+    """GET: the cost estimate for a prospective request (query parameters as the create body)."""
+
+    permission_classes = [IsAuthenticated]
+
+    def get(self, request: Request) -> Response:
+        p = request.query_params
+        try:
+            args = {
+                "env_class": p.get("env_class", "dev"),
+                "ttl_hours": int(p.get("ttl_hours", "24")),
+                "cpu": int(p.get("cpu", "1")),
+                "memory_gib": int(p.get("memory_gib", "1")),
+                "gpu": int(p.get("gpu", "0")),
+            }
+        except ValueError as exc:
+            raise InvalidInput("numbers expected", extra={"fields": {"query": [str(exc)]}}) from exc
+        flags = {
+            k: p.get(k, "false").lower() in ("1", "true", "on")
+            for k in ("spot_node_pool", "tenant_control_plane", "database")
+        }
+        errors = {
+            k: v
+            for k, v in field_errors(
+                {**args, **flags, "name": "x", "team": "x", "workload_class": "standard"}
+            ).items()
+        }
+        if errors:
+            raise InvalidInput("The request is invalid.", extra={"fields": errors})
+        result = cost.estimate(
+            spot=flags["spot_node_pool"],
+            tenant_control_plane=flags["tenant_control_plane"],
+            database=flags["database"],
+            **args,
+        )
+        result["hourly"] = str(result["hourly"])
+        result["lifetime"] = str(result["lifetime"])
+        for line in result["lines"]:
+            line["unit_price"] = str(line["unit_price"])
+            line["hourly"] = str(line["hourly"])
+        return Response(result)

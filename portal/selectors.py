@@ -1,0 +1,184 @@
+"""Portal reads: what a viewer may see, timelines, queues and showback."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from kiln.errors import NotFound
+from kiln.identity.permissions import (
+    APPROVER,
+    AUDITOR,
+    PLATFORM_ADMIN,
+    Actor,
+    can_view_environment,
+)
+from portal.delivery import AppliedRef, get_backend
+from portal.lifecycle import Status
+from portal.models import Environment, ProvisioningStep, Team
+
+
+def _sees_everything(viewer: Actor) -> bool:
+    return bool({PLATFORM_ADMIN, APPROVER, AUDITOR} & set(viewer.roles))
+
+
+def environment_queryset(viewer: Actor) -> QuerySet[Environment]:
+    """Environments the viewer may see (their teams'; approvers, auditors and admins see all)."""
+    qs = Environment.objects.select_related("team", "request", "request__requested_by")
+    if _sees_everything(viewer):
+        return qs
+    return qs.filter(team__slug__in=list(viewer.teams))
+
+
+@dataclass(frozen=True)
+class EnvironmentFilter:
+    """List filters: team slug, status, class, requester username, and free text on the name."""
+
+    team: str = ""
+    status: str = ""
+    env_class: str = ""
+    requested_by: str = ""
+    q: str = ""
+
+
+def environment_list(
+    *, viewer: Actor, filters: EnvironmentFilter | None = None
+) -> QuerySet[Environment]:
+    """Visible environments, newest first, filtered."""
+    filters = filters or EnvironmentFilter()
+    qs = environment_queryset(viewer)
+    if filters.team:
+        qs = qs.filter(team__slug=filters.team)
+    if filters.status:
+        qs = qs.filter(status__in=[s.strip().upper() for s in filters.status.split(",")])
+    if filters.env_class:
+        qs = qs.filter(env_class=filters.env_class)
+    if filters.requested_by:
+        qs = qs.filter(request__requested_by__username=filters.requested_by)
+    if filters.q:
+        qs = qs.filter(name__icontains=filters.q)
+    return qs.order_by("-created_at", "-id")
+
+
+def environment_get(*, viewer: Actor, public_id: str) -> Environment:
+    """One visible environment; an invisible one is the same 404 as a missing one."""
+    env = environment_queryset(viewer).filter(public_id=public_id).first()
+    if env is None or not can_view_environment(viewer, env.team.slug):
+        raise NotFound("no such environment")
+    return env
+
+
+def approval_queue(*, viewer: Actor) -> QuerySet[Environment]:
+    """Requests waiting for approval, oldest first."""
+    return (
+        Environment.objects.select_related("team", "request__requested_by")
+        .prefetch_related("decisions")
+        .filter(status=Status.PENDING_APPROVAL)
+        .order_by("created_at", "id")
+    )
+
+
+@dataclass(frozen=True)
+class TimelineEntry:
+    """One audit event about an environment, chained (with seq) or still on its way to the chain."""
+
+    at: datetime
+    actor: str
+    action: str
+    data: dict[str, Any]
+    seq: int | None
+
+    @property
+    def verb(self) -> str:
+        return self.action.rsplit(".", 1)[-1].replace("_", " ")
+
+
+def environment_timeline(env: Environment) -> list[TimelineEntry]:
+    """Every audit event whose target is this environment, in order: chained first, then pending."""
+    from audit.models import ChainEvent, OutboxEvent
+
+    target = f"portal.environment:{env.public_id}"
+    entries: list[TimelineEntry] = []
+    seen: set[str] = set()
+    for ev in ChainEvent.objects.filter(target=target).order_by("seq"):
+        seen.add(str(ev.event_id))
+        try:
+            data = json.loads(ev.data)
+        except (TypeError, ValueError):
+            data = {}
+        entries.append(TimelineEntry(ev.recorded_at, ev.actor, ev.action, data, ev.seq))
+    for ev in OutboxEvent.objects.filter(target=target).order_by("id"):
+        if str(ev.event_id) not in seen:
+            entries.append(TimelineEntry(ev.recorded_at, ev.actor, ev.action, ev.data, None))
+    entries.sort(key=lambda e: (e.at, e.seq or 0))
+    return entries
+
+
+def environment_steps(env: Environment) -> list[ProvisioningStep]:
+    """Provisioning and teardown steps in order."""
+    return list(ProvisioningStep.objects.filter(environment=env).order_by("position", "id"))
+
+
+def environment_resources(env: Environment) -> list[dict[str, Any]]:
+    """Each applied object with its live health from the delivery backend."""
+    if not env.applied_refs or env.status == Status.DELETED:
+        return []
+    backend = get_backend()
+    out = []
+    for raw in env.applied_refs:
+        ref = AppliedRef.from_dict(raw)
+        try:
+            health = backend.health(ref)
+            status, message = health.status.value, health.message
+        except Exception as exc:  # noqa: BLE001 - a page must render even when the backend is down
+            status, message = "Unknown", str(exc)[:200]
+        out.append(
+            {
+                "ref": str(ref),
+                "kind": ref.kind,
+                "name": ref.name,
+                "health": status,
+                "message": message,
+            }
+        )
+    return out
+
+
+def team_showback(*, viewer: Actor, team: str | None = None) -> list[dict[str, Any]]:
+    """Spend per team, environment and class: hourly price x hours alive (ready until deleted or now)."""
+    now = timezone.now()
+    rows: dict[str, dict[str, Any]] = {}
+    qs = environment_queryset(viewer).exclude(ready_at__isnull=True)
+    if team:
+        qs = qs.filter(team__slug=team)
+    for env in qs:
+        end = env.deleted_at or now
+        hours = Decimal(max((end - env.ready_at).total_seconds(), 0) / 3600).quantize(
+            Decimal("0.01")
+        )
+        spend = (env.hourly_cost * hours).quantize(Decimal("0.01"))
+        bucket = rows.setdefault(
+            env.team.slug,
+            {"team": env.team.slug, "total": Decimal("0.00"), "by_class": {}, "environments": []},
+        )
+        bucket["total"] += spend
+        bucket["by_class"][env.env_class] = (
+            bucket["by_class"].get(env.env_class, Decimal("0.00")) + spend
+        )
+        bucket["environments"].append(
+            {"environment": env, "hours": hours, "spend": spend, "hourly": env.hourly_cost}
+        )
+    return sorted(rows.values(), key=lambda r: r["team"])
+
+
+def teams_for(viewer: Actor) -> QuerySet[Team]:
+    """Teams the viewer may request environments for."""
+    if PLATFORM_ADMIN in viewer.roles:
+        return Team.objects.all()
+    return Team.objects.filter(slug__in=list(viewer.teams))

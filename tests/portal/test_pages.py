@@ -1,0 +1,153 @@
+"""Portal pages: request form with estimate, list, detail with timeline and progress, approvals, showback."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.test import Client
+from django.urls import reverse
+
+from portal.models import Environment, Membership, Team
+
+pytestmark = pytest.mark.django_db
+
+
+def login(username: str, role: str, team: Team | None = None) -> Client:
+    user = get_user_model().objects.create_user(username)
+    group, _ = Group.objects.get_or_create(name=role)
+    user.groups.add(group)
+    if team:
+        Membership.objects.create(user=user, team=team)
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def team(db) -> Team:
+    return Team.objects.create(slug="payments", name="Payments")
+
+
+FORM = {
+    "team": "payments",
+    "name": "web",
+    "env_class": "staging",
+    "ttl_hours": "48",
+    "workload_class": "standard",
+    "cpu": "4",
+    "memory_gib": "16",
+    "gpu": "0",
+    "justification": "",
+}
+
+
+def test_request_form_renders_with_estimate_and_validates(team):
+    alice = login("alice", "engineer", team)
+    page = alice.get(reverse("portal:environment-request"))
+    assert page.status_code == 200
+    assert b'hx-get="/environments/estimate/"' in page.content and b"/ hour" in page.content
+    bad = alice.post(
+        reverse("portal:environment-request"), {**FORM, "name": "Bad_Name", "ttl_hours": "5000"}
+    )
+    assert bad.status_code == 200
+    assert b"DNS-1123" in bad.content and b"exceeds the staging limit" in bad.content
+    assert Environment.objects.count() == 0
+
+
+def test_request_form_submits_and_redirects_to_detail(team):
+    alice = login("alice", "engineer", team)
+    response = alice.post(reverse("portal:environment-request"), FORM)
+    env = Environment.objects.get()
+    assert response.status_code == 302 and response["Location"].endswith(
+        f"/environments/{env.public_id}/"
+    )
+    detail = alice.get(response["Location"])
+    assert b"payments-web" in detail.content and b"PENDING_APPROVAL" in detail.content
+    assert (
+        b"submitted" in detail.content and b"queued for approval" in detail.content
+    )  # timeline from audit events
+    listing = alice.get(reverse("portal:environment-list"))
+    assert b"payments-web" in listing.content
+
+
+def test_estimate_partial_prices_the_form(team):
+    alice = login("alice", "engineer", team)
+    response = alice.get(
+        reverse("portal:environment-estimate"),
+        {"cpu": "8", "memory_gib": "16", "ttl_hours": "10", "env_class": "dev"},
+    )
+    assert response.status_code == 200 and b"m6i.xlarge" in response.content
+
+
+def test_auditor_cannot_request_and_engineer_cannot_open_the_queue(team):
+    assert login("erin", "auditor").get(reverse("portal:environment-request")).status_code == 403
+    assert login("alice", "engineer", team).get(reverse("portal:approval-queue")).status_code == 403
+
+
+def test_approver_decides_from_the_queue_and_rejection_needs_a_reason(team):
+    alice = login("alice", "engineer", team)
+    alice.post(reverse("portal:environment-request"), FORM)
+    env = Environment.objects.get()
+    carol = login("carol", "approver")
+    queue = carol.get(reverse("portal:approval-queue"))
+    assert b"payments-web" in queue.content
+    carol.post(
+        reverse("portal:environment-decide", args=[env.public_id]),
+        {"decision": "reject", "reason": ""},
+    )
+    env.refresh_from_db()
+    assert env.status == "PENDING_APPROVAL"
+    carol.post(
+        reverse("portal:environment-decide", args=[env.public_id]),
+        {"decision": "reject", "reason": "too big", "next": "https://evil.example/"},
+    )
+    env.refresh_from_db()
+    assert env.status == "REJECTED"
+
+
+def test_progress_partial_polls_while_active_and_detail_shows_manifests(
+    team, django_capture_on_commit_callbacks
+):
+    alice = login("alice", "engineer", team)
+    with django_capture_on_commit_callbacks(execute=True):
+        alice.post(reverse("portal:environment-request"), {**FORM, "env_class": "dev"})
+    env = Environment.objects.get()
+    assert env.status == "READY"
+    detail = alice.get(reverse("portal:environment-detail", args=[env.public_id]))
+    assert b"kind: ResourceQuota" in detail.content and b"Extend TTL" in detail.content
+    progress = alice.get(
+        reverse("portal:environment-progress", args=[env.public_id]), {"was": "PROVISIONING"}
+    )
+    assert progress["HX-Refresh"] == "true" and b'hx-trigger="every 2s"' not in progress.content
+    Environment.objects.filter(pk=env.pk).update(status="PROVISIONING")
+    live = alice.get(reverse("portal:environment-progress", args=[env.public_id]))
+    assert b'hx-trigger="every 2s"' in live.content
+
+
+def test_extend_and_teardown_from_the_detail_page(team, django_capture_on_commit_callbacks):
+    alice = login("alice", "engineer", team)
+    with django_capture_on_commit_callbacks(execute=True):
+        alice.post(reverse("portal:environment-request"), {**FORM, "env_class": "dev"})
+    env = Environment.objects.get()
+    before = env.expires_at
+    alice.post(reverse("portal:environment-extend", args=[env.public_id]), {"hours": "12"})
+    env.refresh_from_db()
+    assert (env.expires_at - before).total_seconds() == 12 * 3600
+    alice.post(reverse("portal:environment-teardown", args=[env.public_id]), {"reason": "done"})
+    env.refresh_from_db()
+    assert env.status in ("EXPIRING", "TEARING_DOWN")
+
+
+def test_other_teams_environment_is_404_and_showback_renders(
+    team, django_capture_on_commit_callbacks
+):
+    alice = login("alice", "engineer", team)
+    with django_capture_on_commit_callbacks(execute=True):
+        alice.post(reverse("portal:environment-request"), {**FORM, "env_class": "dev"})
+    env = Environment.objects.get()
+    other = Team.objects.create(slug="search", name="Search")
+    bob = login("bob", "engineer", other)
+    assert bob.get(reverse("portal:environment-detail", args=[env.public_id])).status_code == 404
+    showback = alice.get(reverse("portal:showback"))
+    assert showback.status_code == 200 and b"payments-web" in showback.content
