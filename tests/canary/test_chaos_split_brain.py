@@ -17,9 +17,12 @@ from canary.chaos_services import (
     chaos_controller_run,
     chaos_reap,
     experiment_create,
+    fault_inject,
+    fault_lease_acquire,
 )
 from canary.management.commands.chaos_crash_bench import _fork_controller
 from canary.models_chaos import ChaosInjection, ChaosLease
+from kiln.errors import KilnError
 from tests.canary.test_chaos_support import (  # noqa: F401
     abort_data,
     admin,
@@ -133,3 +136,36 @@ def test_paused_holder_never_injects_again_after_a_takeover(admin, shop, backend
         os.waitpid(pid, 0)
     b.join(5)
     _assert_never_overlapping()
+
+
+def test_racing_controllers_get_one_lease_and_one_injection(admin, shop, backend):
+    exp = experiment_create(actor=admin, data=abort_data(), backend=backend)
+    barrier = threading.Barrier(4)
+    outcomes: dict[str, object] = {}
+
+    def race(name: str) -> None:
+        try:
+            barrier.wait()
+            term = fault_lease_acquire(experiment_id=exp.pk, holder=name)
+            barrier.wait()
+            try:
+                fault_inject(experiment_id=exp.pk, holder=name, term=term or 0, backend=backend)
+                outcomes[name] = "injected"
+            except KilnError as exc:
+                outcomes[name] = exc.code
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=race, args=(f"c{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert sorted(outcomes.values()) == [
+        "injected",
+        "lease_not_held",
+        "lease_not_held",
+        "lease_not_held",
+    ]
+    assert ChaosInjection.objects.count() == 1
+    assert ChaosLease.objects.get(pk=exp.pk).transitions == 1

@@ -11,6 +11,7 @@ from canary.chaos_services import chaos_controller_run, controller_identity
 
 class Command(BaseCommand):
     help = "Run the chaos controller for one experiment until it ends (SIGKILL-safe: the reaper reverts)."
+    requires_system_checks: list = []  # a runtime process: start fast, checks belong to deploys
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--experiment", required=True, help="experiment id")

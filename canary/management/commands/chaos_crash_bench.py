@@ -294,6 +294,7 @@ def summarize(results: list[TrialResult], *, lease: float, reaper_period: float)
 
 class Command(BaseCommand):
     help = "Kill chaos controllers with SIGKILL while they hold faults; report how fast the reaper reverts."
+    requires_system_checks: list = []  # a runtime process: start fast, checks belong to deploys
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--trials", type=int, default=50)

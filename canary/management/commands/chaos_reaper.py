@@ -17,6 +17,7 @@ from canary.chaos_services import chaos_reap
 
 class Command(BaseCommand):
     help = "Revert faults whose lease lapsed, every --period seconds (default KILN_CHAOS_REAPER_PERIOD)."
+    requires_system_checks: list = []  # a runtime process: start fast, checks belong to deploys
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--period", type=float, default=None, help="seconds between passes")
