@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -37,10 +38,13 @@ class Runtime:
 
     def stop(self) -> None:
         for service in reversed(self.services):
+            started = time.monotonic()
             try:
                 service.stop()
             except Exception:  # noqa: BLE001 - keep stopping the others, but say so
                 log.exception("stopping %s failed", service.name)
+            else:
+                log.info("stopped %s in %.2f s", service.name, time.monotonic() - started)
 
 
 _extra: list[Callable[[], Service]] = []
