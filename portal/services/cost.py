@@ -1,8 +1,10 @@
 """Cost estimate for an environment request, priced per instance type (on-demand or spot).
 
 `price_table()` is the one place prices come from: the scheduler app's pricing
-models when they hold data, else the built-in list below (public list prices,
-eu-west-1, USD per hour). Everything else here is arithmetic on Decimals.
+models (InstanceType, SpotPrice) when they hold data, else the built-in list
+below (public list prices, eu-west-1, USD per hour). Nodes are sized on
+m6i.xlarge (or the cheapest CPU type per vCPU) and GPUs on g5.xlarge (or the
+cheapest per GPU). Everything else here is arithmetic on Decimals.
 """
 
 from __future__ import annotations
@@ -43,58 +45,42 @@ DATABASE_SIZE = {"ephemeral": "small", "dev": "small", "staging": "medium", "pro
 
 def price_table() -> tuple[dict[str, Price], str]:
     """Prices by instance type and where they came from ("scheduler" or "built-in")."""
-    try:
-        from scheduler.models import InstanceType  # noqa: F401 - present once the scheduler ships pricing
-    except ImportError:
-        return FALLBACK_PRICES, "built-in"
     table = _scheduler_prices()
-    if all(name in table for name in (GENERAL, GPU)):
+    if table:
         return table, "scheduler"
-    return {**FALLBACK_PRICES, **table}, "built-in"
+    return FALLBACK_PRICES, "built-in"
 
 
 def _scheduler_prices() -> dict[str, Price]:
-    """Read the scheduler's pricing models; tolerant of field names so a schema change degrades to built-in."""
-    from scheduler.models import InstanceType
-
-    table: dict[str, Price] = {}
+    """The scheduler's InstanceType rows; spot = mean of the zones' current spot prices."""
     try:
-        for it in InstanceType.objects.all():
-            on_demand = _first(it, "on_demand_price", "on_demand_hourly", "price_on_demand")
-            spot = _first(it, "spot_price", "spot_hourly", "price_spot")
-            if spot is None:
-                spot = _latest_spot(it)
-            if on_demand is None:
-                continue
-            table[it.name] = Price(
-                it.name,
-                int(_first(it, "vcpu", "vcpus", "cpu") or 0),
-                int(_first(it, "memory_gib", "memory_gb", "memory") or 0),
-                int(_first(it, "gpu", "gpus", "gpu_count") or 0),
-                Decimal(str(on_demand)),
-                Decimal(str(spot if spot is not None else on_demand)),
-            )
-    except Exception:  # noqa: BLE001 - the estimate must not break the form; built-in prices apply
+        from scheduler.models import InstanceType
+    except ImportError:  # pragma: no cover - the scheduler app is part of Kiln
         return {}
+    table: dict[str, Price] = {}
+    for it in InstanceType.objects.prefetch_related("spot_prices"):
+        spots = [sp.hourly for sp in it.spot_prices.all()]
+        spot = (
+            (sum(spots, Decimal(0)) / len(spots)).quantize(CENT) if spots else it.on_demand_hourly
+        )
+        table[it.name] = Price(
+            it.name, int(it.vcpu), int(it.memory_gib), int(it.gpus), it.on_demand_hourly, spot
+        )
     return table
 
 
-def _first(obj, *names):
-    for name in names:
-        value = getattr(obj, name, None)
-        if value is not None:
-            return value
-    return None
+def _general(table: dict[str, Price]) -> Price:
+    if GENERAL in table:
+        return table[GENERAL]
+    cpu_only = [p for p in table.values() if p.gpu == 0 and p.vcpu > 0]
+    return min(cpu_only or FALLBACK_PRICES.values(), key=lambda p: (p.on_demand / p.vcpu, p.name))
 
 
-def _latest_spot(instance_type):
-    for rel in ("spot_prices", "spotprice_set"):
-        manager = getattr(instance_type, rel, None)
-        if manager is not None:
-            row = manager.order_by("-id").first()
-            if row is not None:
-                return _first(row, "price", "hourly", "spot_price")
-    return None
+def _gpu(table: dict[str, Price]) -> Price:
+    if GPU in table:
+        return table[GPU]
+    gpus = [p for p in table.values() if p.gpu > 0]
+    return min(gpus, key=lambda p: (p.on_demand / p.gpu, p.name)) if gpus else FALLBACK_PRICES[GPU]
 
 
 def estimate(
@@ -111,12 +97,12 @@ def estimate(
     """Hourly and lifetime cost with one line per item; nodes = max(cpu, memory) / node shape, rounded up."""
     table, source = price_table()
     lines = []
-    general = table[GENERAL]
+    general = _general(table)
     nodes = max(math.ceil(cpu / general.vcpu), math.ceil(memory_gib / general.memory_gib), 1)
     unit = general.spot if spot else general.on_demand
     lines.append(_line(f"{general.name} ({'spot' if spot else 'on-demand'})", nodes, unit))
     if gpu:
-        gpu_type = table[GPU]
+        gpu_type = _gpu(table)
         gpu_nodes = math.ceil(gpu / max(gpu_type.gpu, 1))
         unit = gpu_type.spot if spot else gpu_type.on_demand
         lines.append(_line(f"{gpu_type.name} ({'spot' if spot else 'on-demand'})", gpu_nodes, unit))

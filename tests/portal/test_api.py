@@ -198,9 +198,9 @@ def test_estimate_endpoint_prices_the_request(api):
     assert response.status_code == 200
     from decimal import Decimal
 
-    from portal.services.cost import price_table
+    from portal.services.cost import _general, price_table
 
     # 8 CPU / 4 vCPU per m6i.xlarge = 2 on-demand nodes; lifetime = hourly x 10 h
-    node = price_table()[0]["m6i.xlarge"]
+    node = _general(price_table()[0])
     assert Decimal(data["hourly"]) == 2 * node.on_demand
     assert Decimal(data["lifetime"]) == (2 * node.on_demand * 10).quantize(Decimal("0.01"))
