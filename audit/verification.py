@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from audit import chain, notes
 from audit.anchors import configured_anchors
-from audit.models import Checkpoint
+from audit.models import ChainEvent, Checkpoint
 
 FETCH = 20000
 
@@ -127,28 +131,119 @@ def signed_checkpoints(
     return found, problem, count
 
 
-def verify_chain(*, public_key: str | Path | None = None, include_anchors: bool = True) -> Report:
-    """Recompute the whole chain and check it against every signed checkpoint."""
+PARALLEL_MIN_ROWS = 50_000
+
+
+@dataclass
+class SegmentResult:
+    """What one worker found in a seq range: its first link, its last hash, its first problem."""
+
+    first_seq: int | None
+    first_prev: str | None
+    checked: int
+    last_seq: int
+    last_hash: str
+    problem: chain.Problem | None
+
+
+def verify_segment(first: int, last: int | None, expected: dict[int, str]) -> SegmentResult:
+    """Verify seq range [first, last]; a range above seq 1 takes its first prev_hash as given."""
+    state = chain.VerifyState()
+    first_seq = first_prev = None
+    problem = None
+    with transaction.atomic():
+        for chunk in iter_rows(first, last):
+            if first_seq is None and chunk:
+                first_seq, first_prev = chunk[0][0], chunk[0][8]
+            state, problem = chain.verify_rows(
+                chunk, state=state, expect_hash_at=expected, segment=first > 1
+            )
+            if problem:
+                break
+    return SegmentResult(
+        first_seq, first_prev, state.checked, state.last_seq, state.last_hash, problem
+    )
+
+
+def _segment_in_child(args: tuple[int, int | None, dict[int, str]]) -> SegmentResult:
+    connection.close()  # never share the parent's socket
+    try:
+        return verify_segment(*args)
+    finally:
+        connection.close()
+
+
+def _stitch(results: list[SegmentResult]) -> tuple[int, int, chain.Problem | None]:
+    """Join segment results: links across boundaries, the smallest problem seq wins."""
+    problems = [r.problem for r in results if r.problem]
+    previous: SegmentResult | None = None
+    for r in results:
+        if r.first_seq is None:
+            continue
+        if previous is not None and not previous.problem:
+            if r.first_seq != previous.last_seq + 1:
+                problems.append(
+                    chain.Problem(
+                        previous.last_seq + 1,
+                        f"missing: the chain jumps from seq {previous.last_seq} to {r.first_seq}",
+                    )
+                )
+            elif r.first_prev != previous.last_hash:
+                problems.append(
+                    chain.Problem(
+                        r.first_seq,
+                        f"prev_hash does not link to the hash of seq {previous.last_seq}",
+                    )
+                )
+        previous = r
+    checked = sum(r.checked for r in results)
+    head = max((r.last_seq for r in results if r.first_seq is not None), default=0)
+    return checked, head, min(problems, key=lambda p: p.seq) if problems else None
+
+
+def verify_chain(
+    *,
+    public_key: str | Path | None = None,
+    include_anchors: bool = True,
+    workers: int | None = None,
+) -> Report:
+    """Recompute the whole chain and check it against every signed checkpoint.
+
+    On PostgreSQL a large chain is split into seq ranges verified by `workers`
+    processes (default: the CPU count, at most 4), then stitched at the boundaries.
+    """
     started = timezone.now()
     name, key = load_public_key(public_key)
     expected, cp_problem, cp_count = signed_checkpoints(name, key, include_anchors=include_anchors)
-    state = chain.VerifyState()
-    problem = None
-    with transaction.atomic():
-        for chunk in iter_rows():
-            state, problem = chain.verify_rows(chunk, state=state, expect_hash_at=expected)
-            if problem:
-                break
+    head = ChainEvent.objects.aggregate(head=Max("seq"))["head"] or 0
+    if workers is None:
+        workers = min(os.cpu_count() or 1, 4) if head >= PARALLEL_MIN_ROWS else 1
+    parallel = (
+        workers > 1
+        and connection.vendor == "postgresql"
+        and not connection.in_atomic_block
+        and head >= workers
+    )
+    if parallel:
+        step = -(-head // workers)
+        ranges = [(i * step + 1, min(head, (i + 1) * step), expected) for i in range(workers)]
+        ranges[-1] = (ranges[-1][0], None, expected)  # rows appended meanwhile are verified too
+        connection.close()
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            results = list(pool.map(_segment_in_child, ranges))
+    else:
+        results = [verify_segment(1, None, expected)]
+    checked, last_seq, problem = _stitch(results)
     if problem is None:
-        problem = chain.check_checkpoint_sizes(state.last_seq, expected)
+        problem = chain.check_checkpoint_sizes(last_seq, expected)
     if cp_problem and (problem is None or cp_problem.seq < problem.seq):
         problem = cp_problem
     seconds = (timezone.now() - started).total_seconds()
     return Report(
         ok=problem is None,
-        checked=state.checked,
+        checked=checked,
         checkpoints=cp_count,
-        head_seq=state.last_seq,
+        head_seq=last_seq,
         problem=problem,
         seconds=seconds,
     )

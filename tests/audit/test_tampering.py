@@ -190,3 +190,33 @@ def test_offline_verifier_imports_nothing_from_django(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert settings.KILN_AUDIT_ORIGIN  # the settings the exports name
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("statements", "bad_seq"),
+    [
+        ([], None),
+        ([("UPDATE audit_chainevent SET target = 'env:x' WHERE seq = 30", [])], 30),
+        (
+            [("DELETE FROM audit_chainevent WHERE seq = 21", [])],
+            21,
+        ),  # first row of the second range
+        ([("UPDATE audit_chainevent SET prev_hash = hash WHERE seq = 21", [])], 21),
+    ],
+    ids=["intact", "edited-in-second-range", "deleted-at-boundary", "relinked-at-boundary"],
+)
+def test_parallel_verification_stitches_ranges(statements, bad_seq, committed_chain, tamper):
+    from audit.verification import verify_chain
+
+    for i in range(40):
+        record("alice", "portal.environment.approved", f"env:{i}")
+    drain()
+    if statements:
+        tamper(*statements)
+    report = verify_chain(workers=2)
+    assert report.problem is None if bad_seq is None else report.problem.seq == bad_seq, (
+        report.message
+    )
+    if bad_seq is None:
+        assert report.checked == 40
