@@ -1,0 +1,40 @@
+"""Django admin: the chain, checkpoints and verification runs, read-only (the database forbids edits)."""
+
+from django.contrib import admin
+
+from audit.models import ChainEvent, Checkpoint, OutboxEvent, VerificationRun
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """No add, change or delete: audit records are evidence."""
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(ChainEvent)
+class ChainEventAdmin(ReadOnlyAdmin):
+    list_display = ("seq", "recorded_at", "actor", "action", "target")
+    list_filter = ("action",)
+    search_fields = ("actor", "action", "target", "event_id")
+
+
+@admin.register(Checkpoint)
+class CheckpointAdmin(ReadOnlyAdmin):
+    list_display = ("size", "signed_at", "head_hash", "anchored")
+
+
+@admin.register(VerificationRun)
+class VerificationRunAdmin(ReadOnlyAdmin):
+    list_display = ("finished_at", "ok", "checked", "first_bad_seq")
+
+
+@admin.register(OutboxEvent)
+class OutboxEventAdmin(ReadOnlyAdmin):
+    list_display = ("id", "recorded_at", "action", "published_at")
