@@ -1,0 +1,72 @@
+"""The rollout dashboard in a real browser: the chart and the decisions update over the websocket."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+import uuid
+
+import pytest
+
+from tests.e2e.conftest import browser, browser_page, kiln  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.e2e
+
+
+def _post(server, path: str, body: dict, token: str) -> dict:
+    request = urllib.request.Request(  # noqa: S310 - the local test server
+        server.base_url + path,
+        data=json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
+        return json.loads(response.read())
+
+
+def _wait_until(check, timeout: float = 30.0) -> None:
+    """Poll the page from Python (the CSP forbids the eval that wait_for_function needs)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "the dashboard did not update in time"
+        time.sleep(0.25)
+
+
+def test_rollout_page_streams_ticks_and_decisions(kiln, browser_page):  # noqa: F811
+    admin = kiln.tokens["platform-admin"]
+    name = f"e2e-{uuid.uuid4().hex[:8]}"
+    service = _post(
+        kiln,
+        "/api/v1/canary/services/",
+        {"team": "payments", "name": name, "namespace": "e2e"},
+        admin,
+    )
+    rollout = _post(
+        kiln,
+        "/api/v1/rollouts/",
+        {
+            "service": service["id"],
+            "baseline_version": "v1",
+            "canary_version": "v2",
+            "steps": [5, 25, 50, 100],
+            "ticks_per_step": 3,
+            "tick_seconds": 1.0,
+        },
+        admin,
+    )
+    page = browser_page.page
+    browser_page.login("alice")
+    browser_page.goto("/rollouts/")
+    page.click(f"a[href='/rollouts/{rollout['id']}/']")
+    page.wait_for_selector("#stream-state.ok", timeout=15_000)
+    # The chart grows tick by tick and the step-ups arrive as decisions, all over the websocket.
+    _wait_until(lambda: int(page.get_attribute("#rollout", "data-points") or 0) >= 4)
+    _wait_until(lambda: page.locator("#decisions tr[data-decision-id]").count() >= 2)
+    assert page.locator(".uplot").count() == 4
+    kinds = page.locator("#decisions tr[data-decision-id] td:nth-child(2)").all_inner_texts()
+    assert kinds[:2] == ["started", "step_advanced"]
+    page.wait_for_selector("#rollout-status .badge[data-status='promoted']", timeout=40_000)
+    assert page.locator("#rollout-weight").inner_text() == "100%"
+    browser_page.screenshot("canary-rollout")
+    browser_page.assert_clean()
