@@ -47,6 +47,11 @@ def navigation(request: HttpRequest) -> dict:
             url = reverse(name)
         except NoReverseMatch:
             continue
-        items.append({"label": label, "url": url, "active": request.path.startswith(url)})
+        items.append({"label": label, "url": url, "active": False})
+    # The entry whose URL is the longest prefix of this page is the active one
+    # (/environments/approvals/ is Approvals, not Environments).
+    matching = [item for item in items if request.path.startswith(item["url"])]
+    if matching:
+        max(matching, key=lambda item: len(item["url"]))["active"] = True
     roles = sorted(actor.roles) if actor is not None else []
     return {"nav_items": items, "nav_actor": actor, "nav_roles": roles}

@@ -95,3 +95,32 @@ def test_login_does_not_redirect_off_site(client, carol):
     )
     assert response.status_code == 302
     assert response["Location"] == "/"
+
+
+def test_navigation_marks_only_the_most_specific_entry_active(rf, carol, monkeypatch):
+    from django.urls import NoReverseMatch
+
+    from kiln import context_processors
+
+    routes = {
+        "portal:environment-list": "/environments/",
+        "portal:approval-queue": "/environments/approvals/",
+    }
+
+    def reverse(name: str) -> str:  # only these two pages exist
+        if name not in routes:
+            raise NoReverseMatch(name)
+        return routes[name]
+
+    monkeypatch.setattr(context_processors, "reverse", reverse)
+    request = rf.get("/environments/approvals/42/")
+    request.user = carol
+    items = context_processors.navigation(request)["nav_items"]
+    assert [(i["label"], i["active"]) for i in items] == [
+        ("Environments", False),
+        ("Approvals", True),
+    ]
+    request = rf.get("/environments/7/")
+    request.user = carol
+    items = context_processors.navigation(request)["nav_items"]
+    assert [i["active"] for i in items] == [True, False]
