@@ -33,6 +33,8 @@ TRACE_ID = re.compile(r"^([0-9a-f]{32})?$")
 MAX_SAFE_INTEGER = 2**53 - 1  # RFC 8785 numbers are IEEE 754 doubles
 
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+# Characters RFC 8785 escapes inside strings (and lone surrogates, which have no UTF-8 form).
+_NEEDS_ESCAPE = re.compile('[\x00-\x1f"\\\\\ud800-\udfff]').search
 _sha256 = hashlib.sha256
 
 
@@ -187,6 +189,7 @@ def verify_rows(
     expected = expect_hash_at or {}
     sha = _sha256
     enc = _encode
+    needs_escape = _NEEDS_ESCAPE
     seq_expected = st.last_seq + 1
     prev = st.last_hash
     before = st.before_last_hash
@@ -229,20 +232,28 @@ def verify_rows(
                     f"inserted: seq {seq} links to seq {seq - 2}, so seq {seq - 1} is not the original entry",
                 )
             return st, Problem(seq, f"prev_hash does not link to the hash of seq {seq - 1}")
-        body = (
-            '{"action":%s,"actor":%s,"data":%s,"event_id":%s,"recorded_at":%s,'  # noqa: UP031 - fastest
-            '"seq":%d,"target":%s,"trace_id":%s}'
-            % (
-                enc(action),
-                enc(actor),
-                data,
-                enc(event_id),
-                enc(recorded_at),
-                seq,
-                enc(target),
-                enc(trace_id),
+        if needs_escape(action + actor + event_id + recorded_at + target + trace_id) is None:
+            # Nothing to escape: each string's JSON form is the string in quotes (RFC 8785 3.2.2.2).
+            body = (
+                '{"action":"%s","actor":"%s","data":%s,"event_id":"%s","recorded_at":"%s",'  # noqa: UP031 - fastest
+                '"seq":%d,"target":"%s","trace_id":"%s"}'
+                % (action, actor, data, event_id, recorded_at, seq, target, trace_id)
             )
-        )
+        else:
+            body = (
+                '{"action":%s,"actor":%s,"data":%s,"event_id":%s,"recorded_at":%s,'  # noqa: UP031 - fastest
+                '"seq":%d,"target":%s,"trace_id":%s}'
+                % (
+                    enc(action),
+                    enc(actor),
+                    data,
+                    enc(event_id),
+                    enc(recorded_at),
+                    seq,
+                    enc(target),
+                    enc(trace_id),
+                )
+            )
         if sha((prev + body).encode("utf-8")).hexdigest() != digest:
             st.checked, st.last_seq, st.last_hash, st.before_last_hash = (
                 checked,

@@ -20,7 +20,7 @@ class OutboxEvent(models.Model):
         blank=True, default=""
     )  # RFC 8785 text of `data`, as it will be hashed
     trace_id = models.CharField(max_length=32, blank=True, default="")
-    published_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    published_at = models.DateTimeField(null=True, blank=True)  # indexed with id below
 
     class Meta:
         ordering = ["id"]

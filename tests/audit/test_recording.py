@@ -97,3 +97,24 @@ def test_published_but_lost_events_are_republished_after_the_grace_period(settin
     settings.KILN_AUDIT_REPUBLISH_SECONDS = 0
     drain()
     assert ChainEvent.objects.count() == 1
+
+
+def test_awkward_text_survives_chaining_and_both_row_readers():
+    from django.db import transaction as tx
+
+    from audit.verification import iter_rows, iter_rows_copy, verify_chain
+
+    record(
+        'a,"b"\nc\\d',
+        "portal.environment.approved",
+        "tab\there ünïcødé 😀",
+        {"s": 'x\n"y"\u0001', "n": [1, 2.5]},
+    )
+    record("plain", "portal.environment.approved", "env:2")
+    drain()
+    with tx.atomic():
+        slow = [r for chunk in iter_rows() for r in chunk]
+        fast = [r for chunk in iter_rows_copy() for r in chunk]
+    assert fast == slow and slow[0][3] == 'a,"b"\nc\\d'
+    report = verify_chain()
+    assert report.ok and report.checked == 2, report.message

@@ -31,7 +31,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--per-tx", type=int, default=100, help="events per recording transaction"
         )
-        parser.add_argument("--recorders", type=int, default=4, help="concurrent recording threads")
+        parser.add_argument("--recorders", type=int, default=8, help="concurrent recording threads")
         parser.add_argument("--batch-size", type=int, default=settings.KILN_AUDIT_BATCH_SIZE)
         parser.add_argument("--json", action="store_true", help="print only the JSON result")
 
@@ -124,6 +124,8 @@ class Command(BaseCommand):
             if report.seconds
             else None,
             "verify_ok": report.ok,
+            "load_average_1m": round(os.getloadavg()[0], 2),
+            "cpus": os.cpu_count(),
             "chain_length": total,
         }
         self.stdout.write(json.dumps(result, indent=None if opts["json"] else 2))
