@@ -8,10 +8,13 @@ p99), stepped through the same traffic schedule.
 The fixed-threshold judge is what Argo Rollouts' AnalysisTemplate or Flagger's
 metric checks do: each window, the canary alone is measured against thresholds
 an operator set from the service's nominal numbers (error rate 2x nominal,
-median 1.125x, p99 1.5x, failure limit 3: the best of a grid of such settings
-on the steady class, subject to at most 1% false rollbacks there), the first
+median 1.2x, p99 1.5x, failure limit 8), the first
 `initial_delay` windows are skipped (Argo's initialDelay), and the rollout is
 aborted once more than `failure_limit` measurements failed (Argo's failureLimit).
+Those settings are the judge's best case: of a grid of 400 (error factor 1.5-4,
+median 1.125-1.5, p99 1.5-6, failure limit 2-8) they minimise the worse of its
+worst-class false-rollback and worst-class missed-regression rates over all
+traffic classes, on streams with other seeds than the benchmark's.
 """
 
 from __future__ import annotations
@@ -46,9 +49,9 @@ class ThresholdConfig:
     """A per-window fixed-threshold judge (Argo Rollouts / Flagger style)."""
 
     error_factor: float = 2.0
-    median_factor: float = 1.125
+    median_factor: float = 1.2
     p99_factor: float = 1.5
-    failure_limit: int = 3
+    failure_limit: int = 8
     initial_delay: int = 5
 
 
