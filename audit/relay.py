@@ -42,6 +42,8 @@ def run_inprocess(stop: threading.Event) -> None:
     from audit.services import relay_publish
 
     _inprocess.set()
+    _wake.set()  # publish at once on start
+    first = True  # the in-process stream starts empty: what was published before a restart is gone
     try:
         while not stop.is_set():
             _wake.wait(settings.KILN_AUDIT_SWEEP_SECONDS)
@@ -49,7 +51,8 @@ def run_inprocess(stop: threading.Event) -> None:
             if stop.is_set():
                 break
             try:
-                relay_publish()
+                relay_publish(republish_all=first)
+                first = False
             except TopicUnavailable as exc:
                 log.warning("audit topic unavailable: %s", exc)
             except Exception:  # noqa: BLE001 - keep relaying; the error is logged with its trace

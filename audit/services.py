@@ -127,20 +127,24 @@ def _notify_relay() -> None:
 # --- relay: outbox -> topic ----------------------------------------------------------------
 
 
-def relay_publish(*, max_events: int | None = None) -> int:
+def relay_publish(*, max_events: int | None = None, republish_all: bool = False) -> int:
     """Publish pending outbox rows to the audit topic; returns how many were published.
 
     A row is pending until published, and published rows are published again
     after KILN_AUDIT_REPUBLISH_SECONDS if still not chained (the writer deletes
     rows it chained), so a stream lost with Redis loses nothing. Raises
-    TopicUnavailable when Redis is down; the rows then stay pending.
+    TopicUnavailable when Redis is down; the rows then stay pending. `republish_all`
+    publishes every unchained row now (an in-process topic that started empty).
     """
     topic = get_topic()
     total = 0
+    # Fixed for the whole call, so rows published by this call are never picked up again by it.
+    cutoff = timezone.now() - timedelta(
+        seconds=0 if republish_all else settings.KILN_AUDIT_REPUBLISH_SECONDS
+    )
     while max_events is None or total < max_events:
         limit = RELAY_BATCH if max_events is None else min(RELAY_BATCH, max_events - total)
         now = timezone.now()
-        cutoff = now - timedelta(seconds=settings.KILN_AUDIT_REPUBLISH_SECONDS)
         with transaction.atomic():
             rows = _pending_outbox(cutoff, limit)
             if not rows:

@@ -180,3 +180,18 @@ def test_readyz_reports_writer_lag(client, settings):
     assert check["ok"] is False and check["pending"] == 1 and check["lag_seconds"] > 3600
     drain()
     assert client.get("/readyz").json()["checks"]["audit_writer"]["ok"] is True
+
+
+def test_csv_export_verifies_offline(events, api_client_for, tmp_path):
+    from audit.services import public_key_path
+    from audit.verify_export import verify_export
+
+    response = api_client_for("auditor").get("/api/v1/audit/export", {"format": "csv"})
+    path = tmp_path / "export.csv"
+    path.write_bytes(b"".join(response.streaming_content))
+    report = verify_export(path, public_key_path().read_text())
+    assert report.ok and report.checked == 12, report.message
+    text = path.read_text().replace("user1", "userX", 1)
+    path.write_text(text)
+    report = verify_export(path, public_key_path().read_text())
+    assert not report.ok and report.problem.seq == 2

@@ -118,3 +118,13 @@ def test_awkward_text_survives_chaining_and_both_row_readers():
     assert fast == slow and slow[0][3] == 'a,"b"\nc\\d'
     report = verify_chain()
     assert report.ok and report.checked == 2, report.message
+
+
+def test_republish_all_publishes_every_unchained_row_once(settings):
+    for i in range(3):
+        record("alice", "portal.environment.approved", f"env:{i}")
+    assert relay_publish() == 3
+    assert relay_publish() == 0
+    assert relay_publish(republish_all=True) == 3  # e.g. an in-process stream lost with its process
+    stats = drain()
+    assert (stats["appended"], stats["duplicates"]) == (3, 3)
