@@ -313,6 +313,34 @@ CELERY_BEAT_SCHEDULE["audit-relay-sweep"] = {
 
 # simulated | kubernetes | gitops. Standalone defaults to the simulated cluster.
 KILN_DELIVERY_BACKEND = env("KILN_DELIVERY_BACKEND", "simulated")
+# Simulated cluster: per-kind readiness delays (zero | fast | realistic) times a scale.
+KILN_SIM_DELAY_PROFILE = env("KILN_SIM_DELAY_PROFILE", "fast")
+KILN_SIM_DELAY_SCALE = env_float("KILN_SIM_DELAY_SCALE", 1.0)
+KILN_SIM_FINALIZER_SECONDS = env_float("KILN_SIM_FINALIZER_SECONDS", 1.0)
+# gitops backend: the repository (path or URL; default a bare repository under var/) and branch.
+KILN_GITOPS_REPO = env("KILN_GITOPS_REPO", str(VAR_DIR / "gitops.git"))
+KILN_GITOPS_BRANCH = env("KILN_GITOPS_BRANCH", "main")
+# kubernetes backend: API server URL and bearer token file (unset: kubeconfig / in-cluster).
+KILN_KUBE_API_URL = env("KILN_KUBE_API_URL")
+KILN_KUBE_TOKEN_FILE = env("KILN_KUBE_TOKEN_FILE")
+KILN_KUBE_CA_FILE = env("KILN_KUBE_CA_FILE")
+
+# --- environments (portal) ------------------------------------------------------
+KILN_POLICY_DIR = env("KILN_POLICY_DIR", str(BASE_DIR / "deploy" / "policies"))
+KILN_POLICY_TIMEOUT_SECONDS = env_float("KILN_POLICY_TIMEOUT_SECONDS", 2.0)
+KILN_TEAM_LIMITS = env("KILN_TEAM_LIMITS", "cpu=128,memoryGi=512,gpu=8,environments=20")
+KILN_DATASTORE_POOLS = env(
+    "KILN_DATASTORE_POOLS", "etcd-a1:zone-a:30,etcd-a2:zone-a:30,etcd-b1:zone-b:30,etcd-c1:zone-c:30"
+)
+KILN_PROVISION_TIMEOUT_SECONDS = env_float("KILN_PROVISION_TIMEOUT_SECONDS", 900)
+KILN_PROVISION_POLL_SECONDS = env_float("KILN_PROVISION_POLL_SECONDS", 0.5)
+KILN_TEARDOWN_DEADLINE_SECONDS = env_float("KILN_TEARDOWN_DEADLINE_SECONDS", 300)
+KILN_QUARANTINE_OWNER = env("KILN_QUARANTINE_OWNER", "")
+KILN_REAP_INTERVAL_SECONDS = env_float("KILN_REAP_INTERVAL_SECONDS", 60)
+CELERY_BEAT_SCHEDULE["portal-reap-expired"] = {
+    "task": "portal.reap_expired",
+    "schedule": KILN_REAP_INTERVAL_SECONDS,
+}
 
 # --- scheduler ---------------------------------------------------------------
 # Score weights (each in [0, 1], summing to 1; checked when the app loads).

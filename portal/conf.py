@@ -72,6 +72,11 @@ def gitops_repo() -> str:
     return str(_get("KILN_GITOPS_REPO", "") or (Path(settings.VAR_DIR) / "gitops.git"))
 
 
+def gitops_branch() -> str:
+    """Branch the gitops backend commits to."""
+    return str(_get("KILN_GITOPS_BRANCH", "main") or "main")
+
+
 def auto_approve_classes() -> tuple[str, ...]:
     """Environment classes approved automatically when every policy allows."""
     return ("ephemeral", "dev")

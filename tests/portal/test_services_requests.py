@@ -79,13 +79,22 @@ def test_policy_denial_is_recorded_with_the_policy_version(people):
     assert decision.policy_sha256 and decision.policy_set_version == env.policy_version
 
 
-def test_policy_timeout_denies_and_is_audited(people, settings):
-    settings.KILN_POLICY_TIMEOUT_SECONDS = 0.0
+def test_policy_timeout_denies_and_is_audited(people, settings, tmp_path):
+    slow = "[" + ",".join(["1"] * 80) + "].all(a, [" + ",".join(["1"] * 80) + "].all(b, a + b == 2))"
+    (tmp_path / "request").mkdir()
+    (tmp_path / "request" / "slow.yaml").write_text(
+        "apiVersion: policies.kyverno.io/v1\nkind: ValidatingPolicy\nmetadata: {name: slow}\n"
+        "spec:\n  validationActions: [Deny]\n  matchConstraints:\n    resourceRules:\n"
+        "    - {apiGroups: [kiln.dev], apiVersions: [v1alpha1], operations: [CREATE], "
+        "resources: [environmentrequests]}\n"
+        f"  validations:\n  - expression: \"{slow}\"\n"
+    )
+    settings.KILN_POLICY_DIR = tmp_path
+    settings.KILN_POLICY_TIMEOUT_SECONDS = 0.01
     env, _ = environment_request_submit(actor=people["alice"], data=request_data())
     assert env.status == Status.DENIED
-    assert set(
-        PolicyDecision.objects.filter(environment=env).values_list("outcome", flat=True)
-    ) == {"timeout"}
+    outcomes = set(PolicyDecision.objects.filter(environment=env).values_list("outcome", flat=True))
+    assert outcomes == {"timeout"}
     assert "portal.environment.denied" in actions(env)
 
 

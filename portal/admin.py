@@ -1,0 +1,153 @@
+"""Django admin for environments: approvers approve and reject (reason required) through services."""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import admin, messages
+from django.http import HttpRequest
+from django.template.response import TemplateResponse
+
+from kiln.admin_site import KilnModelAdmin, admin_actor
+from kiln.errors import KilnError
+from kiln.identity import permissions
+from portal import services
+from portal.models import ApprovalDecision, Environment, PolicyDecision, ProvisioningStep
+
+
+def _can_view(actor: permissions.Actor) -> bool:
+    return permissions.has_role(actor, permissions.APPROVER)
+
+
+class ApprovalDecisionInline(admin.TabularInline):
+    model = ApprovalDecision
+    fields = ("approver_name", "decision", "reason", "created_at")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_view_permission(self, request, obj=None) -> bool:
+        return _can_view(admin_actor(request))
+
+
+class PolicyDecisionInline(ApprovalDecisionInline):
+    model = PolicyDecision
+    fields = ("stage", "policy", "target", "outcome", "message", "policy_sha256")
+    readonly_fields = fields
+
+
+class StepInline(ApprovalDecisionInline):
+    model = ProvisioningStep
+    fields = ("name", "status", "attempts", "detail", "started_at", "finished_at")
+    readonly_fields = fields
+
+
+class RejectForm(forms.Form):
+    """The reason every rejection needs."""
+
+    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), max_length=2000)
+
+
+@admin.register(Environment)
+class EnvironmentAdmin(KilnModelAdmin):
+    """Environments, read-only; approve and reject are actions that call the approval services."""
+
+    list_display = (
+        "namespace",
+        "team",
+        "env_class",
+        "status",
+        "requested_by",
+        "created_at",
+        "expires_at",
+    )
+    list_filter = ("status", "env_class", "team")
+    search_fields = ("namespace", "public_id", "request__requested_by__username")
+    readonly_fields = (
+        "public_id",
+        "namespace",
+        "team",
+        "env_class",
+        "status",
+        "status_reason",
+        "policy_version",
+        "expires_at",
+        "datastore_pool",
+        "hourly_cost",
+        "quarantine_owner",
+        "created_at",
+        "ready_at",
+        "deleted_at",
+    )
+    fields = readonly_fields
+    inlines = [ApprovalDecisionInline, PolicyDecisionInline, StepInline]
+    actions = ["approve_selected", "reject_selected"]
+    view_predicate = staticmethod(_can_view)
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("team", "request__requested_by")
+
+    @admin.display(description="requested by")
+    def requested_by(self, obj: Environment) -> str:
+        return obj.request.requested_by.get_username()
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def get_actions(self, request):
+        # Actions work on view-only admins too: they call services, which check the approver rules.
+        actions = super().get_actions(request)
+        if not permissions.can_approve(admin_actor(request)):
+            actions.pop("approve_selected", None)
+            actions.pop("reject_selected", None)
+        return actions
+
+    @admin.action(description="Approve selected requests")
+    def approve_selected(self, request: HttpRequest, queryset) -> None:
+        actor = admin_actor(request)
+        done = 0
+        for env in queryset:
+            try:
+                services.environment_approve(
+                    actor=actor, environment=env, reason="approved in admin"
+                )
+                done += 1
+            except KilnError as exc:
+                self.message_user(request, f"{env.namespace}: {exc.message}", messages.ERROR)
+        if done:
+            self.message_user(request, f"Recorded {done} approval(s).", messages.SUCCESS)
+
+    @admin.action(description="Reject selected requests (reason required)")
+    def reject_selected(self, request: HttpRequest, queryset):
+        form = RejectForm(request.POST if "apply" in request.POST else None)
+        if "apply" in request.POST and form.is_valid():
+            actor = admin_actor(request)
+            done = 0
+            for env in queryset:
+                try:
+                    services.environment_reject(
+                        actor=actor, environment=env, reason=form.cleaned_data["reason"]
+                    )
+                    done += 1
+                except KilnError as exc:
+                    self.message_user(request, f"{env.namespace}: {exc.message}", messages.ERROR)
+            if done:
+                self.message_user(request, f"Rejected {done} request(s).", messages.SUCCESS)
+            return None
+        return TemplateResponse(
+            request,
+            "portal/admin/reject.html",
+            {
+                **self.admin_site.each_context(request),
+                "title": "Reject environment requests",
+                "form": form,
+                "environments": queryset,
+                "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+                "opts": self.model._meta,
+            },
+        )

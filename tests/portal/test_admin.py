@@ -1,0 +1,68 @@
+"""Django admin actions: approve through the service, reject only with a reason."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.test import Client
+
+from portal.models import ApprovalDecision, Environment
+from portal.services import environment_request_submit
+from tests.portal.conftest import request_data
+
+pytestmark = pytest.mark.django_db
+URL = "/admin/portal/environment/"
+
+
+def staff(username: str, role: str) -> Client:
+    user = get_user_model().objects.create_user(username, is_staff=True)
+    user.groups.add(Group.objects.get_or_create(name=role)[0])
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_approve_action_calls_the_service(people):
+    env, _ = environment_request_submit(
+        actor=people["alice"], data=request_data(env_class="staging")
+    )
+    client = staff("zoe", "approver")
+    response = client.post(
+        URL, {"action": "approve_selected", "_selected_action": [env.pk]}, follow=True
+    )
+    assert response.status_code == 200
+    env.refresh_from_db()
+    assert env.status != "PENDING_APPROVAL"
+    assert ApprovalDecision.objects.get().approver_name == "zoe"
+
+
+def test_reject_action_asks_for_a_reason_first(people):
+    env, _ = environment_request_submit(
+        actor=people["alice"], data=request_data(env_class="staging")
+    )
+    client = staff("zoe", "approver")
+    page = client.post(URL, {"action": "reject_selected", "_selected_action": [env.pk]})
+    assert page.status_code == 200 and b"A reason is required" in page.content
+    client.post(
+        URL, {"action": "reject_selected", "_selected_action": [env.pk], "apply": "1", "reason": ""}
+    )
+    env.refresh_from_db()
+    assert env.status == "PENDING_APPROVAL"
+    client.post(
+        URL,
+        {
+            "action": "reject_selected",
+            "_selected_action": [env.pk],
+            "apply": "1",
+            "reason": "too big",
+        },
+    )
+    env.refresh_from_db()
+    assert env.status == "REJECTED" and env.status_reason == "too big"
+
+
+def test_engineer_staff_cannot_use_the_environment_admin(people):
+    client = staff("eve", "engineer")
+    assert client.get(URL).status_code in (302, 403)
+    assert Environment.objects.count() == 0
