@@ -70,3 +70,20 @@ def test_rollout_page_streams_ticks_and_decisions(kiln, browser_page):  # noqa: 
     assert page.locator("#rollout-weight").inner_text() == "100%"
     browser_page.screenshot("canary-rollout")
     browser_page.assert_clean()
+
+
+def test_standalone_demo_promotes_one_rollout_and_rolls_back_the_other(kiln):  # noqa: F811
+    admin = kiln.tokens["platform-admin"]
+    deadline = time.monotonic() + 60
+    while True:
+        status, rollouts = kiln.get_json("/api/v1/rollouts/", token=admin)
+        assert status == 200
+        outcome = {
+            r["service"]["name"]: r["status"]
+            for r in rollouts
+            if r["service"]["namespace"].endswith("-prod")
+        }
+        if outcome == {"checkout": "promoted", "search-api": "rolled_back"}:
+            break
+        assert time.monotonic() < deadline, outcome
+        time.sleep(1)
