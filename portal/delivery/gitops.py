@@ -1,0 +1,244 @@
+"""GitOps delivery: commit each environment's manifests into a Git repository that Argo CD syncs.
+
+Layout of the repository (branch `KILN_GITOPS_BRANCH`)::
+
+    environments/<environment>/platform/<group>_<kind>_<namespace>_<name>.yaml
+
+one directory per environment (the `kiln.dev/environment` label; otherwise the
+namespace, or `_cluster`). Argo CD's Application for the environment (also
+committed) syncs that directory. Each apply or delete is one commit, pushed
+with a bounded retry on a non-fast-forward race, so several workers can share
+one repository; an unchanged manifest makes no commit.
+
+Health is read back from an observer backend: `simulated` (standalone: the
+simulated cluster stands in for Argo CD and syncs each commit at once) or
+`kubernetes` (Argo CD syncs; the live objects are read from the API server).
+The git CLI does the work; a cross-process file lock serialises each work tree.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import yaml
+from django.conf import settings
+
+from portal.delivery.base import (
+    AppliedRef,
+    DeliveryBackend,
+    DeliveryError,
+    Health,
+    HealthStatus,
+    desired_state,
+    ref_of,
+)
+
+ENV_LABEL = "kiln.dev/environment"
+AUTHOR = ["-c", "user.name=Kiln", "-c", "user.email=kiln@localhost"]
+PUSH_ATTEMPTS = 5
+
+
+class GitOpsBackend:
+    """Delivery backend committing to Git; see the module docstring."""
+
+    name = "gitops"
+
+    def __init__(
+        self,
+        repo: str,
+        *,
+        branch: str = "main",
+        work_dir: Path | None = None,
+        observer: DeliveryBackend | None = None,
+    ) -> None:
+        self.repo = repo
+        self.branch = branch
+        digest = hashlib.sha256(repo.encode()).hexdigest()[:12]
+        self.work_dir = Path(work_dir or Path(settings.VAR_DIR) / "gitops-work" / digest)
+        self.observer = observer
+        self.syncs = observer is not None and getattr(observer, "name", "") == "simulated"
+
+    @classmethod
+    def from_settings(cls) -> GitOpsBackend:
+        observer_name = getattr(settings, "KILN_GITOPS_OBSERVER", "simulated")
+        from portal.delivery import get_backend
+
+        return cls(
+            str(getattr(settings, "KILN_GITOPS_REPO", "") or Path(settings.VAR_DIR) / "gitops.git"),
+            branch=getattr(settings, "KILN_GITOPS_BRANCH", "main"),
+            observer=get_backend(observer_name),
+        )
+
+    # --- git plumbing -------------------------------------------------------------
+
+    def _git(
+        self, *args: str, cwd: Path | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess:
+        result = subprocess.run(
+            ["git", *AUTHOR, *args],
+            cwd=cwd or self.work_dir,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "GIT_TERMINAL_PROMPT": "0"},
+        )
+        if check and result.returncode != 0:
+            raise DeliveryError(
+                f"git {args[0]} failed: {result.stderr.strip()[:300]}", retryable=True
+            )
+        return result
+
+    def _ensure_repo(self) -> None:
+        local = not any(self.repo.startswith(p) for p in ("http://", "https://", "ssh://", "git@"))
+        path = Path(self.repo.removeprefix("file://"))
+        if local and not (path / "HEAD").exists():
+            path.mkdir(parents=True, exist_ok=True)
+            self._git("init", "--bare", "-q", "-b", self.branch, str(path), cwd=path)
+        if not (self.work_dir / ".git").exists():
+            self.work_dir.mkdir(parents=True, exist_ok=True)
+            self._git("init", "-q", "-b", self.branch)
+            self._git("remote", "add", "origin", self.repo)
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.work_dir.parent.mkdir(parents=True, exist_ok=True)
+        with open(str(self.work_dir) + ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                self._ensure_repo()
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _sync_from_remote(self) -> None:
+        self._git("fetch", "-q", "origin")
+        if (
+            self._git(
+                "rev-parse", "--verify", "-q", f"origin/{self.branch}", check=False
+            ).returncode
+            == 0
+        ):
+            self._git("checkout", "-q", "-B", self.branch, f"origin/{self.branch}")
+            self._git("reset", "-q", "--hard", f"origin/{self.branch}")
+            self._git("clean", "-q", "-fd")
+
+    def _commit_and_push(self, message: str, change) -> bool:
+        """Run `change()` on a fresh tree, commit if anything changed, push; retry on a race."""
+        for _ in range(PUSH_ATTEMPTS):
+            self._sync_from_remote()
+            change()
+            self._git("add", "-A")
+            if self._git("diff", "--cached", "--quiet", check=False).returncode == 0:
+                return False
+            self._git("commit", "-q", "-m", message)
+            if (
+                self._git("push", "-q", "origin", f"HEAD:{self.branch}", check=False).returncode
+                == 0
+            ):
+                return True
+        raise DeliveryError(
+            f"could not push to {self.repo} after {PUSH_ATTEMPTS} attempts", retryable=True
+        )
+
+    # --- layout -------------------------------------------------------------------
+
+    @staticmethod
+    def environment_of(manifest: dict) -> str:
+        """The directory an object belongs to."""
+        metadata = manifest.get("metadata") or {}
+        return (
+            (metadata.get("labels") or {}).get(ENV_LABEL) or metadata.get("namespace") or "_cluster"
+        )
+
+    @staticmethod
+    def file_name(ref: AppliedRef) -> str:
+        group = ref.api_version.rpartition("/")[0] or "core"
+        return f"{group}_{ref.kind}_{ref.namespace or '_'}_{ref.name}.yaml".lower()
+
+    def _path(self, ref: AppliedRef, environment: str) -> Path:
+        return self.work_dir / "environments" / environment / "platform" / self.file_name(ref)
+
+    def _find(self, ref: AppliedRef) -> Path | None:
+        matches = list((self.work_dir / "environments").glob(f"*/platform/{self.file_name(ref)}"))
+        return matches[0] if matches else None
+
+    # --- interface ------------------------------------------------------------------
+
+    def apply(self, manifests: list[dict], *, field_manager: str = "kiln") -> list[AppliedRef]:
+        """Commit the manifests (one commit, none if unchanged), then let the observer sync them."""
+        refs = [ref_of(m) for m in manifests]
+        bodies = [desired_state(m) for m in manifests]
+
+        def change() -> None:
+            for ref, body in zip(refs, bodies, strict=True):
+                path = self._path(ref, self.environment_of(body))
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(yaml.safe_dump(body, sort_keys=True))
+
+        envs = sorted({self.environment_of(b) for b in bodies})
+        with self._locked():
+            self._commit_and_push(
+                f"{field_manager}: apply {len(refs)} objects for {', '.join(envs)}", change
+            )
+        if self.syncs:
+            return self.observer.apply(manifests, field_manager="argocd-controller")
+        return refs
+
+    def delete(self, ref: AppliedRef) -> bool:
+        """Remove the object's file (Argo CD prunes it); True if it was in the repository."""
+        found = {"file": False}
+
+        def change() -> None:
+            path = self._find(ref)
+            if path is not None:
+                path.unlink()
+                found["file"] = True
+
+        with self._locked():
+            self._commit_and_push(f"kiln: delete {ref}", change)
+        existed = found["file"]
+        if self.observer is not None and self.syncs:
+            existed = self.observer.delete(ref) or existed
+        return existed
+
+    def desired(self, ref: AppliedRef) -> dict | None:
+        """The object as committed in the repository (None if not there)."""
+        with self._locked():
+            self._sync_from_remote()
+            path = self._find(ref)
+            return yaml.safe_load(path.read_text()) if path else None
+
+    def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict | None:
+        """The live object as the observer sees it (falls back to the committed one without an observer)."""
+        if self.observer is not None:
+            return self.observer.get(api_version, kind, namespace, name)
+        return self.desired(AppliedRef(api_version, kind, namespace or "", name))
+
+    def list(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+    ) -> list[dict]:
+        """Live objects as the observer sees them."""
+        if self.observer is None:
+            return []
+        return self.observer.list(api_version, kind, namespace, label_selector)
+
+    def health(self, ref: AppliedRef) -> Health:
+        """Health read back from the cluster; Progressing while committed but not yet synced."""
+        if self.observer is None:
+            return Health(
+                HealthStatus.PROGRESSING, "no observer configured: committed, health unknown"
+            )
+        health = self.observer.health(ref)
+        if health.status == HealthStatus.MISSING and self.desired(ref) is not None:
+            return Health(HealthStatus.PROGRESSING, "committed; waiting for Argo CD to sync")
+        return health
