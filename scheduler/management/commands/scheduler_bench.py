@@ -24,6 +24,7 @@ def _free_port() -> int:
 
 
 class Command(BaseCommand):
+    requires_system_checks: list[str] = []  # measuring/serving commands need no URL checks
     help = "Measure extender latency (p50/p99 ms per filter+prioritize pair, pods/s) for N nodes."
 
     def add_arguments(self, parser):

@@ -36,6 +36,7 @@ def _choices(spec: str, allowed: tuple[str, ...], flag: str) -> list[str]:
 
 
 class Command(BaseCommand):
+    requires_system_checks: list[str] = []  # measuring/serving commands need no URL checks
     help = "Replay task_events parts of the Google 2011 trace under kiln and default; print JSON."
 
     def add_arguments(self, parser):

@@ -1,0 +1,121 @@
+"""Fixtures of the scheduler tests: priced inventory, pods and nodes shaped like kube-scheduler's."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from django.conf import settings as django_settings
+from django.utils import timezone
+
+from scheduler import selectors
+from scheduler.models import InstanceType, InterruptionBucket, Node, NodeSource, SpotPrice
+
+TRACE_DIR = Path(django_settings.BASE_DIR).parent / "shared" / "data" / "google-2011"
+GIB = 2**30
+
+
+@pytest.fixture(autouse=True)
+def _fresh_snapshot(settings):
+    """No snapshot caching across tests: each call reads the database."""
+    settings.KILN_SCHEDULER_SNAPSHOT_TTL_SECONDS = 0.0
+    selectors.snapshot_invalidate()
+    yield
+    selectors.snapshot_invalidate()
+
+
+def make_node(
+    name: str, capacity: str | None, itype: str = "m6i.xlarge", zone: str = "us-east-1a", **kw
+) -> Node:
+    labels = {"node.kubernetes.io/instance-type": itype, "topology.kubernetes.io/zone": zone}
+    if capacity is not None:
+        labels["karpenter.sh/capacity-type"] = capacity
+    return Node.objects.create(
+        name=name,
+        labels=labels,
+        capacity_type=capacity or "unknown",
+        instance_type=itype,
+        zone=zone,
+        allocatable_cpu_millis=kw.get("cpu", 4000),
+        allocatable_memory_bytes=kw.get("mem", 16 * GIB),
+        allocatable_gpus=kw.get("gpus", 0),
+        requested_cpu_millis=kw.get("req_cpu", 0),
+        requested_memory_bytes=kw.get("req_mem", 0),
+        requested_gpus=0,
+        source=NodeSource.SIMULATED,
+        synced_at=timezone.now(),
+    )
+
+
+@pytest.fixture
+def inventory(db) -> dict[str, Node]:
+    """Three priced nodes: on-demand m6i.xlarge, spot m6i.xlarge (cheap), and an unpriced one."""
+    m6i = InstanceType.objects.create(
+        name="m6i.xlarge",
+        family="m6i",
+        vcpu=4,
+        memory_gib=Decimal("16"),
+        on_demand_hourly=Decimal("0.1920"),
+    )
+    SpotPrice.objects.create(
+        instance_type=m6i,
+        zone="us-east-1a",
+        hourly=Decimal("0.0650"),
+        interruption_bucket=InterruptionBucket.UNDER_5,
+        observed_at=timezone.now(),
+    )
+    return {
+        "od": make_node("node-od", "on-demand"),
+        "spot": make_node("node-spot", "spot"),
+        "mystery": make_node("node-mystery", None, itype="x9.huge"),
+    }
+
+
+def pod(
+    workload_class: str | None = "standard", cpu: str = "500m", memory: str = "1Gi", **extra
+) -> dict:
+    """A v1.Pod as kube-scheduler serialises it (only the fields that matter here, plus noise)."""
+    labels = {"app": "web", "pod-template-hash": "5d8f7"}
+    if workload_class is not None:
+        labels["kiln.dev/workload-class"] = workload_class
+    return {
+        "metadata": {
+            "name": "web-5d8f7-abcde",
+            "namespace": "payments",
+            "uid": "0f0e",
+            "labels": labels,
+        },
+        "spec": {
+            "containers": [
+                {
+                    "name": "web",
+                    "image": "web:1",
+                    "resources": {"requests": {"cpu": cpu, "memory": memory}},
+                },
+                {
+                    "name": "sidecar",
+                    "image": "proxy:1",
+                    "resources": {"limits": {"cpu": "100m", "memory": "64Mi"}},
+                },
+            ],
+            "schedulerName": "default-scheduler",
+            **extra,
+        },
+        "status": {"phase": "Pending"},
+    }
+
+
+def node_object(name: str, capacity: str | None, cpu: str = "3920m", memory: str = "14Gi") -> dict:
+    """A v1.Node as kube-scheduler sends it with nodeCacheCapable: false."""
+    labels = {"kubernetes.io/hostname": name, "node.kubernetes.io/instance-type": "m6i.xlarge"}
+    if capacity is not None:
+        labels["karpenter.sh/capacity-type"] = capacity
+    return {
+        "metadata": {"name": name, "labels": labels, "resourceVersion": "42"},
+        "spec": {"providerID": f"aws:///us-east-1a/{name}"},
+        "status": {
+            "capacity": {"cpu": "4", "memory": "16Gi", "pods": "58"},
+            "allocatable": {"cpu": cpu, "memory": memory, "pods": "58"},
+        },
+    }

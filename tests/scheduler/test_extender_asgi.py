@@ -1,0 +1,71 @@
+"""The dedicated extender ASGI app (scheduler_extender) answers through the same code as the views."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from scheduler.extender_http import ExtenderASGI
+from tests.scheduler.conftest import pod
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def call(
+    app: ExtenderASGI, method: str, path: str, body: bytes = b"", headers=()
+) -> tuple[int, bytes]:
+    """Drive the ASGI app with one HTTP request (body in two chunks) and collect the response."""
+    chunks = [body[: len(body) // 2], body[len(body) // 2 :]]
+    sent: list[dict] = []
+
+    async def receive():
+        chunk = chunks.pop(0) if chunks else b""
+        return {"type": "http.request", "body": chunk, "more_body": bool(chunks)}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": method, "path": path, "headers": list(headers)}
+    asyncio.run(app(scope, receive, send))
+    return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
+
+
+def test_asgi_filter_and_prioritize(inventory):
+    app = ExtenderASGI()
+    body = json.dumps({"Pod": pod(None), "NodeNames": ["node-od", "node-spot"]}).encode()
+    status, raw = call(app, "POST", "/scheduler/filter", body)
+    assert status == 200
+    result = json.loads(raw)
+    assert result["NodeNames"] == ["node-od"]
+    assert list(result["FailedAndUnresolvableNodes"]) == ["node-spot"]
+    status, raw = call(app, "POST", "/scheduler/prioritize", body)
+    assert status == 200
+    assert [e["Host"] for e in json.loads(raw)] == ["node-od", "node-spot"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status"),
+    [
+        ("GET", "/scheduler/filter", b"", 405),
+        ("POST", "/scheduler/bind", b"{}", 404),
+        ("POST", "/scheduler/filter", b"{broken", 400),
+        ("GET", "/healthz", b"", 200),
+    ],
+    ids=["get", "unknown-verb", "malformed", "health"],
+)
+def test_asgi_edges(inventory, method, path, body, status):
+    got, raw = call(ExtenderASGI(), method, path, body)
+    assert got == status
+    assert json.loads(raw)  # always a JSON body
+
+
+def test_asgi_enforces_the_token(inventory, settings):
+    settings.KILN_SCHEDULER_EXTENDER_TOKEN = "tok"
+    body = json.dumps({"Pod": pod("batch"), "NodeNames": ["node-od"]}).encode()
+    assert call(ExtenderASGI(), "POST", "/scheduler/filter", body)[0] == 401
+    status, _ = call(
+        ExtenderASGI(), "POST", "/scheduler/filter", body, [(b"authorization", b"Bearer tok")]
+    )
+    assert status == 200

@@ -1,0 +1,193 @@
+"""The trace replay on a small slice of the real Google 2011 trace (../shared/data/google-2011)."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from audit.models import OutboxEvent
+from scheduler.models import ReplayReport
+from scheduler.replay import ReplayConfig, load_trace, parse_parts, run_replay
+from scheduler.replay.prices import PriceModel, on_demand_price
+from scheduler.replay.sim import BAT, LAT, STD, task_class
+from scheduler.replay.trace import SCHEDULE, TraceError
+from tests.scheduler.conftest import TRACE_DIR
+
+RUN_KEYS = {
+    "scheduler",
+    "spot_fraction",
+    "start",
+    "latency_on_spot",
+    "unschedulable",
+    "cost",
+    "latency_disrupted_by_reclaim",
+    "wall_seconds",
+}
+
+
+@pytest.fixture(scope="module")
+def trace_slice(tmp_path_factory) -> Path:
+    """Real rows: the full machine_events table, and from task_events part 0 rows 144,340-148,339
+    (SCHEDULE events at time 0: tasks already running) plus rows 300,001-306,000 (minutes into
+    the trace window)."""
+    folder = tmp_path_factory.mktemp("google-2011")
+    (folder / "machine_events").mkdir()
+    shutil.copy(
+        TRACE_DIR / "machine_events" / "part-00000-of-00001.csv.gz", folder / "machine_events"
+    )
+    lines: list[str] = []
+    with gzip.open(TRACE_DIR / "task_events" / "part-00000-of-00500.csv.gz", "rt") as handle:
+        for i, line in enumerate(handle):
+            if 144_339 <= i < 148_339 or 300_000 <= i < 306_000:
+                lines.append(line)
+            if i >= 306_000:
+                break
+    (folder / "task_events").mkdir()
+    with gzip.open(folder / "task_events" / "part-00000-of-00500.csv.gz", "wt") as out:
+        out.writelines(lines)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def trace(trace_slice):
+    return load_trace(trace_slice, [0])
+
+
+@pytest.mark.parametrize(
+    ("spec", "parts"),
+    [("0-13", list(range(14))), ("0,2,5-7", [0, 2, 5, 6, 7]), ("3", [3]), (" 1 - 2 ", [1, 2])],
+    ids=["range", "mixed", "single", "spaces"],
+)
+def test_parse_parts(spec, parts):
+    assert parse_parts(spec) == parts
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ["", "a-b", "5-3", "0-500", "1,,2"],
+    ids=["empty", "letters", "reversed", "beyond", "gap"],
+)
+def test_parse_parts_rejects(spec):
+    with pytest.raises(TraceError):
+        parse_parts(spec)
+
+
+@pytest.mark.parametrize(
+    ("priority", "klass"),
+    [(11, LAT), (9, LAT), (8, STD), (2, STD), (1, BAT), (0, BAT)],
+    ids=["p11", "p9", "p8", "p2", "p1", "p0"],
+)
+def test_priority_classes(priority, klass):
+    assert task_class(priority) == klass
+
+
+def test_price_model_matches_m5_list_prices():
+    # m5.large is 2 vCPU / 8 GiB = (2/64, 8/256) in trace units: 2*0.0336 + 8*0.0036 = 0.096.
+    assert float(on_demand_price(2 / 64, 8 / 256)) == pytest.approx(0.096)
+    # A (0.5, 0.5) machine: 32 vCPU / 128 GiB = 1.0752 + 0.4608 = 1.536 (m5.8xlarge).
+    assert float(on_demand_price(0.5, 0.5)) == pytest.approx(1.536)
+
+
+def test_spot_fractions_are_nested_and_seeded():
+    model = PriceModel.draw(10_000, seed=1)
+    low, high = model.spot_mask(0.3), model.spot_mask(0.7)
+    assert (high | ~low).all()  # every machine spot at 0.3 is spot at 0.7
+    assert 0.27 < low.mean() < 0.33
+    assert (PriceModel.draw(10_000, seed=1).lottery == model.lottery).all()
+
+
+def test_trace_slice_reads_real_rows(trace):
+    assert len(set(trace.machines.machine.tolist())) == 12_583  # SOURCE.md: 12,583 machine ids
+    assert trace.rows_read == 10_000
+    assert (trace.tasks.kind == SCHEDULE).sum() > 1000
+
+
+@pytest.mark.parametrize("fraction", [0.2, 0.9], ids=["spot-20", "spot-90"])
+@pytest.mark.parametrize("start", ["trace", "empty"])
+def test_kiln_never_puts_latency_tasks_on_spot_and_default_does(trace, fraction, start):
+    kiln = run_replay(trace, ReplayConfig("kiln", fraction, start, seed=1))
+    default = run_replay(trace, ReplayConfig("default", fraction, start, seed=1))
+    assert kiln.latency_on_spot == 0
+    assert kiln.latency_placements > 0
+    if fraction >= 0.5:
+        # Spot-blind: about `fraction` of its latency placements land on spot.
+        assert default.latency_on_spot > 0.2 * default.latency_placements
+    schedules = int((trace.tasks.kind == SCHEDULE).sum())
+    for run in (kiln, default):
+        # Every SCHEDULE is either pinned (start=trace, time 0), placed or unschedulable.
+        assert run.pinned_at_start + run.placements + run.unschedulable == schedules
+        assert (run.pinned_at_start > 0) == (start == "trace")
+        assert run.cost > 0 and 0 < run.savings_vs_on_demand < 1
+
+
+def test_replay_is_deterministic_for_a_seed(trace):
+    one = run_replay(trace, ReplayConfig("kiln", 0.5, "empty", seed=3)).as_dict()
+    two = run_replay(trace, ReplayConfig("kiln", 0.5, "empty", seed=3)).as_dict()
+    for run in (one, two):
+        run.pop("wall_seconds")
+        run.pop("placements_per_second")
+    assert one == two
+
+
+def test_replay_command_prints_json_and_stores_the_report(trace_slice, tmp_path, db):
+    out = io.StringIO()
+    target = tmp_path / "replay.json"
+    call_command(
+        "scheduler_replay",
+        "--trace", str(trace_slice),
+        "--parts", "0",
+        "--spot-fractions", "0.3,0.9",
+        "--start", "trace",
+        "--schedulers", "kiln,default",
+        "--seed", "1",
+        "--json", str(target),
+        "--store",
+        stdout=out,
+        stderr=io.StringIO(),
+    )  # fmt: skip
+    report = json.loads(out.getvalue())
+    assert json.loads(target.read_text()) == report
+    assert report["nodes"] == 12_583
+    assert report["placements"] > report["latency_class_placements"] > 0
+    assert len(report["runs"]) == 4
+    for run in report["runs"]:
+        assert RUN_KEYS <= set(run)
+    assert {(r["scheduler"], r["spot_fraction"]) for r in report["runs"]} == {
+        ("kiln", 0.3), ("default", 0.3), ("kiln", 0.9), ("default", 0.9)
+    }  # fmt: skip
+    assert all(r["latency_on_spot"] == 0 for r in report["runs"] if r["scheduler"] == "kiln")
+    stored = ReplayReport.objects.get()
+    assert stored.report["runs"] == report["runs"]
+    assert OutboxEvent.objects.filter(action="scheduler.replay.stored").count() == 1
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--parts", "9-1"],
+        ["--spot-fractions", "0.5,1.5"],
+        ["--spot-fractions", "half"],
+        ["--start", "midway"],
+        ["--schedulers", "kiln,volcano"],
+        ["--trace", "/nonexistent/trace"],
+    ],
+    ids=[
+        "bad-parts",
+        "fraction-above-1",
+        "fraction-word",
+        "bad-start",
+        "bad-scheduler",
+        "missing-trace",
+    ],
+)
+def test_replay_command_rejects_bad_arguments_and_stores_nothing(trace_slice, argv, db):
+    args = ["--trace", str(trace_slice), "--parts", "0", "--store", *argv]
+    with pytest.raises(CommandError):
+        call_command("scheduler_replay", *args, stdout=io.StringIO(), stderr=io.StringIO())
+    assert ReplayReport.objects.count() == 0

@@ -1,0 +1,86 @@
+"""Demo pricing seed, the overview page and the score explainer."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+from django.urls import reverse
+
+from audit.models import OutboxEvent
+from scheduler import seed
+from scheduler.models import InstanceType, Node, ReplayReport, SpotPrice
+
+pytestmark = pytest.mark.django_db
+
+
+def test_seed_creates_realistic_pricing_and_demo_nodes_once():
+    created = seed.seed_demo()
+    assert InstanceType.objects.count() == len(seed.INSTANCE_TYPES)
+    assert SpotPrice.objects.count() == len(seed.INSTANCE_TYPES) * len(seed.ZONES)
+    g5 = InstanceType.objects.get(name="g5.xlarge")
+    assert (g5.gpus, g5.gpu_model) == (1, "NVIDIA A10G")
+    assert str(InstanceType.objects.get(name="m5.large").on_demand_hourly) == "0.0960"
+    # Every spot quote is under its on-demand price.
+    for quote in SpotPrice.objects.select_related("instance_type"):
+        assert quote.hourly < quote.instance_type.on_demand_hourly
+    assert (
+        Node.objects.filter(capacity_type="spot").exists()
+        and Node.objects.filter(capacity_type="on-demand").exists()
+    )
+    assert any(c.startswith("node ") for c in created)
+    events = OutboxEvent.objects.count()
+    assert OutboxEvent.objects.filter(action="scheduler.pricing.seeded").count() == 1
+    assert seed.seed_demo() == []
+    assert OutboxEvent.objects.count() == events
+
+
+@pytest.fixture
+def user_client() -> Client:
+    client = Client()
+    client.force_login(get_user_model().objects.create_user("alice", password="pw-alice-123"))
+    return client
+
+
+def test_overview_requires_login():
+    response = Client().get(reverse("scheduler:overview"))
+    assert response.status_code == 302
+
+
+def test_overview_lists_pricing_nodes_and_stored_replays(user_client):
+    seed.seed_demo()
+    ReplayReport.objects.create(
+        created_at="2026-01-01T00:00:00Z", parts="0", seed=1, nodes=12583, placements=10, latency_class_placements=2,
+        parse_seconds=1.0,
+        report={"runs": [{"scheduler": "kiln", "start": "trace", "spot_fraction": 0.5, "latency_on_spot": 0,
+                          "unschedulable": 1, "cost": 12.5, "savings_vs_on_demand": 0.3, "wall_seconds": 1.0}]},
+    )  # fmt: skip
+    page = user_client.get(reverse("scheduler:overview")).content.decode()
+    assert "g5.xlarge" in page and "NVIDIA A10G" in page and "0.0960" in page
+    assert "sim-general-0" in page and "spot" in page
+    assert 'id="replay-data"' in page and "kiln (trace)" in page
+    assert "<script>" not in page.replace("<script src=", "")  # no inline script (CSP)
+
+
+def test_score_explainer_scores_a_sample_pod(user_client):
+    seed.seed_demo()
+    url = reverse("scheduler:explain")
+    data = {"cpu": "0.5", "memory_gib": "1", "gpus": "0", "workload_class": "unlabelled"}
+    html = user_client.post(url, data).content.decode()
+    # Unlabelled means latency-sensitive: every spot node is refused with the guarantee's reason.
+    assert (
+        html.count("node is spot capacity and the pod is latency-sensitive")
+        == Node.objects.filter(capacity_type="spot").count()
+    )
+    batch = user_client.post(url, {**data, "workload_class": "batch"}).content.decode()
+    assert "node is spot capacity" not in batch
+
+
+def test_score_explainer_rejects_bad_input(user_client):
+    response = user_client.post(
+        reverse("scheduler:explain"),
+        {"cpu": "-1", "memory_gib": "x", "gpus": "0", "workload_class": "gold"},
+    )
+    assert response.status_code == 400
+    body = response.content.decode()
+    assert "cpu" in body and "workload_class" in body
