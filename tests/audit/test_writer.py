@@ -226,3 +226,29 @@ def test_standalone_runs_relay_and_writer_in_process_without_redis(settings, com
             s.stop()
     assert_contiguous(ids)
     assert Checkpoint.objects.filter(size=30).exists()
+
+
+@pytest.mark.django_db
+def test_checkpoints_are_pushed_to_directory_and_git_anchors(settings, tmp_path):
+    from audit.anchors import configured_anchors
+
+    settings.KILN_AUDIT_ANCHORS = f"dir:{tmp_path / 'dir'},git:{tmp_path / 'git'}"
+    for batch in range(2):
+        record("alice", "portal.environment.approved", f"env:{batch}")
+        drain()
+    directory, git = configured_anchors()
+    assert sorted(p.name for p in (tmp_path / "dir").iterdir()) == [
+        "checkpoint-000000000001.txt",
+        "checkpoint-000000000002.txt",
+        "latest",
+    ]
+    log = subprocess.run(
+        ["git", "-C", str(tmp_path / "git"), "log", "--format=%s"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\n")
+    assert log[:2] == ["audit checkpoint 2", "audit checkpoint 1"]
+    latest = Checkpoint.objects.order_by("-size").first()
+    assert git.latest() == directory.latest() == latest.note
+    assert "git:" in latest.anchored and "FAILED" not in latest.anchored

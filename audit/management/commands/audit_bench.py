@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -18,6 +19,17 @@ from audit import record
 from audit.models import ChainEvent
 from audit.services import chain_head, relay_publish, signing_key
 from audit.verification import verify_chain
+
+
+def _relay_loop(stop) -> None:
+    """The relay as its own process, publishing continuously (as Celery workers would)."""
+    connection.close()
+    try:
+        while not stop.is_set():
+            if relay_publish() == 0:
+                time.sleep(0.005)
+    finally:
+        connection.close()
 
 
 class Command(BaseCommand):
@@ -61,17 +73,11 @@ class Command(BaseCommand):
             stderr=subprocess.DEVNULL,
             text=True,
         )
-        stop = threading.Event()
-
-        def relay_loop() -> None:
-            try:
-                while not stop.is_set():
-                    if relay_publish() == 0:
-                        time.sleep(0.005)
-            finally:
-                connection.close()
-
-        relay = threading.Thread(target=relay_loop, name="bench-relay")
+        stop = multiprocessing.get_context("fork").Event()
+        connection.close()  # the relay process must not share this process's connection
+        relay = multiprocessing.get_context("fork").Process(
+            target=_relay_loop, args=(stop,), name="bench-relay"
+        )
         time.sleep(2.0)  # let the writer start and take its lock
         relay.start()
         recorders = max(1, opts["recorders"])
@@ -99,7 +105,7 @@ class Command(BaseCommand):
             time.sleep(0.01)
         chained = time.perf_counter()
         stop.set()
-        relay.join()
+        relay.join(timeout=30)
         writer.terminate()
         out, _ = writer.communicate(timeout=60)
         stats = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
