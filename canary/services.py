@@ -256,13 +256,23 @@ def _transition(rollout: Rollout, to: str) -> None:
         rollout.next_tick_at = None
 
 
-def _route(rollout: Rollout, weight: int) -> None:
-    """Apply the DestinationRule and the VirtualService at `weight` through the delivery backend."""
+def _route(rollout: Rollout, weight: int, *, subsets: bool = False) -> None:
+    """Apply the VirtualService at `weight` (and the DestinationRule's subsets when starting)."""
     from portal.delivery import get_backend
 
     service = rollout.service
-    get_backend().apply(
-        [
+    manifests = [
+        virtual_service(
+            name=service.name,
+            namespace=service.namespace,
+            host=service.host,
+            canary_weight=weight,
+            rollout_id=str(rollout.pk),
+        )
+    ]
+    if subsets:
+        manifests.insert(
+            0,
             destination_rule(
                 name=service.name,
                 namespace=service.namespace,
@@ -270,15 +280,8 @@ def _route(rollout: Rollout, weight: int) -> None:
                 baseline_version=rollout.baseline_version,
                 canary_version=rollout.canary_version,
             ),
-            virtual_service(
-                name=service.name,
-                namespace=service.namespace,
-                host=service.host,
-                canary_weight=weight,
-                rollout_id=str(rollout.pk),
-            ),
-        ]
-    )
+        )
+    get_backend().apply(manifests)
 
 
 def _decide(
@@ -293,7 +296,7 @@ def _decide(
     """Record a state-changing decision: route traffic, store it, audit it, broadcast it."""
     from_weight = rollout.weight
     if to_weight != from_weight or kind == "started":
-        _route(rollout, to_weight)
+        _route(rollout, to_weight, subsets=kind == "started")
     rollout.weight = to_weight
     rollout.reason = reason
     decision = RolloutDecision.objects.create(

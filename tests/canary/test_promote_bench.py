@@ -1,0 +1,26 @@
+"""canary_promote_bench drives rollouts end to end through the API, Celery and the database."""
+
+from __future__ import annotations
+
+import json
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+
+from canary.models import Rollout, RolloutStatus
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_promote_bench_promotes_every_rollout_and_reports_json():
+    out = StringIO()
+    call_command(
+        "canary_promote_bench", "--rollouts", "3", "--concurrency", "2", "--json", stdout=out
+    )
+    report = json.loads(out.getvalue())
+    assert report["rollouts"] == 3
+    assert report["outcomes"]["promoted"] == 3
+    assert report["wall_seconds"] > 0 and report["rollouts_per_second"] > 0
+    assert Rollout.objects.filter(status=RolloutStatus.PROMOTED).count() == 3
+    assert all(r.ticks.count() == 2 for r in Rollout.objects.all())
