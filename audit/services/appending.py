@@ -1,0 +1,207 @@
+"""The single writer's writes: appending stream entries to the chain, signing checkpoints."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from audit import chain, notes
+from audit.models import ChainEvent, Checkpoint, OutboxEvent
+from audit.topic import Message
+
+log = logging.getLogger("kiln.audit")
+
+# --- writer: topic -> chain ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    """What one batch did: entries appended, redeliveries ignored, unreadable entries, new head."""
+
+    appended: int
+    duplicates: int
+    malformed: int
+    head_seq: int
+    head_hash: str
+
+
+_FIELDS = ("event_id", "recorded_at", "actor", "action", "target", "data", "trace_id")
+
+
+UUID_TEXT = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+TIME_TEXT = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
+
+
+def _parse(payload: bytes) -> tuple[str, str, str, str, str, str, str] | None:
+    """One stream entry as an event tuple, or None if it cannot be chained."""
+    try:
+        doc = json.loads(payload)
+        event = tuple(doc[f] for f in _FIELDS)
+    except (ValueError, KeyError, TypeError):
+        return None
+    if not all(isinstance(v, str) for v in event):
+        return None
+    if not (
+        UUID_TEXT.match(event[0]) and TIME_TEXT.match(event[1]) and chain.TRACE_ID.match(event[6])
+    ):
+        return None
+    return event  # type: ignore[return-value]
+
+
+def chain_head() -> tuple[int, str]:
+    """(seq, hash) of the newest chain entry; (0, genesis hash) for an empty chain."""
+    head = ChainEvent.objects.order_by("-seq").values_list("seq", "hash").first()
+    return head if head else (0, chain.GENESIS_HASH)
+
+
+def chain_append(messages: list[Message], *, role: str | None = None) -> AppendResult:
+    """Append a batch of stream entries to the chain in one transaction (the writer's only write).
+
+    Redelivered event ids (already chained, or twice in the batch) are skipped;
+    the chained events' outbox rows are deleted in the same transaction. With
+    `role` (PostgreSQL) the insert runs as that role, the only one allowed to.
+    """
+    parsed: list[tuple[str, str, str, str, str, str, str]] = []
+    malformed = 0
+    for entry_id, payload in messages:
+        event = _parse(payload)
+        if event is None:
+            malformed += 1
+            log.error("audit stream entry %s cannot be chained; left out", entry_id)
+            continue
+        parsed.append(event)
+    with transaction.atomic():
+        if role and connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute(f'SET LOCAL ROLE "{role}"')
+        ids = [e[0] for e in parsed]
+        seen = _chained_ids(ids)
+        fresh = []
+        for event in parsed:
+            if event[0] not in seen:
+                seen.add(event[0])
+                fresh.append(event)
+        head_seq, head_hash = chain_head()
+        entries = list(chain.build_entries(head_seq, head_hash, fresh))
+        if entries:
+            _insert(entries)
+            head_seq, head_hash = entries[-1].seq, entries[-1].hash
+        if ids:
+            _outbox_delete(ids)
+    return AppendResult(len(entries), len(parsed) - len(entries), malformed, head_seq, head_hash)
+
+
+def _chained_ids(ids: list[str]) -> set[str]:
+    """Which of these event ids are already in the chain."""
+    if not ids:
+        return set()
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT event_id::text FROM audit_chainevent WHERE event_id = ANY(%s::uuid[])",
+                [ids],
+            )
+            return {r[0] for r in cursor.fetchall()}
+    return {
+        str(u)
+        for u in ChainEvent.objects.filter(event_id__in=ids).values_list("event_id", flat=True)
+    }
+
+
+def _outbox_delete(ids: list[str]) -> None:
+    """Remove chained events from the outbox."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("DELETE FROM audit_outboxevent WHERE event_id = ANY(%s::uuid[])", [ids])
+        return
+    OutboxEvent.objects.filter(event_id__in=ids).delete()
+
+
+def _insert(entries: list[chain.Entry]) -> None:
+    """Bulk insert: COPY on PostgreSQL, one executemany elsewhere."""
+    if connection.vendor == "postgresql":
+        columns = (
+            "seq, event_id, recorded_at, actor, action, target, data, trace_id, prev_hash, hash"
+        )
+        with connection.cursor() as cursor:
+            raw = cursor.cursor
+            with raw.copy(f"COPY audit_chainevent ({columns}) FROM STDIN") as copy:
+                for e in entries:
+                    copy.write_row(e.as_row())
+        return
+    ChainEvent.objects.bulk_create(
+        [
+            ChainEvent(
+                seq=e.seq,
+                event_id=uuid.UUID(e.event_id),
+                recorded_at=datetime.fromisoformat(e.recorded_at),
+                actor=e.actor,
+                action=e.action,
+                target=e.target,
+                data=e.data,
+                trace_id=e.trace_id,
+                prev_hash=e.prev_hash,
+                hash=e.hash,
+            )
+            for e in entries
+        ],
+        batch_size=200,
+    )
+
+
+# --- checkpoints ---------------------------------------------------------------------------
+
+
+def signing_key() -> notes.Ed25519PrivateKey:
+    """The checkpoint signing key; in dev/standalone it is generated on first use."""
+    path = Path(settings.KILN_AUDIT_SIGNING_KEY)
+    try:
+        key = notes.load_or_create_private_key(path, create=settings.KILN_AUDIT_SIGNING_KEY_IS_DEV)
+    except FileExistsError:  # another process created it a moment ago
+        key = notes.load_or_create_private_key(path, create=False)
+    public_path = public_key_path()
+    vkey = notes.verifier_key(settings.KILN_AUDIT_ORIGIN, key.public_key())
+    if not public_path.exists() or public_path.read_text().strip() != vkey:
+        public_path.write_text(vkey + "\n")
+    return key
+
+
+def public_key_path() -> Path:
+    """Where the verifier key for auditors is written: beside the signing key, `.pub`."""
+    return Path(settings.KILN_AUDIT_SIGNING_KEY).with_suffix(".pub")
+
+
+def checkpoint_create(*, force: bool = False) -> Checkpoint | None:
+    """Sign the current head and store it (and push it to the anchors), unless already covered."""
+    from audit.anchors import configured_anchors
+
+    head_seq, head_hash = chain_head()
+    if head_seq == 0:
+        return None
+    last = Checkpoint.objects.order_by("-size", "-id").values_list("size", flat=True).first()
+    if last == head_seq and not force:
+        return None
+    now = timezone.now()
+    statement = notes.Checkpoint(
+        settings.KILN_AUDIT_ORIGIN, head_seq, head_hash, notes.time_text(now.astimezone(chain.UTC))
+    )
+    note = notes.sign(statement, settings.KILN_AUDIT_ORIGIN, signing_key())
+    results = []
+    for anchor in configured_anchors():
+        try:
+            results.append(f"{anchor.name}: {anchor.push(head_seq, note)}")
+        except Exception as exc:  # noqa: BLE001 - an anchor outage must not stop chaining; it is reported
+            log.error("checkpoint %s not anchored at %s: %s", head_seq, anchor.name, exc)
+            results.append(f"{anchor.name}: FAILED {exc.__class__.__name__}")
+    return Checkpoint.objects.create(
+        size=head_seq, head_hash=head_hash, signed_at=now, note=note, anchored="\n".join(results)
+    )

@@ -1,0 +1,212 @@
+"""Recording audit events (the outbox) and relaying them to the audit topic."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, models, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from audit import chain
+from audit.models import OutboxEvent
+from audit.topic import get_topic
+from kiln.errors import InvalidInput
+from kiln.observability import current_trace_id
+
+log = logging.getLogger("kiln.audit")
+
+ACTION_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_-]*){2,}$")
+RELAY_BATCH = 1000
+
+
+def actor_name(actor: Any) -> str:
+    """A stable string for the actor: an Actor, a Django user or a string."""
+    if actor is None:
+        raise InvalidInput("an audit event needs an actor; background work uses system_actor()")
+    if isinstance(actor, str):
+        return actor
+    username = getattr(actor, "username", None)
+    if isinstance(username, str):
+        return username
+    return str(actor)
+
+
+def target_name(target: Any) -> str:
+    """A stable string for the target: `<app>.<model>:<pk>` for a model instance, else str()."""
+    if isinstance(target, models.Model):
+        return f"{target._meta.app_label}.{target._meta.model_name}:{target.pk}"
+    return str(target)
+
+
+def record(actor: Any, action: str, target: Any, data: dict[str, Any] | None = None) -> uuid.UUID:
+    """Write one audit event to the outbox inside the caller's transaction and return its id.
+
+    If the surrounding transaction rolls back, the event goes with it; once it
+    commits, the relay publishes it to the audit topic and the writer chains it.
+    `action` is `<app>.<entity>.<past verb>`; `data` must be JSON with an RFC 8785
+    canonical form (no NaN, integers within ±2^53).
+    """
+    if not isinstance(action, str) or not ACTION_RE.match(action):
+        raise InvalidInput(f"audit action {action!r} is not <app>.<entity>.<past verb>")
+    payload = data or {}
+    try:
+        payload = json.loads(json.dumps(payload, allow_nan=False, default=_json_default))
+        data_jcs = chain.canonical_data(payload)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"audit data is not canonical JSON: {exc}") from exc
+    actor_text, target_text = actor_name(actor)[:200], target_name(target)[:300]
+    try:
+        actor_text.encode("utf-8")
+        target_text.encode("utf-8")
+    except UnicodeError as exc:
+        raise InvalidInput("audit actor and target must be valid Unicode text") from exc
+    recorded_at, trace_id = timezone.now(), current_trace_id()
+    # No savepoint: inside the caller's transaction the row simply belongs to it.
+    with transaction.atomic(savepoint=False):
+        if connection.vendor == "postgresql":
+            # One plain INSERT: the ORM's per-row overhead would be most of record()'s cost.
+            event_id = uuid.uuid4()
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "INSERT INTO audit_outboxevent "
+                    "(event_id, recorded_at, actor, action, target, data, data_jcs, trace_id) "
+                    "VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s, %s)",
+                    [
+                        event_id,
+                        recorded_at,
+                        actor_text,
+                        action,
+                        target_text,
+                        data_jcs,
+                        data_jcs,
+                        trace_id,
+                    ],
+                )
+        else:
+            event_id = OutboxEvent.objects.create(
+                recorded_at=recorded_at,
+                actor=actor_text,
+                action=action,
+                target=target_text,
+                data=payload,
+                data_jcs=data_jcs,
+                trace_id=trace_id,
+            ).event_id
+        if not any(item[1] is _notify_relay for item in connection.run_on_commit):
+            transaction.on_commit(_notify_relay)
+    return event_id
+
+
+def _json_default(value: Any) -> Any:
+    from datetime import date
+    from decimal import Decimal
+
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, Decimal | uuid.UUID):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON-serialisable")
+
+
+def _notify_relay() -> None:
+    """Wake the relay after commit; the periodic sweep covers a wake-up that fails."""
+    from audit import relay
+
+    relay.wake()
+
+
+# --- relay: outbox -> topic ----------------------------------------------------------------
+
+
+def relay_publish(*, max_events: int | None = None, republish_all: bool = False) -> int:
+    """Publish pending outbox rows to the audit topic; returns how many were published.
+
+    A row is pending until published, and published rows are published again
+    after KILN_AUDIT_REPUBLISH_SECONDS if still not chained (the writer deletes
+    rows it chained), so a stream lost with Redis loses nothing. Raises
+    TopicUnavailable when Redis is down; the rows then stay pending. `republish_all`
+    publishes every unchained row now (an in-process topic that started empty).
+    """
+    topic = get_topic()
+    total = 0
+    # Fixed for the whole call, so rows published by this call are never picked up again by it.
+    cutoff = timezone.now() - timedelta(
+        seconds=0 if republish_all else settings.KILN_AUDIT_REPUBLISH_SECONDS
+    )
+    while max_events is None or total < max_events:
+        limit = RELAY_BATCH if max_events is None else min(RELAY_BATCH, max_events - total)
+        now = timezone.now()
+        with transaction.atomic():
+            rows = _pending_outbox(cutoff, limit)
+            if not rows:
+                break
+            payloads = [
+                json.dumps(
+                    {
+                        "event_id": event_id,
+                        "recorded_at": recorded_at,
+                        "actor": actor,
+                        "action": action,
+                        "target": target,
+                        "data": data_jcs or _canonical_stored(data),
+                        "trace_id": trace_id,
+                    },
+                    ensure_ascii=False,
+                ).encode("utf-8")
+                for _id, event_id, recorded_at, actor, action, target, data_jcs, data, trace_id in rows
+            ]
+            topic.publish(payloads)
+            OutboxEvent.objects.filter(id__in=[r[0] for r in rows]).update(published_at=now)
+        total += len(rows)
+        if len(rows) < limit:
+            break
+    return total
+
+
+def _canonical_stored(data: Any) -> str:
+    """Canonical text of outbox data stored without `data_jcs` (raw jsonb text or a dict)."""
+    return chain.canonical_data(json.loads(data) if isinstance(data, str) else data)
+
+
+def _pending_outbox(cutoff: datetime, limit: int) -> list[tuple]:
+    """Rows to publish, locked (PostgreSQL: SKIP LOCKED, so concurrent relays split the work).
+
+    Each row: (id, event_id str, recorded_at as hashed, actor, action, target, data_jcs, data, trace_id).
+    """
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT id, event_id::text, "
+                "to_char(recorded_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), "
+                "actor, action, target, data_jcs, CASE WHEN data_jcs = '' THEN data END, trace_id "
+                "FROM audit_outboxevent WHERE published_at IS NULL OR published_at < %s "
+                "ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED",
+                [cutoff, limit],
+            )
+            return cursor.fetchall()
+    qs = (
+        OutboxEvent.objects.filter(Q(published_at__isnull=True) | Q(published_at__lt=cutoff))
+        .order_by("id")
+        .values_list(
+            "id",
+            "event_id",
+            "recorded_at",
+            "actor",
+            "action",
+            "target",
+            "data_jcs",
+            "data",
+            "trace_id",
+        )
+    )
+    return [
+        (i, str(e), chain.format_time(r), a, ac, t, dj, d, tr)
+        for i, e, r, a, ac, t, dj, d, tr in qs[:limit]
+    ]
