@@ -21,7 +21,6 @@ class NoRedirect(urllib.request.HTTPRedirectHandler):
 
 
 def test_standalone_starts_serves_api_and_login_then_stops_cleanly(tmp_path):
-    started = time.monotonic()
     server = standalone_process.start(tmp_path / "var", timeout=60)
     try:
         status, ready = server.get_json("/readyz")
@@ -82,4 +81,3 @@ def test_standalone_starts_serves_api_and_login_then_stops_cleanly(tmp_path):
     assert time.monotonic() - stopping < 10
     assert "Kiln stopped." in server.stdout()
     assert "Traceback" not in server.stderr()
-    assert time.monotonic() - started < 90
