@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import jsonschema
@@ -15,8 +16,13 @@ from canary.actuators import FaultSpec
 CRDS = Path(settings.BASE_DIR).parent / "shared" / "crds"
 
 
+@functools.cache
+def _crd(crd_file: str) -> dict:
+    return yaml.safe_load((CRDS / crd_file).read_text())
+
+
 def _schema(crd_file: str, api_version: str, kind: str) -> dict:
-    crd = yaml.safe_load((CRDS / crd_file).read_text())
+    crd = _crd(crd_file)
     group, version = api_version.split("/")
     assert crd["spec"]["group"] == group and crd["spec"]["names"]["kind"] == kind
     served = {v["name"]: v for v in crd["spec"]["versions"] if v.get("served")}

@@ -2,7 +2,7 @@
 """A real crash: a controller process holding a fault is killed with SIGKILL; the reaper process reverts it.
 
 Bound: the fault is gone within lease_duration + reaper_period of the kill.
-The controller is a forked child (10 runs) or `manage.py chaos_controller` (2 runs);
+The controller is a forked child (10 runs) or `manage.py chaos_controller` (1 run);
 the reaper is `manage.py chaos_reaper` in its own process.
 """
 
@@ -66,7 +66,6 @@ def test_sigkilled_forked_controller_fault_is_reverted_within_lease_plus_reaper_
     _assert_reverted(result)
 
 
-@pytest.mark.parametrize("run", range(2), ids=["spawn-0", "spawn-1"])
-def test_sigkilled_manage_py_controller_fault_is_reverted(run, backend, reaper):
-    result = crash_trial(FAULTS[run], backend=backend, spawn=True, rng=random.Random(run))
+def test_sigkilled_manage_py_controller_fault_is_reverted(backend, reaper):
+    result = crash_trial("http-delay", backend=backend, spawn=True, rng=random.Random(1))
     _assert_reverted(result)
