@@ -7,7 +7,6 @@ import multiprocessing
 import os
 import subprocess
 import sys
-import threading
 import time
 import uuid
 
@@ -19,6 +18,31 @@ from audit import record
 from audit.models import ChainEvent
 from audit.services import chain_head, relay_publish, signing_key
 from audit.verification import verify_chain
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User+system CPU seconds of a live process (Linux /proc), to show cost apart from load."""
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _recorder(k: int, of: int, n: int, per_tx: int, tag: str, go, results) -> None:
+    """One recording process (like one web worker): its share of the events, `per_tx` a transaction."""
+    connection.close()
+    connection.ensure_connection()
+    go.wait()
+    cpu = time.process_time()
+    try:
+        for block in range(k, (n + per_tx - 1) // per_tx, of):
+            with transaction.atomic():
+                for i in range(block * per_tx, min(n, (block + 1) * per_tx)):
+                    record("bench", "audit.bench.recorded", f"bench:{i}", {"i": i, "run": tag})
+    finally:
+        results.put(time.process_time() - cpu)
+        connection.close()
 
 
 def _relay_loop(stop) -> None:
@@ -43,9 +67,14 @@ class Command(BaseCommand):
         parser.add_argument(
             "--per-tx", type=int, default=100, help="events per recording transaction"
         )
-        parser.add_argument("--recorders", type=int, default=8, help="concurrent recording threads")
+        parser.add_argument(
+            "--recorders", type=int, default=4, help="concurrent recording processes"
+        )
         parser.add_argument("--batch-size", type=int, default=settings.KILN_AUDIT_BATCH_SIZE)
         parser.add_argument("--json", action="store_true", help="print only the JSON result")
+        parser.add_argument(
+            "--verify-workers", type=int, default=0, help="1: verify in this process"
+        )
 
     def handle(self, *args, **opts):
         n, per_tx, batch = opts["events"], opts["per_tx"], opts["batch_size"]
@@ -81,35 +110,33 @@ class Command(BaseCommand):
         time.sleep(2.0)  # let the writer start and take its lock
         relay.start()
         recorders = max(1, opts["recorders"])
-
-        def recorder(k: int) -> None:
-            try:
-                mine = range(k, (n + per_tx - 1) // per_tx, recorders)
-                for block in mine:
-                    with transaction.atomic():
-                        for i in range(block * per_tx, min(n, (block + 1) * per_tx)):
-                            record(
-                                "bench", "audit.bench.recorded", f"bench:{i}", {"i": i, "run": tag}
-                            )
-            finally:
-                connection.close()
-
-        threads = [threading.Thread(target=recorder, args=(k,)) for k in range(recorders)]
+        ctx = multiprocessing.get_context("fork")
+        go, results = ctx.Event(), ctx.Queue()
+        procs = [
+            ctx.Process(target=_recorder, args=(k, recorders, n, per_tx, tag, go, results))
+            for k in range(recorders)
+        ]
+        for proc in procs:
+            proc.start()
+        time.sleep(1.0)  # all recorders connected and waiting
         started = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        go.set()
+        recorder_cpu = sum(results.get(timeout=3600) for _ in procs)
+        for proc in procs:
+            proc.join()
         recorded = time.perf_counter()
         while chain_head()[0] < target:
             time.sleep(0.01)
         chained = time.perf_counter()
+        relay_cpu, writer_cpu = _cpu_seconds(relay.pid), _cpu_seconds(writer.pid)
         stop.set()
         relay.join(timeout=30)
         writer.terminate()
         out, _ = writer.communicate(timeout=60)
         stats = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
-        report = verify_chain()
+        verify_cpu = time.process_time()
+        report = verify_chain(workers=1 if opts["verify_workers"] == 1 else None)
+        verify_cpu = time.process_time() - verify_cpu
         total = ChainEvent.objects.count()
         result = {
             "database": connection.vendor,
@@ -119,6 +146,11 @@ class Command(BaseCommand):
             "record_events_per_s": round(n / (recorded - started)),
             "end_to_end_seconds": round(chained - started, 3),
             "end_to_end_events_per_s": round(n / (chained - started)),
+            "client_cpu_us_per_event": {
+                "record": round(recorder_cpu / n * 1e6, 1),
+                "relay": round(relay_cpu / n * 1e6, 1) if relay_cpu is not None else None,
+                "writer": round(writer_cpu / n * 1e6, 1) if writer_cpu is not None else None,
+            },
             "writer_batch_size": batch,
             "writer_batches": stats.get("batches"),
             "writer_mean_batch": round(stats["appended"] / stats["batches"], 1)
@@ -130,6 +162,9 @@ class Command(BaseCommand):
             if report.seconds
             else None,
             "verify_ok": report.ok,
+            "verify_client_cpu_us_per_event": round(verify_cpu / report.checked * 1e6, 2)
+            if opts["verify_workers"] == 1 and report.checked
+            else None,
             "load_average_1m": round(os.getloadavg()[0], 2),
             "cpus": os.cpu_count(),
             "chain_length": total,
