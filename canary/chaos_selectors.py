@@ -21,7 +21,7 @@ TEAM_LABEL = "kiln.dev/team"
 
 def experiment_list(*, viewer: Actor, status: str | None = None) -> QuerySet[ChaosExperiment]:
     """Experiments the viewer may see (their teams; everything for auditors and platform admins)."""
-    qs = ChaosExperiment.objects.select_related("team")
+    qs = ChaosExperiment.objects.select_related("team", "lease")
     if not (PLATFORM_ADMIN in viewer.roles or AUDITOR in viewer.roles):
         qs = qs.filter(team__slug__in=list(viewer.teams))
     if status:
@@ -69,7 +69,10 @@ class LeaseState:
 def lease_state(exp: ChaosExperiment, *, now: datetime | None = None) -> LeaseState:
     """The live lease state of an experiment: holder, renewals, expiry."""
     now = now or timezone.now()
-    lease = ChaosLease.objects.filter(pk=exp.pk).first()
+    try:
+        lease = exp.lease  # loaded with the experiment by experiment_list, else one query
+    except ChaosLease.DoesNotExist:
+        lease = None
     if lease is None or not lease.holder or lease.renewed_at is None:
         return LeaseState(
             holder="",

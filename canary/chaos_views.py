@@ -13,7 +13,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
-from canary import chaos_selectors, chaos_services
+from canary import actuators, chaos_selectors, chaos_services
 from canary.models_chaos import ExperimentStatus, FaultKind
 from kiln.errors import KilnError, NotFound
 from kiln.identity.permissions import ENGINEER, actor_from_request, can_run_chaos, has_role
@@ -148,6 +148,7 @@ def _detail_context(request: HttpRequest, experiment_id: Any) -> dict[str, Any]:
         "lease": chaos_selectors.lease_state(exp),
         "injections": list(chaos_selectors.injection_list(exp)),
         "can_abort": can_run_chaos(actor, exp.team.slug) and not exp.is_terminal,
+        "effective_percent": actuators.effective_percent(chaos_services.fault_spec(exp)),
         "now": timezone.now(),
     }
 
@@ -160,8 +161,9 @@ def experiment_detail(request: HttpRequest, experiment_id) -> HttpResponse:
 
 @login_required
 def experiment_lease(request: HttpRequest, experiment_id) -> HttpResponse:
-    """The live lease panel, polled by htmx."""
-    return render(request, "canary/chaos/_lease.html", _detail_context(request, experiment_id))
+    """The live lease or injections panel (`?part=injections`), polled by htmx."""
+    part = "_injections.html" if request.GET.get("part") == "injections" else "_lease.html"
+    return render(request, f"canary/chaos/{part}", _detail_context(request, experiment_id))
 
 
 @login_required

@@ -147,10 +147,11 @@ def test_pages_create_list_detail_lease_and_abort(alice_browser, backend):
     assert 'hx-trigger="every 1s"' in page and "delay web" in page
     term = fault_lease_acquire(experiment_id=exp.pk, holder="controller-y")
     fault_inject(experiment_id=exp.pk, holder="controller-y", term=term, backend=backend)
-    lease = client.get(
-        reverse("canary:experiment-lease", kwargs={"experiment_id": exp.pk})
-    ).content.decode()
-    assert "controller-y" in lease and "VirtualService/" in lease
+    url = reverse("canary:experiment-lease", kwargs={"experiment_id": exp.pk})
+    lease = client.get(url).content.decode()
+    assert "controller-y" in lease and "Renewals" in lease
+    injections = client.get(url, {"part": "injections"}).content.decode()
+    assert "controller-y" in injections and "VirtualService/" in injections
     listing = client.get(reverse("canary:experiment-list")).content.decode()
     assert "delay web" in listing and "controller-y" in listing
     resp = client.post(
