@@ -128,3 +128,19 @@ def test_republish_all_publishes_every_unchained_row_once(settings):
     assert relay_publish(republish_all=True) == 3  # e.g. an in-process stream lost with its process
     stats = drain()
     assert (stats["appended"], stats["duplicates"]) == (3, 3)
+
+
+def test_seed_creates_the_dev_signing_key_once(settings):
+    from pathlib import Path
+
+    from audit.seed import seed_demo
+
+    assert not Path(settings.KILN_AUDIT_SIGNING_KEY).exists()
+    made = seed_demo()
+    assert len(made) == 1 and Path(settings.KILN_AUDIT_SIGNING_KEY).exists()
+    assert (
+        (Path(settings.KILN_AUDIT_SIGNING_KEY).with_suffix(".pub"))
+        .read_text()
+        .startswith("kiln.local/audit+")
+    )
+    assert seed_demo() == []
