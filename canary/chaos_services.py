@@ -386,19 +386,20 @@ def _kube_lease(exp_id: Any) -> actuators.KubernetesLease | None:
 
 
 def kube_api_client() -> Any:
-    """An ApiClient: the delivery backend's when it has one, else in-cluster or KUBECONFIG config."""
-    try:
-        api_client = getattr(_backend(), "api_client", None)
-    except (ImportError, KilnError):  # no usable delivery backend: the client's own configuration
-        api_client = None
-    if api_client is not None:
-        return api_client
-    from kubernetes import config
+    """The delivery backend's ApiClient (same cluster and credentials), else in-cluster or KUBECONFIG."""
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
 
+    try:
+        backend = _backend()
+    except (ImportError, KilnError, ConfigException):  # no usable backend: the client's own config
+        backend = None
+    for attr in ("api_client", "api"):
+        candidate = getattr(backend, attr, None)
+        if isinstance(candidate, client.ApiClient):
+            return candidate
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
         config.load_incluster_config()
-        from kubernetes import client
-
         return client.ApiClient()
     # The client reads KUBECONFIG once at import; read it now so the current value counts.
     return config.new_client_from_config(config_file=os.environ.get("KUBECONFIG") or None)

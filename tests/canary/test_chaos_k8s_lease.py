@@ -1,7 +1,8 @@
 # ruff: noqa: F811 - fixtures are imported from test_chaos_support and requested by name
 """With the kubernetes backend the lease is also a coordination.k8s.io/v1 Lease.
 
-The real `kubernetes` client talks to a small local API server (below) that
+The real `kubernetes` client (the kubernetes delivery backend's ApiClient,
+configured by KILN_KUBE_API_URL) talks to a small local API server (below) that
 keeps Leases with Kubernetes' optimistic concurrency: a PUT whose
 metadata.resourceVersion is stale is a 409 Conflict.
 """
@@ -14,7 +15,6 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-import yaml
 
 from canary.chaos_services import (
     experiment_create,
@@ -147,32 +147,19 @@ class LeaseHandler(BaseHTTPRequestHandler):
         )
 
 
-@pytest.fixture
-def api_server(tmp_path, monkeypatch):
-    """The local API server and a kubeconfig pointing the kubernetes client at it."""
+def _serve() -> LeaseServer:
     server = LeaseServer()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [
-                    {
-                        "name": "local",
-                        "cluster": {"server": f"http://127.0.0.1:{server.server_port}"},
-                    }
-                ],
-                "users": [{"name": "kiln", "user": {"token": "test-token"}}],
-                "contexts": [{"name": "local", "context": {"cluster": "local", "user": "kiln"}}],
-                "current-context": "local",
-            }
-        )
-    )
-    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.fixture
+def api_server(settings):
+    """The local API server, reached through the kubernetes delivery backend's own ApiClient."""
+    server = _serve()
+    settings.KILN_KUBE_API_URL = f"http://127.0.0.1:{server.server_port}"
+    settings.KILN_KUBE_TOKEN_FILE = None
+    settings.KILN_KUBE_CA_FILE = None
     yield server
     server.shutdown()
     server.server_close()
