@@ -98,6 +98,10 @@ class Evaluation:
         return "; ".join(f"{v.policy} on {v.target}: {v.message}" for v in self.denials)
 
 
+# Parsed files by (path, content hash): a changed file is parsed again, an unchanged one never.
+_parsed: dict[tuple[str, str], PolicyFile] = {}
+
+
 def load_policy_set(directory: Path | str, name: str) -> PolicySet:
     """Read every *.yaml/*.yml in `directory`; raise PolicySetMissing if there is none."""
     path = Path(directory)
@@ -107,12 +111,16 @@ def load_policy_set(directory: Path | str, name: str) -> PolicySet:
     for file in sorted(list(path.glob("*.yaml")) + list(path.glob("*.yml"))):
         raw = file.read_bytes()
         sha = hashlib.sha256(raw).hexdigest()
-        try:
-            doc = yaml.safe_load(raw)
-            _check_shape(doc)
-            files.append(PolicyFile(doc["metadata"]["name"], str(file), sha, doc))
-        except Exception as exc:  # noqa: BLE001 - any unreadable file is recorded and denies
-            files.append(PolicyFile(file.stem, str(file), sha, None, f"cannot load: {exc}"))
+        cached = _parsed.get((str(file), sha))
+        if cached is None:
+            try:
+                doc = yaml.safe_load(raw)
+                _check_shape(doc)
+                cached = PolicyFile(doc["metadata"]["name"], str(file), sha, doc)
+            except Exception as exc:  # noqa: BLE001 - any unreadable file is recorded and denies
+                cached = PolicyFile(file.stem, str(file), sha, None, f"cannot load: {exc}")
+            _parsed[(str(file), sha)] = cached
+        files.append(cached)
     if not files:
         raise PolicySetMissing(f"policy set {name!r} at {path} holds no policy files")
     return PolicySet(name, tuple(files))

@@ -92,16 +92,13 @@ def clear_failures() -> None:
     SimulatedFailure.objects.all().delete()
 
 
-def _failures_for(ref: AppliedRef) -> list[SimulatedFailure]:
-    query = Q()
-    for field in ("api_version", "kind", "namespace", "name"):
-        value = getattr(ref, field)
-        query &= Q(**{field: ""}) | Q(**{field: value})
-    return list(
-        SimulatedFailure.objects.filter(query).filter(
-            Q(remaining__isnull=True) | Q(remaining__gt=0)
-        )
-    )
+def _active_failures() -> list[SimulatedFailure]:
+    return list(SimulatedFailure.objects.filter(Q(remaining__isnull=True) | Q(remaining__gt=0)))
+
+
+def _failures_for(ref: AppliedRef, active: list[SimulatedFailure]) -> list[SimulatedFailure]:
+    fields = ("api_version", "kind", "namespace", "name")
+    return [f for f in active if all(getattr(f, k) in ("", getattr(ref, k)) for k in fields)]
 
 
 def _consume(failure: SimulatedFailure) -> None:
@@ -125,13 +122,15 @@ class SimulatedBackend:
     def apply(self, manifests: list[dict], *, field_manager: str = "kiln") -> list[AppliedRef]:
         """Create or update each manifest; unchanged manifests keep their generation."""
         refs = [ref_of(m) for m in manifests]  # validate all before applying any
+        active = _active_failures()
         return [
-            self._apply_one(ref, desired_state(m), field_manager)
+            self._apply_one(ref, desired_state(m), field_manager, _failures_for(ref, active))
             for ref, m in zip(refs, manifests, strict=True)
         ]
 
-    def _apply_one(self, ref: AppliedRef, desired: dict, field_manager: str) -> AppliedRef:
-        failures = _failures_for(ref)
+    def _apply_one(
+        self, ref: AppliedRef, desired: dict, field_manager: str, failures: list[SimulatedFailure]
+    ) -> AppliedRef:
         for failure in failures:
             if failure.mode == SimulatedFailure.APPLY_ERROR:
                 _consume(failure)
@@ -273,10 +272,14 @@ class SimulatedBackend:
 
     def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict | None:
         """The live object or None."""
-        self._reconcile()
         obj = SimulatedObject.objects.filter(
             api_version=api_version, kind=kind, namespace=namespace or "", name=name
         ).first()
+        if obj is not None and obj.deletion_timestamp is not None:
+            self._reconcile(
+                obj.name if obj.kind == "Namespace" and obj.api_version == "v1" else None
+            )
+            obj = SimulatedObject.objects.filter(pk=obj.pk).first()
         return self._render(obj) if obj else None
 
     def list(
@@ -304,12 +307,14 @@ class SimulatedBackend:
 
     # --- simulation ------------------------------------------------------------
 
-    def _reconcile(self) -> None:
+    def _reconcile(self, namespace: str | None = None) -> None:
         """Remove deleting objects whose finalizers have cleared (namespaces wait for contents)."""
         now = timezone.now()
         due = SimulatedObject.objects.filter(
             deletion_timestamp__isnull=False, finalizers_clear_at__lte=now
         )
+        if namespace is not None:
+            due = due.filter(Q(namespace=namespace) | Q(kind="Namespace", name=namespace))
         for obj in due.exclude(kind="Namespace", api_version="v1"):
             SimulatedObject.objects.filter(pk=obj.pk).delete()
         for ns in due.filter(kind="Namespace", api_version="v1"):

@@ -1,0 +1,205 @@
+"""Measure request-to-READY through the API, policy gate, approval, Celery and the simulated cluster.
+
+Runs an in-process Celery worker on the memory transport, sends `--requests`
+POSTs from `--concurrency` client threads (every fifth is staging and is
+approved over the API by a second person; one in ten is retried with the same
+Idempotency-Key), waits for READY and prints p50/p95 request-to-READY for the
+zero-delay profile (Kiln's own overhead) and the realistic delay profile, plus
+how many environments were lost or duplicated. The bench's environments are
+then handed to teardown over the API (DELETE).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import statistics
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.core.management.base import BaseCommand
+from django.db import close_old_connections, connection
+from rest_framework.test import APIClient
+
+from audit.models import ChainEvent, OutboxEvent
+from kiln.identity import services as identity
+from kiln.identity.permissions import APPROVER, ENGINEER, system_actor
+from portal.models import Environment, Membership, Team
+
+URL = "/api/v1/environments/"
+TEAM = "kiln-bench"
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in [0, 100]) of a non-empty list."""
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+class Command(BaseCommand):
+    help = "Benchmark request-to-READY (zero-delay and realistic profiles); prints JSON."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--requests", type=int, default=100)
+        parser.add_argument("--concurrency", type=int, default=20)
+        parser.add_argument(
+            "--workers", type=int, default=4, help="in-process Celery worker threads"
+        )
+        parser.add_argument("--profile", choices=["zero", "realistic", "both"], default="both")
+        parser.add_argument(
+            "--timeout", type=float, default=180.0, help="seconds to wait for READY"
+        )
+        parser.add_argument("--json", action="store_true", help="print JSON only")
+
+    def handle(self, *args, **opts) -> None:
+        from kiln.celery import app
+        from kiln.standalone import celery_worker_service
+
+        # The bench's own in-process worker and broker: nothing leaves this process.
+        app.conf.broker_url = "memory://localhost/"
+        app.conf.result_backend = "cache+memory://"
+        app.conf.task_always_eager = False
+        settings.KILN_TEAM_LIMITS = "cpu=100000,memoryGi=100000,gpu=1000,environments=100000"
+        engineer, approver = self._people()
+        worker = celery_worker_service(concurrency=opts["workers"])
+        worker.start()
+        try:
+            time.sleep(0.5)
+            profiles = ["zero", "realistic"] if opts["profile"] == "both" else [opts["profile"]]
+            results = {p: self._run(p, engineer, approver, opts) for p in profiles}
+        finally:
+            worker.stop()
+        report = {
+            "requests": opts["requests"],
+            "concurrency": opts["concurrency"],
+            "workers": opts["workers"],
+            "database": connection.vendor,
+            "profiles": results,
+            "target": {"p95_overhead_seconds": 1.0},
+        }
+        if "zero" in results:
+            report["target"]["met"] = results["zero"]["p95_seconds"] <= 1.0
+        self.stdout.write(json.dumps(report, indent=None if opts["json"] else 2))
+
+    def _people(self):
+        User = get_user_model()
+        actor = system_actor("provision-bench")
+        team = Team.objects.filter(slug=TEAM).first() or identity.team_create(
+            actor=actor, slug=TEAM, name="Provisioning benchmark"
+        )
+        people = []
+        for username, role in (("bench-engineer", ENGINEER), ("bench-approver", APPROVER)):
+            user, _ = User.objects.get_or_create(username=username)
+            user.groups.add(Group.objects.get_or_create(name=role)[0])
+            if role == ENGINEER and not Membership.objects.filter(user=user, team=team).exists():
+                identity.membership_add(actor=actor, team=team, username=username)
+            people.append(user)
+        return people
+
+    def _run(self, profile: str, engineer, approver, opts) -> dict:
+        settings.KILN_SIM_DELAY_PROFILE = profile
+        settings.KILN_SIM_DELAY_SCALE = 1.0
+        run = "b" + secrets.token_hex(3)
+        n = opts["requests"]
+        submitted: dict[str, float] = {}
+        api_ms: list[float] = []
+        errors: Counter = Counter()
+        lock = threading.Lock()
+
+        def one(i: int) -> None:
+            close_old_connections()
+            client = APIClient()
+            client.force_authenticate(user=engineer)
+            staging = i % 5 == 4
+            body = {
+                "team": TEAM,
+                "name": f"{run}-{i}",
+                "env_class": "staging" if staging else "dev",
+                "ttl_hours": 24,
+                "workload_class": "standard",
+                "cpu": 1,
+                "memory_gib": 1,
+            }
+            key = f"{run}-{i}"
+            t0 = time.time()
+            response = client.post(URL, body, format="json", HTTP_IDEMPOTENCY_KEY=key)
+            elapsed = (time.time() - t0) * 1000
+            if response.status_code != 201:
+                with lock:
+                    errors[f"create {response.status_code}"] += 1
+                return
+            env_id = response.json()["id"]
+            if i % 10 == 3:  # a client retry: must return the same environment
+                retry = client.post(URL, body, format="json", HTTP_IDEMPOTENCY_KEY=key)
+                if retry.status_code != 200 or retry.json()["id"] != env_id:
+                    with lock:
+                        errors["idempotent retry mismatch"] += 1
+            if staging:
+                boss = APIClient()
+                boss.force_authenticate(user=approver)
+                decided = boss.post(f"{URL}{env_id}/approve/", {"reason": "bench"}, format="json")
+                if decided.status_code != 200:
+                    with lock:
+                        errors[f"approve {decided.status_code}"] += 1
+            with lock:
+                submitted[env_id] = t0
+                api_ms.append(elapsed)
+            connection.close()
+
+        started = time.time()
+        with ThreadPoolExecutor(max_workers=opts["concurrency"]) as pool:
+            list(pool.map(one, range(n)))
+        deadline = time.time() + opts["timeout"]
+        ids = list(submitted)
+        while time.time() < deadline:
+            ready = Environment.objects.filter(public_id__in=ids, status="READY").count()
+            failed = Environment.objects.filter(
+                public_id__in=ids, status__in=["FAILED", "DENIED"]
+            ).count()
+            if ready + failed >= len(ids):
+                break
+            time.sleep(0.1)
+        wall = time.time() - started
+        envs = list(Environment.objects.filter(public_id__in=ids))
+        latencies = [
+            (e.ready_at - datetime.fromtimestamp(submitted[e.public_id], tz=UTC)).total_seconds()
+            for e in envs
+            if e.status == "READY" and e.ready_at
+        ]
+        created = Environment.objects.filter(name__startswith=f"{run}-").count()
+        targets = [f"portal.environment:{i}" for i in ids]
+        readied = Counter(
+            OutboxEvent.objects.filter(
+                target__in=targets, action="portal.environment.readied"
+            ).values_list("target", flat=True)
+        )
+        readied.update(
+            ChainEvent.objects.filter(
+                target__in=targets, action="portal.environment.readied"
+            ).values_list("target", flat=True)
+        )
+        duplicated = max(0, created - n) + sum(max(0, c - 1) for c in readied.values())
+        result = {
+            "ready": len(latencies),
+            "failed": sum(1 for e in envs if e.status in ("FAILED", "DENIED")),
+            "lost": n - len(latencies) - sum(1 for e in envs if e.status in ("FAILED", "DENIED")),
+            "duplicated": duplicated,
+            "errors": dict(errors),
+            "p50_seconds": round(statistics.median(latencies), 3) if latencies else None,
+            "p95_seconds": round(percentile(latencies, 95), 3) if latencies else None,
+            "max_seconds": round(max(latencies), 3) if latencies else None,
+            "api_create_p50_ms": round(statistics.median(api_ms), 1) if api_ms else None,
+            "wall_seconds": round(wall, 2),
+        }
+        cleaner = APIClient()
+        cleaner.force_authenticate(user=engineer)
+        for env_id in ids:
+            cleaner.delete(f"{URL}{env_id}/?reason=benchmark+finished")
+        return result
