@@ -227,3 +227,38 @@ def test_seed_shows_one_promotion_and_one_rollback():
     assert outcomes == {"checkout": RolloutStatus.PROMOTED, "search-api": RolloutStatus.ROLLED_BACK}
     assert RolloutDecision.objects.filter(kind="rolled_back").count() == 1
     assert system_actor("seed").username == "system:seed"
+
+
+@pytest.mark.parametrize(
+    ("start", "target", "allowed"),
+    [
+        (RolloutStatus.PENDING, RolloutStatus.RUNNING, True),
+        (RolloutStatus.PENDING, RolloutStatus.PROMOTED, False),  # never promoted unanalysed
+        (RolloutStatus.RUNNING, RolloutStatus.PROMOTED, True),
+        (RolloutStatus.RUNNING, RolloutStatus.ROLLED_BACK, True),
+        (RolloutStatus.RUNNING, RolloutStatus.PENDING, False),
+        (RolloutStatus.PROMOTED, RolloutStatus.ROLLED_BACK, False),  # terminal
+        (RolloutStatus.ROLLED_BACK, RolloutStatus.RUNNING, False),  # terminal
+        (RolloutStatus.ABORTED, RolloutStatus.RUNNING, False),  # terminal
+    ],
+    ids=lambda v: str(v),
+)
+def test_rollout_state_machine(start, target, allowed):
+    rollout = Rollout(status=start)
+    if allowed:
+        services._transition(rollout, target)
+        assert rollout.status == target
+    else:
+        with pytest.raises(IllegalTransition):
+            services._transition(rollout, target)
+        assert rollout.status == start
+
+
+def test_manual_promotion_of_a_pending_rollout_is_refused(service):
+    rollout = _rollout(service)
+    with pytest.raises(IllegalTransition):
+        services.rollout_promote(actor=ADMIN, rollout=rollout)
+    rollout.refresh_from_db()
+    assert rollout.status == RolloutStatus.PENDING and _actions(rollout) == [
+        "canary.rollout.created"
+    ]

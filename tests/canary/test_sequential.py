@@ -99,7 +99,7 @@ def _plain_sprt(**kw) -> AnalysisConfig:
 def test_sprt_on_bernoulli_streams_matches_wald_theory(truth):
     """One error per tick, even split: the error lands on the canary w.p. 1/2 (H0) or 2/3 (H1)."""
     cfg = _plain_sprt()
-    rollouts = 2000
+    rollouts = 1500
     rng = np.random.default_rng(7)
     p = 0.5 if truth == "h0" else 2 / 3
     engine = BatchAnalyzer(cfg, rollouts)
