@@ -13,12 +13,20 @@ from pathlib import Path
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
+from prometheus_client import Counter
 
 from audit import chain, notes
 from audit.models import ChainEvent, Checkpoint, OutboxEvent
 from audit.topic import Message
 
 log = logging.getLogger("kiln.audit")
+
+CHAIN_APPENDED = Counter("kiln_audit_chain_appended_total", "Entries appended to the audit chain")
+CHAIN_DUPLICATES = Counter(
+    "kiln_audit_redeliveries_total",
+    "Stream entries skipped because their event was already chained",
+)
+CHECKPOINTS_SIGNED = Counter("kiln_audit_checkpoints_total", "Signed audit checkpoints")
 
 # --- writer: topic -> chain ----------------------------------------------------------------
 
@@ -97,6 +105,8 @@ def chain_append(messages: list[Message], *, role: str | None = None) -> AppendR
             head_seq, head_hash = entries[-1].seq, entries[-1].hash
         if ids:
             _outbox_delete(ids)
+    CHAIN_APPENDED.inc(len(entries))
+    CHAIN_DUPLICATES.inc(len(parsed) - len(entries))
     return AppendResult(len(entries), len(parsed) - len(entries), malformed, head_seq, head_hash)
 
 
@@ -202,6 +212,7 @@ def checkpoint_create(*, force: bool = False) -> Checkpoint | None:
         except Exception as exc:  # noqa: BLE001 - an anchor outage must not stop chaining; it is reported
             log.error("checkpoint %s not anchored at %s: %s", head_seq, anchor.name, exc)
             results.append(f"{anchor.name}: FAILED {exc.__class__.__name__}")
+    CHECKPOINTS_SIGNED.inc()
     return Checkpoint.objects.create(
         size=head_seq, head_hash=head_hash, signed_at=now, note=note, anchored="\n".join(results)
     )
