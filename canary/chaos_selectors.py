@@ -118,13 +118,28 @@ def live_injection_of(exp_id: Any) -> ChaosInjection | None:
 
 
 def namespace_owner(namespace: str, backend: Any) -> str | None:
-    """The team slug that owns a namespace: the `kiln.dev/team` label of its Namespace object."""
+    """The team slug that owns a namespace.
+
+    The cluster decides first (the `kiln.dev/team` label of its Namespace); a
+    namespace the cluster does not label is owned by the team of the portal
+    environment, or else of the canary service, that lives in it.
+    """
     obj = backend.get("v1", "Namespace", "", namespace)
-    if obj is None:
-        return None
-    labels = (obj.get("metadata") or {}).get("labels") or {}
-    team = labels.get(TEAM_LABEL)
-    return team if isinstance(team, str) and team else None
+    if obj is not None:
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        team = labels.get(TEAM_LABEL)
+        return team if isinstance(team, str) and team else None
+    from canary.models import Service
+    from portal.models import Environment
+
+    live_envs = Environment.objects.filter(namespace=namespace).exclude(
+        status__in=["DENIED", "REJECTED", "DELETED"]
+    )
+    for qs in (live_envs, Service.objects.filter(namespace=namespace)):
+        slugs = set(qs.values_list("team__slug", flat=True))
+        if len(slugs) == 1:
+            return slugs.pop()
+    return None
 
 
 # --- stop-condition signals ---------------------------------------------------------------

@@ -251,3 +251,35 @@ def test_abort_reverts_now_and_is_audited(engineer, shop, backend):
         experiment_abort(actor=engineer, experiment=exp, backend=backend)
     with pytest.raises(IllegalTransition):
         fault_inject(experiment_id=exp.pk, holder="a", term=1, backend=backend)
+
+
+def test_a_canary_service_namespace_unknown_to_the_cluster_is_owned_by_the_services_team(
+    engineer, shop, backend
+):
+    from canary.models import Service
+    from portal.models import Team
+
+    Service.objects.create(
+        team=Team.objects.get(slug="payments"),
+        name="checkout",
+        namespace="payments-prod",
+        host="checkout",
+    )
+    exp = experiment_create(
+        actor=engineer,
+        data=abort_data(namespace="payments-prod", service="checkout"),
+        backend=backend,
+    )
+    assert exp.team.slug == "payments"
+    Service.objects.create(
+        team=Team.objects.get(slug="search"),
+        name="search-api",
+        namespace="search-prod",
+        host="search-api",
+    )
+    with pytest.raises(Forbidden):
+        experiment_create(
+            actor=engineer,
+            data=abort_data(namespace="search-prod", service="search-api"),
+            backend=backend,
+        )
