@@ -115,7 +115,7 @@ def test_awkward_text_survives_chaining_and_both_row_readers():
     with tx.atomic():
         slow = [r for chunk in iter_rows() for r in chunk]
         fast = [r for chunk in iter_rows_copy() for r in chunk]
-    assert fast == slow and slow[0][3] == 'a,"b"\nc\\d'
+    assert [tuple(r) for r in fast] == slow and slow[0][3] == 'a,"b"\nc\\d'
     report = verify_chain()
     assert report.ok and report.checked == 2, report.message
 
