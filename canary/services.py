@@ -374,14 +374,14 @@ def _analyse(rollout: Rollout, tick: int) -> str:
     cfg = analysis_config(rollout)
     baseline, canary, weight = read_windows(rollout, tick)
     analyzer = Analyzer(cfg)
-    analyzer.replay(
-        [
-            Evidence.from_dict(e)
-            for e in rollout.ticks.order_by("number").values_list("evidence", flat=True)
-        ]
-    )
+    history = [
+        Evidence.from_dict(e)
+        for e in rollout.ticks.order_by("number").values_list("evidence", flat=True)
+    ]
+    analyzer.replay(history)
     ev = tick_evidence(baseline, canary, cfg)
     decision = analyzer.observe(ev)
+    canary_requests = sum(e.errors[1] for e in history) + ev.errors[1]
     stats = decision.as_dict()
     RolloutTick.objects.create(
         rollout=rollout,
@@ -415,6 +415,17 @@ def _analyse(rollout: Rollout, tick: int) -> str:
             kind="rolled_back",
             to_weight=0,
             reason=decision.reason,
+            statistics=summary,
+        )
+    elif decision.action == PROMOTE and canary_requests == 0:
+        # No evidence is not evidence of health: a canary that never got traffic is not promoted.
+        _transition(rollout, RolloutStatus.FAILED)
+        _decide(
+            rollout,
+            actor=ANALYZER,
+            kind="failed",
+            to_weight=0,
+            reason="horizon reached but the canary served no traffic: nothing to judge",
             statistics=summary,
         )
     elif decision.action == PROMOTE:

@@ -262,3 +262,14 @@ def test_manual_promotion_of_a_pending_rollout_is_refused(service):
     assert rollout.status == RolloutStatus.PENDING and _actions(rollout) == [
         "canary.rollout.created"
     ]
+
+
+def test_a_canary_that_never_got_traffic_is_not_promoted(service):
+    rollout = _rollout(service, steps=[5, 100], ticks_per_step=6)
+    services.rollout_tick(rollout_id=rollout.pk, tick=0)
+    # The VirtualService is changed behind Kiln's back: the canary gets nothing.
+    services._route(rollout, 0)
+    rollout = _run(rollout)
+    assert rollout.status == RolloutStatus.FAILED and rollout.weight == 0
+    assert "no traffic" in rollout.reason
+    assert _actions(rollout)[-1] == "canary.rollout.failed"
