@@ -42,13 +42,36 @@ class CanonicalError(ValueError):
     """A value that has no RFC 8785 canonical form (NaN, huge integers, lone surrogates...)."""
 
 
+def _plain(value: Any) -> bool:
+    """True when the standard library's sorted, compact JSON of `value` is already RFC 8785:
+    no floats (their formatting differs), integers within ±2^53, ASCII keys (so code-point
+    order is UTF-16 order)."""
+    if isinstance(value, str) or value is None or value is True or value is False:
+        return True
+    if isinstance(value, int):
+        return -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and k.isascii() and _plain(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_plain(v) for v in value)
+    return False
+
+
+_plain_dumps = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), sort_keys=True, allow_nan=False
+).encode
+
+
 def canonical_data(data: Any) -> str:
     """RFC 8785 canonical JSON text of an event's `data` (raises CanonicalError)."""
     try:
-        text = rfc8785.dumps(data).decode("utf-8")
+        if _plain(data):
+            text = _plain_dumps(data)
+            text.encode("utf-8")  # lone surrogates have no canonical form
+            return text
+        return rfc8785.dumps(data).decode("utf-8")
     except (rfc8785.CanonicalizationError, TypeError, ValueError, UnicodeError) as exc:
         raise CanonicalError(str(exc) or exc.__class__.__name__) from exc
-    return text
 
 
 def format_time(moment: datetime) -> str:

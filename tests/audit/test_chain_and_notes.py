@@ -150,3 +150,26 @@ def test_time_text():
     assert (
         notes.time_text(datetime(2026, 11, 30, 6, 0, 1, 999, tzinfo=UTC)) == "2026-11-30T06:00:01Z"
     )
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"b": 1, "a": {"d": [True, False, None], "c": "x"}},
+        {"ünï": "cødé", "a": "\u2028\U0001f600"},
+        {"n": 2**53 - 1, "m": -(2**53) + 1},
+        {"f": 0.1, "g": [1e300, -5e-324]},
+        {"\U0001f600": 1, "\ufb01": 2},
+    ],
+    ids=["plain", "non-ascii", "safe-ints", "floats", "astral-keys"],
+)
+def test_canonical_data_matches_rfc8785_on_every_path(data):
+    assert chain.canonical_data(data) == rfc8785.dumps(data).decode()
+
+
+@pytest.mark.parametrize(
+    "data", [{"n": 2**53}, {"s": "\ud800"}, {"x": float("inf")}], ids=["int", "surrogate", "inf"]
+)
+def test_values_without_canonical_form_are_refused(data):
+    with pytest.raises(chain.CanonicalError):
+        chain.canonical_data(data)
