@@ -162,6 +162,8 @@ class NodeSnapshot:
     names: list[str]
     matrix: np.ndarray
     index: dict[str, int] = field(default_factory=dict)
+    # The highest price in the price book: what an unpriced node is charged (NaN if none).
+    max_price: float = float("nan")
 
     def __post_init__(self) -> None:
         if not self.index:
@@ -227,7 +229,10 @@ def _node_row(node: dict[str, Any], known: np.ndarray | None) -> np.ndarray:
     row[1] = float(parse_quantity(allocatable.get("memory", "0")))
     row[2] = float(parse_quantity(allocatable.get(GPU_RESOURCE, "0")))
     # The labels the scheduler sent are the truth for the spot guarantee.
-    row[8] = 1.0 if is_spot({str(k): str(v) for k, v in labels.items()}) else 0.0
+    spot = 1.0 if is_spot({str(k): str(v) for k, v in labels.items()}) else 0.0
+    if known is not None and known[8] != spot:
+        row[6] = row[7] = np.nan  # the inventory priced another capacity type: unpriced, worst risk
+    row[8] = spot
     return row
 
 
@@ -260,6 +265,17 @@ def candidate_rows(
             usable[pos] = False
             failures[pos] = str(exc) if str(exc) == REASON_MALFORMED_NODE else REASON_MALFORMED_NODE
     return rows, usable, failures
+
+
+def fail_safe_prices(rows: np.ndarray, snapshot: NodeSnapshot) -> np.ndarray:
+    """Charge unpriced candidates the highest known price (price book or candidates, whichever is higher)."""
+    prices = rows[:, 6]
+    missing = np.isnan(prices)
+    if missing.any() and not np.isnan(snapshot.max_price):
+        known = prices[~missing]
+        highest = max(snapshot.max_price, float(known.max())) if known.size else snapshot.max_price
+        rows[:, 6] = np.where(missing, highest, prices)
+    return rows
 
 
 def filter_result(args: Args, snapshot: NodeSnapshot) -> dict[str, Any]:
@@ -299,6 +315,7 @@ def prioritize_result(
 ) -> list[dict[str, Any]]:
     """The HostPriorityList: every candidate with a score in 0..10 (0 for nodes that fail)."""
     rows, usable, _ = candidate_rows(args, snapshot)
+    rows = fail_safe_prices(rows, snapshot)  # rows are a copy in both modes
     reasons = scoring.filter_matrix(rows, args.pod)
     reasons = np.where(usable, reasons, scoring.REASON_ZERO_CAPACITY).astype(np.int8)
     scores = scoring.score_matrix(rows, args.pod, weights, reasons).tolist()

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db.models import QuerySet
 
 from scheduler import scoring
-from scheduler.extender import NodeSnapshot
+from scheduler.extender import NodeSnapshot, fail_safe_prices
 from scheduler.models import CapacityType, InstanceType, Node, ReplayReport, SpotPrice
 
 _LIKELIHOOD = {bucket: value for bucket, (_, value) in enumerate(scoring.INTERRUPTION_BUCKETS)}
@@ -84,7 +84,10 @@ def build_snapshot() -> NodeSnapshot:
             price.likelihood if price.likelihood is not None else np.nan,
             1.0 if node.capacity_type == CapacityType.SPOT else 0.0,
         )
-    return NodeSnapshot([n.name for n in nodes], matrix)
+    book = [float(p) for p in on_demand.values()] + [float(q[0]) for q in spot.values()]
+    return NodeSnapshot(
+        [n.name for n in nodes], matrix, max_price=max(book) if book else float("nan")
+    )
 
 
 def node_snapshot() -> NodeSnapshot:
@@ -144,14 +147,15 @@ def score_explain(
     snapshot = build_snapshot()
     if not snapshot.names:
         return []
-    nodes = scoring.NodeArrays.from_matrix(snapshot.matrix)
+    matrix = fail_safe_prices(snapshot.matrix.copy(), snapshot)
+    nodes = scoring.NodeArrays.from_matrix(matrix)
     reasons = scoring.filter_nodes(nodes, pod)
     feasible = reasons == scoring.FIT
     prices = scoring.effective_prices(nodes.price)
     cost = scoring.cost_term(prices, scoring.dominant_share(nodes, pod), feasible)
     packing = scoring.packing_term(nodes, pod)
     risk = scoring.risk_term(nodes, pod)
-    scores = scoring.score_matrix(snapshot.matrix, pod, weights, reasons)
+    scores = scoring.score_matrix(matrix, pod, weights, reasons)
     rows = [
         NodeExplanation(
             name=name,

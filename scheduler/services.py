@@ -88,9 +88,10 @@ def _validate_source(source: str) -> None:
         raise InvalidInput(f"unknown node source {source!r}", extra={"sources": NodeSource.values})
 
 
-def _upsert(node: ObservedNode, source: str, now, result: SyncResult) -> None:
+def _upsert(
+    node: ObservedNode, source: str, now, result: SyncResult, existing: Node | None
+) -> None:
     values = node.fields()
-    existing = Node.objects.filter(name=node.name).first()
     if existing is None:
         Node.objects.create(name=node.name, source=source, synced_at=now, **values)
         result.created.append(node.name)
@@ -113,8 +114,9 @@ def node_sync(*, actor: Any, source: str, observed: list[ObservedNode]) -> SyncR
     result = SyncResult()
     now = timezone.now()
     with transaction.atomic():
+        known = Node.objects.select_for_update().in_bulk(names, field_name="name")
         for node in observed:
-            _upsert(node, source, now, result)
+            _upsert(node, source, now, result, known.get(node.name))
         gone = Node.objects.filter(source=source).exclude(name__in=names)
         result.deleted = sorted(gone.values_list("name", flat=True))
         gone.delete()
@@ -146,7 +148,8 @@ def node_apply_event(*, actor: Any, source: str, event: str, node: ObservedNode)
             if deleted:
                 result.deleted.append(node.name)
         else:
-            _upsert(node, source, timezone.now(), result)
+            existing = Node.objects.select_for_update().filter(name=node.name).first()
+            _upsert(node, source, timezone.now(), result, existing)
         if result.changed:
             audit.record(
                 actor,

@@ -188,3 +188,23 @@ def test_pod_effective_request_counts_init_containers_and_limits(inventory):
     result = post("/scheduler/filter", body).json()
     # node-od: 1.5 used + 3 > 4 cores -> Insufficient cpu.
     assert result["FailedNodes"] == {"node-od": "Insufficient cpu"}
+
+
+def test_node_object_capacity_type_disagreeing_with_inventory_is_unpriced(inventory):
+    # node-od is priced as on-demand; the object now says spot. For a batch pod it is
+    # scored as an unpriced spot node (highest price, worst risk), never with on-demand's zero risk.
+    body = {
+        "Pod": pod("batch"),
+        "Nodes": {"items": [node_object("node-od", "spot"), node_object("node-spot", "spot")]},
+    }
+    ranked = {e["Host"]: e["Score"] for e in post("/scheduler/prioritize", body).json()}
+    assert ranked["node-od"] < ranked["node-spot"]
+
+
+def test_unpriced_node_is_charged_the_highest_price_in_the_book(inventory):
+    # Candidates: node-spot ($0.065) and node-mystery (type x9.huge, unpriced). The book's highest
+    # price is m6i.xlarge on-demand $0.1920, so the unpriced node costs 0.192, not 0.065:
+    # standard pod, share 0.5/4 both: cost spot 1.0, mystery 0.065/0.192 = 0.339.
+    body = {"Pod": pod("standard"), "NodeNames": ["node-spot", "node-mystery"]}
+    ranked = {e["Host"]: e["Score"] for e in post("/scheduler/prioritize", body).json()}
+    assert ranked["node-spot"] > ranked["node-mystery"]

@@ -287,7 +287,7 @@ def cluster_from(rows: list[tuple]) -> np.ndarray:
     return matrix
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(st.lists(row_strategy, min_size=1, max_size=40), pod_strategy, weights_strategy)
 def test_property_latency_or_unknown_pod_never_gets_a_spot_node(rows, pod, weights):
     matrix = cluster_from(rows)
@@ -305,7 +305,7 @@ def test_property_latency_or_unknown_pod_never_gets_a_spot_node(rows, pod, weigh
         assert not cluster.spot[best]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(st.lists(row_strategy, min_size=1, max_size=40), pod_strategy, weights_strategy)
 def test_property_scores_are_integers_in_0_to_10_and_fused_equals_reference(rows, pod, weights):
     matrix = cluster_from(rows)
@@ -318,7 +318,7 @@ def test_property_scores_are_integers_in_0_to_10_and_fused_equals_reference(rows
     assert reference.tolist() == fused.tolist()
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(
     st.lists(row_strategy, min_size=1, max_size=30),
     st.integers(0, 29),
