@@ -283,3 +283,31 @@ def test_a_canary_service_namespace_unknown_to_the_cluster_is_owned_by_the_servi
             data=abort_data(namespace="search-prod", service="search-api"),
             backend=backend,
         )
+
+
+@pytest.mark.django_db(
+    transaction=True
+)  # the command manages its own connection, as a process does
+def test_reaper_command_and_beat_task_revert_a_lapsed_fault(engineer, shop, backend, settings):
+    import json
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from canary.chaos_tasks import chaos_reap as chaos_reap_task
+
+    assert settings.CELERY_BEAT_SCHEDULE["canary-chaos-reaper"]["task"] == chaos_reap_task.name
+    exp = experiment_create(actor=engineer, data=abort_data(), backend=backend)
+    old = timezone.now() - timedelta(seconds=5)
+    fault_lease_acquire(experiment_id=exp.pk, holder="a", now=old)
+    inj = fault_inject(experiment_id=exp.pk, holder="a", term=1, backend=backend)
+    out = StringIO()
+    call_command("chaos_reaper", "--once", "--dry-run", stdout=out)
+    assert json.loads(out.getvalue())["reverted"] == [inj.pk]
+    inj.refresh_from_db()
+    assert inj.reverted_at is None  # a dry run changes nothing
+    assert chaos_reap_task.run()["reverted"] == [inj.pk]
+    out = StringIO()
+    call_command("chaos_reaper", "--once", stdout=out)
+    assert json.loads(out.getvalue())["reverted"] == []
+    assert not actuators.in_effect(backend, ChaosInjection.objects.get(pk=inj.pk).applied)
