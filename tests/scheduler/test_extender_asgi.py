@@ -69,3 +69,20 @@ def test_asgi_enforces_the_token(inventory, settings):
         ExtenderASGI(), "POST", "/scheduler/filter", body, [(b"authorization", b"Bearer tok")]
     )
     assert status == 200
+
+
+def test_bench_in_process_measures_real_calls():
+    from scheduler import bench
+    from scheduler.scoring import Weights
+
+    snapshot = bench.synthetic_snapshot(300)
+    result = bench.bench_in_process(snapshot, 8, Weights())
+    assert set(result) == {"p50_ms", "p99_ms", "mean_ms", "pods_per_second"}
+    assert 0 < result["p50_ms"] <= result["p99_ms"]
+    # The synthetic cluster is half spot, so a latency-sensitive pod loses about half the nodes.
+    from scheduler import extender
+
+    body = bench.sample_body(snapshot.names, None)
+    result = extender.filter_result(extender.parse_args(body), snapshot)
+    spot = int(snapshot.matrix[:, 8].sum())
+    assert len(result["FailedAndUnresolvableNodes"]) == spot

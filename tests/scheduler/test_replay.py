@@ -33,8 +33,8 @@ RUN_KEYS = {
 
 @pytest.fixture(scope="module")
 def trace_slice(tmp_path_factory) -> Path:
-    """Real rows: the full machine_events table, and from task_events part 0 rows 144,340-148,339
-    (SCHEDULE events at time 0: tasks already running) plus rows 300,001-306,000 (minutes into
+    """Real rows: the full machine_events table, and from task_events part 0 rows 144,340-147,339
+    (SCHEDULE events at time 0: tasks already running) plus rows 300,001-304,000 (minutes into
     the trace window)."""
     folder = tmp_path_factory.mktemp("google-2011")
     (folder / "machine_events").mkdir()
@@ -44,9 +44,9 @@ def trace_slice(tmp_path_factory) -> Path:
     lines: list[str] = []
     with gzip.open(TRACE_DIR / "task_events" / "part-00000-of-00500.csv.gz", "rt") as handle:
         for i, line in enumerate(handle):
-            if 144_339 <= i < 148_339 or 300_000 <= i < 306_000:
+            if 144_339 <= i < 147_339 or 300_000 <= i < 304_000:
                 lines.append(line)
-            if i >= 306_000:
+            if i >= 304_000:
                 break
     (folder / "task_events").mkdir()
     with gzip.open(folder / "task_events" / "part-00000-of-00500.csv.gz", "wt") as out:
@@ -104,7 +104,7 @@ def test_spot_fractions_are_nested_and_seeded():
 
 def test_trace_slice_reads_real_rows(trace):
     assert len(set(trace.machines.machine.tolist())) == 12_583  # SOURCE.md: 12,583 machine ids
-    assert trace.rows_read == 10_000
+    assert trace.rows_read == 7_000
     assert (trace.tasks.kind == SCHEDULE).sum() > 1000
 
 
@@ -127,8 +127,8 @@ def test_kiln_never_puts_latency_tasks_on_spot_and_default_does(trace, fraction,
 
 
 def test_replay_is_deterministic_for_a_seed(trace):
-    one = run_replay(trace, ReplayConfig("kiln", 0.5, "empty", seed=3)).as_dict()
-    two = run_replay(trace, ReplayConfig("kiln", 0.5, "empty", seed=3)).as_dict()
+    one = run_replay(trace, ReplayConfig("kiln", 0.5, "trace", seed=3)).as_dict()
+    two = run_replay(trace, ReplayConfig("kiln", 0.5, "trace", seed=3)).as_dict()
     for run in (one, two):
         run.pop("wall_seconds")
         run.pop("placements_per_second")
