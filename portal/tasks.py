@@ -18,10 +18,15 @@ def backoff(retries: int) -> float:
     return min(0.5 * (2**retries), 30.0)
 
 
+def poll_delay(polls: int) -> float:
+    """Seconds before readiness check n+1: the poll interval growing by half each time, at most 3 s."""
+    return min(conf.poll_seconds() * (1.5**polls), max(conf.poll_seconds(), 3.0))
+
+
 @shared_task(
     bind=True, acks_late=True, max_retries=MAX_DELIVERY_RETRIES, name="portal.provision_environment"
 )
-def provision_environment(self, environment_id: int) -> str:
+def provision_environment(self, environment_id: int, polls: int = 0) -> str:
     """Advance provisioning; re-queue itself while objects become ready; retry delivery errors with backoff."""
     from portal.services.provisioning import PENDING, environment_mark_failed, environment_provision
 
@@ -35,14 +40,14 @@ def provision_environment(self, environment_id: int) -> str:
         )
         return "failed"
     if result == PENDING:
-        provision_environment.apply_async((environment_id,), countdown=conf.poll_seconds())
+        provision_environment.apply_async((environment_id, polls + 1), countdown=poll_delay(polls))
     return result
 
 
 @shared_task(
     bind=True, acks_late=True, max_retries=MAX_DELIVERY_RETRIES, name="portal.teardown_environment"
 )
-def teardown_environment(self, environment_id: int) -> str:
+def teardown_environment(self, environment_id: int, polls: int = 0) -> str:
     """Advance teardown; re-queue itself while finalizers clear (the deadline ends in QUARANTINED)."""
     from portal.services.teardown import PENDING, environment_teardown
 
@@ -54,7 +59,7 @@ def teardown_environment(self, environment_id: int) -> str:
         log.error("teardown of %s: delivery failed for good: %s", environment_id, exc.message)
         raise
     if result == PENDING:
-        teardown_environment.apply_async((environment_id,), countdown=conf.poll_seconds())
+        teardown_environment.apply_async((environment_id, polls + 1), countdown=poll_delay(polls))
     return result
 
 

@@ -120,41 +120,83 @@ class SimulatedBackend:
     # --- writes --------------------------------------------------------------
 
     def apply(self, manifests: list[dict], *, field_manager: str = "kiln") -> list[AppliedRef]:
-        """Create or update each manifest; unchanged manifests keep their generation."""
+        """Create or update each manifest in order; unchanged manifests keep their generation.
+
+        The objects before an injected apply error are applied (and committed) and
+        the rest are not, as when a real apply dies half-way through.
+        """
         refs = [ref_of(m) for m in manifests]  # validate all before applying any
         active = _active_failures()
-        return [
-            self._apply_one(ref, desired_state(m), field_manager, _failures_for(ref, active))
-            for ref, m in zip(refs, manifests, strict=True)
-        ]
-
-    def _apply_one(
-        self, ref: AppliedRef, desired: dict, field_manager: str, failures: list[SimulatedFailure]
-    ) -> AppliedRef:
-        for failure in failures:
-            if failure.mode == SimulatedFailure.APPLY_ERROR:
-                _consume(failure)
-                raise DeliveryError(f"simulated apply error for {ref}", retryable=True)
+        batch: list[tuple[AppliedRef, dict, list[SimulatedFailure]]] = []
+        error: tuple[AppliedRef, SimulatedFailure] | None = None
+        for ref, manifest in zip(refs, manifests, strict=True):
+            failures = _failures_for(ref, active)
+            apply_error = next(
+                (f for f in failures if f.mode == SimulatedFailure.APPLY_ERROR), None
+            )
+            if apply_error is not None:
+                error = (ref, apply_error)
+                break
+            batch.append((ref, desired_state(manifest), failures))
+        out: list[AppliedRef] = []
         for attempt in range(2):
             try:
                 with transaction.atomic():
-                    return self._apply_locked(ref, desired, field_manager, failures)
-            except IntegrityError:
+                    out = self._apply_batch(batch, field_manager)
+                break
+            except IntegrityError:  # created concurrently by another worker: apply again
                 if attempt:
                     raise
-        raise AssertionError("unreachable")  # pragma: no cover
+        if error is not None:
+            _consume(error[1])
+            raise DeliveryError(f"simulated apply error for {error[0]}", retryable=True)
+        return out
 
-    def _apply_locked(
-        self, ref: AppliedRef, desired: dict, field_manager: str, failures: list[SimulatedFailure]
-    ) -> AppliedRef:
-        now = timezone.now()
-        obj = (
-            SimulatedObject.objects.select_for_update()
-            .filter(
+    def _apply_batch(
+        self, batch: list[tuple[AppliedRef, dict, list[SimulatedFailure]]], field_manager: str
+    ) -> list[AppliedRef]:
+        if not batch:
+            return []
+        keys = Q()
+        for ref, _, _ in batch:
+            keys |= Q(
                 api_version=ref.api_version, kind=ref.kind, namespace=ref.namespace, name=ref.name
             )
-            .first()
+        existing = {
+            (o.api_version, o.kind, o.namespace, o.name): o
+            for o in SimulatedObject.objects.select_for_update().filter(keys)
+        }
+        namespaces = {ref.namespace for ref, _, _ in batch if ref.namespace}
+        terminating = (
+            set(
+                SimulatedObject.objects.filter(
+                    api_version="v1",
+                    kind="Namespace",
+                    name__in=namespaces,
+                    deletion_timestamp__isnull=False,
+                ).values_list("name", flat=True)
+            )
+            if namespaces
+            else set()
         )
+        out = []
+        for ref, desired, failures in batch:
+            if ref.key not in existing and ref.kind != "Namespace" and ref.namespace in terminating:
+                raise DeliveryError(f"namespace {ref.namespace} is terminating", retryable=True)
+            out.append(
+                self._apply_locked(ref, desired, field_manager, failures, existing.get(ref.key))
+            )
+        return out
+
+    def _apply_locked(
+        self,
+        ref: AppliedRef,
+        desired: dict,
+        field_manager: str,
+        failures: list[SimulatedFailure],
+        obj: SimulatedObject | None,
+    ) -> AppliedRef:
+        now = timezone.now()
         modes = {f.mode for f in failures}
         metadata = desired.get("metadata") or {}
         finalizers = list(metadata.get("finalizers") or [])
@@ -169,8 +211,6 @@ class SimulatedBackend:
             failure = SimulatedFailure.NEVER_READY
         delay = timedelta(seconds=ready_delay(ref.kind))
         if obj is None:
-            if ref.namespace and ref.kind != "Namespace":
-                self._check_namespace_not_terminating(ref.namespace)
             obj = SimulatedObject.objects.create(
                 api_version=ref.api_version,
                 kind=ref.kind,
@@ -210,13 +250,6 @@ class SimulatedBackend:
             for f in failures:
                 _consume(f)
         return AppliedRef(*ref.key, generation=obj.generation, uid=str(obj.uid))
-
-    def _check_namespace_not_terminating(self, namespace: str) -> None:
-        terminating = SimulatedObject.objects.filter(
-            api_version="v1", kind="Namespace", name=namespace, deletion_timestamp__isnull=False
-        ).exists()
-        if terminating:
-            raise DeliveryError(f"namespace {namespace} is terminating", retryable=True)
 
     def delete(self, ref: AppliedRef) -> bool:
         """Mark the object deleting; it disappears once its finalizers clear."""
@@ -299,6 +332,28 @@ class SimulatedBackend:
             for o in qs.order_by("namespace", "name")
             if match_labels(o.labels, label_selector)
         ]
+
+    def health_many(self, refs: list[AppliedRef]) -> list[Health]:
+        """Health of many objects with one query (deleting ones are reconciled one by one)."""
+        if not refs:
+            return []
+        keys = Q()
+        for ref in refs:
+            keys |= Q(
+                api_version=ref.api_version, kind=ref.kind, namespace=ref.namespace, name=ref.name
+            )
+        found = {
+            (o.api_version, o.kind, o.namespace, o.name): o
+            for o in SimulatedObject.objects.filter(keys)
+        }
+        out = []
+        for ref in refs:
+            obj = found.get(ref.key)
+            if obj is not None and obj.deletion_timestamp is not None:
+                out.append(self.health(ref))
+            else:
+                out.append(health_of(self._render(obj) if obj else None))
+        return out
 
     def health(self, ref: AppliedRef) -> Health:
         """Health derived from the object's Ready condition and deletion state."""

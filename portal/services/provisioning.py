@@ -18,10 +18,10 @@ from portal import compose as c
 from portal import conf
 from portal.delivery import AppliedRef, DeliveryError, HealthStatus, get_backend
 from portal.lifecycle import LIVE, Status
-from portal.models import Environment, PolicyDecision
+from portal.models import Environment, PolicyDecision, ProvisioningStep
 from portal.services import gate
 from portal.services.lifecycle import environment_transition
-from portal.services.steps import is_done, step_done, step_failed, step_started
+from portal.services.steps import step_done, step_failed, step_started
 
 PROVISIONER = "provisioner"
 STEPS = ("compose", "manifest-policy", "apply", "ready")
@@ -123,9 +123,13 @@ def environment_provision(*, environment_id: int) -> str:
         if env.status != Status.PROVISIONING:
             return NOOP
         started = _provision_started_at(env)
+        done = set(
+            ProvisioningStep.objects.filter(
+                environment=env, status=ProvisioningStep.DONE
+            ).values_list("name", flat=True)
+        )
 
-        if not is_done(env, "compose"):
-            step_started(env, "compose", 0)
+        if "compose" not in done:
             try:
                 if env.request.tenant_control_plane:
                     _choose_datastore(env)
@@ -146,8 +150,7 @@ def environment_provision(*, environment_id: int) -> str:
                 {"kinds": [m["kind"] for m in manifests]},
             )
 
-        if not is_done(env, "manifest-policy"):
-            step_started(env, "manifest-policy", 1)
+        if "manifest-policy" not in done:
             with tracer("kiln.portal").start_as_current_span("portal.policy.manifests"):
                 evaluation = gate.evaluate_manifests(env.manifests)
             with transaction.atomic():
@@ -175,7 +178,7 @@ def environment_provision(*, environment_id: int) -> str:
                 )
 
         backend = get_backend()
-        if not is_done(env, "apply"):
+        if "apply" not in done:
             step_started(env, "apply", 2)
             with tracer("kiln.portal").start_as_current_span("portal.delivery.apply") as apply_span:
                 apply_span.set_attribute("kiln.backend", backend.name)
@@ -185,7 +188,9 @@ def environment_provision(*, environment_id: int) -> str:
             env.applied_refs = applied
             step_done(actor, env, "apply", 2, f"{len(refs)} objects applied with {backend.name}")
 
-        healths = [backend.health(AppliedRef.from_dict(r)) for r in env.applied_refs]
+        refs = [AppliedRef.from_dict(r) for r in env.applied_refs]
+        many = getattr(backend, "health_many", None)
+        healths = many(refs) if many else [backend.health(r) for r in refs]
         degraded = [
             f"{r['kind']} {r['name']}: {h.message}"
             for r, h in zip(env.applied_refs, healths, strict=True)
@@ -225,13 +230,12 @@ def environment_provision(*, environment_id: int) -> str:
                 step="ready",
             )
             return FAILED
-        step_started(env, "ready", 3) if not is_done(env, "ready") else None
+        if "ready" not in done:
+            step_started(env, "ready", 3)
         return PENDING
 
 
 def _provision_started_at(env: Environment):
-    from portal.models import ProvisioningStep
-
     first = ProvisioningStep.objects.filter(environment=env).order_by("started_at").first()
     return first.started_at if first and first.started_at else env.updated_at
 
