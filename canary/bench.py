@@ -131,6 +131,7 @@ def _summary(clean: Outcome, regressed: dict[str, Outcome]) -> dict:
     detected = all_reg == 2
     return {
         "false_rollback_rate": round(float(np.mean(clean.action == 2)), 4),
+        "detection_rate": round(float(np.mean(detected)), 4),
         "missed_regression_rate": round(float(np.mean(~detected)), 4),
         "missed_by_regression": {
             kind: round(float(np.mean(o.action != 2)), 4) for kind, o in regressed.items()

@@ -7,6 +7,7 @@ import json
 import time
 import uuid
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from rest_framework.test import APIClient
@@ -89,6 +90,11 @@ class Command(BaseCommand):
             "ticks_per_rollout": 2,
             "tasks": n * 3,
             "worker_threads": options["concurrency"],
+            "broker": settings.CELERY_BROKER_URL.split("://", 1)[0],
+            "database": settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1],
+            # Off: audit outbox rows are published by the relay's periodic sweep instead of
+            # one wake-up task per commit (KILN_AUDIT_RELAY_ON_COMMIT).
+            "audit_relay_on_commit": settings.KILN_AUDIT_RELAY_ON_COMMIT,
             "api_create_seconds": round(created, 2),
             "wall_seconds": round(wall, 2),
             "rollouts_per_second": round(n / wall, 1),
