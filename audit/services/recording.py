@@ -74,13 +74,14 @@ def record(actor: Any, action: str, target: Any, data: dict[str, Any] | None = N
             # One plain INSERT: the ORM's per-row overhead would be most of record()'s cost.
             event_id = uuid.uuid4()
             with connection.cursor() as cursor:
+                # Text parameters cast in SQL: adapting UUID and datetime objects costs more.
                 cursor.execute(
                     "INSERT INTO audit_outboxevent "
                     "(event_id, recorded_at, actor, action, target, data, data_jcs, trace_id) "
-                    "VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s, %s)",
+                    "VALUES (%s::uuid, %s::timestamptz, %s, %s, %s, %s::jsonb, %s, %s)",
                     [
-                        event_id,
-                        recorded_at,
+                        str(event_id),
+                        recorded_at.isoformat(),
                         actor_text,
                         action,
                         target_text,
