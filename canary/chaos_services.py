@@ -1,4 +1,4 @@
-"""Chaos writes: experiments, fault leases (compare-and-swap with a fencing token), injection, revert, reaping.
+"""Chaos writes: experiments, fault leases (compare-and-swap with a fencing token), injection, revert.
 
 Lease protocol (canary/leases.py has the arithmetic):
 
@@ -12,26 +12,21 @@ Lease protocol (canary/leases.py has the arithmetic):
   constraint) and only then applies the fault, so a crash at any point leaves
   a row the reaper can revert.
 - `fault_revert`: deletes the fault's objects (idempotent) and marks the row.
-- `chaos_reap`: reverts every injection whose lease lapsed, whose term ended,
-  whose experiment ended or passed its hard maximum; sweeps stray objects.
+
+The controller loop is canary/chaos_controller.py; the reaper, which reverts
+every fault whose holder must have reverted, is canary/chaos_reaper.py.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import socket
-import threading
-import time
-import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
 from django.core.validators import validate_slug
-from django.db import DatabaseError, IntegrityError, close_old_connections, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 from prometheus_client import Counter
@@ -39,11 +34,8 @@ from prometheus_client import Counter
 from audit import record
 from canary import actuators
 from canary.chaos_selectors import (
-    lease_state,
     live_injection_of,
-    live_injections,
     namespace_owner,
-    stop_condition_tripped,
     timings_of,
 )
 from canary.leases import (
@@ -51,9 +43,6 @@ from canary.leases import (
     LeaseTimings,
     is_expired,
     may_acquire,
-    must_stop_injecting,
-    reap_due,
-    remaining_before_stop,
 )
 from canary.models_chaos import (
     EXPERIMENT_TRANSITIONS,
@@ -70,7 +59,6 @@ from kiln.errors import (
     IllegalTransition,
     InvalidInput,
     KilnError,
-    NotFound,
     Unavailable,
 )
 from kiln.identity.permissions import Actor, can_run_chaos, system_actor
@@ -112,7 +100,8 @@ def current_timings() -> LeaseTimings:
         raise Unavailable(f"chaos lease timings are unsafe: {exc}") from exc
 
 
-def _backend(backend: Any = None) -> Any:
+def delivery_backend(backend: Any = None) -> Any:
+    """The backend passed in, or the configured delivery backend."""
     if backend is not None:
         return backend
     from portal.delivery import get_backend
@@ -225,7 +214,7 @@ def experiment_create(
     if errors:
         raise ChaosInvalid("The experiment is invalid.", extra={"fields": errors})
     timings = current_timings()
-    team_slug = namespace_owner(data["namespace"], _backend(backend))
+    team_slug = namespace_owner(data["namespace"], delivery_backend(backend))
     if team_slug is None:
         raise ChaosInvalid(
             f"namespace {data['namespace']} is not known to the cluster or has no owning team",
@@ -391,7 +380,7 @@ def kube_api_client() -> Any:
     from kubernetes.config.config_exception import ConfigException
 
     try:
-        backend = _backend()
+        backend = delivery_backend()
     except (ImportError, KilnError, ConfigException):  # no usable backend: the client's own config
         backend = None
     for attr in ("api_client", "api"):
@@ -530,7 +519,7 @@ def fault_inject(
     *, experiment_id: Any, holder: str, term: int, backend: Any = None
 ) -> ChaosInjection:
     """Apply the fault under the lease term `term`; idempotent for the same holder and term."""
-    backend = _backend(backend)
+    backend = delivery_backend(backend)
     with transaction.atomic():
         lease = ChaosLease.objects.select_for_update().get(pk=experiment_id)
         exp = ChaosExperiment.objects.select_related("team").get(pk=experiment_id)
@@ -600,7 +589,7 @@ def fault_revert(*, injection_id: int, actor: Any, reason: str, backend: Any = N
     injection = ChaosInjection.objects.select_related("experiment").get(pk=injection_id)
     if injection.reverted_at is not None:
         return False
-    actuators.revert(_backend(backend), injection.applied)
+    actuators.revert(delivery_backend(backend), injection.applied)
     by = actor if isinstance(actor, str) else getattr(actor, "username", str(actor))
     with transaction.atomic():
         marked = ChaosInjection.objects.filter(pk=injection_id, reverted_at__isnull=True).update(
@@ -624,283 +613,3 @@ def fault_revert(*, injection_id: int, actor: Any, reason: str, backend: Any = N
     if marked:
         FAULTS_REVERTED.labels(injection.experiment.fault, by.split(":")[0]).inc()
     return bool(marked)
-
-
-# --- the reaper --------------------------------------------------------------------------------
-
-
-@dataclass
-class ReapResult:
-    """What one reaper pass did."""
-
-    reverted: list[int] = field(default_factory=list)
-    strays: list[dict[str, Any]] = field(default_factory=list)
-    ended: list[str] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"reverted": self.reverted, "strays": self.strays, "ended": self.ended}
-
-
-def _reap_reason(injection: ChaosInjection, now: datetime) -> str | None:
-    exp = injection.experiment
-    lease = ChaosLease.objects.filter(pk=exp.pk).first()
-    if exp.is_terminal:
-        return f"experiment {exp.status}"
-    if exp.started_at and now >= exp.started_at + timedelta(seconds=exp.max_duration_seconds):
-        return "hard maximum duration reached"
-    if (
-        lease is None
-        or lease.holder != injection.holder
-        or lease.transitions != injection.fencing_token
-    ):
-        return "lease term ended"
-    if reap_due(lease.renewed_at, now, timings_of(exp)):
-        return "lease lapsed"
-    return None
-
-
-def chaos_reap(
-    *, backend: Any = None, dry_run: bool = False, now: datetime | None = None
-) -> ReapResult:
-    """Revert every fault whose lease lapsed or whose experiment ended; end overdue experiments. Idempotent."""
-    backend = _backend(backend)
-    now = now or timezone.now()
-    actor = system_actor("chaos-reaper")
-    result = ReapResult()
-    for injection in list(live_injections()):
-        reason = _reap_reason(injection, now)
-        if reason is None:
-            continue
-        if dry_run:
-            result.reverted.append(injection.pk)
-        elif fault_revert(injection_id=injection.pk, actor=actor, reason=reason, backend=backend):
-            result.reverted.append(injection.pk)
-    # Experiments nobody finishes: past the hard maximum, or past their duration with the lease lapsed.
-    for exp in ChaosExperiment.objects.filter(
-        status=ExperimentStatus.RUNNING, started_at__isnull=False
-    ):
-        to, reason = None, ""
-        if now >= exp.started_at + timedelta(seconds=exp.max_duration_seconds):
-            to, reason = ExperimentStatus.EXPIRED, "hard maximum duration reached"
-        elif (
-            now >= exp.started_at + timedelta(seconds=exp.duration_seconds)
-            and not lease_state(exp, now=now).held
-        ):
-            to, reason = (
-                ExperimentStatus.COMPLETED,
-                "duration elapsed with no controller holding the lease",
-            )
-        if to is not None:
-            if not dry_run:
-                experiment_end(
-                    experiment_id=exp.pk, to=to, actor=actor, reason=reason, backend=backend
-                )
-            result.ended.append(str(exp.pk))
-    result.strays = _sweep_strays(backend, dry_run=dry_run)
-    return result
-
-
-def _sweep_strays(backend: Any, *, dry_run: bool) -> list[dict[str, Any]]:
-    """Delete fault objects no live injection accounts for (a lost holder's late write)."""
-    from portal.delivery import AppliedRef
-
-    objects: list[dict] = []
-    for api_version, kind in (
-        (actuators.CHAOS_API_VS, "VirtualService"),
-        (actuators.CHAOS_API_PODCHAOS, "PodChaos"),
-    ):
-        objects.extend(
-            backend.list(
-                api_version,
-                kind,
-                None,
-                f"{actuators.LABEL_MANAGED}=kiln,{actuators.LABEL_EXPERIMENT}",
-            )
-        )
-    if not objects:
-        return []
-    # Read the live set after listing: an object listed had its row written before it was applied.
-    live = {
-        (str(e), t)
-        for e, t in ChaosInjection.objects.filter(reverted_at__isnull=True).values_list(
-            "experiment_id", "fencing_token"
-        )
-    }
-    strays = []
-    for obj in objects:
-        meta = obj.get("metadata") or {}
-        if meta.get("deletionTimestamp"):
-            continue
-        labels = meta.get("labels") or {}
-        key = (labels.get(actuators.LABEL_EXPERIMENT, ""), _int(labels.get(actuators.LABEL_TOKEN)))
-        if key in live:
-            continue
-        ref = {
-            "apiVersion": obj["apiVersion"],
-            "kind": obj["kind"],
-            "namespace": meta.get("namespace") or "",
-            "name": meta["name"],
-        }
-        strays.append(ref)
-        if not dry_run:
-            backend.delete(AppliedRef.from_dict(ref))
-    return strays
-
-
-def _int(value: Any) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return -1
-
-
-# --- the controller ------------------------------------------------------------------------------
-
-
-def controller_identity(prefix: str = "controller") -> str:
-    """A holder identity unique to this process and call: `<prefix>:<host>:<pid>:<random>`."""
-    return f"{prefix}:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-
-
-@dataclass
-class ControllerHooks:
-    """Seams around what leaves the process: a predicate that says the store is unreachable, an event sink."""
-
-    partitioned: Callable[[], bool] = lambda: False
-    on_event: Callable[[str, dict[str, Any]], None] = lambda what, data: None
-
-
-def chaos_controller_run(
-    *,
-    experiment_id: Any,
-    holder: str | None = None,
-    stop: threading.Event | None = None,
-    backend: Any = None,
-    hooks: ControllerHooks | None = None,
-    clock: Callable[[], float] = time.monotonic,
-) -> str:
-    """Hold the lease, inject while held, revert before it can lapse, end the experiment; returns the outcome."""
-    holder = holder or controller_identity()
-    hooks = hooks or ControllerHooks()
-    backend = _backend(backend)
-    actor = system_actor("chaos-controller")
-    term: int | None = None
-    last_renew = 0.0
-    try:
-        exp = ChaosExperiment.objects.get(pk=experiment_id)
-    except ChaosExperiment.DoesNotExist as exc:
-        raise NotFound("No such experiment.") from exc
-    timings = timings_of(exp)
-
-    def give_up(reason: str) -> None:
-        nonlocal term
-        live = live_injection_of(experiment_id)
-        if live is not None and live.holder == holder:
-            fault_revert(injection_id=live.pk, actor=actor, reason=reason, backend=backend)
-            hooks.on_event("reverted", {"holder": holder, "reason": reason})
-        term = None
-
-    while True:
-        close_old_connections()
-        if stop is not None and stop.is_set():
-            if term is not None:
-                held = term
-                give_up("controller stopped")
-                fault_lease_release(experiment_id=experiment_id, holder=holder, term=held)
-            return "stopped"
-        try:
-            exp.refresh_from_db()
-            if exp.is_terminal:
-                if term is not None:
-                    held = term
-                    give_up(f"experiment {exp.status}")
-                    fault_lease_release(experiment_id=experiment_id, holder=holder, term=held)
-                return exp.status
-            if term is None:
-                attempt = clock()
-                if not hooks.partitioned():
-                    term = fault_lease_acquire(experiment_id=experiment_id, holder=holder)
-                if term is not None:
-                    last_renew = attempt
-                    hooks.on_event("acquired", {"holder": holder, "term": term})
-            else:
-                attempt = clock()
-                renewed = False
-                if not hooks.partitioned():
-                    renewed = fault_lease_renew(
-                        experiment_id=experiment_id, holder=holder, term=term
-                    )
-                    if not renewed:
-                        give_up("lease lost to another holder")
-                        hooks.on_event("lost", {"holder": holder})
-                if renewed:
-                    last_renew = attempt
-                elif term is not None and must_stop_injecting(last_renew, clock(), timings):
-                    give_up("renew deadline passed")
-                    hooks.on_event("deadline", {"holder": holder})
-            if term is not None:
-                outcome = _holder_duties(
-                    exp, holder, term, last_renew, timings, backend, clock, hooks
-                )
-                if outcome is not None:
-                    return outcome
-        except DatabaseError:
-            log.warning("chaos controller %s cannot reach the database", holder, exc_info=True)
-            if term is not None and must_stop_injecting(last_renew, clock(), timings):
-                try:
-                    give_up("renew deadline passed (database unreachable)")
-                except Exception:  # noqa: BLE001 - the reaper reverts what we cannot
-                    term = None
-        if stop is not None:
-            if stop.wait(timings.retry_period):
-                continue
-        else:
-            time.sleep(timings.retry_period)
-
-
-def _holder_duties(
-    exp: ChaosExperiment,
-    holder: str,
-    term: int,
-    last_renew: float,
-    timings: LeaseTimings,
-    backend: Any,
-    clock: Callable[[], float],
-    hooks: ControllerHooks,
-) -> str | None:
-    """While holding: end the experiment on time, abort on a stop condition, inject if not yet."""
-    actor = system_actor("chaos-controller")
-    now = timezone.now()
-    if exp.started_at and now >= exp.started_at + timedelta(seconds=exp.duration_seconds):
-        experiment_end(
-            experiment_id=exp.pk,
-            to=ExperimentStatus.COMPLETED,
-            actor=actor,
-            reason="duration elapsed",
-            backend=backend,
-        )
-        fault_lease_release(experiment_id=exp.pk, holder=holder, term=term)
-        return ExperimentStatus.COMPLETED
-    reason = stop_condition_tripped(exp)
-    if reason is not None:
-        experiment_end(
-            experiment_id=exp.pk,
-            to=ExperimentStatus.ABORTED,
-            actor=actor,
-            reason=f"stop condition: {reason}",
-            backend=backend,
-        )
-        fault_lease_release(experiment_id=exp.pk, holder=holder, term=term)
-        hooks.on_event("aborted", {"holder": holder, "reason": reason})
-        return ExperimentStatus.ABORTED
-    # Inject only with enough time left to revert before the deadline.
-    if (
-        live_injection_of(exp.pk) is None
-        and remaining_before_stop(last_renew, clock(), timings) > timings.revert_budget
-    ):
-        try:
-            fault_inject(experiment_id=exp.pk, holder=holder, term=term, backend=backend)
-            hooks.on_event("injected", {"holder": holder, "term": term})
-        except (LeaseNotHeld, Conflict, IllegalTransition) as exc:
-            log.info("chaos controller %s did not inject: %s", holder, exc)
-    return None

@@ -9,10 +9,10 @@ import pytest
 from django.utils import timezone
 
 from canary import actuators
+from canary.chaos_reaper import chaos_reap
 from canary.chaos_services import (
     ChaosInvalid,
     LeaseNotHeld,
-    chaos_reap,
     experiment_abort,
     experiment_create,
     fault_inject,

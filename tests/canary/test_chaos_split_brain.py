@@ -12,10 +12,9 @@ import pytest
 from django.db import connections
 
 from audit.models import OutboxEvent
+from canary.chaos_controller import ControllerHooks, chaos_controller_run
+from canary.chaos_reaper import chaos_reap
 from canary.chaos_services import (
-    ControllerHooks,
-    chaos_controller_run,
-    chaos_reap,
     experiment_create,
     fault_inject,
     fault_lease_acquire,

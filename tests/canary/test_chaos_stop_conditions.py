@@ -11,8 +11,9 @@ from django.db import connections
 from audit import record
 from audit.models import OutboxEvent
 from canary import actuators
+from canary.chaos_controller import chaos_controller_run
 from canary.chaos_selectors import stop_condition_tripped
-from canary.chaos_services import chaos_controller_run, experiment_create
+from canary.chaos_services import experiment_create
 from canary.models_chaos import ChaosExperiment, ChaosInjection
 from kiln.identity.permissions import system_actor
 from tests.canary.test_chaos_support import (  # noqa: F401

@@ -6,7 +6,7 @@ import json
 
 from django.core.management.base import BaseCommand
 
-from canary.chaos_services import chaos_controller_run, controller_identity
+from canary.chaos_controller import chaos_controller_run, controller_identity
 
 
 class Command(BaseCommand):

@@ -162,7 +162,7 @@ def stop_process(proc: subprocess.Popen) -> None:
 
 def _fork_controller(experiment_id: str) -> int:
     """Fork a child running the controller; the parent gets its pid."""
-    from canary.chaos_services import chaos_controller_run, controller_identity
+    from canary.chaos_controller import chaos_controller_run, controller_identity
 
     connections.close_all()
     pid = os.fork()

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.db import close_old_connections
 
-from canary.chaos_services import chaos_reap
+from canary.chaos_reaper import chaos_reap
 
 
 class Command(BaseCommand):
