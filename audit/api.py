@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 
+from asgiref.sync import sync_to_async
+from django.core.handlers.asgi import ASGIRequest
 from django.http import StreamingHttpResponse
 from django.utils.dateparse import parse_date, parse_datetime
 from drf_spectacular.types import OpenApiTypes
@@ -21,6 +25,25 @@ from kiln.identity.drf import IsAuditor
 from kiln.identity.permissions import actor_from_request
 
 MAX_LIMIT = 500
+STREAM_LINES = 500
+
+
+async def stream_async(lines: Iterator[str]) -> AsyncIterator[str]:
+    """Serve a sync line generator under ASGI in chunks, in one thread (its DB transaction
+    spans the chunks), closing it if the client goes away."""
+    iterator = iter(lines)
+
+    def take() -> str:
+        return "".join(itertools.islice(iterator, STREAM_LINES))
+
+    take_async = sync_to_async(take, thread_sensitive=True)
+    try:
+        while chunk := await take_async():
+            yield chunk
+    finally:
+        close = getattr(iterator, "close", None)
+        if close is not None:
+            await sync_to_async(close, thread_sensitive=True)()
 
 
 def parse_moment(value: str | None, name: str) -> datetime | None:
@@ -145,9 +168,10 @@ class AuditExportApi(APIView):
         )
         lines = jsonl_lines if fmt == "jsonl" else csv_lines
         content_type = "application/x-ndjson" if fmt == "jsonl" else "text/csv"
-        response = StreamingHttpResponse(
-            lines(segment, filters.since, filters.until), content_type=content_type
-        )
+        content = lines(segment, filters.since, filters.until)
+        if isinstance(request._request, ASGIRequest):
+            content = stream_async(content)  # ASGI would otherwise buffer a sync iterator whole
+        response = StreamingHttpResponse(content, content_type=content_type)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         response["Content-Disposition"] = f'attachment; filename="kiln-audit-{stamp}.{fmt}"'
         return response

@@ -195,3 +195,32 @@ def test_csv_export_verifies_offline(events, api_client_for, tmp_path):
     path.write_text(text)
     report = verify_export(path, public_key_path().read_text())
     assert not report.ok and report.problem.seq == 2
+
+
+def test_export_streams_in_chunks_under_asgi(events, make_token):
+    from asgiref.sync import async_to_sync
+    from django.test import AsyncClient
+
+    from audit.api import STREAM_LINES
+
+    for i in range(STREAM_LINES + 20):  # more than one chunk
+        record("bulk", "portal.environment.approved", f"env:{i}")
+    drain()
+    client = AsyncClient()
+    token = make_token(sub="ivy", roles=["auditor"])
+
+    async def fetch():
+        response = await client.get(
+            "/api/v1/audit/export", headers={"authorization": f"Bearer {token}"}
+        )
+        chunks = [chunk async for chunk in response.streaming_content]
+        return response, chunks
+
+    response, chunks = async_to_sync(fetch)()
+    assert response.status_code == 200
+    assert 2 <= len(chunks) <= 3  # chunks of STREAM_LINES lines, not one line per chunk
+    lines = (
+        b"".join(c if isinstance(c, bytes) else c.encode() for c in chunks).decode().splitlines()
+    )
+    events_out = [json.loads(line) for line in lines if '"type":"event"' in line]
+    assert [e["seq"] for e in events_out] == list(range(1, ChainEvent.objects.count() + 1))
