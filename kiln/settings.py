@@ -320,6 +320,8 @@ KILN_SIM_FINALIZER_SECONDS = env_float("KILN_SIM_FINALIZER_SECONDS", 1.0)
 # gitops backend: the repository (path or URL; default a bare repository under var/) and branch.
 KILN_GITOPS_REPO = env("KILN_GITOPS_REPO", str(VAR_DIR / "gitops.git"))
 KILN_GITOPS_BRANCH = env("KILN_GITOPS_BRANCH", "main")
+# Where gitops reads health back: simulated (stands in for Argo CD) or kubernetes.
+KILN_GITOPS_OBSERVER = env("KILN_GITOPS_OBSERVER", "simulated")
 # kubernetes backend: API server URL and bearer token file (unset: kubeconfig / in-cluster).
 KILN_KUBE_API_URL = env("KILN_KUBE_API_URL")
 KILN_KUBE_TOKEN_FILE = env("KILN_KUBE_TOKEN_FILE")

@@ -5,8 +5,8 @@ POSTs from `--concurrency` client threads (every fifth is staging and is
 approved over the API by a second person; one in ten is retried with the same
 Idempotency-Key), waits for READY and prints p50/p95 request-to-READY for the
 zero-delay profile (Kiln's own overhead) and the realistic delay profile, plus
-how many environments were lost or duplicated. The bench's environments are
-then handed to teardown over the API (DELETE).
+how many environments were lost or duplicated. Once measured, the bench's
+environments are handed to teardown over the API (DELETE).
 """
 
 from __future__ import annotations
@@ -73,9 +73,11 @@ class Command(BaseCommand):
         try:
             time.sleep(0.5)
             profiles = ["zero", "realistic"] if opts["profile"] == "both" else [opts["profile"]]
+            self.finished: list[str] = []
             results = {p: self._run(p, engineer, approver, opts) for p in profiles}
         finally:
             worker.stop()
+        self._teardown(engineer)
         report = {
             "requests": opts["requests"],
             "concurrency": opts["concurrency"],
@@ -198,8 +200,13 @@ class Command(BaseCommand):
             "api_create_p50_ms": round(statistics.median(api_ms), 1) if api_ms else None,
             "wall_seconds": round(wall, 2),
         }
-        cleaner = APIClient()
-        cleaner.force_authenticate(user=engineer)
-        for env_id in ids:
-            cleaner.delete(f"{URL}{env_id}/?reason=benchmark+finished")
+        self.finished.extend(ids)
         return result
+
+    def _teardown(self, engineer) -> None:
+        """Hand every bench environment to teardown over the API (the reaper resumes it if this
+        process ends first)."""
+        client = APIClient()
+        client.force_authenticate(user=engineer)
+        for env_id in self.finished:
+            client.delete(f"{URL}{env_id}/?reason=benchmark+finished")
