@@ -144,3 +144,15 @@ def test_seed_creates_the_dev_signing_key_once(settings):
         .startswith("kiln.local/audit+")
     )
     assert seed_demo() == []
+
+
+def test_the_relay_sweep_is_scheduled_and_the_task_relays(settings):
+    from audit.tasks import relay_outbox
+    from kiln.celery import app
+
+    entry = settings.CELERY_BEAT_SCHEDULE["audit-relay-sweep"]
+    app.loader.import_default_modules()
+    assert entry["task"] in app.tasks and entry["schedule"] == settings.KILN_AUDIT_SWEEP_SECONDS
+    record("alice", "portal.environment.approved", "env:1")
+    assert relay_outbox.apply().get() == 1  # run as the worker would
+    assert OutboxEvent.objects.get().published_at is not None
