@@ -317,6 +317,7 @@ class Command(BaseCommand):
         backend = get_backend()
         results: list[TrialResult] = []
         started = time.monotonic()
+        load_start = os.getloadavg()[0]
         with override_settings(KILN_CHAOS_AUTORUN=False, **timings):
             ensure_target(backend)
             reaper = start_reaper(opts["reaper_period"])
@@ -333,4 +334,7 @@ class Command(BaseCommand):
                 stop_process(reaper)
         summary = summarize(results, lease=opts["lease"], reaper_period=opts["reaper_period"])
         summary["wall_seconds"] = round(time.monotonic() - started, 1)
+        # The bound assumes the reaper runs on time; on a shared machine the load says how fair that was.
+        summary["load_average_1m_start_end"] = [round(load_start, 2), round(os.getloadavg()[0], 2)]
+        summary["cpus"] = os.cpu_count()
         self.stdout.write(json.dumps(summary, indent=None if opts["json"] else 2))
