@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.permissions import IsAuthenticated
@@ -173,7 +174,12 @@ class EnvironmentListCreateApi(APIView):
 
     permission_classes = [IsAuthenticated]
 
-    @extend_schema(request=EnvironmentCreateInput, responses={201: dict})
+    @extend_schema(
+        operation_id="environments_create",
+        request=EnvironmentCreateInput,
+        responses={201: OpenApiTypes.OBJECT, 200: OpenApiTypes.OBJECT},
+        parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER)],
+    )
     def post(self, request: Request) -> Response:
         data = EnvironmentCreateInput(data=request.data)
         data.is_valid(raise_exception=True)
@@ -191,6 +197,14 @@ class EnvironmentListCreateApi(APIView):
             headers=headers,
         )
 
+    @extend_schema(
+        operation_id="environments_list",
+        responses=OpenApiTypes.OBJECT,
+        parameters=[
+            OpenApiParameter(name, str)
+            for name in ("team", "status", "env_class", "requested_by", "q")
+        ],
+    )
     def get(self, request: Request) -> Response:
         qs = selectors.environment_list(
             viewer=actor_from_request(request), filters=_filters(request)
@@ -205,10 +219,12 @@ class EnvironmentDetailApi(APIView):
 
     permission_classes = [IsAuthenticated]
 
+    @extend_schema(operation_id="environments_retrieve", responses=OpenApiTypes.OBJECT)
     def get(self, request: Request, public_id: str) -> Response:
         env = selectors.environment_get(viewer=actor_from_request(request), public_id=public_id)
         return Response(environment_payload(env, detail=True))
 
+    @extend_schema(operation_id="environments_teardown", responses={202: OpenApiTypes.OBJECT})
     def delete(self, request: Request, public_id: str) -> Response:
         actor = actor_from_request(request)
         env = selectors.environment_get(viewer=actor, public_id=public_id)
@@ -220,7 +236,9 @@ class EnvironmentDetailApi(APIView):
 class EnvironmentApproveApi(APIView):
     permission_classes = [IsAuthenticated]
 
-    @extend_schema(request=ReasonInput)
+    @extend_schema(
+        operation_id="environments_approve", request=ReasonInput, responses=OpenApiTypes.OBJECT
+    )
     def post(self, request: Request, public_id: str) -> Response:
         actor = actor_from_request(request)
         data = ReasonInput(data=request.data)
@@ -235,7 +253,9 @@ class EnvironmentApproveApi(APIView):
 class EnvironmentRejectApi(APIView):
     permission_classes = [IsAuthenticated]
 
-    @extend_schema(request=RejectInput)
+    @extend_schema(
+        operation_id="environments_reject", request=RejectInput, responses=OpenApiTypes.OBJECT
+    )
     def post(self, request: Request, public_id: str) -> Response:
         actor = actor_from_request(request)
         data = RejectInput(data=request.data)
@@ -250,7 +270,9 @@ class EnvironmentRejectApi(APIView):
 class EnvironmentExtendApi(APIView):
     permission_classes = [IsAuthenticated]
 
-    @extend_schema(request=ExtendInput)
+    @extend_schema(
+        operation_id="environments_extend", request=ExtendInput, responses=OpenApiTypes.OBJECT
+    )
     def post(self, request: Request, public_id: str) -> Response:
         actor = actor_from_request(request)
         data = ExtendInput(data=request.data)
@@ -267,6 +289,7 @@ class EnvironmentEstimateApi(APIView):
 
     permission_classes = [IsAuthenticated]
 
+    @extend_schema(operation_id="environments_estimate", responses=OpenApiTypes.OBJECT)
     def get(self, request: Request) -> Response:
         p = request.query_params
         try:
