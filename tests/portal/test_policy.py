@@ -255,3 +255,22 @@ def test_an_unparsable_or_foreign_policy_file_denies(tmp_path):
     result = p.evaluate(p.load_policy_set(tmp_path, "t"), [request_doc()])
     assert not result.allowed
     assert any(v.outcome == p.ERROR and "ValidatingPolicy" in v.message for v in result.denials)
+
+
+@pytest.mark.parametrize("env_class", ["ephemeral", "dev", "staging", "prod"])
+def test_ttl_policy_and_the_input_limit_agree(env_class):
+    from portal.conf import MAX_TTL_HOURS
+
+    limit = MAX_TTL_HOURS[env_class]
+    # prod needs a justification from a team engineer; give every class one so only the TTL decides.
+    justification = "a justification long enough for prod"
+    at_limit = p.evaluate(
+        request_set(),
+        [request_doc(envClass=env_class, ttlHours=limit, justification=justification)],
+    )
+    over = p.evaluate(
+        request_set(),
+        [request_doc(envClass=env_class, ttlHours=limit + 1, justification=justification)],
+    )
+    assert at_limit.allowed, at_limit.summary()
+    assert [v.policy for v in over.denials] == ["kiln-request-ttl-per-class"]
