@@ -6,9 +6,11 @@ broadcasts to the dashboard go out in `transaction.on_commit`.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import random
+import threading
 from datetime import timedelta
 from typing import Any
 
@@ -606,7 +608,7 @@ def _after_commit(rollout: Rollout, *, countdown: float | None) -> None:
 
 def broadcast(rollout_id: Any) -> None:
     """Send the rollout's latest state to its websocket group."""
-    from channels.layers import get_channel_layer
+    from channels.layers import InMemoryChannelLayer, get_channel_layer
 
     from canary.selectors import rollout_stream_update
 
@@ -615,11 +617,32 @@ def broadcast(rollout_id: Any) -> None:
         return
     try:
         payload = rollout_stream_update(rollout_id)
-        async_to_sync(layer.group_send)(
-            group_name(rollout_id), {"type": "rollout.event", "payload": payload}
-        )
+        message = {"type": "rollout.event", "payload": payload}
+        if isinstance(layer, InMemoryChannelLayer):
+            async_to_sync(layer.group_send)(group_name(rollout_id), message)
+        else:
+            # One long-lived loop: the Redis layer keeps its connection pool per event loop,
+            # so a fresh loop per broadcast would open a fresh connection every tick.
+            future = asyncio.run_coroutine_threadsafe(
+                layer.group_send(group_name(rollout_id), message), _broadcast_loop()
+            )
+            future.result(timeout=5)
     except Exception:  # noqa: BLE001 - a dashboard outage must not fail the rollout; say so
         log.exception("broadcast for rollout %s failed", rollout_id)
+
+
+_loop_lock = threading.Lock()
+_loop: asyncio.AbstractEventLoop | None = None
+
+
+def _broadcast_loop() -> asyncio.AbstractEventLoop:
+    """The process's broadcast event loop, running in a daemon thread (started on first use)."""
+    global _loop
+    with _loop_lock:
+        if _loop is None or _loop.is_closed():
+            _loop = asyncio.new_event_loop()
+            threading.Thread(target=_loop.run_forever, name="canary-broadcast", daemon=True).start()
+        return _loop
 
 
 def group_name(rollout_id: Any) -> str:
