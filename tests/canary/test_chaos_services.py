@@ -46,7 +46,7 @@ def test_create_stores_experiment_lease_and_audits(engineer, shop, backend):
     exp = experiment_create(actor=engineer, data=abort_data(), backend=backend)
     exp.refresh_from_db()
     assert exp.status == "running" and exp.team.slug == "payments"
-    assert exp.lease_duration == 1.0 and exp.renew_deadline == 0.5
+    assert exp.lease_duration == 1.0 and exp.renew_deadline == 0.4
     assert ChaosLease.objects.get(pk=exp.pk).holder == ""
     assert audit_actions() == ["canary.experiment.created", "canary.experiment.started"]
 
