@@ -230,8 +230,18 @@ def environment_provision(*, environment_id: int) -> str:
                 step="ready",
             )
             return FAILED
-        if "ready" not in done:
-            step_started(env, "ready", 3)
+        if "ready" not in done:  # one row while waiting, not one write per poll
+            ProvisioningStep.objects.get_or_create(
+                environment=env,
+                name="ready",
+                defaults={
+                    "position": 3,
+                    "status": ProvisioningStep.RUNNING,
+                    "attempts": 1,
+                    "started_at": timezone.now(),
+                    "detail": "waiting for every object to report healthy",
+                },
+            )
         return PENDING
 
 

@@ -224,3 +224,20 @@ def test_extend_within_the_class_limit(people, django_capture_on_commit_callback
     environment_teardown_request(actor=people["alice"], environment=env)
     with pytest.raises(IllegalTransition):
         environment_extend(actor=people["alice"], environment=env, hours=1)
+
+
+def test_provisioning_waits_while_objects_become_ready(people, settings):
+    import time
+
+    settings.KILN_SIM_DELAY_PROFILE = "realistic"
+    settings.KILN_SIM_DELAY_SCALE = 0.4  # the Application is the slowest: 5 s x 0.4 = 2 s
+    env, _ = environment_request_submit(actor=people["alice"], data=request_data())
+    assert environment_provision(environment_id=env.pk) == "pending"
+    assert environment_provision(environment_id=env.pk) == "pending"
+    step = ProvisioningStep.objects.get(environment=env, name="ready")
+    assert step.status == "running" and step.attempts == 1
+    time.sleep(2.1)
+    assert environment_provision(environment_id=env.pk) == "ready"
+    env.refresh_from_db()
+    assert env.status == Status.READY
+    assert events(env, "portal.environment.readied") == 1
