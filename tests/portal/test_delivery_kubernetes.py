@@ -76,7 +76,7 @@ def test_get_list_delete_and_health(kube):
 
 
 def test_readiness_by_watch(kube):
-    kube.ready_after = 0.3
+    kube.ready_after = 1.0
     backend = backend_for(kube)
     [ref] = backend.apply([c.namespace(SPEC)])
     assert backend.health(ref).status == HealthStatus.PROGRESSING

@@ -115,11 +115,11 @@ def test_list_filters_by_namespace_and_label_selector():
 
 def test_readiness_comes_after_the_configured_delay(settings):
     settings.KILN_SIM_DELAY_PROFILE = "realistic"
-    settings.KILN_SIM_DELAY_SCALE = 0.5  # VirtualService: 1.0 s x 0.5
+    settings.KILN_SIM_DELAY_SCALE = 1.5  # VirtualService: 1.0 s x 1.5
     backend = get_backend()
     [ref] = backend.apply([vs()])
     assert backend.health(ref).status == HealthStatus.PROGRESSING
-    time.sleep(0.6)
+    time.sleep(1.6)
     assert backend.health(ref).status == HealthStatus.HEALTHY
 
 
