@@ -52,6 +52,9 @@ test: $(VENV)/.installed services browser
 
 ## dev: the production shape - web, worker, beat and audit writer as separate processes
 dev: $(VENV)/.installed services
+	@db=$${DATABASE_URL##*/}; db=$${db%%\?*}; \
+	  psql "$${DATABASE_URL%/*}/postgres" -tAc "SELECT 1 FROM pg_database WHERE datname='$$db'" | grep -q 1 || \
+	  { echo "creating database $$db"; psql "$${DATABASE_URL%/*}/postgres" -c "CREATE DATABASE \"$$db\"" >/dev/null; }
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py audit_setup_roles
 	$(PY) manage.py seed_demo
