@@ -100,8 +100,10 @@ def extender_call(
         if result["FailedAndUnresolvableNodes"]:
             SPOT_REJECTIONS.inc(len(result["FailedAndUnresolvableNodes"]))
     else:
-        result = extender.prioritize_result(args, snapshot, selectors.scoring_weights())
-    payload = _dumps(result)
+        result = None
+        payload = extender.prioritize_body(args, snapshot, selectors.scoring_weights())
+    if result is not None:
+        payload = _dumps(result)
     EXTENDER_SECONDS.labels(verb).observe(time.perf_counter() - started)
     return 200, payload
 

@@ -208,3 +208,18 @@ def test_unpriced_node_is_charged_the_highest_price_in_the_book(inventory):
     body = {"Pod": pod("standard"), "NodeNames": ["node-spot", "node-mystery"]}
     ranked = {e["Host"]: e["Score"] for e in post("/scheduler/prioritize", body).json()}
     assert ranked["node-spot"] > ranked["node-mystery"]
+
+
+@pytest.mark.parametrize(
+    "name",
+    ['odd"name', "back\\slash", "ünïcode", "tab\tname", "\U0001f600"],
+    ids=["quote", "backslash", "unicode", "control", "emoji"],
+)
+def test_prioritize_encodes_any_node_name_as_valid_json(inventory, name):
+    body = {"Pod": pod("batch"), "NodeNames": ["node-od", name]}
+    response = post("/scheduler/prioritize", body)
+    assert response.status_code == 200
+    assert response.json() == [
+        {"Host": "node-od", "Score": response.json()[0]["Score"]},
+        {"Host": name, "Score": 0},
+    ]
