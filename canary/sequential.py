@@ -39,7 +39,7 @@ share also raises phi, so its own evidence is discounted.
 Errors - Wald SPRT for rho_err = `error_ratio` (default 2, "errors x2") against 1,
 with bounds A = log((1 - beta)/alpha) (roll back) and B = log(beta/(1 - alpha))
 (accept: the error rate is not worse; the error test then stops, as Wald's
-test does). Configured for alpha = 0.002, beta = 0.05. A tick in a traffic-wide
+test does). Configured for alpha = 0.001, beta = 0.05. A tick in a traffic-wide
 error surge (its error rate over both arms k_t/N_t above the lower quartile of
 all ticks so far) has its llr divided by that surge factor: correlated failures
 (retries, a dependency outage) are not independent events, so such a tick
@@ -56,9 +56,9 @@ came from (distribution-free under H0: no moment, no outlier enters):
     (0.95) latency; design ratio `tail_ratio` 1.4 (a +50% p99 stretch puts
     1.4-1.6x as many canary requests past the pooled p95, heavy tails included).
 The reported value is S / phi of the channel; the alarm fires at
-`cusum_threshold` h = 8. An excursion of a CUSUM of log-likelihood ratios
+`cusum_threshold` h = 8.5. An excursion of a CUSUM of log-likelihood ratios
 reaches h with probability at most e^-h (Wald's inequality); a union bound over
-the 2 channels x 35 evidence ticks gives at most 2.3% per rollout, and in the
+the 2 channels x 35 evidence ticks gives at most 1.4% per rollout, and in the
 benchmark the observed rate is far below that (the bound counts every tick as
 a fresh excursion).
 
@@ -88,13 +88,13 @@ CHANNELS = ("errors", "median", "tail")
 class AnalysisConfig:
     """Error rates, design regression sizes and horizon of the sequential analysis."""
 
-    alpha: float = 0.002  # false rollback rate of the error SPRT
+    alpha: float = 0.001  # false rollback rate of the error SPRT
     beta: float = 0.05  # missed-regression rate of the error SPRT at error_ratio
     error_ratio: float = 2.0  # canary error rate / baseline error rate to catch
     median_ratio: float = 1.3  # canary/baseline share above the pooled median (+25% median)
     tail_ratio: float = 1.4  # canary/baseline share above the pooled tail quantile (+50% p99)
     tail_quantile: float = 0.95
-    cusum_threshold: float = 8.0
+    cusum_threshold: float = 8.5
     dispersion_prior: float = 8.0
     warmup_ticks: int = 5
     horizon_ticks: int = 40

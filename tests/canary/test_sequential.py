@@ -62,7 +62,7 @@ def test_tick_llr_worked_cases(n_b, n_c, k, c, rho, expected):
     ("alpha", "beta", "upper", "lower"),
     [
         # A = ln((1 - beta)/alpha), B = ln(beta/(1 - alpha)).
-        (0.002, 0.05, math.log(0.95 / 0.002), math.log(0.05 / 0.998)),
+        (0.001, 0.05, math.log(0.95 / 0.001), math.log(0.05 / 0.999)),
         (0.05, 0.2, math.log(0.8 / 0.05), math.log(0.2 / 0.95)),
     ],
     ids=["kiln-default", "textbook"],
