@@ -179,14 +179,25 @@ class SimulatedBackend:
             if namespaces
             else set()
         )
-        out = []
+        out: list[AppliedRef | SimulatedObject] = []
+        created: list[SimulatedObject] = []
         for ref, desired, failures in batch:
             if ref.key not in existing and ref.kind != "Namespace" and ref.namespace in terminating:
                 raise DeliveryError(f"namespace {ref.namespace} is terminating", retryable=True)
-            out.append(
-                self._apply_locked(ref, desired, field_manager, failures, existing.get(ref.key))
+            applied = self._apply_locked(
+                ref, desired, field_manager, failures, existing.get(ref.key)
             )
-        return out
+            if isinstance(applied, SimulatedObject):
+                created.append(applied)
+            out.append(applied)
+        # New objects are inserted together: one statement however many the environment has.
+        SimulatedObject.objects.bulk_create(created)
+        return [
+            AppliedRef(o.api_version, o.kind, o.namespace, o.name, o.generation, str(o.uid))
+            if isinstance(o, SimulatedObject)
+            else o
+            for o in out
+        ]
 
     def _apply_locked(
         self,
@@ -195,7 +206,8 @@ class SimulatedBackend:
         field_manager: str,
         failures: list[SimulatedFailure],
         obj: SimulatedObject | None,
-    ) -> AppliedRef:
+    ) -> AppliedRef | SimulatedObject:
+        """Update an existing object in place, or return the new (unsaved) one for bulk insert."""
         now = timezone.now()
         modes = {f.mode for f in failures}
         metadata = desired.get("metadata") or {}
@@ -211,7 +223,7 @@ class SimulatedBackend:
             failure = SimulatedFailure.NEVER_READY
         delay = timedelta(seconds=ready_delay(ref.kind))
         if obj is None:
-            obj = SimulatedObject.objects.create(
+            obj = SimulatedObject(
                 api_version=ref.api_version,
                 kind=ref.kind,
                 namespace=ref.namespace,
@@ -228,7 +240,7 @@ class SimulatedBackend:
             )
             for f in failures:
                 _consume(f)
-            return AppliedRef(*ref.key, generation=obj.generation, uid=str(obj.uid))
+            return obj
         if obj.deletion_timestamp is not None:
             raise DeliveryError(f"{ref} is being deleted", retryable=True)
         if obj.manifest != desired or obj.finalizers != finalizers:

@@ -37,7 +37,11 @@ def environment_transition(
         tracer("kiln.portal").start_as_current_span("portal.environment.transition") as span,
         transaction.atomic(),
     ):
-        env = Environment.objects.select_for_update().get(pk=environment.pk)
+        env = (
+            Environment.objects.select_for_update(of=("self",))
+            .select_related("team")
+            .get(pk=environment.pk)
+        )
         current = Status(env.status)
         span.set_attribute("kiln.environment", env.public_id)
         span.set_attribute("kiln.transition", f"{current}->{target}")
@@ -50,7 +54,7 @@ def environment_transition(
         env.status_reason = reason
         for field, value in (updates or {}).items():
             setattr(env, field, value)
-        env.save()
+        env.save(update_fields=["status", "status_reason", "updated_at", *(updates or {})])
         audit.record(
             actor,
             f"portal.environment.{ARRIVAL_VERB[target]}",

@@ -12,6 +12,7 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from kiln.errors import IllegalTransition
 from kiln.identity.permissions import system_actor
 from kiln.observability import tracer
 from portal import compose as c
@@ -110,24 +111,24 @@ def environment_provision(*, environment_id: int) -> str:
     with tracer("kiln.portal").start_as_current_span("portal.environment.provision") as span:
         span.set_attribute("kiln.environment", env.public_id)
         if env.status == Status.APPROVED:
-            with transaction.atomic():
-                locked = Environment.objects.select_for_update().get(pk=env.pk)
-                if locked.status == Status.APPROVED:
-                    environment_transition(
-                        actor=actor,
-                        environment=env,
-                        to=Status.PROVISIONING,
-                        reason="provisioning started",
-                    )
-            env.refresh_from_db()
+            try:  # the transition locks the row and re-checks the status itself
+                environment_transition(
+                    actor=actor,
+                    environment=env,
+                    to=Status.PROVISIONING,
+                    reason="provisioning started",
+                )
+            except IllegalTransition:  # another worker moved it first
+                env.refresh_from_db()
         if env.status != Status.PROVISIONING:
             return NOOP
-        started = _provision_started_at(env)
-        done = set(
-            ProvisioningStep.objects.filter(
-                environment=env, status=ProvisioningStep.DONE
-            ).values_list("name", flat=True)
+        steps = list(
+            ProvisioningStep.objects.filter(environment=env).values_list(
+                "name", "status", "started_at"
+            )
         )
+        started = _provision_started_at(env, steps)
+        done = {name for name, status, _ in steps if status == ProvisioningStep.DONE}
 
         if "compose" not in done:
             try:
@@ -200,23 +201,24 @@ def environment_provision(*, environment_id: int) -> str:
             environment_mark_failed(environment_id=env.pk, reason="; ".join(degraded), step="ready")
             return FAILED
         if all(h.status == HealthStatus.HEALTHY for h in healths):
-            with transaction.atomic():
-                locked = Environment.objects.select_for_update().get(pk=env.pk)
-                if locked.status != Status.PROVISIONING:
-                    return NOOP
-                now = timezone.now()
-                step_done(actor, env, "ready", 3, f"{len(healths)} objects healthy")
-                environment_transition(
-                    actor=actor,
-                    environment=env,
-                    to=Status.READY,
-                    reason="every object reports healthy",
-                    updates={
-                        "ready_at": now,
-                        "expires_at": now + timedelta(hours=env.request.ttl_hours),
-                    },
-                    data={"seconds_to_ready": round((now - env.created_at).total_seconds(), 3)},
-                )
+            now = timezone.now()
+            try:
+                # The transition locks the row and re-checks the status; raising rolls back both.
+                with transaction.atomic():
+                    step_done(actor, env, "ready", 3, f"{len(healths)} objects healthy")
+                    environment_transition(
+                        actor=actor,
+                        environment=env,
+                        to=Status.READY,
+                        reason="every object reports healthy",
+                        updates={
+                            "ready_at": now,
+                            "expires_at": now + timedelta(hours=env.request.ttl_hours),
+                        },
+                        data={"seconds_to_ready": round((now - env.created_at).total_seconds(), 3)},
+                    )
+            except IllegalTransition:  # another worker finished (or failed) it first
+                return NOOP
             return READY
         if (timezone.now() - started).total_seconds() > conf.provision_timeout():
             waiting = [
@@ -245,9 +247,9 @@ def environment_provision(*, environment_id: int) -> str:
         return PENDING
 
 
-def _provision_started_at(env: Environment):
-    first = ProvisioningStep.objects.filter(environment=env).order_by("started_at").first()
-    return first.started_at if first and first.started_at else env.updated_at
+def _provision_started_at(env: Environment, steps: list[tuple]):
+    started = sorted(at for _, _, at in steps if at is not None)
+    return started[0] if started else env.updated_at
 
 
 __all__ = [

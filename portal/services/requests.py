@@ -6,7 +6,6 @@ import hashlib
 import json
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 
 import audit
@@ -112,7 +111,6 @@ def environment_request_submit(
 
 
 def _create(actor, team, data, key, digest, namespace, evaluation, estimate) -> Environment:
-    user = get_user_model().objects.get(pk=actor.user_id)
     request = EnvironmentRequest.objects.create(
         team=team,
         name=data["name"],
@@ -126,7 +124,7 @@ def _create(actor, team, data, key, digest, namespace, evaluation, estimate) -> 
         spot_node_pool=data["spot_node_pool"],
         database=data["database"],
         justification=data["justification"],
-        requested_by=user,
+        requested_by_id=actor.user_id,
         idempotency_key=key,
         body_sha256=digest,
     )

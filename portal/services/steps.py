@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 import audit
@@ -36,17 +36,36 @@ def step_done(
 ) -> bool:
     """Mark a step done and audit it; False (and nothing written) if it was already done."""
     with transaction.atomic():
-        step, _ = ProvisioningStep.objects.select_for_update().get_or_create(
-            environment=env, name=name, defaults={"position": position}
+        now = timezone.now()
+        step = (
+            ProvisioningStep.objects.select_for_update().filter(environment=env, name=name).first()
         )
-        if step.status == ProvisioningStep.DONE:
-            return False
-        step.status = ProvisioningStep.DONE
-        step.detail = detail
-        step.started_at = step.started_at or timezone.now()
-        step.finished_at = timezone.now()
-        step.attempts = max(step.attempts, 1)
-        step.save()
+        created = False
+        if step is None:  # a step done in one go: insert it finished rather than insert + update
+            try:
+                with transaction.atomic():
+                    step = ProvisioningStep.objects.create(
+                        environment=env,
+                        name=name,
+                        position=position,
+                        status=ProvisioningStep.DONE,
+                        detail=detail,
+                        started_at=now,
+                        finished_at=now,
+                        attempts=1,
+                    )
+                created = True
+            except IntegrityError:  # inserted concurrently: lock and continue with that row
+                step = ProvisioningStep.objects.select_for_update().get(environment=env, name=name)
+        if not created:
+            if step.status == ProvisioningStep.DONE:
+                return False
+            step.status = ProvisioningStep.DONE
+            step.detail = detail
+            step.started_at = step.started_at or now
+            step.finished_at = now
+            step.attempts = max(step.attempts, 1)
+            step.save()
         audit.record(
             actor,
             "portal.provisioning_step.completed",

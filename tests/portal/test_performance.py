@@ -1,0 +1,84 @@
+"""Round trips on the provisioning path: bounded, and the work still done and audited."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from audit.models import OutboxEvent
+from portal.delivery.simulated import SimulatedBackend
+from portal.lifecycle import Status
+from portal.models import Environment, ProvisioningStep, SimulatedObject
+from portal.services import environment_request_submit
+from portal.services.provisioning import READY, environment_provision
+from tests.portal.conftest import request_data
+
+pytestmark = pytest.mark.django_db
+
+
+def _statements(captured: CaptureQueriesContext, verb: str) -> list[str]:
+    return [
+        q["sql"] for q in captured.captured_queries if q["sql"].lstrip().upper().startswith(verb)
+    ]
+
+
+def test_provisioning_to_ready_stays_within_its_query_budget(people):
+    env, _ = environment_request_submit(actor=people["alice"], data=request_data())
+    assert env.status == Status.APPROVED
+    with CaptureQueriesContext(connection) as captured:
+        assert environment_provision(environment_id=env.pk) == READY
+    env.refresh_from_db()
+    assert env.status == Status.READY and env.ready_at is not None
+    assert set(
+        ProvisioningStep.objects.filter(environment=env, status=ProvisioningStep.DONE).values_list(
+            "name", flat=True
+        )
+    ) == {"compose", "manifest-policy", "apply", "ready"}
+    actions = list(
+        OutboxEvent.objects.filter(target=f"portal.environment:{env.public_id}").values_list(
+            "action", flat=True
+        )
+    )
+    assert actions.count("portal.provisioning_step.completed") == 4
+    assert actions[-1] == "portal.environment.readied"
+    # Statements that reach the database (savepoints stand in for each transaction's BEGIN/COMMIT).
+    real = [q["sql"] for q in captured.captured_queries if "SAVEPOINT" not in q["sql"]]
+    assert len(real) <= 32, real
+
+
+def test_a_second_provision_pass_changes_nothing(people):
+    env, _ = environment_request_submit(actor=people["alice"], data=request_data())
+    environment_provision(environment_id=env.pk)
+    before = OutboxEvent.objects.count()
+    assert environment_provision(environment_id=env.pk) == "noop"
+    assert OutboxEvent.objects.count() == before
+    assert Environment.objects.get(pk=env.pk).status == Status.READY
+
+
+def test_simulated_apply_inserts_new_objects_in_one_statement():
+    manifests = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "perf-a"}},
+        *(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": f"cm-{i}", "namespace": "perf-a"},
+                "data": {"i": str(i)},
+            }
+            for i in range(5)
+        ),
+    ]
+    backend = SimulatedBackend()
+    with CaptureQueriesContext(connection) as captured:
+        refs = backend.apply(manifests)
+    assert len(_statements(captured, "INSERT")) == 1
+    assert [r.name for r in refs] == ["perf-a", *(f"cm-{i}" for i in range(5))]
+    stored = {o.name: o for o in SimulatedObject.objects.filter(name__in=[r.name for r in refs])}
+    assert all(str(stored[r.name].uid) == r.uid and r.generation == 1 for r in refs)
+    # Applying again is an update of nothing: same uids, no new rows, no inserts.
+    with CaptureQueriesContext(connection) as again:
+        second = backend.apply(manifests)
+    assert not _statements(again, "INSERT")
+    assert [r.uid for r in second] == [r.uid for r in refs]
+    assert SimulatedObject.objects.filter(name__in=[r.name for r in refs]).count() == 6
