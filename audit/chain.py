@@ -62,6 +62,33 @@ _plain_dumps = json.JSONEncoder(
 ).encode
 
 
+def _plain_flat(value: dict) -> bool:
+    """`_plain` for the usual event data, a dict of exact str/int/bool/None values (no recursion)."""
+    for k, v in value.items():
+        if k.__class__ is not str or not k.isascii():
+            return False
+        cls = v.__class__
+        if cls is int:
+            if not -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER:
+                return False
+        elif cls is not str and cls is not bool and v is not None and not _plain(v):
+            return False
+    return True
+
+
+def canonical_plain(data: Any) -> str | None:
+    """RFC 8785 text of JSON-native `data` without floats or huge integers, or None when `data`
+    needs the general path (any other type, floats, non-ASCII keys); raises CanonicalError."""
+    try:
+        if not (_plain_flat(data) if data.__class__ is dict else _plain(data)):
+            return None
+        text = _plain_dumps(data)
+        text.encode("utf-8")  # lone surrogates have no canonical form
+    except (TypeError, ValueError, UnicodeError, RecursionError) as exc:
+        raise CanonicalError(str(exc) or exc.__class__.__name__) from exc
+    return text
+
+
 def canonical_data(data: Any) -> str:
     """RFC 8785 canonical JSON text of an event's `data` (raises CanonicalError)."""
     try:

@@ -6,7 +6,7 @@ import json
 import logging
 import re
 import uuid
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -45,6 +45,14 @@ def target_name(target: Any) -> str:
     return str(target)
 
 
+_INSERT_OUTBOX = (
+    "INSERT INTO audit_outboxevent "
+    "(event_id, recorded_at, actor, action, target, data, data_jcs, trace_id) "
+    "VALUES (%s::uuid, %s::timestamptz, %s, %s, %s, %s::jsonb, %s, %s)"
+)
+_valid_actions: set[str] = set()  # actions already matched against ACTION_RE (a few hundred)
+
+
 def record(actor: Any, action: str, target: Any, data: dict[str, Any] | None = None) -> uuid.UUID:
     """Write one audit event to the outbox inside the caller's transaction and return its id.
 
@@ -53,13 +61,18 @@ def record(actor: Any, action: str, target: Any, data: dict[str, Any] | None = N
     `action` is `<app>.<entity>.<past verb>`; `data` must be JSON with an RFC 8785
     canonical form (no NaN, integers within ±2^53).
     """
-    if not isinstance(action, str) or not ACTION_RE.match(action):
-        raise InvalidInput(f"audit action {action!r} is not <app>.<entity>.<past verb>")
-    payload = data or {}
+    if action.__class__ is not str or action not in _valid_actions:
+        if not isinstance(action, str) or not ACTION_RE.match(action):
+            raise InvalidInput(f"audit action {action!r} is not <app>.<entity>.<past verb>")
+        if len(_valid_actions) < 10_000:
+            _valid_actions.add(action)
     try:
-        payload = json.loads(json.dumps(payload, allow_nan=False, default=_json_default))
-        data_jcs = chain.canonical_data(payload)
-    except (TypeError, ValueError) as exc:
+        # One pass for JSON-native data; dates, decimals, UUIDs and floats take the general path.
+        data_jcs = chain.canonical_plain(data or {})
+        if data_jcs is None:
+            payload = json.loads(json.dumps(data, allow_nan=False, default=_json_default))
+            data_jcs = chain.canonical_data(payload)
+    except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidInput(f"audit data is not canonical JSON: {exc}") from exc
     actor_text, target_text = actor_name(actor)[:200], target_name(target)[:300]
     try:
@@ -67,42 +80,71 @@ def record(actor: Any, action: str, target: Any, data: dict[str, Any] | None = N
         target_text.encode("utf-8")
     except UnicodeError as exc:
         raise InvalidInput("audit actor and target must be valid Unicode text") from exc
-    recorded_at, trace_id = timezone.now(), current_trace_id()
+    recorded_at, trace_id = datetime.now(UTC), current_trace_id()
     # No savepoint: inside the caller's transaction the row simply belongs to it.
     with transaction.atomic(savepoint=False):
+        event_id = uuid.uuid4()
         if connection.vendor == "postgresql":
-            # One plain INSERT: the ORM's per-row overhead would be most of record()'s cost.
-            event_id = uuid.uuid4()
-            with connection.cursor() as cursor:
-                # Text parameters cast in SQL: adapting UUID and datetime objects costs more.
-                cursor.execute(
-                    "INSERT INTO audit_outboxevent "
-                    "(event_id, recorded_at, actor, action, target, data, data_jcs, trace_id) "
-                    "VALUES (%s::uuid, %s::timestamptz, %s, %s, %s, %s::jsonb, %s, %s)",
-                    [
-                        str(event_id),
-                        recorded_at.isoformat(),
-                        actor_text,
-                        action,
-                        target_text,
-                        data_jcs,
-                        data_jcs,
-                        trace_id,
-                    ],
-                )
+            # Text parameters cast in SQL: adapting UUID and datetime objects costs more.
+            params = (
+                str(event_id),
+                recorded_at.isoformat(),
+                actor_text,
+                action,
+                target_text,
+                data_jcs,
+                data_jcs,
+                trace_id,
+            )
+            if connection.execute_wrappers or connection.queries_logged:
+                with connection.cursor() as cursor:  # query logging and wrappers see the INSERT
+                    cursor.execute(_INSERT_OUTBOX, params)
+            else:
+                # The same connection and transaction, without the ORM cursor's per-call cost,
+                # as a prepared statement: parsed and planned once per connection.
+                with connection.wrap_database_errors:
+                    _outbox_cursor().execute(_INSERT_OUTBOX, params, prepare=True)
         else:
-            event_id = OutboxEvent.objects.create(
+            OutboxEvent.objects.create(
+                event_id=event_id,
                 recorded_at=recorded_at,
                 actor=actor_text,
                 action=action,
                 target=target_text,
-                data=payload,
+                data=json.loads(data_jcs),
                 data_jcs=data_jcs,
                 trace_id=trace_id,
-            ).event_id
-        if not any(item[1] is _notify_relay for item in connection.run_on_commit):
-            transaction.on_commit(_notify_relay)
+            )
+        _notify_relay_on_commit()
     return event_id
+
+
+def _outbox_cursor() -> Any:
+    """A server-binding cursor (prepared statements need one) of the current database
+    connection, kept for the connection's lifetime."""
+    import psycopg
+
+    raw = connection.connection
+    cached = getattr(connection, "_audit_outbox_cursor", None)
+    if cached is None or cached[0] is not raw or cached[1].closed:
+        cached = (raw, psycopg.Cursor(raw))
+        connection._audit_outbox_cursor = cached
+    return cached[1]
+
+
+def _notify_relay_on_commit() -> None:
+    """Wake the relay once per transaction: remember the commit-hook list the wake-up is in.
+
+    Django replaces `run_on_commit` with a new list after commit, rollback and a
+    savepoint rollback, so an unchanged list still holds the wake-up; only a
+    replaced list is searched (once) instead of searching on every call.
+    """
+    hooks = connection.run_on_commit
+    if getattr(connection, "_audit_relay_hooks", None) is hooks:
+        return
+    if not any(item[1] is _notify_relay for item in hooks):
+        transaction.on_commit(_notify_relay)
+    connection._audit_relay_hooks = connection.run_on_commit
 
 
 def _json_default(value: Any) -> Any:

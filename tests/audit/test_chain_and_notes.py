@@ -173,3 +173,29 @@ def test_canonical_data_matches_rfc8785_on_every_path(data):
 def test_values_without_canonical_form_are_refused(data):
     with pytest.raises(chain.CanonicalError):
         chain.canonical_data(data)
+
+
+@pytest.mark.parametrize(
+    ("data", "plain"),
+    [
+        ({"b": 1, "a": "x", "c": None, "d": True}, True),
+        ({"b": {"z": [1, {"y": False}]}, "a": []}, True),
+        ({"ü": 1}, False),
+        ({"f": 1.5}, False),
+        ({"n": [2**53]}, False),
+        ({1: "int key"}, False),
+        ([{"b": 2, "a": 1}], True),
+    ],
+    ids=["flat", "nested", "non-ascii-key", "float", "big-int", "int-key", "list"],
+)
+def test_canonical_plain_agrees_with_rfc8785_or_defers(data, plain):
+    text = chain.canonical_plain(data)
+    if plain:
+        assert text == rfc8785.dumps(data).decode()
+    else:
+        assert text is None
+
+
+def test_canonical_plain_refuses_lone_surrogates():
+    with pytest.raises(chain.CanonicalError):
+        chain.canonical_plain({"s": "\udc00"})

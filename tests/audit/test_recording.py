@@ -156,3 +156,49 @@ def test_the_relay_sweep_is_scheduled_and_the_task_relays(settings):
     record("alice", "portal.environment.approved", "env:1")
     assert relay_outbox.apply().get() == 1  # run as the worker would
     assert OutboxEvent.objects.get().published_at is not None
+
+
+def _relay_hooks() -> int:
+    from django.db import connection
+
+    from audit.services.recording import _notify_relay
+
+    return sum(1 for item in connection.run_on_commit if item[1] is _notify_relay)
+
+
+def test_one_relay_wake_up_per_transaction_and_again_after_a_savepoint_rollback():
+    with transaction.atomic():
+        with pytest.raises(Boom), transaction.atomic():
+            record("alice", "portal.environment.approved", "env:gone", {})
+            assert _relay_hooks() == 1
+            raise Boom
+        assert _relay_hooks() == 0  # went with the savepoint
+        record("alice", "portal.environment.approved", "env:kept", {})
+        record("alice", "portal.environment.approved", "env:kept2", {})
+        assert _relay_hooks() == 1
+        for i in range(5):
+            record("alice", "portal.environment.approved", f"env:{i}", {"i": i})
+        assert _relay_hooks() == 1
+    assert sorted(OutboxEvent.objects.values_list("target", flat=True)) == sorted(
+        [f"env:{i}" for i in range(5)] + ["env:kept", "env:kept2"]
+    )
+
+
+def test_dates_decimals_uuids_and_floats_take_the_general_path_to_the_same_canonical_text():
+    import uuid
+    from datetime import UTC, datetime
+    from decimal import Decimal
+
+    when, ident = datetime(2026, 11, 30, 7, 0, tzinfo=UTC), uuid.UUID(int=7)
+    record(
+        "alice",
+        "portal.environment.approved",
+        "env:1",
+        {"at": when, "cost": Decimal("1.50"), "id": ident, "ratio": 0.25, "tags": ("a", "b")},
+    )
+    row = OutboxEvent.objects.get()
+    assert row.data_jcs == (
+        '{"at":"2026-11-30T07:00:00+00:00","cost":"1.50",'
+        '"id":"00000000-0000-0000-0000-000000000007","ratio":0.25,"tags":["a","b"]}'
+    )
+    assert row.data == json.loads(row.data_jcs)
