@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from canary.actuators import FaultEffect, simulated_fault_effect
 from canary.models import MetricsSource, Observation, Rollout
 from canary.sequential import Window
 from canary.simulate import CLASSES, Simulator
@@ -63,7 +64,24 @@ def simulated_windows(rollout: Rollout, tick: int) -> tuple[Window, Window, int]
     data = sim.tick(tick - 1, weight)
     baseline = Window(int(data.req_b[0]), int(data.err_b[0]), data.lat_b[0])
     canary = Window(int(data.req_c[0]), int(data.err_c[0]), data.lat_c[0])
+    effect = simulated_fault_effect(get_backend(), service.namespace, service.host)
+    if effect.error_rate or effect.added_latency_ms:
+        # Injected faults hit the host's traffic before the split: both arms see them.
+        rng = np.random.default_rng([rollout.seed, tick, 7])
+        baseline = _with_fault(baseline, effect, rng)
+        canary = _with_fault(canary, effect, rng)
     return baseline, canary, weight
+
+
+def _with_fault(window: Window, effect: FaultEffect, rng: np.random.Generator) -> Window:
+    """A window as an injected abort/delay fault leaves it: extra errors, delayed samples."""
+    healthy = max(0, window.requests - window.errors)
+    errors = window.errors + int(rng.binomial(healthy, min(1.0, max(0.0, effect.error_rate))))
+    latencies = np.array(window.latencies_ms, dtype=float, copy=True)
+    if effect.delayed_share > 0 and latencies.size:
+        delay = effect.added_latency_ms / effect.delayed_share
+        latencies[rng.random(latencies.size) < effect.delayed_share] += delay
+    return Window(window.requests, errors, latencies)
 
 
 # --- push endpoint ------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import jsonschema
+import numpy as np
 import pytest
 import yaml
 from django.conf import settings
@@ -273,3 +274,51 @@ def test_a_canary_that_never_got_traffic_is_not_promoted(service):
     assert rollout.status == RolloutStatus.FAILED and rollout.weight == 0
     assert "no traffic" in rollout.reason
     assert _actions(rollout)[-1] == "canary.rollout.failed"
+
+
+def _chaos_fault(service, fault: dict) -> dict:
+    """A chaos VirtualService on the service's host, as the chaos actuator applies it."""
+    return {
+        "apiVersion": ISTIO_API,
+        "kind": "VirtualService",
+        "metadata": {"name": "chaos-test-1", "namespace": service.namespace},
+        "spec": {
+            "hosts": [service.host],
+            "http": [
+                {
+                    "name": "kiln-chaos",
+                    "fault": fault,
+                    "route": [{"destination": {"host": service.host}}],
+                }
+            ],
+        },
+    }
+
+
+def test_an_injected_abort_fault_raises_errors_in_both_arms_of_simulated_traffic(service):
+    rollout = _rollout(service)
+    services.rollout_tick(rollout_id=rollout.pk, tick=0)
+    rollout.refresh_from_db()
+    clean_b, clean_c, _ = simulated_windows(rollout, 1)
+    get_backend().apply(
+        [_chaos_fault(service, {"abort": {"httpStatus": 503, "percentage": {"value": 30.0}}})]
+    )
+    hit_b, hit_c, _ = simulated_windows(rollout, 1)
+    # Same tick, same seed: only the fault differs. 30% of the healthy requests now fail.
+    assert (hit_b.requests, hit_c.requests) == (clean_b.requests, clean_c.requests)
+    assert hit_b.errors / hit_b.requests > clean_b.errors / clean_b.requests + 0.2
+    assert hit_c.errors / hit_c.requests > clean_c.errors / clean_c.requests + 0.2
+
+
+def test_an_injected_delay_fault_slows_the_delayed_share_of_requests(service):
+    rollout = _rollout(service)
+    services.rollout_tick(rollout_id=rollout.pk, tick=0)
+    rollout.refresh_from_db()
+    clean_b, _, _ = simulated_windows(rollout, 1)
+    get_backend().apply(
+        [_chaos_fault(service, {"delay": {"fixedDelay": "400ms", "percentage": {"value": 50.0}}})]
+    )
+    hit_b, _, _ = simulated_windows(rollout, 1)
+    # Half the samples gain 400 ms: the median moves up by a large part of it, errors do not change.
+    assert hit_b.errors == clean_b.errors
+    assert float(np.median(hit_b.latencies_ms)) > float(np.median(clean_b.latencies_ms)) + 100
