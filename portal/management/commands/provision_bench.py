@@ -1,35 +1,48 @@
 """Measure request-to-READY through the API, policy gate, approval, Celery and the simulated cluster.
 
-Runs an in-process Celery worker on the memory transport, sends `--requests`
-POSTs from `--concurrency` client threads (every fifth is staging and is
+Drives a Celery worker in the production shape by default: a separate
+`celery -A kiln worker --pool prefork --concurrency 2` process pool on the
+configured broker (Redis), as `make dev` runs it, started per delay profile
+(`--worker threads` uses an in-process thread pool on the memory transport
+instead). Sends `--requests` POSTs through the API (Django's test client, in
+this process) from `--concurrency` client threads (every fifth is staging and is
 approved over the API by a second person; one in ten is retried with the same
 Idempotency-Key), waits for READY and prints p50/p95 request-to-READY for the
 zero-delay profile (Kiln's own overhead) and the realistic delay profile, plus
-how many environments were lost or duplicated. Once measured, the bench's
+how many environments were lost or duplicated, with the load average around
+each profile. Once measured, the bench's
 environments are handed to teardown over the API (DELETE).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import secrets
+import signal
+import socket
 import statistics
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
+from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections, connection
 from rest_framework.test import APIClient
 
 from audit.models import ChainEvent, OutboxEvent
 from kiln.identity import services as identity
 from kiln.identity.permissions import APPROVER, ENGINEER, system_actor
+from kiln.standalone import Service
 from portal.models import Environment, Membership, Team
 
 URL = "/api/v1/environments/"
@@ -50,7 +63,14 @@ class Command(BaseCommand):
         parser.add_argument("--requests", type=int, default=100)
         parser.add_argument("--concurrency", type=int, default=20)
         parser.add_argument(
-            "--workers", type=int, default=4, help="in-process Celery worker threads"
+            "--worker",
+            choices=["prefork", "threads"],
+            default="prefork",
+            help="prefork: a separate `celery worker` process pool on the configured broker, as "
+            "`make dev` runs it; threads: an in-process thread pool on the memory transport",
+        )
+        parser.add_argument(
+            "--workers", type=int, default=2, help="worker concurrency (processes or threads)"
         )
         parser.add_argument("--profile", choices=["zero", "realistic", "both"], default="both")
         parser.add_argument(
@@ -60,35 +80,67 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts) -> None:
         from kiln.celery import app
-        from kiln.standalone import celery_worker_service
 
-        # The bench's own in-process worker and broker: nothing leaves this process.
-        app.conf.broker_url = "memory://localhost/"
-        app.conf.result_backend = "cache+memory://"
         app.conf.task_always_eager = False
+        if opts["worker"] == "threads":
+            # The bench's own in-process worker and broker: nothing leaves this process.
+            app.conf.broker_url = "memory://localhost/"
+            app.conf.result_backend = "cache+memory://"
+        elif not str(app.conf.broker_url or "").startswith(("redis://", "rediss://", "amqp://")):
+            raise CommandError("--worker prefork needs a broker other processes see (REDIS_URL)")
         settings.KILN_TEAM_LIMITS = "cpu=100000,memoryGi=100000,gpu=1000,environments=100000"
         engineer, approver = self._people()
-        worker = celery_worker_service(concurrency=opts["workers"])
-        worker.start()
-        try:
-            time.sleep(0.5)
-            profiles = ["zero", "realistic"] if opts["profile"] == "both" else [opts["profile"]]
-            self.finished: list[str] = []
-            results = {p: self._run(p, engineer, approver, opts) for p in profiles}
-        finally:
-            worker.stop()
-        self._teardown(engineer)
+        profiles = ["zero", "realistic"] if opts["profile"] == "both" else [opts["profile"]]
+        self.finished: list[str] = []
+        results = {}
+        loads = {}
+        for profile in profiles:
+            settings.KILN_SIM_DELAY_PROFILE = profile
+            settings.KILN_SIM_DELAY_SCALE = 1.0
+            worker = self._worker(opts, profile)
+            worker.start()
+            try:
+                before = os.getloadavg()
+                results[profile] = self._run(profile, engineer, approver, opts)
+                after = os.getloadavg()
+                loads[profile] = {
+                    "before": [round(x, 2) for x in before],
+                    "after": [round(x, 2) for x in after],
+                }
+                if profile == profiles[-1]:
+                    self._teardown(engineer)
+            finally:
+                worker.stop()
         report = {
             "requests": opts["requests"],
             "concurrency": opts["concurrency"],
+            "worker": opts["worker"],
             "workers": opts["workers"],
             "database": connection.vendor,
+            "broker": str(app.conf.broker_url).split("://")[0],
+            "cpus": os.cpu_count(),
+            "load_average": loads,
             "profiles": results,
             "target": {"p95_overhead_seconds": 1.0},
         }
         if "zero" in results:
             report["target"]["met"] = results["zero"]["p95_seconds"] <= 1.0
         self.stdout.write(json.dumps(report, indent=None if opts["json"] else 2))
+
+    def _worker(self, opts, profile: str) -> Service:
+        """The Celery worker the bench drives: a separate prefork pool or in-process threads."""
+        if opts["worker"] == "threads":
+            from kiln.standalone import celery_worker_service
+
+            service = celery_worker_service(concurrency=opts["workers"])
+            start = service.start
+
+            def started() -> None:
+                start()
+                time.sleep(0.5)
+
+            return Service(service.name, started, service.stop)
+        return prefork_worker(opts["workers"], profile)
 
     def _people(self):
         User = get_user_model()
@@ -106,8 +158,6 @@ class Command(BaseCommand):
         return people
 
     def _run(self, profile: str, engineer, approver, opts) -> dict:
-        settings.KILN_SIM_DELAY_PROFILE = profile
-        settings.KILN_SIM_DELAY_SCALE = 1.0
         run = "b" + secrets.token_hex(3)
         n = opts["requests"]
         submitted: dict[str, float] = {}
@@ -204,9 +254,76 @@ class Command(BaseCommand):
         return result
 
     def _teardown(self, engineer) -> None:
-        """Hand every bench environment to teardown over the API (the reaper resumes it if this
-        process ends first)."""
+        """Hand every bench environment to teardown over the API and give the worker a moment to
+        finish it (the reaper resumes whatever is left)."""
         client = APIClient()
         client.force_authenticate(user=engineer)
         for env_id in self.finished:
             client.delete(f"{URL}{env_id}/?reason=benchmark+finished")
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if not Environment.objects.filter(
+                public_id__in=self.finished, status="TEARING_DOWN"
+            ).exists():
+                break
+            time.sleep(0.5)
+
+
+def prefork_worker(concurrency: int, profile: str) -> Service:
+    """`celery -A kiln worker` (prefork, as `make dev` runs it) with the given delay profile."""
+    from kiln.celery import app
+
+    hostname = f"provision-bench-{os.getpid()}@{socket.gethostname()}"
+    log = tempfile.NamedTemporaryFile(prefix="provision-bench-worker-", suffix=".log", delete=False)
+    environment = {
+        **os.environ,
+        "KILN_SIM_DELAY_PROFILE": profile,
+        "KILN_SIM_DELAY_SCALE": "1.0",
+        "KILN_DELIVERY_BACKEND": "simulated",
+    }
+    command = [
+        str(Path(sys.executable).with_name("celery")),
+        "-A",
+        "kiln",
+        "worker",
+        "--pool",
+        "prefork",
+        "--concurrency",
+        str(concurrency),
+        "--loglevel",
+        "INFO",
+        "--without-heartbeat",
+        "--without-mingle",
+        "--without-gossip",
+        "--hostname",
+        hostname,
+    ]
+    process: list[subprocess.Popen] = []
+
+    def start() -> None:
+        process.append(
+            subprocess.Popen(
+                command, env=environment, cwd=settings.BASE_DIR, stdout=log, stderr=log
+            )
+        )
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if process[0].poll() is not None:
+                raise CommandError(f"the bench worker exited; see {log.name}")
+            if app.control.ping(destination=[hostname], timeout=0.5):
+                return
+        stop()
+        raise CommandError(f"the bench worker did not start; see {log.name}")
+
+    def stop() -> None:
+        if not process:
+            return
+        process[0].send_signal(signal.SIGTERM)  # warm shutdown: running tasks finish
+        try:
+            process[0].wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process[0].kill()
+            process[0].wait()
+        Path(log.name).unlink(missing_ok=True)
+
+    return Service(f"celery worker (prefork x{concurrency})", start, stop)
