@@ -21,6 +21,7 @@ from audit.anchors import configured_anchors
 from audit.models import ChainEvent, Checkpoint
 
 FETCH = 20000
+COPY_BATCH = 256  # COPY rows split at once: small enough to stay in the CPU cache
 
 PG_SELECT = (
     "SELECT seq, event_id::text, "
@@ -97,26 +98,37 @@ def iter_rows_copy(first: int = 1, last: int | None = None) -> Iterator[list[tup
     where = f" WHERE seq >= {int(first)}" + ("" if last is None else f" AND seq <= {int(last)}")
     sql = f"COPY ({PG_SELECT}{where} ORDER BY seq) TO STDOUT"
     connection.ensure_connection()
-    rest = b""
     with connection.connection.cursor() as cursor, cursor.copy(sql) as copy:
+        # COPY hands over about a row per block: gather FETCH blocks, then split them at once.
+        blocks: list[bytes] = [b""]  # what is left of the previous batch (a partial row)
         for block in copy:
-            data = rest + bytes(block)
-            cut = data.rfind(b"\n")  # split on bytes: a block may end inside a UTF-8 character
-            if cut < 0:
-                rest = data
-                continue
-            lines, rest = data[:cut].decode("utf-8").split("\n"), data[cut + 1 :]
-            batch = []
-            for line in lines:
-                fields = line.split("\t")
-                if "\\" in line:
-                    fields = [copy_unescape(f) for f in fields]
-                fields[0] = int(fields[0])
-                batch.append(fields)
-            if batch:
-                yield batch
+            blocks.append(bytes(block))
+            if len(blocks) > COPY_BATCH:
+                batch, rest = _copy_batch(blocks)
+                blocks = [rest]
+                if batch:
+                    yield batch
+        batch, rest = _copy_batch(blocks)
+        if batch:
+            yield batch
     if rest:
         raise DatabaseError("COPY output ended inside a row")
+
+
+def _copy_batch(blocks: list[bytes]) -> tuple[list[list], bytes]:
+    """The whole COPY text lines among `blocks` as rows, and the bytes after the last line."""
+    data = b"".join(blocks)
+    cut = data.rfind(b"\n")  # split on bytes: a block may end inside a UTF-8 character
+    if cut < 0:
+        return [], data
+    text = data[:cut].decode("utf-8")
+    batch = [line.split("\t") for line in text.split("\n")]
+    escaped = "\\" in text
+    for fields in batch:
+        if escaped and any("\\" in f for f in fields):
+            fields[:] = [copy_unescape(f) for f in fields]
+        fields[0] = int(fields[0])
+    return batch, data[cut + 1 :]
 
 
 def load_public_key(path: str | Path | None = None) -> tuple[str, notes.Ed25519PublicKey]:
