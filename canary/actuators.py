@@ -1,14 +1,19 @@
 """Chaos actuators: the objects that carry a fault, applied and removed through the delivery backend.
 
-- HTTP delay and abort: an Istio `networking.istio.io/v1` VirtualService with an
-  `http[].fault` on the target service's host.
+- HTTP delay and abort: when a live VirtualService already routes the target
+  host (a rollout's, or anyone's), the fault goes into its http routes
+  (`HTTPRoute.fault`), owned through the `kiln.dev/chaos-faults` annotation by
+  experiment id and fencing token, because a mesh does not merge two
+  VirtualServices of one host. Only when none does, a standalone Istio
+  `networking.istio.io/v1` VirtualService with an `http[].fault` on the host.
 - Pod kill: a Chaos Mesh `chaos-mesh.org/v1alpha1` PodChaos whose own
   `spec.duration` is the experiment's hard maximum, a second bound that holds
   even if Kiln itself is gone.
 
-Every object carries the experiment id and the lease's fencing token in its
-name and labels, so a late write by a holder that lost its lease is a
-different object, found and removed by the reaper's sweep. On the simulated
+Every standalone object carries the experiment id and the lease's fencing
+token in its name and labels, and every merged fault is listed with both in
+the annotation, so a late write by a holder that lost its lease is a
+different object or entry, found and removed by the reaper's sweep. On the simulated
 backend a pod kill also deletes the selected simulated pods, and the
 VirtualService's fault is what simulated traffic sees.
 
@@ -18,7 +23,11 @@ Lease with optimistic concurrency on `metadata.resourceVersion`.
 
 from __future__ import annotations
 
+import copy
+import json
 import math
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -187,28 +196,67 @@ def inject(backend: Any, spec: FaultSpec, token: int) -> Injected:
             for name in victims:
                 backend.delete(AppliedRef("v1", "Pod", spec.namespace, name))
         return Injected(applied=[_ref(manifest)], targets=victims)
+    owner = {"experiment": spec.experiment_id, "token": int(token)}
+    merged = [
+        {**_ref(vs), "merged": True, **owner}
+        for vs in merge_targets(backend, spec.namespace, spec.service)
+        if merge_fault(backend, spec, token, vs["metadata"]["name"])
+    ]
+    if merged:
+        return Injected(applied=merged, targets=[spec.service])
     manifest = virtual_service_fault(spec, token)
     backend.apply([manifest], field_manager=FIELD_MANAGER)
-    return Injected(applied=[_ref(manifest)], targets=[spec.service])
+    return Injected(applied=[{**_ref(manifest), **owner}], targets=[spec.service])
 
 
 def revert(backend: Any, applied: list[dict[str, Any]]) -> int:
-    """Delete every applied object; idempotent (missing objects count as reverted). Returns deletions made."""
+    """Remove every applied fault; idempotent (missing objects count as reverted). Returns removals made.
+
+    A standalone object is deleted. A ref that names its owner (experiment, token)
+    also takes that owner's merged faults out of every VirtualService of its
+    namespace, and only those: faults of other terms or experiments stay.
+    """
     from portal.delivery import AppliedRef
 
-    deleted = 0
+    removed = 0
     for ref in applied:
-        if backend.delete(AppliedRef.from_dict(ref)):
-            deleted += 1
-    return deleted
+        owner = _owner_of(ref)
+        if owner is not None and ref.get("kind") == "VirtualService":
+            namespace = ref.get("namespace") or ""
+            for vs in backend.list(CHAOS_API_VS, "VirtualService", namespace):
+                if (
+                    _is_live(vs)
+                    and _owns(vs, owner)
+                    and unmerge_fault(backend, namespace, vs["metadata"]["name"], *owner)
+                ):
+                    removed += 1
+        if not ref.get("merged") and backend.delete(AppliedRef.from_dict(ref)):
+            removed += 1
+    return removed
+
+
+def _owner_of(ref: dict[str, Any]) -> tuple[str, int] | None:
+    if "experiment" not in ref or "token" not in ref:
+        return None
+    return (str(ref["experiment"]), _as_int(ref["token"]))
+
+
+def _owns(vs: dict[str, Any], owner: tuple[str, int]) -> bool:
+    return any(
+        (str(e.get("experiment")), _as_int(e.get("token"))) == owner for e in fault_entries(vs)
+    )
 
 
 def in_effect(backend: Any, applied: list[dict[str, Any]]) -> bool:
-    """True if any applied object still exists and is not being deleted."""
-    return any(
-        _is_live(backend.get(r["apiVersion"], r["kind"], r.get("namespace") or "", r["name"]))
-        for r in applied
-    )
+    """True if any applied object still exists (merged: still carries its owner's fault) and is not being deleted."""
+    for r in applied:
+        live = backend.get(r["apiVersion"], r["kind"], r.get("namespace") or "", r["name"])
+        if not _is_live(live):
+            continue
+        owner = _owner_of(r)
+        if not r.get("merged") or (owner is not None and _owns(live, owner)):
+            return True
+    return False
 
 
 def stray_objects(
@@ -238,20 +286,36 @@ class FaultEffect:
     delayed_share: float = 0.0
 
 
-def fault_effect(virtual_services: list[dict[str, Any]], host: str) -> FaultEffect:
+def fault_effect(
+    virtual_services: list[dict[str, Any]], host: str, namespace: str | None = None
+) -> FaultEffect:
     """Combine the HTTP faults of live VirtualServices routing `host` (what simulated traffic sees).
 
-    Aborts compose as independent draws: the share of requests that survive is
-    the product of (1 - p_i); delays add their mean (delay x share).
+    Both shapes count: a standalone fault VirtualService and a fault merged into
+    another VirtualService's routes (counted once per owner and kind, however
+    many routes or VirtualServices carry it). Aborts compose as independent
+    draws: the share of requests that survive is the product of (1 - p_i);
+    delays add their mean (delay x share).
     """
     survive = 1.0
     latency = 0.0
     delayed = 0.0
+    seen: set[tuple[str, int, str]] = set()
     for vs in virtual_services:
-        if not _is_live(vs) or host not in ((vs.get("spec") or {}).get("hosts") or []):
+        if not _is_live(vs) or not routes_host(vs, host, namespace):
             continue
-        for route in (vs.get("spec") or {}).get("http") or []:
-            fault = route.get("fault") or {}
+        owners = {
+            (e.get("route"), e.get("key")): (str(e.get("experiment")), _as_int(e.get("token")))
+            for e in fault_entries(vs)
+        }
+        for index, route in enumerate((vs.get("spec") or {}).get("http") or []):
+            fault = dict(route.get("fault") or {})
+            for key in list(fault):
+                owner = owners.get((_route_key(route, index), key))
+                if owner is not None:
+                    if (*owner, key) in seen:
+                        fault.pop(key)
+                    seen.add((*owner, key))
             abort = fault.get("abort")
             if abort and "httpStatus" in abort:
                 share = float((abort.get("percentage") or {}).get("value", 100.0)) / 100.0
@@ -285,7 +349,354 @@ def _duration_ms(text: str) -> float:
 
 def simulated_fault_effect(backend: Any, namespace: str, host: str) -> FaultEffect:
     """The fault effect on `host` in `namespace`, read from the VirtualServices in the backend."""
-    return fault_effect(backend.list(CHAOS_API_VS, "VirtualService", namespace), host)
+    return fault_effect(backend.list(CHAOS_API_VS, "VirtualService", namespace), host, namespace)
+
+
+# --- faults merged into a VirtualService that already routes the host -----------------------
+#
+# On a mesh, two VirtualServices for one host are not merged for sidecar traffic (one wins), so
+# when a live VirtualService already routes the fault's host the fault goes INTO its http routes
+# (`HTTPRoute.fault`). The annotation `kiln.dev/chaos-faults` lists who owns each merged fault
+# key (route, delay|abort) by experiment id and fencing token: a revert removes only the keys its
+# own term owns, so an old term never removes a newer term's fault, and the reaper strips keys
+# no live injection accounts for. Writes are read-modify-write with the object's resourceVersion
+# as a precondition (retried on 409); the simulated cluster locks the namespace row instead.
+
+ANNOTATION_FAULTS = "kiln.dev/chaos-faults"
+MERGE_FIELD_MANAGER = "kiln"  # the rollout's field manager: both writers own the same fields
+MERGE_ATTEMPTS = 5
+
+
+class FaultConflict(Exception):
+    """Another experiment already injects the same fault kind into the same route."""
+
+
+def canonical_host(host: str, namespace: str) -> str:
+    """A host as Istio resolves it within `namespace`: short names become `<name>.<ns>.svc.cluster.local`."""
+    host = host.strip().lower().rstrip(".")
+    if "*" in host:
+        return host
+    if "." not in host:
+        return f"{host}.{namespace}.svc.cluster.local"
+    if host.endswith(".svc"):
+        return f"{host}.cluster.local"
+    if host.count(".") == 1:
+        return f"{host}.svc.cluster.local"
+    return host
+
+
+def routes_host(vs: dict[str, Any], host: str, namespace: str | None = None) -> bool:
+    """True if the VirtualService lists `host` (resolved in its own namespace) among its hosts."""
+    vs_ns = (vs.get("metadata") or {}).get("namespace") or ""
+    wanted = canonical_host(host, namespace or vs_ns)
+    return any(
+        canonical_host(h, vs_ns) == wanted for h in (vs.get("spec") or {}).get("hosts") or []
+    )
+
+
+def is_standalone_fault(vs: dict[str, Any]) -> bool:
+    """True for a VirtualService that Kiln created only to carry one fault."""
+    return LABEL_EXPERIMENT in ((vs.get("metadata") or {}).get("labels") or {})
+
+
+def merge_targets(backend: Any, namespace: str, host: str) -> list[dict[str, Any]]:
+    """Live VirtualServices (not Kiln's own fault objects) whose http routes serve `host`."""
+    return [
+        vs
+        for vs in backend.list(CHAOS_API_VS, "VirtualService", namespace)
+        if _is_live(vs)
+        and not is_standalone_fault(vs)
+        and (vs.get("spec") or {}).get("http")
+        and routes_host(vs, host, namespace)
+    ]
+
+
+def fault_entries(vs: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The merged-fault ownership entries of a VirtualService: route, key, experiment, token."""
+    raw = (((vs or {}).get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_FAULTS)
+    if not raw:
+        return []
+    try:
+        entries = json.loads(raw)
+    except ValueError:
+        return []
+    return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+
+
+def _route_key(route: dict[str, Any], index: int) -> str:
+    return route.get("name") or f"#{index}"
+
+
+def _fault_body(spec: FaultSpec) -> dict[str, Any]:
+    """`{"delay": ...}` or `{"abort": ...}`: the HTTPFaultInjection of `spec`."""
+    percentage = {"value": effective_percent(spec)}
+    if spec.fault == HTTP_DELAY:
+        return {"delay": {"fixedDelay": f"{int(spec.delay_ms or 0)}ms", "percentage": percentage}}
+    if spec.fault == HTTP_ABORT:
+        return {
+            "abort": {"httpStatus": int(spec.abort_http_status or 503), "percentage": percentage}
+        }
+    raise ValueError(f"{spec.fault} is not an HTTP fault")
+
+
+def _writable(vs: dict[str, Any]) -> dict[str, Any]:
+    """The applyable part of a live object: identity, labels, annotations, spec and resourceVersion."""
+    meta = vs.get("metadata") or {}
+    out_meta: dict[str, Any] = {"name": meta["name"], "namespace": meta.get("namespace") or ""}
+    for key in ("labels", "annotations", "finalizers"):
+        if meta.get(key):
+            out_meta[key] = copy.deepcopy(meta[key])
+    if meta.get("resourceVersion"):
+        out_meta["resourceVersion"] = str(meta["resourceVersion"])
+    return {
+        "apiVersion": vs["apiVersion"],
+        "kind": vs["kind"],
+        "metadata": out_meta,
+        "spec": copy.deepcopy(vs.get("spec") or {}),
+    }
+
+
+def _set_entries(manifest: dict[str, Any], entries: list[dict[str, Any]]) -> None:
+    annotations = manifest["metadata"].setdefault("annotations", {})
+    if entries:
+        ordered = sorted(entries, key=lambda e: (e["route"], e["key"]))
+        annotations[ANNOTATION_FAULTS] = json.dumps(ordered, separators=(",", ":"), sort_keys=True)
+    else:
+        annotations.pop(ANNOTATION_FAULTS, None)
+        if not annotations:
+            manifest["metadata"].pop("annotations")
+
+
+def with_fault(vs: dict[str, Any], spec: FaultSpec, token: int) -> dict[str, Any]:
+    """The VirtualService with `spec`'s fault in every http route, owned by (experiment, token)."""
+    manifest = _writable(vs)
+    body = _fault_body(spec)
+    (key,) = body
+    entries = fault_entries(vs)
+    keep = []
+    for entry in entries:
+        same_slot = entry.get("key") == key
+        if same_slot and entry.get("experiment") != spec.experiment_id:
+            raise FaultConflict(
+                f"experiment {entry.get('experiment')} already injects {key} into "
+                f"{manifest['metadata']['name']}"
+            )
+        if not (same_slot and entry.get("experiment") == spec.experiment_id):
+            keep.append(entry)  # a newer term of the same experiment replaces the older one
+    for index, route in enumerate(manifest["spec"]["http"]):
+        route["fault"] = {**(route.get("fault") or {}), key: body[key]}
+        keep.append(
+            {
+                "route": _route_key(route, index),
+                "key": key,
+                "experiment": spec.experiment_id,
+                "token": int(token),
+            }
+        )
+    _set_entries(manifest, keep)
+    return manifest
+
+
+def without_fault(
+    vs: dict[str, Any],
+    experiment_id: str | None,
+    token: int | None,
+    *,
+    keep_live: set | None = None,
+) -> dict[str, Any] | None:
+    """The VirtualService without the faults owned by (experiment, token), or None if it has none.
+
+    With `keep_live`, remove instead every owned fault whose (experiment, token) is not in it.
+    """
+    entries = fault_entries(vs)
+
+    def doomed(entry: dict[str, Any]) -> bool:
+        owner = (str(entry.get("experiment")), _as_int(entry.get("token")))
+        if keep_live is not None:
+            return owner not in keep_live
+        return owner == (str(experiment_id), int(token if token is not None else -1))
+
+    gone = [e for e in entries if doomed(e)]
+    if not gone:
+        return None
+    manifest = _writable(vs)
+    slots = {(e["route"], e["key"]) for e in gone}
+    for index, route in enumerate(manifest["spec"].get("http") or []):
+        fault = dict(route.get("fault") or {})
+        for key in [k for k in fault if (_route_key(route, index), k) in slots]:
+            fault.pop(key)
+        if fault:
+            route["fault"] = fault
+        else:
+            route.pop("fault", None)
+    _set_entries(manifest, [e for e in entries if not doomed(e)])
+    return manifest
+
+
+def _as_int(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return -1
+
+
+@contextmanager
+def _namespace_guard(backend: Any, namespace: str) -> Iterator[None]:
+    """Serialise VirtualService read-modify-writes of one namespace on the simulated cluster.
+
+    The simulated backend ignores resourceVersion preconditions, so its writers lock the
+    namespace's row for the read and the write; other backends check resourceVersion instead.
+    """
+    if getattr(backend, "name", "") != "simulated":
+        yield
+        return
+    from django.db import transaction
+
+    from portal.models import SimulatedObject
+
+    with transaction.atomic():
+        list(
+            SimulatedObject.objects.select_for_update()
+            .filter(api_version="v1", kind="Namespace", name=namespace)
+            .values_list("pk", flat=True)
+        )
+        yield
+
+
+def _is_conflict(exc: Exception) -> bool:
+    from portal.delivery import DeliveryError
+
+    return isinstance(exc, DeliveryError) and (exc.extra or {}).get("status") == 409
+
+
+def _read_modify_write(
+    backend: Any, namespace: str, name: str, change: Callable[[dict[str, Any]], dict | None]
+) -> dict[str, Any] | None:
+    """Apply `change(live)` with the live resourceVersion as precondition; retry on conflict."""
+    for attempt in range(MERGE_ATTEMPTS):
+        try:
+            with _namespace_guard(backend, namespace):
+                live = backend.get(CHAOS_API_VS, "VirtualService", namespace, name)
+                if not _is_live(live):
+                    return None
+                manifest = change(live)
+                if manifest is None:
+                    return None
+                backend.apply([manifest], field_manager=MERGE_FIELD_MANAGER)
+                return manifest
+        except Exception as exc:
+            if not _is_conflict(exc) or attempt == MERGE_ATTEMPTS - 1:
+                raise
+    return None
+
+
+def merge_fault(backend: Any, spec: FaultSpec, token: int, vs_name: str) -> bool:
+    """Inject `spec`'s fault into the live VirtualService `vs_name`; False if it is gone."""
+    return (
+        _read_modify_write(
+            backend, spec.namespace, vs_name, lambda live: with_fault(live, spec, token)
+        )
+        is not None
+    )
+
+
+def unmerge_fault(backend: Any, namespace: str, name: str, experiment_id: str, token: int) -> bool:
+    """Remove the faults (experiment, token) owns from one VirtualService; idempotent."""
+    return (
+        _read_modify_write(
+            backend, namespace, name, lambda live: without_fault(live, experiment_id, token)
+        )
+        is not None
+    )
+
+
+def sweep_merged(
+    backend: Any,
+    live: set[tuple[str, int]],
+    listed: list[dict[str, Any]],
+    *,
+    dry_run: bool = False,
+) -> list[dict]:
+    """Strip merged faults of `listed` whose (experiment, token) has no live injection; returns them.
+
+    `listed` must be read before `live`: an owner that shows up only after the listing
+    (an injection written after `live` was read) is never stripped.
+    """
+    found: list[dict] = []
+    for vs in listed:
+        if not _is_live(vs) or without_fault(vs, None, None, keep_live=live) is None:
+            continue
+        meta = vs["metadata"]
+        ref = {**_ref(vs), "merged": True}
+        found.append(ref)
+        if dry_run:
+            continue
+        seen = {(str(e.get("experiment")), _as_int(e.get("token"))) for e in fault_entries(vs)}
+
+        def strip(current: dict[str, Any], seen: set = seen) -> dict | None:
+            now = {
+                (str(e.get("experiment")), _as_int(e.get("token"))) for e in fault_entries(current)
+            }
+            return without_fault(current, None, None, keep_live=live | (now - seen))
+
+        _read_modify_write(backend, meta.get("namespace") or "", meta["name"], strip)
+    return found
+
+
+def apply_keeping_faults(backend: Any, manifests: list[dict[str, Any]]) -> list[Any]:
+    """Apply manifests, carrying into each VirtualService the faults and fault annotation of its live version.
+
+    A rollout rebuilds its VirtualService from scratch at every step; this keeps an
+    injected fault (on the route of the same name) across the re-apply.
+    """
+    namespaces = sorted(
+        {
+            (m.get("metadata") or {}).get("namespace") or ""
+            for m in manifests
+            if m.get("kind") == "VirtualService"
+        }
+    )
+    for attempt in range(MERGE_ATTEMPTS):
+        try:
+            with ExitStack() as stack:
+                for namespace in namespaces:
+                    stack.enter_context(_namespace_guard(backend, namespace))
+                prepared = [_carry_faults(backend, m) for m in manifests]
+                return backend.apply(prepared)
+        except Exception as exc:
+            if not _is_conflict(exc) or attempt == MERGE_ATTEMPTS - 1:
+                raise
+    return []
+
+
+def _carry_faults(backend: Any, manifest: dict[str, Any]) -> dict[str, Any]:
+    if manifest.get("kind") != "VirtualService" or manifest.get("apiVersion") != CHAOS_API_VS:
+        return manifest
+    meta = manifest.get("metadata") or {}
+    live = backend.get(CHAOS_API_VS, "VirtualService", meta.get("namespace") or "", meta["name"])
+    if not _is_live(live):
+        return manifest
+    return carry_faults(manifest, live)
+
+
+def carry_faults(manifest: dict[str, Any], live: dict[str, Any]) -> dict[str, Any]:
+    """`manifest` with the live object's route faults (by route name) and fault annotation, and its resourceVersion."""
+    out = copy.deepcopy(manifest)
+    live_routes = {
+        _route_key(r, i): r for i, r in enumerate((live.get("spec") or {}).get("http") or [])
+    }
+    for index, route in enumerate((out.get("spec") or {}).get("http") or []):
+        fault = (live_routes.get(_route_key(route, index)) or {}).get("fault")
+        if fault and "fault" not in route:
+            route["fault"] = copy.deepcopy(fault)
+    entries = fault_entries(live)
+    if entries:
+        out.setdefault("metadata", {})
+        _set_entries(out, entries)
+    version = (live.get("metadata") or {}).get("resourceVersion")
+    if version:
+        out["metadata"]["resourceVersion"] = str(version)
+    return out
 
 
 # --- coordination.k8s.io/v1 Lease ---------------------------------------------------------

@@ -108,7 +108,12 @@ def _sweep_strays(backend: Any, *, dry_run: bool) -> list[dict[str, Any]]:
                 f"{actuators.LABEL_MANAGED}=kiln,{actuators.LABEL_EXPERIMENT}",
             )
         )
-    if not objects:
+    merged = [
+        vs
+        for vs in backend.list(actuators.CHAOS_API_VS, "VirtualService", None)
+        if actuators.fault_entries(vs)
+    ]
+    if not objects and not merged:
         return []
     # Read the live set after listing: an object listed had its row written before it was applied.
     live = {
@@ -117,7 +122,7 @@ def _sweep_strays(backend: Any, *, dry_run: bool) -> list[dict[str, Any]]:
             "experiment_id", "fencing_token"
         )
     }
-    strays = []
+    strays = actuators.sweep_merged(backend, live, merged, dry_run=dry_run) if merged else []
     for obj in objects:
         meta = obj.get("metadata") or {}
         if meta.get("deletionTimestamp"):

@@ -511,6 +511,9 @@ def _planned_refs(spec: actuators.FaultSpec, token: int) -> list[dict[str, Any]]
             "kind": kind,
             "namespace": spec.namespace,
             "name": actuators.object_name(spec, token),
+            # The owner lets a revert of these planned refs also take out a merged fault.
+            "experiment": spec.experiment_id,
+            "token": int(token),
         }
     ]
 

@@ -283,7 +283,10 @@ def _route(rollout: Rollout, weight: int, *, subsets: bool = False) -> None:
                 canary_version=rollout.canary_version,
             ),
         )
-    get_backend().apply(manifests)
+    # An injected chaos fault lives in this VirtualService's route: keep it across the re-apply.
+    from canary.actuators import apply_keeping_faults
+
+    apply_keeping_faults(get_backend(), manifests)
 
 
 def _decide(
