@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -10,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from canary.actuators import FaultEffect, simulated_fault_effect
+from canary.actuators import FaultEffect, fault_effect
 from canary.models import MetricsSource, Observation, Rollout
 from canary.sequential import Window
 from canary.simulate import CLASSES, Simulator
@@ -52,7 +53,9 @@ def simulated_windows(rollout: Rollout, tick: int) -> tuple[Window, Window, int]
     from portal.delivery import get_backend
 
     service = rollout.service
-    live = get_backend().get(ISTIO_API, "VirtualService", service.namespace, service.name)
+    live, routing = host_virtual_services(
+        get_backend(), service.namespace, service.name, service.host
+    )
     weight = canary_weight_of(live)
     regression = (service.sim_regressions or {}).get(rollout.canary_version)
     sim = Simulator(
@@ -64,13 +67,53 @@ def simulated_windows(rollout: Rollout, tick: int) -> tuple[Window, Window, int]
     data = sim.tick(tick - 1, weight)
     baseline = Window(int(data.req_b[0]), int(data.err_b[0]), data.lat_b[0])
     canary = Window(int(data.req_c[0]), int(data.err_c[0]), data.lat_c[0])
-    effect = simulated_fault_effect(get_backend(), service.namespace, service.host)
+    effect = fault_effect(routing, service.host)
     if effect.error_rate or effect.added_latency_ms:
         # Injected faults hit the host's traffic before the split: both arms see them.
         rng = np.random.default_rng([rollout.seed, tick, 7])
         baseline = _with_fault(baseline, effect, rng)
         canary = _with_fault(canary, effect, rng)
     return baseline, canary, weight
+
+
+def host_virtual_services(
+    backend: Any, namespace: str, name: str, host: str
+) -> tuple[dict | None, list[dict]]:
+    """The live VirtualService `name` and every VirtualService in `namespace` that may route `host`.
+
+    One read of the namespace's VirtualServices per tick. On the simulated cluster the
+    database returns only the ones whose hosts can resolve to `host` (any form of it
+    starts with its first label) instead of every VirtualService of the namespace;
+    `fault_effect` then applies the exact host match.
+    """
+    from portal.delivery.simulated import SimulatedBackend
+
+    if isinstance(backend, SimulatedBackend):
+        items = _simulated_host_virtual_services(backend, namespace, name, host)
+    else:
+        items = backend.list(ISTIO_API, "VirtualService", namespace)
+    live = next((vs for vs in items if (vs.get("metadata") or {}).get("name") == name), None)
+    if live is not None and (live.get("metadata") or {}).get("deletionTimestamp"):
+        live = backend.get(ISTIO_API, "VirtualService", namespace, name)
+    return live, items
+
+
+def _simulated_host_virtual_services(
+    backend: Any, namespace: str, name: str, host: str
+) -> list[dict]:
+    from django.db.models import Q
+
+    from portal.models import SimulatedObject
+
+    label = host.strip().lower().split(".", 1)[0]
+    hosts = rf'"\s*{re.escape(label)}(\.|\s*")'
+    rows = SimulatedObject.objects.filter(
+        Q(name=name) | Q(manifest__spec__hosts__iregex=hosts),
+        api_version=ISTIO_API,
+        kind="VirtualService",
+        namespace=namespace,
+    ).order_by("name")
+    return [backend._render(o) for o in rows]
 
 
 def _with_fault(window: Window, effect: FaultEffect, rng: np.random.Generator) -> Window:

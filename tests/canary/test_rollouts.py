@@ -322,3 +322,30 @@ def test_an_injected_delay_fault_slows_the_delayed_share_of_requests(service):
     # Half the samples gain 400 ms: the median moves up by a large part of it, errors do not change.
     assert hit_b.errors == clean_b.errors
     assert float(np.median(hit_b.latencies_ms)) > float(np.median(clean_b.latencies_ms)) + 100
+
+
+def test_a_tick_reads_only_the_virtual_services_that_can_route_the_host(service, team):
+    from canary.metrics import host_virtual_services
+
+    rollout = _rollout(service)
+    services.rollout_tick(rollout_id=rollout.pk, tick=0)
+    # Neighbours in the same namespace whose hosts only share a prefix are not read...
+    for name in ("checkout-2", "checkouts", "cart"):
+        neighbour = services.service_create(actor=ADMIN, team=team, name=name, namespace="shop")
+        services.rollout_tick(rollout_id=_rollout(neighbour).pk, tick=0)
+    # ...but a fault VirtualService naming the host in any form Istio resolves is.
+    short = _chaos_fault(service, {"abort": {"httpStatus": 503, "percentage": {"value": 30.0}}})
+    short["metadata"]["name"] = "chaos-short"
+    short["spec"]["hosts"] = ["Checkout"]
+    dotted = _chaos_fault(service, {"abort": {"httpStatus": 503, "percentage": {"value": 30.0}}})
+    dotted["metadata"]["name"] = "chaos-dotted"
+    dotted["spec"]["hosts"] = ["other.example.com", "checkout.shop"]
+    get_backend().apply([short, dotted])
+    live, routing = host_virtual_services(get_backend(), "shop", "checkout", service.host)
+    assert canary_weight_of(live) == 5 and live["metadata"]["name"] == "checkout"
+    assert {vs["metadata"]["name"] for vs in routing} == {"checkout", "chaos-short", "chaos-dotted"}
+    # A neighbour's tick reads only its own VirtualService.
+    _, others = host_virtual_services(
+        get_backend(), "shop", "checkout-2", "checkout-2.shop.svc.cluster.local"
+    )
+    assert [vs["metadata"]["name"] for vs in others] == ["checkout-2"]
