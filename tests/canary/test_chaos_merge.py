@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import io
 import json
 from datetime import timedelta
 
 import pytest
+from kubernetes import client as k8s
 
 from canary import actuators, services
 from canary.chaos_reaper import chaos_reap
@@ -19,6 +21,7 @@ from canary.chaos_services import (
 from canary.models_chaos import ChaosInjection, ChaosLease
 from canary.traffic import ISTIO_API, canary_weight_of, virtual_service
 from kiln.identity.permissions import PLATFORM_ADMIN, Actor
+from portal.delivery.kubernetes import KubernetesBackend
 from portal.models import Team
 from tests.canary.test_chaos_actuators import _validate
 from tests.canary.test_chaos_support import (  # noqa: F401
@@ -28,6 +31,7 @@ from tests.canary.test_chaos_support import (  # noqa: F401
     engineer,
     shop,
 )
+from tests.portal.fake_kube import FakeKube
 
 pytestmark = pytest.mark.django_db
 
@@ -278,3 +282,109 @@ def test_without_a_rollout_the_fault_is_a_standalone_virtual_service(engineer, b
     )
     assert fault_revert(injection_id=inj.pk, actor=ADMIN, reason="done", backend=backend)
     assert not actuators.in_effect(backend, inj.applied) and _standalone(backend) == []
+
+
+class PreconditionKube(FakeKube):
+    """The fake API server, plus Kubernetes' apply precondition: a stale metadata.resourceVersion is a 409.
+
+    `concurrent_writes` bumps the object's resourceVersion just before the next
+    that many applies, as another writer would.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.concurrent_writes = 0
+        self.conflicts = 0
+
+    def _handler(self):
+        base = super()._handler()
+        fake = self
+
+        class Handler(base):
+            def do_PATCH(self) -> None:  # noqa: N802
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                body = json.loads(raw or b"{}")
+                route = self._route()
+                wanted = (body.get("metadata") or {}).get("resourceVersion")
+                if route is not None and route[4]:
+                    key = (route[0], route[3], route[1], route[4])
+                    with fake.lock:
+                        live = fake.objects.get(key)
+                        if live is not None and fake.concurrent_writes > 0:
+                            fake.concurrent_writes -= 1
+                            meta = live["metadata"]
+                            meta["resourceVersion"] = str(int(meta["resourceVersion"]) + 1)
+                        if (
+                            live is not None
+                            and wanted
+                            and wanted != live["metadata"]["resourceVersion"]
+                        ):
+                            fake.conflicts += 1
+                            return self._status(409, "Conflict", "the object has been modified")
+                self.rfile = io.BytesIO(raw)
+                return super().do_PATCH()
+
+        return Handler
+
+
+@pytest.fixture
+def kube():
+    fake = PreconditionKube().start()
+    yield fake
+    fake.stop()
+
+
+def test_on_kubernetes_the_merge_is_a_conditional_apply_retried_on_conflict(kube):
+    backend = KubernetesBackend(k8s.ApiClient(k8s.Configuration(host=kube.url)), timeout=5)
+    host = "checkout.shop.svc.cluster.local"
+    rollout_vs = virtual_service(
+        name="checkout", namespace="shop", host=host, canary_weight=10, rollout_id="r1"
+    )
+    actuators.apply_keeping_faults(backend, [rollout_vs])
+    spec = actuators.FaultSpec(
+        experiment_id="0f8e2a8c-1111-4222-8333-944445555666",
+        namespace="shop",
+        selector={"app": "checkout"},
+        fault="http-delay",
+        service="checkout",
+        delay_ms=200,
+        percent=50.0,
+    )
+    kube.concurrent_writes = 1  # someone writes the VirtualService between our read and apply
+    injected = actuators.inject(backend, spec, 4)
+    assert kube.conflicts == 1
+    assert [r["name"] for r in injected.applied] == ["checkout"] and injected.applied[0]["merged"]
+    live = backend.get(ISTIO_API, "VirtualService", "shop", "checkout")
+    assert _route(live)["fault"] == {
+        "delay": {"fixedDelay": "200ms", "percentage": {"value": 50.0}}
+    }
+    assert _weights(live) == [("baseline", 90), ("canary", 10)]
+    assert live["metadata"]["managedFields"][0]["manager"] == actuators.MERGE_FIELD_MANAGER
+    _validate({k: v for k, v in live.items() if k != "status"}, VS_CRD)
+    applies = [
+        r["body"]
+        for r in kube.requests
+        if r.get("method") == "PATCH" and (r.get("body") or {}).get("kind") == "VirtualService"
+    ]
+    assert all(b["metadata"].get("resourceVersion") for b in applies[1:])
+    assert [vs["metadata"]["name"] for vs in backend.list(ISTIO_API, "VirtualService", "shop")] == [
+        "checkout"
+    ]
+
+    # The rollout's next step re-applies its weights (also conditionally) and keeps the fault.
+    kube.concurrent_writes = 1
+    step = virtual_service(
+        name="checkout", namespace="shop", host=host, canary_weight=50, rollout_id="r1"
+    )
+    actuators.apply_keeping_faults(backend, [step])
+    assert kube.conflicts == 2
+    live = backend.get(ISTIO_API, "VirtualService", "shop", "checkout")
+    assert _weights(live) == [("baseline", 50), ("canary", 50)] and "fault" in _route(live)
+    assert actuators.effective_percent(spec) == 50.0
+    assert actuators.fault_effect([live], "checkout", "shop").added_latency_ms == 100.0
+
+    assert actuators.revert(backend, injected.applied) == 1
+    live = backend.get(ISTIO_API, "VirtualService", "shop", "checkout")
+    assert "fault" not in _route(live) and _weights(live) == [("baseline", 50), ("canary", 50)]
+    assert live["metadata"]["annotations"] == {"kiln.dev/rollout": "r1"}
+    assert actuators.revert(backend, injected.applied) == 0
