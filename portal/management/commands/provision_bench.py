@@ -1,10 +1,10 @@
 """Measure request-to-READY through the API, policy gate, approval, Celery and the simulated cluster.
 
-Drives a Celery worker in the production shape by default: a separate
-`celery -A kiln worker --pool prefork --concurrency 2` process pool on the
-configured broker (Redis), as `make dev` runs it, started per delay profile
-(`--worker threads` uses an in-process thread pool on the memory transport
-instead). Sends `--requests` POSTs through the API (Django's test client, in
+Drives an in-process Celery worker (4 threads) on the memory transport by
+default, so nothing is left queued between runs; `--worker prefork --workers 2`
+starts a separate `celery -A kiln worker --pool prefork` process pool on the
+configured broker (Redis) instead, as `make dev` runs it, waits until that
+queue is empty before measuring, and stops it after each profile. Sends `--requests` POSTs through the API (Django's test client, in
 this process) from `--concurrency` client threads (every fifth is staging and is
 approved over the API by a second person; one in ten is retried with the same
 Idempotency-Key), waits for READY and prints p50/p95 request-to-READY for the
@@ -64,13 +64,14 @@ class Command(BaseCommand):
         parser.add_argument("--concurrency", type=int, default=20)
         parser.add_argument(
             "--worker",
-            choices=["prefork", "threads"],
-            default="prefork",
-            help="prefork: a separate `celery worker` process pool on the configured broker, as "
-            "`make dev` runs it; threads: an in-process thread pool on the memory transport",
+            choices=["threads", "prefork"],
+            default="threads",
+            help="threads: an in-process thread pool on the memory transport (nothing is left "
+            "queued between runs); prefork: a separate `celery worker` process pool on the "
+            "configured broker, as `make dev` runs it",
         )
         parser.add_argument(
-            "--workers", type=int, default=2, help="worker concurrency (processes or threads)"
+            "--workers", type=int, default=4, help="worker concurrency (threads or processes)"
         )
         parser.add_argument("--profile", choices=["zero", "realistic", "both"], default="both")
         parser.add_argument(
@@ -94,12 +95,15 @@ class Command(BaseCommand):
         self.finished: list[str] = []
         results = {}
         loads = {}
+        backlog = {}
         for profile in profiles:
             settings.KILN_SIM_DELAY_PROFILE = profile
             settings.KILN_SIM_DELAY_SCALE = 1.0
             worker = self._worker(opts, profile)
             worker.start()
             try:
+                if opts["worker"] == "prefork":
+                    backlog[profile] = wait_for_empty_queue(timeout=180.0)
                 before = os.getloadavg()
                 results[profile] = self._run(profile, engineer, approver, opts)
                 after = os.getloadavg()
@@ -109,6 +113,8 @@ class Command(BaseCommand):
                 }
                 if profile == profiles[-1]:
                     self._teardown(engineer)
+                    if opts["worker"] == "prefork":
+                        wait_for_empty_queue(timeout=60.0)  # leave no bench work queued behind
             finally:
                 worker.stop()
         report = {
@@ -120,6 +126,7 @@ class Command(BaseCommand):
             "broker": str(app.conf.broker_url).split("://")[0],
             "cpus": os.cpu_count(),
             "load_average": loads,
+            "queued_before_start": backlog,
             "profiles": results,
             "target": {"p95_overhead_seconds": 1.0},
         }
@@ -267,6 +274,27 @@ class Command(BaseCommand):
             ).exists():
                 break
             time.sleep(0.5)
+
+
+def queue_length() -> int:
+    """Messages waiting in the default task queue of the broker."""
+    from kiln.celery import app
+
+    with app.connection_for_write() as conn:
+        _, count, _ = conn.default_channel.queue_declare(
+            queue=app.conf.task_default_queue, passive=True
+        )
+    return int(count)
+
+
+def wait_for_empty_queue(timeout: float) -> int:
+    """Wait until the worker has drained whatever was queued before (returns what was queued),
+    so a run measures its own requests and not an earlier backlog."""
+    queued = queue_length()
+    deadline = time.time() + timeout
+    while queue_length() and time.time() < deadline:
+        time.sleep(0.5)
+    return queued
 
 
 def prefork_worker(concurrency: int, profile: str) -> Service:
