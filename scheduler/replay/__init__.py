@@ -1,7 +1,7 @@
 """Replay of the Google 2011 cluster trace against Kiln's scorer and a default kube-scheduler model."""
 
 from scheduler.replay.prices import PriceModel
-from scheduler.replay.sim import ReplayConfig, RunResult, run_replay
+from scheduler.replay.sim import ReplayConfig, RunResult, run_many, run_replay
 from scheduler.replay.trace import Trace, load_trace, parse_parts
 
 __all__ = [
@@ -11,5 +11,6 @@ __all__ = [
     "Trace",
     "load_trace",
     "parse_parts",
+    "run_many",
     "run_replay",
 ]

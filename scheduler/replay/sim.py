@@ -23,14 +23,16 @@ least one task: sum(node-hours * $/h).
 
 from __future__ import annotations
 
+import multiprocessing
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from scheduler import kubedefault, scoring
+from scheduler.replay import kernel
 from scheduler.replay.prices import PriceModel, on_demand_price
 from scheduler.replay.trace import (
     END_EVENTS,
@@ -74,6 +76,7 @@ class ReplayConfig:
     seed: int = 1
     weights: scoring.Weights = field(default_factory=scoring.Weights)
     percentage_of_nodes_to_score: int = 0
+    compiled: bool = True  # the numba placement step; False runs the numpy reference
 
 
 @dataclass
@@ -98,6 +101,9 @@ class RunResult:
     latency_disrupted_by_reclaim: int = 0
     latency_disrupted_on_spot: int = 0
     wall_seconds: float = 0.0
+    cpu_seconds: float = (
+        0.0  # this process's CPU time: the figure a shared, loaded machine leaves intact
+    )
     placements_per_second: float = 0.0
     scheduling_retries: int = 0
 
@@ -106,7 +112,7 @@ class RunResult:
         data = asdict(self)
         for key in ("cost", "on_demand_cost", "busy_node_hours"):
             data[key] = round(data[key], 2)
-        for key in ("savings_vs_on_demand", "wall_seconds", "placements_per_second"):
+        for key in ("savings_vs_on_demand", "wall_seconds", "cpu_seconds", "placements_per_second"):
             data[key] = round(data[key], 4)
         return data
 
@@ -213,6 +219,15 @@ class Placer:
         self.next_start = 0
         self.need = 0
         self.retries = 0
+        n = cluster.n
+        # Buffers of the compiled step, allocated once per run.
+        self._state = np.zeros(2, dtype=np.int64)
+        self._sample = np.empty(n, dtype=np.int64)
+        self._score = np.empty(n, dtype=np.float64)
+        self._feas = np.empty(n, dtype=np.bool_)
+        self._candidates = np.empty(n, dtype=np.int64)
+        self._kiln = config.scheduler == KILN
+        self._restart = [scoring.RESTART_COST[CLASS_NAMES[k]] for k in (LAT, STD, BAT)]
         self.refresh()
 
     def refresh(self) -> None:
@@ -256,7 +271,51 @@ class Placer:
         return bool(((c.free_cpu >= cpu) & (c.free_mem >= mem) & c.on_demand).any())
 
     def choose(self, cpu: float, mem: float, klass: int) -> int:
-        """Machine index for a task, or -1 when nothing fits.
+        """Machine index for a task, or -1 when nothing fits (compiled unless configured off)."""
+        if not self.config.compiled:
+            return self.choose_reference(cpu, mem, klass)
+        c = self.cluster
+        attempts = 1
+        if self._kiln and self.need:
+            attempts = -(-c.active_count // self.need)
+        state = self._state
+        state[0] = self.next_start
+        state[1] = self.retries
+        w = self.config.weights
+        count = kernel.choose(
+            c.free_cpu,
+            c.free_mem,
+            c.matrix,
+            c.on_demand,
+            c.n,
+            self.need,
+            state,
+            cpu,
+            mem,
+            cpu if cpu > 0 else NON_ZERO_CPU,
+            mem if mem > 0 else NON_ZERO_MEM,
+            self._kiln,
+            klass == LAT,
+            attempts,
+            w.cost,
+            w.packing,
+            w.risk,
+            self._restart[klass],
+            self._sample,
+            self._score,
+            self._feas,
+            self._candidates,
+        )
+        self.next_start = int(state[0])
+        self.retries = int(state[1])
+        if count == 0:
+            return -1
+        if count > 1:
+            return int(self._candidates[self.rng.randrange(count)])
+        return int(self._candidates[0])
+
+    def choose_reference(self, cpu: float, mem: float, klass: int) -> int:
+        """Machine index for a task, or -1 when nothing fits (numpy reference of `kernel.choose`).
 
         When Kiln's filter rejects the whole sample, the pod goes back to the
         queue and kube-scheduler tries again from the next start index; the
@@ -311,6 +370,7 @@ def run_replay(
     if config.start not in STARTS:
         raise ValueError(f"start must be one of {STARTS}, not {config.start!r}")
     started = time.perf_counter()
+    cpu_started = time.process_time()
     me = trace.machines
     ids = np.unique(me.machine)
     index = {int(mid): i for i, mid in enumerate(ids.tolist())}
@@ -428,7 +488,37 @@ def run_replay(
     result.scheduling_retries = placer.retries
     result.savings_vs_on_demand = float(1.0 - cost / od_cost) if od_cost > 0 else 0.0
     result.wall_seconds = time.perf_counter() - started
+    result.cpu_seconds = time.process_time() - cpu_started
     result.placements_per_second = (
         result.placements / result.wall_seconds if result.wall_seconds else 0.0
     )
     return result
+
+
+_SHARED: Trace | None = None  # the parsed trace, inherited by forked workers
+
+
+def _run_shared(config: ReplayConfig) -> RunResult:
+    assert _SHARED is not None
+    return run_replay(_SHARED, config)
+
+
+def run_many(
+    trace: Trace,
+    configs: list[ReplayConfig],
+    workers: int = 1,
+    progress: Callable[[str], None] | None = None,
+) -> Iterator[RunResult]:
+    """Run every config over one parsed trace, in order; `workers` > 1 forks that many processes."""
+    if workers <= 1 or len(configs) <= 1:
+        for config in configs:
+            yield run_replay(trace, config, progress=progress)
+        return
+    global _SHARED
+    _SHARED = trace
+    try:
+        context = multiprocessing.get_context("fork")
+        with context.Pool(min(workers, len(configs))) as pool:
+            yield from pool.imap(_run_shared, configs)
+    finally:
+        _SHARED = None

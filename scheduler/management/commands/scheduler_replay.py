@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from kiln.identity.permissions import system_actor
 from scheduler import selectors, services
-from scheduler.replay import ReplayConfig, load_trace, parse_parts, run_replay
+from scheduler.replay import ReplayConfig, load_trace, parse_parts, run_many
 from scheduler.replay.sim import SCHEDULE, SCHEDULERS, STARTS, WINDOW_START_US
 from scheduler.replay.trace import TraceError
 
@@ -58,6 +58,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--store", action="store_true", help="store the report for the results page"
         )
+        parser.add_argument(
+            "--workers",
+            type=int,
+            default=1,
+            help="runs in parallel processes sharing the parsed trace (one per core)",
+        )
 
     def handle(self, *args, **opts):
         try:
@@ -82,25 +88,25 @@ class Command(BaseCommand):
             f"{int(schedule.sum())} SCHEDULE events"
         )
         weights = selectors.scoring_weights()
-        runs = []
+        configs = [
+            ReplayConfig(scheduler, fraction, start, seed=opts["seed"], weights=weights)
+            for start in starts
+            for fraction in fractions
+            for scheduler in schedulers
+        ]
+        if opts["workers"] < 1:
+            raise CommandError("--workers must be at least 1")
         started = time.perf_counter()
-        for start in starts:
-            for fraction in fractions:
-                for scheduler in schedulers:
-                    config = ReplayConfig(
-                        scheduler, fraction, start, seed=opts["seed"], weights=weights
-                    )
-                    result = run_replay(trace, config, progress=progress)
-                    data = result.as_dict()
-                    data["replay_to_parse_ratio"] = round(
-                        result.wall_seconds / trace.parse_seconds, 3
-                    )
-                    runs.append(data)
-                    progress(
-                        f"done {scheduler} spot={fraction} start={start}: "
-                        f"{result.placements} placements in {result.wall_seconds:.1f}s, "
-                        f"latency on spot {result.latency_on_spot}, cost {result.cost:.0f}"
-                    )
+        runs = []
+        for result in run_many(trace, configs, opts["workers"], progress):
+            data = result.as_dict()
+            data["replay_to_parse_ratio"] = round(result.wall_seconds / trace.parse_seconds, 3)
+            runs.append(data)
+            progress(
+                f"done {result.scheduler} spot={result.spot_fraction} start={result.start}: "
+                f"{result.placements} placements in {result.wall_seconds:.1f}s, "
+                f"latency on spot {result.latency_on_spot}, cost {result.cost:.0f}"
+            )
         import numpy as np
 
         report = {
@@ -119,6 +125,7 @@ class Command(BaseCommand):
             "parse_seconds": round(trace.parse_seconds, 3),
             "weights": {"cost": weights.cost, "packing": weights.packing, "risk": weights.risk},
             "total_wall_seconds": round(time.perf_counter() - started, 3),
+            "workers": opts["workers"],
             "savings_kiln_vs_default": _savings(runs),
             "runs": runs,
         }
