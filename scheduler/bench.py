@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 import numpy as np
+import orjson
 
 from scheduler import extender, scoring
 
@@ -70,7 +71,7 @@ def bench_in_process(
         k = i % 4
         t0 = time.perf_counter()
         result = extender.filter_result(extender.parse_args(filter_bodies[k]), snapshot)
-        json.dumps(result)
+        orjson.dumps(result)
         if k not in prioritize_bodies:
             prioritize_bodies[k] = sample_body(result["NodeNames"], classes[k], k)
         extender.prioritize_body(extender.parse_args(prioritize_bodies[k]), snapshot, weights)

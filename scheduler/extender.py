@@ -18,14 +18,15 @@ cannot be proven on-demand).
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from itertools import repeat
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
+import orjson
 
 from scheduler import scoring
 
@@ -166,9 +167,19 @@ class NodeSnapshot:
     # The highest price in the price book: what an unpriced node is charged (NaN if none).
     max_price: float = float("nan")
 
+    # Per node, the JSON text '{"Host":"<name>","Score":' (built on first prioritize).
+    _host_entries: np.ndarray | None = field(default=None, repr=False, compare=False)
+
     def __post_init__(self) -> None:
         if not self.index:
             self.index = {name: i for i, name in enumerate(self.names)}
+
+    def host_entries(self) -> np.ndarray:
+        """Fixed-width bytes per node: the opening of its HostPriority object, JSON-escaped."""
+        if self._host_entries is None:
+            entries = [b'{"Host":' + orjson.dumps(name) + b',"Score":' for name in self.names]
+            self._host_entries = np.array(entries or [b""], dtype=np.bytes_)
+        return self._host_entries
 
     @classmethod
     def empty(cls) -> NodeSnapshot:
@@ -189,7 +200,7 @@ class Args:
 def parse_args(body: bytes | str) -> Args:
     """Decode and validate an ExtenderArgs body; raise ProtocolError with the reason."""
     try:
-        data = json.loads(body)
+        data = orjson.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"body is not JSON: {exc}") from exc
     if not isinstance(data, dict):
@@ -238,16 +249,21 @@ def _node_row(node: dict[str, Any], known: np.ndarray | None) -> np.ndarray:
     return row
 
 
+def cache_index(args: Args, snapshot: NodeSnapshot) -> np.ndarray:
+    """Each candidate name's row in the snapshot (-1 when unknown); one C-level pass."""
+    n = len(args.names)
+    return np.fromiter(map(snapshot.index.get, args.names, repeat(-1)), dtype=np.int64, count=n)
+
+
 def candidate_rows(
-    args: Args, snapshot: NodeSnapshot
+    args: Args, snapshot: NodeSnapshot, idx: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, dict[int, str]]:
     """Scoring rows for the candidates, which positions are usable, and per-position failure reasons."""
     n = len(args.names)
     failures: dict[int, str] = {}
     if args.cache_mode:
-        idx = np.array(
-            list(map(snapshot.index.get, args.names, repeat(-1))), dtype=np.int64
-        ).reshape(n)
+        if idx is None:
+            idx = cache_index(args, snapshot)
         usable = idx >= 0
         rows = (
             snapshot.matrix[np.where(usable, idx, 0)]
@@ -280,31 +296,43 @@ def fail_safe_prices(rows: np.ndarray, snapshot: NodeSnapshot) -> np.ndarray:
     return rows
 
 
+def _pick(names: list[str], positions: np.ndarray) -> list[str]:
+    """names at the given positions, in order (one C-level call instead of a loop)."""
+    if positions.shape[0] == 0:
+        return []
+    if positions.shape[0] == 1:
+        return [names[int(positions[0])]]
+    return list(itemgetter(*positions.tolist())(names))
+
+
 def filter_result(args: Args, snapshot: NodeSnapshot) -> dict[str, Any]:
     """The ExtenderFilterResult for these args against the inventory."""
     rows, usable, failures = candidate_rows(args, snapshot)
     reasons = scoring.filter_matrix(rows, args.pod)
+    names = args.names
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
     for pos in np.flatnonzero(~usable).tolist():
-        failed[args.names[pos]] = failures[pos]
-    bad = np.flatnonzero(usable & (reasons != scoring.FIT))
-    for pos in bad.tolist():
-        reason = int(reasons[pos])
+        failed[names[pos]] = failures[pos]
+    # One dict.fromkeys per reason: a latency-sensitive pod fails every spot node.
+    for reason in np.unique(reasons[usable]).tolist():
+        if reason == scoring.FIT:
+            continue
         target = unresolvable if reason in scoring.UNRESOLVABLE_REASONS else failed
-        target[args.names[pos]] = scoring.REASON_MESSAGES[reason]
-    passing = np.flatnonzero(usable & (reasons == scoring.FIT)).tolist()
+        positions = np.flatnonzero(usable & (reasons == reason))
+        target.update(dict.fromkeys(_pick(names, positions), scoring.REASON_MESSAGES[reason]))
+    passing = np.flatnonzero(usable & (reasons == scoring.FIT))
     if args.cache_mode:
         return {
             "Nodes": None,
-            "NodeNames": [args.names[p] for p in passing],
+            "NodeNames": _pick(names, passing),
             "FailedNodes": failed,
             "FailedAndUnresolvableNodes": unresolvable,
             "Error": "",
         }
     objects = args.node_objects or []
     return {
-        "Nodes": {"metadata": {}, "items": [objects[p] for p in passing]},
+        "Nodes": {"metadata": {}, "items": [objects[p] for p in passing.tolist()]},
         "NodeNames": None,
         "FailedNodes": failed,
         "FailedAndUnresolvableNodes": unresolvable,
@@ -322,26 +350,50 @@ def prioritize_result(
 
 def prioritize_scores(args: Args, snapshot: NodeSnapshot, weights: scoring.Weights) -> list[int]:
     """The score (0..10) of every candidate in order; 0 for nodes that fail the filter."""
-    rows, usable, _ = candidate_rows(args, snapshot)
+    return _score_candidates(args, snapshot, weights, None).tolist()
+
+
+def _score_candidates(
+    args: Args, snapshot: NodeSnapshot, weights: scoring.Weights, idx: np.ndarray | None
+) -> np.ndarray:
+    rows, usable, _ = candidate_rows(args, snapshot, idx)
     rows = fail_safe_prices(rows, snapshot)  # rows are a copy in both modes
     reasons = scoring.filter_matrix(rows, args.pod)
     reasons = np.where(usable, reasons, scoring.REASON_ZERO_CAPACITY).astype(np.int8)
-    return scoring.score_matrix(rows, args.pod, weights, reasons).tolist()
+    return scoring.score_matrix(rows, args.pod, weights, reasons)
 
 
-_UNSAFE_IN_JSON_STRING = re.compile('["\\\\\x00-\x1f\x7f-\uffff]')
+_HOST_SCORE = '{{"Host":"{}","Score":{}}}'.format
+_SCORE_SUFFIX = np.array(
+    [f"{s}}},".encode() for s in range(scoring.MAX_EXTENDER_PRIORITY + 1)], dtype=np.bytes_
+)
 
 
 def prioritize_body(args: Args, snapshot: NodeSnapshot, weights: scoring.Weights) -> bytes:
-    """`prioritize_result` as JSON bytes, without a dict per node when names are plain ASCII."""
-    scores = prioritize_scores(args, snapshot, weights)
-    if _UNSAFE_IN_JSON_STRING.search("".join(args.names)):
-        pairs = [{"Host": n, "Score": s} for n, s in zip(args.names, scores, strict=True)]
-        return json.dumps(pairs, separators=(",", ":")).encode()
-    items = ",".join(
-        [f'{{"Host":"{n}","Score":{s}}}' for n, s in zip(args.names, scores, strict=True)]
-    )
-    return f"[{items}]".encode()
+    """`prioritize_result` as JSON bytes, without a dict per node.
+
+    Cache mode with every name known: the snapshot's pre-encoded host entries and
+    the score suffixes are gathered as fixed-width bytes, whose NUL padding is then
+    dropped in one pass (JSON text from orjson never holds a raw NUL).
+    """
+    names = args.names
+    if not names:
+        return b"[]"
+    idx = cache_index(args, snapshot) if args.cache_mode else None
+    score_array = _score_candidates(args, snapshot, weights, idx)
+    if idx is not None and len(snapshot.names) and bool((idx >= 0).all()):
+        entries = snapshot.host_entries()
+        out = np.empty(len(names), dtype=[("host", entries.dtype), ("score", _SCORE_SUFFIX.dtype)])
+        out["host"] = entries[idx]
+        out["score"] = _SCORE_SUFFIX[score_array]
+        return b"[" + out.tobytes().replace(b"\x00", b"")[:-1] + b"]"
+    scores = score_array.tolist()
+    # orjson quotes every name; if that added only the quotes and commas, none needed escaping.
+    quoted = orjson.dumps(names)
+    if len(quoted) != len("".join(names).encode()) + 3 * len(names) + 1:
+        pairs = [{"Host": n, "Score": s} for n, s in zip(names, scores, strict=True)]
+        return orjson.dumps(pairs)
+    return f"[{','.join(map(_HOST_SCORE, names, scores))}]".encode()
 
 
 def error_filter_result(message: str) -> dict[str, Any]:

@@ -104,6 +104,13 @@ def node_snapshot() -> NodeSnapshot:
     return snapshot
 
 
+def node_snapshot_is_fresh() -> bool:
+    """Whether node_snapshot() would answer from its cache (no database read)."""
+    with _cache_lock:
+        cached = _cache.get("default")
+    return cached is not None and time.monotonic() < cached[0]
+
+
 def snapshot_invalidate() -> None:
     """Drop the cached snapshot (after a sync changed nodes or prices)."""
     with _cache_lock:

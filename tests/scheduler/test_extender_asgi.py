@@ -45,6 +45,26 @@ def test_asgi_filter_and_prioritize(inventory):
     assert [e["Host"] for e in json.loads(raw)] == ["node-od", "node-spot"]
 
 
+def test_asgi_answers_from_its_snapshot_source_not_the_inventory(inventory):
+    """The benchmark server's synthetic nodes are what filter and prioritize see."""
+    from scheduler import bench
+
+    snapshot = bench.synthetic_snapshot(400)
+    app = ExtenderASGI(lambda: snapshot)
+    body = bench.sample_body(snapshot.names, "batch")
+    status, raw = call(app, "POST", "/scheduler/filter", body)
+    assert status == 200
+    result = json.loads(raw)
+    known = set(snapshot.names)
+    assert result["NodeNames"] and set(result["NodeNames"]) <= known
+    assert "node is not in kiln's inventory" not in result["FailedNodes"].values()
+    assert len(result["NodeNames"]) + len(result["FailedNodes"]) == 400
+    status, raw = call(app, "POST", "/scheduler/prioritize", body)
+    scores = json.loads(raw)
+    assert status == 200 and len(scores) == 400
+    assert max(e["Score"] for e in scores) > 0
+
+
 @pytest.mark.parametrize(
     ("method", "path", "body", "status"),
     [

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from django.test import Client
 
+from scheduler import extender
 from scheduler.models import Node
 from tests.scheduler.conftest import node_object, pod
 
@@ -223,3 +225,28 @@ def test_prioritize_encodes_any_node_name_as_valid_json(inventory, name):
         {"Host": "node-od", "Score": response.json()[0]["Score"]},
         {"Host": name, "Score": 0},
     ]
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        ["node-00001", "node-00002", "node-00003"],  # all known: pre-encoded entries
+        ["node-00001", "missing", "node-00002"],  # an unknown name
+        ['we"ird\\nöde', "node-00001"],  # names that need escaping
+        [],
+    ],
+    ids=["known", "unknown", "escaped", "empty"],
+)
+def test_prioritize_body_is_the_host_priority_list(names):
+    """The fast prioritize encoding decodes to exactly prioritize_result, whatever the names."""
+    from scheduler import bench
+    from scheduler.scoring import Weights
+
+    snapshot = bench.synthetic_snapshot(20)
+    matrix = np.vstack([snapshot.matrix, snapshot.matrix[:1]])
+    snapshot = extender.NodeSnapshot([*snapshot.names, 'we"ird\\nöde'], matrix)
+    args = extender.parse_args(bench.sample_body(names, "batch"))
+    body = extender.prioritize_body(args, snapshot, Weights())
+    expected = extender.prioritize_result(args, snapshot, Weights())
+    assert json.loads(body) == expected
+    assert [e["Host"] for e in expected] == names
