@@ -130,7 +130,9 @@ def environment_provision(*, environment_id: int) -> str:
         started = _provision_started_at(env, steps)
         done = {name for name, status, _ in steps if status == ProvisioningStep.DONE}
 
-        if "compose" not in done:
+        if "compose" in done:
+            manifests = env.manifests
+        else:
             try:
                 if env.request.tenant_control_plane:
                     _choose_datastore(env)
@@ -140,21 +142,24 @@ def environment_provision(*, environment_id: int) -> str:
                     environment_id=env.pk, reason=f"composition failed: {exc}", step="compose"
                 )
                 return FAILED
-            Environment.objects.filter(pk=env.pk).update(manifests=manifests)
-            env.manifests = manifests
-            step_done(
-                actor,
-                env,
-                "compose",
-                0,
-                f"{len(manifests)} manifests",
-                {"kinds": [m["kind"] for m in manifests]},
-            )
-
+        evaluation = None
         if "manifest-policy" not in done:
             with tracer("kiln.portal").start_as_current_span("portal.policy.manifests"):
-                evaluation = gate.evaluate_manifests(env.manifests)
-            with transaction.atomic():
+                evaluation = gate.evaluate_manifests(manifests)
+        # The composed manifests and the policy decision on them commit (and are audited) together.
+        with transaction.atomic():
+            if "compose" not in done:
+                Environment.objects.filter(pk=env.pk).update(manifests=manifests)
+                env.manifests = manifests
+                step_done(
+                    actor,
+                    env,
+                    "compose",
+                    0,
+                    f"{len(manifests)} manifests",
+                    {"kinds": [m["kind"] for m in manifests]},
+                )
+            if evaluation is not None:
                 if not PolicyDecision.objects.filter(
                     environment=env, stage=PolicyDecision.MANIFEST
                 ).exists():

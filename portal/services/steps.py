@@ -35,7 +35,8 @@ def step_done(
     data: dict | None = None,
 ) -> bool:
     """Mark a step done and audit it; False (and nothing written) if it was already done."""
-    with transaction.atomic():
+    # No savepoint of its own: inside a caller's transaction a failure here fails the whole of it.
+    with transaction.atomic(savepoint=False):
         now = timezone.now()
         step = (
             ProvisioningStep.objects.select_for_update().filter(environment=env, name=name).first()

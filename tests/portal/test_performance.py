@@ -9,7 +9,7 @@ from django.test.utils import CaptureQueriesContext
 from audit.models import OutboxEvent
 from portal.delivery.simulated import SimulatedBackend
 from portal.lifecycle import Status
-from portal.models import Environment, ProvisioningStep, SimulatedObject
+from portal.models import Environment, PolicyDecision, ProvisioningStep, SimulatedObject
 from portal.services import environment_request_submit
 from portal.services.provisioning import READY, environment_provision
 from tests.portal.conftest import request_data
@@ -45,6 +45,10 @@ def test_provisioning_to_ready_stays_within_its_query_budget(people):
     # Statements that reach the database (savepoints stand in for each transaction's BEGIN/COMMIT).
     real = [q["sql"] for q in captured.captured_queries if "SAVEPOINT" not in q["sql"]]
     assert len(real) <= 32, real
+    # Transactions (each a savepoint inside the test's own): the composed manifests and their
+    # policy decision commit together, and steps open no savepoint of their own.
+    transactions = [q for q in captured.captured_queries if q["sql"].startswith("SAVEPOINT")]
+    assert len(transactions) <= 10, len(transactions)
 
 
 def test_a_second_provision_pass_changes_nothing(people):
@@ -82,3 +86,51 @@ def test_simulated_apply_inserts_new_objects_in_one_statement():
     assert not _statements(again, "INSERT")
     assert [r.uid for r in second] == [r.uid for r in refs]
     assert SimulatedObject.objects.filter(name__in=[r.name for r in refs]).count() == 6
+
+
+def test_a_manifest_policy_denial_commits_composition_decisions_and_failure_together(
+    people, settings, tmp_path
+):
+    import shutil
+
+    shutil.copytree(settings.BASE_DIR / "deploy" / "policies", tmp_path / "policies")
+    (tmp_path / "policies" / "manifests" / "deny-namespaces.yaml").write_text(
+        """apiVersion: policies.kyverno.io/v1
+kind: ValidatingPolicy
+metadata:
+  name: deny-namespaces
+spec:
+  validationActions: [Deny]
+  matchConstraints:
+    resourceRules:
+      - apiGroups: [""]
+        apiVersions: ["v1"]
+        operations: ["CREATE"]
+        resources: ["namespaces"]
+  validations:
+    - expression: "object.metadata.name == 'never'"
+      message: no namespaces today
+"""
+    )
+    settings.KILN_POLICY_DIR = tmp_path / "policies"
+    env, _ = environment_request_submit(actor=people["alice"], data=request_data())
+    assert environment_provision(environment_id=env.pk) == "failed"
+    env.refresh_from_db()
+    assert env.status == Status.FAILED
+    assert "no namespaces today" in env.status_reason
+    assert env.manifests  # the composition is kept with the decision on it
+    steps = dict(ProvisioningStep.objects.filter(environment=env).values_list("name", "status"))
+    assert steps == {"compose": ProvisioningStep.DONE, "manifest-policy": ProvisioningStep.FAILED}
+    denied = PolicyDecision.objects.filter(
+        environment=env, stage=PolicyDecision.MANIFEST, allowed=False
+    )
+    assert list(denied.values_list("policy", flat=True)) == ["deny-namespaces"]
+    assert not SimulatedObject.objects.filter(namespace=env.namespace).exists()
+    assert not SimulatedObject.objects.filter(kind="Namespace", name=env.namespace).exists()
+    actions = list(
+        OutboxEvent.objects.filter(target=f"portal.environment:{env.public_id}").values_list(
+            "action", flat=True
+        )
+    )
+    assert actions[-1] == "portal.environment.failed"
+    assert actions.count("portal.provisioning_step.completed") == 1
