@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, models, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -81,10 +81,11 @@ def record(actor: Any, action: str, target: Any, data: dict[str, Any] | None = N
     except UnicodeError as exc:
         raise InvalidInput("audit actor and target must be valid Unicode text") from exc
     recorded_at, trace_id = datetime.now(UTC), current_trace_id()
+    conn = connections[DEFAULT_DB_ALIAS]  # `connection` itself, looked up once instead of per use
     # No savepoint: inside the caller's transaction the row simply belongs to it.
     with transaction.atomic(savepoint=False):
         event_id = uuid.uuid4()
-        if connection.vendor == "postgresql":
+        if conn.vendor == "postgresql":
             # Text parameters cast in SQL: adapting UUID and datetime objects costs more.
             params = (
                 str(event_id),
@@ -96,14 +97,21 @@ def record(actor: Any, action: str, target: Any, data: dict[str, Any] | None = N
                 data_jcs,
                 trace_id,
             )
-            if connection.execute_wrappers or connection.queries_logged:
-                with connection.cursor() as cursor:  # query logging and wrappers see the INSERT
+            if (
+                conn.execute_wrappers
+                or conn.queries_logged
+                or "\x00" in actor_text + target_text
+                or not _in_open_transaction(conn)
+            ):
+                # Query logging and wrappers see the INSERT; psycopg refuses NUL characters;
+                # psycopg sends the BEGIN of a transaction that has not started yet.
+                with conn.cursor() as cursor:
                     cursor.execute(_INSERT_OUTBOX, params)
             else:
                 # The same connection and transaction, without the ORM cursor's per-call cost,
                 # as a prepared statement: parsed and planned once per connection.
-                with connection.wrap_database_errors:
-                    _outbox_cursor().execute(_INSERT_OUTBOX, params, prepare=True)
+                with conn.wrap_database_errors:
+                    _insert_outbox(conn, params)
         else:
             OutboxEvent.objects.create(
                 event_id=event_id,
@@ -115,36 +123,64 @@ def record(actor: Any, action: str, target: Any, data: dict[str, Any] | None = N
                 data_jcs=data_jcs,
                 trace_id=trace_id,
             )
-        _notify_relay_on_commit()
+        _notify_relay_on_commit(conn)
     return event_id
 
 
-def _outbox_cursor() -> Any:
-    """A server-binding cursor (prepared statements need one) of the current database
-    connection, kept for the connection's lifetime."""
-    import psycopg
-
-    raw = connection.connection
-    cached = getattr(connection, "_audit_outbox_cursor", None)
-    if cached is None or cached[0] is not raw or cached[1].closed:
-        cached = (raw, psycopg.Cursor(raw))
-        connection._audit_outbox_cursor = cached
-    return cached[1]
+_OUTBOX_STATEMENT = b"kiln_audit_outbox_insert"
+_OUTBOX_STATEMENT_SQL = (
+    b"INSERT INTO audit_outboxevent "
+    b"(event_id, recorded_at, actor, action, target, data, data_jcs, trace_id) "
+    b"VALUES ($1::uuid, $2::timestamptz, $3, $4, $5, $6::jsonb, $7, $8)"
+)
 
 
-def _notify_relay_on_commit() -> None:
+def _in_open_transaction(conn: Any) -> bool:
+    """True when the connection's session is inside a healthy transaction block right now."""
+    from psycopg import pq
+
+    return conn.connection.pgconn.transaction_status == pq.TransactionStatus.INTRANS
+
+
+def _insert_outbox(conn: Any, params: tuple[str, ...]) -> None:
+    """The outbox INSERT as a prepared statement on the connection's libpq handle.
+
+    Same connection, same transaction as the ORM (only used once the transaction
+    block is open: psycopg begins it lazily, on its first statement); only psycopg's
+    per-call Python work is skipped (most of the INSERT's client cost). The statement
+    is prepared once per connection (prepared statements outlive transactions).
+    """
+    raw = conn.connection
+    with raw.lock:
+        pgconn = raw.pgconn
+        if getattr(conn, "_audit_outbox_prepared", None) is not raw:
+            _check(raw, pgconn.prepare(_OUTBOX_STATEMENT, _OUTBOX_STATEMENT_SQL))
+            conn._audit_outbox_prepared = raw
+        result = pgconn.exec_prepared(_OUTBOX_STATEMENT, [p.encode("utf-8") for p in params])
+    _check(raw, result)
+
+
+def _check(raw: Any, result: Any) -> None:
+    """Raise the psycopg error of a failed libpq result (Django maps it to its own)."""
+    from psycopg import errors, pq
+
+    if result.status != pq.ExecStatus.COMMAND_OK:
+        raise errors.error_from_result(result, encoding=raw.info.encoding)
+
+
+def _notify_relay_on_commit(conn: Any) -> None:
     """Wake the relay once per transaction: remember the commit-hook list the wake-up is in.
 
     Django replaces `run_on_commit` with a new list after commit, rollback and a
     savepoint rollback, so an unchanged list still holds the wake-up; only a
     replaced list is searched (once) instead of searching on every call.
     """
-    hooks = connection.run_on_commit
-    if getattr(connection, "_audit_relay_hooks", None) is hooks:
+    hooks = conn.run_on_commit
+    if getattr(conn, "_audit_relay_hooks", None) is hooks:
         return
     if not any(item[1] is _notify_relay for item in hooks):
-        transaction.on_commit(_notify_relay)
-    connection._audit_relay_hooks = connection.run_on_commit
+        conn.on_commit(_notify_relay)
+    conn._audit_relay_hooks = conn.run_on_commit
 
 
 def _json_default(value: Any) -> Any:

@@ -202,3 +202,36 @@ def test_dates_decimals_uuids_and_floats_take_the_general_path_to_the_same_canon
         '"id":"00000000-0000-0000-0000-000000000007","ratio":0.25,"tags":["a","b"]}'
     )
     assert row.data == json.loads(row.data_jcs)
+
+
+def test_nul_in_actor_is_refused_by_the_database_and_records_nothing():
+    from django.db import DataError
+
+    with pytest.raises(DataError), transaction.atomic():
+        record("al\x00ice", "portal.environment.approved", "env:1", {})
+    assert OutboxEvent.objects.count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_prepared_insert_survives_rollbacks_and_reconnects(settings):
+    from django.db import IntegrityError, connection
+
+    settings.KILN_AUDIT_RELAY_ON_COMMIT = False
+    with pytest.raises(Boom), transaction.atomic():
+        record("alice", "portal.environment.approved", "env:rolled-back", {})
+        raise Boom
+    record("alice", "portal.environment.approved", "env:after-rollback", {})
+    connection.close()
+    record("alice", "portal.environment.approved", "env:after-reconnect", {"n": 1})
+    with pytest.raises(IntegrityError), transaction.atomic():  # a database error maps to Django's
+        first = OutboxEvent.objects.get(target="env:after-rollback").event_id
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "ALTER TABLE audit_outboxevent ADD CONSTRAINT one_target CHECK (target <> 'env:x')"
+            )
+        record("alice", "portal.environment.approved", "env:x", {"first": str(first)})
+    assert sorted(OutboxEvent.objects.values_list("target", flat=True)) == [
+        "env:after-reconnect",
+        "env:after-rollback",
+    ]
+    OutboxEvent.objects.all().delete()
