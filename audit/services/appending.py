@@ -53,11 +53,20 @@ def _parse(payload: bytes) -> tuple[str, str, str, str, str, str, str] | None:
     """One stream entry as an event tuple, or None if it cannot be chained."""
     try:
         doc = json.loads(payload)
-        event = tuple(doc[f] for f in _FIELDS)
+        event = (
+            doc["event_id"],
+            doc["recorded_at"],
+            doc["actor"],
+            doc["action"],
+            doc["target"],
+            doc["data"],
+            doc["trace_id"],
+        )
     except (ValueError, KeyError, TypeError):
         return None
-    if not all(isinstance(v, str) for v in event):
-        return None
+    for value in event:
+        if not isinstance(value, str):
+            return None
     if not (
         UUID_TEXT.match(event[0]) and TIME_TEXT.match(event[1]) and chain.TRACE_ID.match(event[6])
     ):
