@@ -256,6 +256,14 @@ def in_effect(backend: Any, applied: list[dict[str, Any]]) -> bool:
         owner = _owner_of(r)
         if not r.get("merged") or (owner is not None and _owns(live, owner)):
             return True
+    # A standalone fault a rollout's VirtualService adopted lives on in that VirtualService.
+    for r in applied:
+        owner = _owner_of(r)
+        if owner is None or r.get("kind") != "VirtualService" or r.get("merged"):
+            continue
+        for vs in backend.list(CHAOS_API_VS, "VirtualService", r.get("namespace") or ""):
+            if _is_live(vs) and _owns(vs, owner):
+                return True
     return False
 
 
@@ -471,30 +479,42 @@ def with_fault(vs: dict[str, Any], spec: FaultSpec, token: int) -> dict[str, Any
     """The VirtualService with `spec`'s fault in every http route, owned by (experiment, token)."""
     manifest = _writable(vs)
     body = _fault_body(spec)
-    (key,) = body
-    entries = fault_entries(vs)
+    ((key, value),) = body.items()
+    _put_fault(manifest, key, value, spec.experiment_id, token)
+    return manifest
+
+
+def _put_fault(
+    manifest: dict[str, Any], key: str, value: dict[str, Any], experiment_id: str, token: int
+) -> None:
+    """Set `fault.<key>` on every http route of `manifest`, owned by (experiment, token).
+
+    Another experiment owning the same kind is a FaultConflict; a newer term of
+    the same experiment replaces an older one, and an older term never replaces a newer.
+    """
     keep = []
-    for entry in entries:
-        same_slot = entry.get("key") == key
-        if same_slot and entry.get("experiment") != spec.experiment_id:
+    for entry in fault_entries(manifest):
+        if entry.get("key") != key:
+            keep.append(entry)
+            continue
+        if str(entry.get("experiment")) != str(experiment_id):
             raise FaultConflict(
                 f"experiment {entry.get('experiment')} already injects {key} into "
                 f"{manifest['metadata']['name']}"
             )
-        if not (same_slot and entry.get("experiment") == spec.experiment_id):
-            keep.append(entry)  # a newer term of the same experiment replaces the older one
+        if _as_int(entry.get("token")) > int(token):
+            return  # a late write of a fenced-off term: the newer term's fault stays
     for index, route in enumerate(manifest["spec"]["http"]):
-        route["fault"] = {**(route.get("fault") or {}), key: body[key]}
+        route["fault"] = {**(route.get("fault") or {}), key: copy.deepcopy(value)}
         keep.append(
             {
                 "route": _route_key(route, index),
                 "key": key,
-                "experiment": spec.experiment_id,
+                "experiment": str(experiment_id),
                 "token": int(token),
             }
         )
     _set_entries(manifest, keep)
-    return manifest
 
 
 def without_fault(
@@ -647,8 +667,14 @@ def apply_keeping_faults(backend: Any, manifests: list[dict[str, Any]]) -> list[
     """Apply manifests, carrying into each VirtualService the faults and fault annotation of its live version.
 
     A rollout rebuilds its VirtualService from scratch at every step; this keeps an
-    injected fault (on the route of the same name) across the re-apply.
+    injected fault (on the route of the same name) across the re-apply. A standalone
+    fault VirtualService of the same host (a fault injected before the rollout's
+    VirtualService existed) is adopted: its fault moves into the routes, owned by
+    the same experiment and term, and the standalone object is deleted, so the host
+    is never routed by two VirtualServices.
     """
+    from portal.delivery import AppliedRef
+
     namespaces = sorted(
         {
             (m.get("metadata") or {}).get("namespace") or ""
@@ -661,22 +687,52 @@ def apply_keeping_faults(backend: Any, manifests: list[dict[str, Any]]) -> list[
             with ExitStack() as stack:
                 for namespace in namespaces:
                     stack.enter_context(_namespace_guard(backend, namespace))
-                prepared = [_carry_faults(backend, m) for m in manifests]
-                return backend.apply(prepared)
+                prepared: list[dict[str, Any]] = []
+                adopted: list[dict[str, Any]] = []
+                for manifest in manifests:
+                    carried, taken = _carry_faults(backend, manifest)
+                    prepared.append(carried)
+                    adopted.extend(taken)
+                refs = backend.apply(prepared)
+                for standalone in adopted:
+                    backend.delete(AppliedRef.from_dict(_ref(standalone)))
+                return refs
         except Exception as exc:
             if not _is_conflict(exc) or attempt == MERGE_ATTEMPTS - 1:
                 raise
     return []
 
 
-def _carry_faults(backend: Any, manifest: dict[str, Any]) -> dict[str, Any]:
+def _carry_faults(
+    backend: Any, manifest: dict[str, Any]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The manifest with live and standalone faults of its host, and the standalone objects adopted."""
     if manifest.get("kind") != "VirtualService" or manifest.get("apiVersion") != CHAOS_API_VS:
-        return manifest
+        return manifest, []
     meta = manifest.get("metadata") or {}
-    live = backend.get(CHAOS_API_VS, "VirtualService", meta.get("namespace") or "", meta["name"])
-    if not _is_live(live):
-        return manifest
-    return carry_faults(manifest, live)
+    namespace = meta.get("namespace") or ""
+    live = backend.get(CHAOS_API_VS, "VirtualService", namespace, meta["name"])
+    out = carry_faults(manifest, live) if _is_live(live) else copy.deepcopy(manifest)
+    if is_standalone_fault(out) or not (out.get("spec") or {}).get("http"):
+        return out, []
+    adopted = []
+    for other in backend.list(CHAOS_API_VS, "VirtualService", namespace):
+        if not (_is_live(other) and is_standalone_fault(other)):
+            continue
+        if not any(routes_host(other, h, namespace) for h in out["spec"].get("hosts") or []):
+            continue
+        labels = other["metadata"].get("labels") or {}
+        owner = (labels[LABEL_EXPERIMENT], _as_int(labels.get(LABEL_TOKEN)))
+        trial = copy.deepcopy(out)
+        try:
+            for route in (other.get("spec") or {}).get("http") or []:
+                for key, value in (route.get("fault") or {}).items():
+                    _put_fault(trial, key, value, *owner)
+        except FaultConflict:
+            continue  # another experiment holds that kind here: leave the standalone object
+        out = trial
+        adopted.append(other)
+    return out, adopted
 
 
 def carry_faults(manifest: dict[str, Any], live: dict[str, Any]) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 from datetime import timedelta
@@ -72,6 +73,11 @@ def _start(engineer, backend, holder: str = "a", **over):
     term = fault_lease_acquire(experiment_id=exp.pk, holder=holder)
     assert term is not None
     return exp, fault_inject(experiment_id=exp.pk, holder=holder, term=term, backend=backend)
+
+
+def _renewed(exp):
+    """The lease's last renewal: a reaper pass at that instant finds every lease held."""
+    return ChaosLease.objects.get(pk=exp.pk).renewed_at
 
 
 def _route(vs: dict) -> dict:
@@ -220,7 +226,7 @@ def test_the_reaper_strips_a_merged_fault_no_injection_accounts_for(engineer, ba
     )
     assert actuators.merge_fault(backend, spec, 9, "checkout")  # term 9 has no live injection
     assert set(_route(_rollout_vs(backend))["fault"]) == {"abort", "delay"}
-    result = chaos_reap(backend=backend)
+    result = chaos_reap(backend=backend, now=_renewed(exp))
     assert result.reverted == []
     assert result.strays == [
         {
@@ -234,7 +240,7 @@ def test_the_reaper_strips_a_merged_fault_no_injection_accounts_for(engineer, ba
     vs = _rollout_vs(backend)
     assert set(_route(vs)["fault"]) == {"abort"}  # the live term's fault stays
     assert actuators.in_effect(backend, inj.applied)
-    assert chaos_reap(backend=backend).strays == []
+    assert chaos_reap(backend=backend, now=_renewed(exp)).strays == []
 
 
 def test_an_old_terms_revert_never_removes_a_newer_terms_fault(engineer, backend, rollout):
@@ -250,6 +256,8 @@ def test_an_old_terms_revert_never_removes_a_newer_terms_fault(engineer, backend
     )
     # Term 2 writes its fault while term 1's revert is still to come (split brain).
     assert actuators.merge_fault(backend, spec, 2, "checkout")
+    # A late write of term 1 does not replace term 2's fault, and its revert removes nothing.
+    actuators.merge_fault(backend, dataclasses.replace(spec, percent=90.0), 1, "checkout")
     assert actuators.revert(backend, old.applied) == 0
     vs = _rollout_vs(backend)
     assert _route(vs)["fault"] == {"abort": {"httpStatus": 500, "percentage": {"value": 10.0}}}
@@ -388,3 +396,38 @@ def test_on_kubernetes_the_merge_is_a_conditional_apply_retried_on_conflict(kube
     assert "fault" not in _route(live) and _weights(live) == [("baseline", 50), ("canary", 50)]
     assert live["metadata"]["annotations"] == {"kiln.dev/rollout": "r1"}
     assert actuators.revert(backend, injected.applied) == 0
+
+
+def test_a_rollout_started_during_a_fault_adopts_the_standalone_fault(engineer, backend, shop):
+    exp, inj = _start(engineer, backend)
+    (standalone,) = _standalone(backend)
+    service = services.service_create(
+        actor=ADMIN,
+        team=Team.objects.get(slug="payments"),
+        name="checkout",
+        namespace="shop",
+        sim_traffic_class="steady",
+    )
+    rollout = services.rollout_create(
+        actor=ADMIN, service=service, baseline_version="v1", canary_version="v2"
+    )
+    assert services.rollout_tick(rollout_id=rollout.pk, tick=0) == "started"
+    # One VirtualService routes the host: the rollout's, carrying the fault of the same term.
+    assert _standalone(backend) == []
+    vs = _rollout_vs(backend)
+    assert _route(vs)["fault"] == standalone["spec"]["http"][0]["fault"]
+    entries = json.loads(vs["metadata"]["annotations"][actuators.ANNOTATION_FAULTS])
+    assert [(e["experiment"], e["token"]) for e in entries] == [(str(exp.pk), 1)]
+    assert canary_weight_of(vs) > 0
+    _validate(vs, VS_CRD)
+    assert actuators.in_effect(backend, inj.applied)
+    assert actuators.simulated_fault_effect(backend, "shop", service.host).error_rate == (
+        pytest.approx(0.25)
+    )
+    assert (
+        chaos_reap(backend=backend, now=_renewed(exp)).strays == []
+    )  # the adopted fault is still accounted for
+    assert fault_revert(injection_id=inj.pk, actor=ADMIN, reason="done", backend=backend)
+    vs = _rollout_vs(backend)
+    assert "fault" not in _route(vs) and canary_weight_of(vs) > 0
+    assert not actuators.in_effect(backend, inj.applied)
