@@ -549,13 +549,16 @@ def fault_inject(
             raise Conflict("another injection of this experiment is still live") from exc
     try:
         result = actuators.inject(backend, spec, term)
-    except Exception:
+    except Exception as exc:
         fault_revert(
             injection_id=injection.pk,
             actor=system_actor("chaos-controller"),
             reason="inject failed",
             backend=backend,
         )
+        if isinstance(exc, actuators.FaultConflict):
+            # Another experiment holds that fault kind on the host's routes: try again later.
+            raise Conflict(str(exc), extra={"reason": "fault_conflict"}) from exc
         raise
     with transaction.atomic():
         marked = ChaosInjection.objects.filter(pk=injection.pk, reverted_at__isnull=True).update(

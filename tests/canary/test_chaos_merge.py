@@ -21,6 +21,7 @@ from canary.chaos_services import (
 )
 from canary.models_chaos import ChaosInjection, ChaosLease
 from canary.traffic import ISTIO_API, canary_weight_of, virtual_service
+from kiln.errors import Conflict
 from kiln.identity.permissions import PLATFORM_ADMIN, Actor
 from portal.delivery.kubernetes import KubernetesBackend
 from portal.models import Team
@@ -174,8 +175,9 @@ def test_a_second_abort_on_the_same_route_is_refused_and_leaves_the_first(
         actor=engineer, data=abort_data(service="checkout", name="again"), backend=backend
     )
     fault_lease_acquire(experiment_id=exp.pk, holder="b")
-    with pytest.raises(actuators.FaultConflict):
+    with pytest.raises(Conflict) as raised:
         fault_inject(experiment_id=exp.pk, holder="b", term=1, backend=backend)
+    assert raised.value.extra == {"reason": "fault_conflict"}
     failed = ChaosInjection.objects.get(experiment=exp)
     assert failed.reverted_at is not None and failed.revert_reason == "inject failed"
     entries = json.loads(
