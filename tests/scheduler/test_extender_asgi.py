@@ -97,8 +97,16 @@ def test_bench_in_process_measures_real_calls():
 
     snapshot = bench.synthetic_snapshot(300)
     result = bench.bench_in_process(snapshot, 8, Weights())
-    assert set(result) == {"p50_ms", "p99_ms", "mean_ms", "pods_per_second"}
+    assert set(result) == {
+        "p50_ms",
+        "p99_ms",
+        "mean_ms",
+        "pods_per_second",
+        "cpu_p50_ms",
+        "cpu_p99_ms",
+    }
     assert 0 < result["p50_ms"] <= result["p99_ms"]
+    assert 0 < result["cpu_p50_ms"] <= result["cpu_p99_ms"]
     # The synthetic cluster is half spot, so a latency-sensitive pod loses about half the nodes.
     from scheduler import extender
 

@@ -55,6 +55,7 @@ class Command(BaseCommand):
         }
         if not opts["no_http"]:
             result["http"] = self._over_http(nodes, requests, snapshot.names)
+        result["machine"]["load_1m_after"] = os.getloadavg()[0]
         self.stdout.write(json.dumps(result, indent=2))
 
     def _over_http(self, nodes: int, requests: int, names: list[str]) -> dict:
