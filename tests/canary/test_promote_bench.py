@@ -20,6 +20,9 @@ def test_promote_bench_promotes_every_rollout_and_reports_json():
     )
     report = json.loads(out.getvalue())
     assert report["rollouts"] == 3
+    # A separate prefork worker process (the `make dev` shape) on the shared broker did the ticks.
+    assert report["worker"] == "prefork" and report["worker_concurrency"] == 2
+    assert len(report["load_average_before"]) == 3 and report["cpus"] >= 1
     assert report["outcomes"]["promoted"] == 3
     assert report["wall_seconds"] > 0 and report["rollouts_per_second"] > 0
     assert Rollout.objects.filter(status=RolloutStatus.PROMOTED).count() == 3

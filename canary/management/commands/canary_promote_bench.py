@@ -1,11 +1,24 @@
 """End-to-end rollout throughput: N rollouts through the API, Celery, the database and the
-simulated cluster until promoted; prints JSON (wall time, rollouts per second)."""
+simulated cluster until promoted; prints JSON (wall time, rollouts per second).
+
+The worker has the production shape by default: a separate `celery -A kiln worker
+--pool prefork --concurrency 2` process (what `make dev` runs) on the configured broker.
+`--worker threads` runs an in-process thread pool instead (the only choice on the
+memory transport, i.e. standalone mode).
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
 import time
 import uuid
+from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -15,7 +28,7 @@ from rest_framework.test import APIClient
 from canary.models import Rollout, RolloutStatus
 from kiln.identity.permissions import system_actor
 from kiln.identity.services import team_create
-from kiln.standalone import celery_worker_service
+from kiln.standalone import Service, celery_worker_service
 
 
 class Command(BaseCommand):
@@ -23,7 +36,16 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--rollouts", type=int, default=1000)
-        parser.add_argument("--concurrency", type=int, default=4, help="in-process worker threads")
+        parser.add_argument(
+            "--worker",
+            choices=["prefork", "threads"],
+            default=None,
+            help="prefork (default on a shared broker): a separate worker process pool, as "
+            "`make dev` runs it; threads: an in-process thread pool",
+        )
+        parser.add_argument(
+            "--concurrency", type=int, default=2, help="worker processes (or threads)"
+        )
         parser.add_argument("--timeout", type=float, default=600.0)
         parser.add_argument("--json", action="store_true", help="print the JSON report (default)")
 
@@ -48,8 +70,16 @@ class Command(BaseCommand):
             if response.status_code != 201:
                 raise CommandError(f"service create failed: {response.content[:300]!r}")
             service_ids.append(response.json()["id"])
-        worker = celery_worker_service(concurrency=options["concurrency"])
+        shared_broker = settings.CELERY_BROKER_URL.startswith(("redis://", "rediss://", "amqp://"))
+        pool = options["worker"] or ("prefork" if shared_broker else "threads")
+        if pool == "prefork" and not shared_broker:
+            raise CommandError("--worker prefork needs a broker other processes see (REDIS_URL)")
+        if pool == "prefork":
+            worker = prefork_worker(options["concurrency"])
+        else:
+            worker = celery_worker_service(concurrency=options["concurrency"])
         worker.start()
+        load_before = os.getloadavg()
         try:
             started = time.perf_counter()
             ids = []
@@ -89,7 +119,8 @@ class Command(BaseCommand):
             "outcomes": outcome,
             "ticks_per_rollout": 2,
             "tasks": n * 3,
-            "worker_threads": options["concurrency"],
+            "worker": pool,
+            "worker_concurrency": options["concurrency"],
             "broker": settings.CELERY_BROKER_URL.split("://", 1)[0],
             "database": settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1],
             # Off: audit outbox rows are published by the relay's periodic sweep instead of
@@ -99,5 +130,76 @@ class Command(BaseCommand):
             "wall_seconds": round(wall, 2),
             "rollouts_per_second": round(n / wall, 1),
             "target_seconds": 60,
+            "cpus": os.cpu_count(),
+            "load_average_before": [round(x, 2) for x in load_before],
+            "load_average_after": [round(x, 2) for x in os.getloadavg()],
         }
         self.stdout.write(json.dumps(report, indent=2))
+
+
+def _database_url() -> str:
+    """The database this process uses (under test, the test database) as a URL for the worker."""
+    db = settings.DATABASES["default"]
+    if "postgresql" not in db["ENGINE"]:
+        raise CommandError("--worker prefork needs PostgreSQL (a database other processes see)")
+    auth = db.get("USER") or ""
+    if db.get("PASSWORD"):
+        auth += f":{db['PASSWORD']}"
+    return (
+        f"postgres://{auth}@{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}/{db['NAME']}"
+    )
+
+
+def prefork_worker(concurrency: int) -> Service:
+    """A separate `celery -A kiln worker --pool prefork` process on this database and broker."""
+    from kiln.celery import app
+
+    hostname = f"canary-bench-{os.getpid()}@{socket.gethostname()}"
+    log = tempfile.NamedTemporaryFile(prefix="canary-bench-worker-", suffix=".log", delete=False)
+    environment = {**os.environ, "DATABASE_URL": _database_url()}
+    command = [
+        str(Path(sys.executable).with_name("celery")),
+        "-A",
+        "kiln",
+        "worker",
+        "--pool",
+        "prefork",
+        "--concurrency",
+        str(concurrency),
+        "--loglevel",
+        "WARNING",
+        "--without-heartbeat",
+        "--without-mingle",
+        "--without-gossip",
+        "--hostname",
+        hostname,
+    ]
+    process: list[subprocess.Popen] = []
+
+    def start() -> None:
+        process.append(
+            subprocess.Popen(
+                command, env=environment, cwd=settings.BASE_DIR, stdout=log, stderr=log
+            )
+        )
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if process[0].poll() is not None:
+                raise CommandError(f"the bench worker exited; see {log.name}")
+            if app.control.ping(destination=[hostname], timeout=0.5):
+                return
+        stop()
+        raise CommandError(f"the bench worker did not start; see {log.name}")
+
+    def stop() -> None:
+        if not process:
+            return
+        process[0].send_signal(signal.SIGTERM)  # warm shutdown: running tasks finish
+        try:
+            process[0].wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process[0].kill()
+            process[0].wait()
+        Path(log.name).unlink(missing_ok=True)
+
+    return Service(f"celery worker (prefork x{concurrency})", start, stop)
