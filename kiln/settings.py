@@ -175,6 +175,9 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = "UTC"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Without it Celery closes the database connection after every task (a new connection per
+# task); with it a worker keeps its connection and CONN_MAX_AGE still recycles it.
+CELERY_DB_REUSE_MAX = env_int("CELERY_DB_REUSE_MAX", 1000)
 CELERY_BEAT_SCHEDULE: dict[str, dict] = {}
 
 # --- identity ----------------------------------------------------------------

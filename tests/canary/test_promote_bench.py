@@ -27,3 +27,12 @@ def test_promote_bench_promotes_every_rollout_and_reports_json():
     assert report["wall_seconds"] > 0 and report["rollouts_per_second"] > 0
     assert Rollout.objects.filter(status=RolloutStatus.PROMOTED).count() == 3
     assert all(r.ticks.count() == 2 for r in Rollout.objects.all())
+
+
+def test_a_worker_keeps_its_database_connection_across_tasks():
+    from celery.fixups.django import DjangoWorkerFixup
+
+    from kiln.celery import app
+
+    # Unset, Celery closes the connection around every task: a new connection per tick.
+    assert DjangoWorkerFixup(app).db_reuse_max >= 100
