@@ -1,9 +1,13 @@
 """Waking the relay after commit: an in-process relay thread (standalone) or a Celery task.
 
-The Celery task `audit.tasks.relay_outbox` is enqueued once per committed
-transaction that recorded events; beat runs the same task every
-KILN_AUDIT_SWEEP_SECONDS, and the writer sweeps too, so an event whose wake-up
-was lost (broker down) is published by the next sweep.
+The Celery task `audit.tasks.relay_outbox` is enqueued after a committed
+transaction that recorded events, at most once while one is still waiting to
+start: a wake-up claims a short-lived Redis key (SET NX) and the task releases
+it before it reads the outbox, so every commit is followed by a relay run that
+starts after it, and a burst of commits costs one task instead of one each.
+Beat runs the same task every KILN_AUDIT_SWEEP_SECONDS, and the writer sweeps
+too, so an event whose wake-up was lost (broker down) is published by the next
+sweep.
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ from audit.topic import TopicUnavailable
 
 log = logging.getLogger("kiln.audit.relay")
 
+# A queued wake-up that never started (worker gone) stops suppressing new ones after this.
+WAKE_CLAIM_MS = 5000
+
 _wake = threading.Event()
 _inprocess = threading.Event()  # set while the in-process relay thread runs
 
@@ -27,7 +34,7 @@ def wake() -> None:
     if _inprocess.is_set():
         _wake.set()
         return
-    if not settings.KILN_AUDIT_RELAY_ON_COMMIT:
+    if not settings.KILN_AUDIT_RELAY_ON_COMMIT or not _claim_wake():
         return
     try:
         from audit.tasks import relay_outbox
@@ -35,6 +42,46 @@ def wake() -> None:
         relay_outbox.apply_async(retry=False)
     except Exception as exc:  # noqa: BLE001 - broker down: the periodic sweep publishes later
         log.warning("audit relay wake-up not enqueued (%s); the sweep will publish", exc)
+
+
+def _wake_key() -> str:
+    return f"{settings.KILN_AUDIT_STREAM}:relay-wake"
+
+
+def _redis():
+    global _client, _client_url
+    import redis
+
+    if _client is None or _client_url != settings.REDIS_URL:
+        _client = redis.Redis.from_url(
+            settings.REDIS_URL, socket_timeout=1, socket_connect_timeout=1
+        )
+        _client_url = settings.REDIS_URL
+    return _client
+
+
+_client = None
+_client_url: str | None = None
+
+
+def _claim_wake() -> bool:
+    """True unless a relay run is already queued and not yet started (it will see this commit)."""
+    if not settings.REDIS_URL:
+        return True
+    try:
+        return bool(_redis().set(_wake_key(), b"1", nx=True, px=WAKE_CLAIM_MS))
+    except Exception:  # noqa: BLE001 - Redis trouble: enqueue anyway, the broker decides
+        return True
+
+
+def release_wake() -> None:
+    """Called by the relay task before it reads the outbox: later commits queue a new run."""
+    if not settings.REDIS_URL:
+        return
+    try:
+        _redis().delete(_wake_key())
+    except Exception as exc:  # noqa: BLE001 - the claim expires by itself
+        log.warning("audit relay wake-up claim not released (%s)", exc)
 
 
 def run_inprocess(stop: threading.Event) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from audit.relay import release_wake
 from audit.services import relay_publish
 from audit.topic import TopicUnavailable
 
@@ -18,4 +19,5 @@ from audit.topic import TopicUnavailable
 )
 def relay_outbox() -> int:
     """Publish pending outbox rows to the audit topic (retries while Redis is down)."""
+    release_wake()
     return relay_publish()
