@@ -18,13 +18,57 @@ from numba import njit
 from scheduler.kubedefault import MAX_NODE_SCORE
 from scheduler.scoring import MAX_EXTENDER_PRIORITY, UNKNOWN_SPOT_LIKELIHOOD
 
+BLOCK_SHIFT = 6  # machines are grouped in blocks of 64 for the fit scan
+BLOCK = 1 << BLOCK_SHIFT
+
+
+def block_count(n: int) -> int:
+    """How many scan blocks n machines make."""
+    return (n + BLOCK - 1) >> BLOCK_SHIFT
+
 
 @njit(cache=True, nogil=True)
-def _sample(free_cpu, free_mem, n, need, start, cpu, mem, out):  # pragma: no cover - compiled
-    """First `need` machines from `start` (on the ring) whose free cpu and memory fit; -> (count, next start)."""
+def _sample(free_cpu, free_mem, bcpu, bmem, n, need, start, cpu, mem, out):  # pragma: no cover
+    """First `need` machines from `start` (on the ring) whose free cpu and memory fit; -> (count, next start).
+
+    bcpu/bmem hold an upper bound of each block's largest free cpu and memory: a
+    block that cannot fit the request is skipped whole (no machine in it would
+    pass), and a block scanned whole gets its exact maxima back.
+    """
     count = 0
     i = start
-    for _ in range(n):
+    remaining = n
+    while remaining > 0:
+        if (i & (BLOCK - 1)) == 0:
+            b = i >> BLOCK_SHIFT
+            end = min(i + BLOCK, n)
+            size = end - i
+            if size <= remaining:
+                if bcpu[b] >= cpu and bmem[b] >= mem:
+                    top_c = -np.inf
+                    top_m = -np.inf
+                    for j in range(i, end):
+                        fc = free_cpu[j]
+                        fm = free_mem[j]
+                        if fc > top_c:
+                            top_c = fc
+                        if fm > top_m:
+                            top_m = fm
+                        if fc >= cpu and fm >= mem:
+                            out[count] = j
+                            count += 1
+                            if count == need:
+                                nxt = j + 1
+                                if nxt == n:
+                                    nxt = 0
+                                return count, nxt
+                    bcpu[b] = top_c
+                    bmem[b] = top_m
+                i = end
+                remaining -= size
+                if i == n:
+                    i = 0
+                continue
         if free_cpu[i] >= cpu and free_mem[i] >= mem:
             out[count] = i
             count += 1
@@ -34,6 +78,7 @@ def _sample(free_cpu, free_mem, n, need, start, cpu, mem, out):  # pragma: no co
                     nxt = 0
                 return count, nxt
         i += 1
+        remaining -= 1
         if i == n:
             i = 0
     return count, start
@@ -152,6 +197,8 @@ def _kiln_best(
 def choose(
     free_cpu,
     free_mem,
+    bcpu,
+    bmem,
     matrix,
     on_demand,
     n,
@@ -181,7 +228,7 @@ def choose(
     if need <= 0:
         return 0
     for _ in range(attempts):
-        count, nxt = _sample(free_cpu, free_mem, n, need, state[0], cpu, mem, sample)
+        count, nxt = _sample(free_cpu, free_mem, bcpu, bmem, n, need, state[0], cpu, mem, sample)
         state[0] = nxt
         if count == 0:
             return 0
@@ -204,9 +251,14 @@ def choose(
                 if count < need:
                     return 0
                 found = False
-                for i in range(n):
-                    if on_demand[i] and free_cpu[i] >= cpu and free_mem[i] >= mem:
-                        found = True
+                for b in range(bcpu.shape[0]):
+                    if bcpu[b] < cpu or bmem[b] < mem:
+                        continue
+                    for i in range(b << BLOCK_SHIFT, min((b + 1) << BLOCK_SHIFT, n)):
+                        if on_demand[i] and free_cpu[i] >= cpu and free_mem[i] >= mem:
+                            found = True
+                            break
+                    if found:
                         break
                 if not found:
                     return 0

@@ -131,6 +131,9 @@ class Cluster:
         # Free capacity for the fit check; -1 marks an absent machine so nothing fits.
         self.free_cpu = np.full(n, -1.0)
         self.free_mem = np.full(n, -1.0)
+        # Upper bounds of each 64-machine block's largest free cpu and memory (kernel's scan).
+        self.block_cpu = np.full(kernel.block_count(n), -1.0)
+        self.block_mem = np.full(kernel.block_count(n), -1.0)
         self.active = np.zeros(n, dtype=bool)
         self.active_count = 0
         self.tasks = np.zeros(n, dtype=np.int64)
@@ -159,6 +162,15 @@ class Cluster:
             self.active_count += 1
         self.free_cpu[m] = cpu - row[3]
         self.free_mem[m] = mem - row[4]
+        self._raise_block(m)
+
+    def _raise_block(self, m: int) -> None:
+        """Keep m's block bounds at least its free capacity (after capacity came back)."""
+        b = m >> kernel.BLOCK_SHIFT
+        if self.free_cpu[m] > self.block_cpu[b]:
+            self.block_cpu[b] = self.free_cpu[m]
+        if self.free_mem[m] > self.block_mem[b]:
+            self.block_mem[b] = self.free_mem[m]
 
     def remove(self, m: int) -> tuple[int, int]:
         """REMOVE: drop every task on the machine; return (tasks, latency-class tasks) dropped."""
@@ -200,6 +212,7 @@ class Cluster:
         row[4] -= mem
         self.free_cpu[m] += cpu
         self.free_mem[m] += mem
+        self._raise_block(m)
         self.tasks[m] -= 1
         if latency:
             self.latency[m] -= 1
@@ -285,6 +298,8 @@ class Placer:
         count = kernel.choose(
             c.free_cpu,
             c.free_mem,
+            c.block_cpu,
+            c.block_mem,
             c.matrix,
             c.on_demand,
             c.n,
