@@ -127,10 +127,14 @@ def rollout_series(rollout: Rollout) -> dict[str, Any]:
 def rollout_stream_update(rollout_id: Any) -> dict[str, Any]:
     """The incremental websocket message: state, latest tick, all decisions (few)."""
     rollout = Rollout.objects.select_related("service__team").get(pk=rollout_id)
-    last = rollout.ticks.order_by("-number").first()
+    return stream_update_of(rollout, rollout.ticks.order_by("-number").first())
+
+
+def stream_update_of(rollout: Rollout, last_tick: Any) -> dict[str, Any]:
+    """The websocket message of a rollout already in hand (service and team loaded) and its latest tick."""
     return {
         "type": "update",
         "rollout": rollout_summary(rollout),
-        "tick": _tick_point(last) if last else None,
+        "tick": _tick_point(last_tick) if last_tick else None,
         "decisions": [_decision_item(d) for d in rollout.decisions.order_by("created_at", "id")],
     }

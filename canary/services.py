@@ -341,8 +341,8 @@ def rollout_tick(*, rollout_id: Any, tick: int) -> str:
     ):
         with transaction.atomic():
             rollout = (
-                Rollout.objects.select_for_update()
-                .select_related("service")
+                Rollout.objects.select_for_update(of=("self",))
+                .select_related("service__team")
                 .filter(pk=rollout_id)
                 .first()
             )
@@ -388,7 +388,7 @@ def _analyse(rollout: Rollout, tick: int) -> str:
     decision = analyzer.observe(ev)
     canary_requests = sum(e.errors[1] for e in history) + ev.errors[1]
     stats = decision.as_dict()
-    RolloutTick.objects.create(
+    tick_row = RolloutTick.objects.create(
         rollout=rollout,
         number=tick,
         weight=weight,
@@ -457,7 +457,7 @@ def _analyse(rollout: Rollout, tick: int) -> str:
             )
         rollout.next_tick_at = timezone.now() + timedelta(seconds=rollout.tick_seconds)
     rollout.save()
-    _after_commit(rollout, countdown=rollout.tick_seconds)
+    _after_commit(rollout, countdown=rollout.tick_seconds, last_tick=tick_row)
     return decision.action
 
 
@@ -597,20 +597,39 @@ def _enqueue_tick(rollout_id: Any, tick: int, *, countdown: float | None) -> Non
         log.exception("could not enqueue tick %s of rollout %s", tick, rollout_id)
 
 
-def _after_commit(rollout: Rollout, *, countdown: float | None) -> None:
-    """After commit: broadcast the new state and, if still active, schedule the next tick."""
+def _after_commit(
+    rollout: Rollout, *, countdown: float | None, last_tick: RolloutTick | None = None
+) -> None:
+    """After commit: broadcast the new state and, if still active, schedule the next tick.
+
+    The message is built inside the transaction from the rows in hand (what commits is
+    what the dashboard sees), so the broadcast reads nothing back after the commit.
+    """
     rollout_id, active, next_tick = rollout.pk, rollout.is_active, rollout.ticks_done + 1
+    payload = _stream_payload(rollout, last_tick)
 
     def run() -> None:
-        broadcast(rollout_id)
+        broadcast(rollout_id, payload)
         if active and countdown is not None:
             _enqueue_tick(rollout_id, next_tick, countdown=countdown)
 
     transaction.on_commit(run)
 
 
-def broadcast(rollout_id: Any) -> None:
-    """Send the rollout's latest state to its websocket group."""
+def _stream_payload(rollout: Rollout, last_tick: RolloutTick | None) -> dict[str, Any] | None:
+    from channels.layers import get_channel_layer
+
+    from canary.selectors import stream_update_of
+
+    if get_channel_layer() is None:
+        return None
+    if last_tick is None:
+        last_tick = rollout.ticks.order_by("-number").first()
+    return stream_update_of(rollout, last_tick)
+
+
+def broadcast(rollout_id: Any, payload: dict[str, Any] | None = None) -> None:
+    """Send the rollout's latest state (read now unless given) to its websocket group."""
     from channels.layers import InMemoryChannelLayer, get_channel_layer
 
     from canary.selectors import rollout_stream_update
@@ -619,7 +638,8 @@ def broadcast(rollout_id: Any) -> None:
     if layer is None:
         return
     try:
-        payload = rollout_stream_update(rollout_id)
+        if payload is None:
+            payload = rollout_stream_update(rollout_id)
         message = {"type": "rollout.event", "payload": payload}
         if isinstance(layer, InMemoryChannelLayer):
             async_to_sync(layer.group_send)(group_name(rollout_id), message)

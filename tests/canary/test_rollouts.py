@@ -349,3 +349,23 @@ def test_a_tick_reads_only_the_virtual_services_that_can_route_the_host(service,
         get_backend(), "shop", "checkout-2", "checkout-2.shop.svc.cluster.local"
     )
     assert [vs["metadata"]["name"] for vs in others] == ["checkout-2"]
+
+
+def test_a_tick_and_its_broadcast_read_the_rollout_once(
+    service, django_capture_on_commit_callbacks
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    rollout = _rollout(service)
+    services.rollout_tick(rollout_id=rollout.pk, tick=0)
+    with CaptureQueriesContext(connection) as queries:
+        with django_capture_on_commit_callbacks(execute=True) as hooks:
+            assert services.rollout_tick(rollout_id=rollout.pk, tick=1) == "continue"
+    assert len(hooks) == 1
+    sql = [q["sql"] for q in queries.captured_queries]
+    # The locked read is the only read of the rollout: the broadcast is built from rows in hand.
+    assert sum(s.startswith('SELECT "canary_rollout"."id"') for s in sql) == 1
+    assert sum('FROM "canary_rollouttick"' in s and s.startswith("SELECT") for s in sql) == 1
+    assert not any('FROM "portal_team"' in s for s in sql)
+    assert len(sql) <= 9, sql  # savepoint, 7 statements, release
