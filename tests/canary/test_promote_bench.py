@@ -16,7 +16,15 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_promote_bench_promotes_every_rollout_and_reports_json():
     out = StringIO()
     call_command(
-        "canary_promote_bench", "--rollouts", "3", "--concurrency", "2", "--json", stdout=out
+        "canary_promote_bench",
+        "--rollouts",
+        "3",
+        "--concurrency",
+        "2",
+        "--namespaces",
+        "2",
+        "--json",
+        stdout=out,
     )
     report = json.loads(out.getvalue())
     assert report["rollouts"] == 3
@@ -27,6 +35,9 @@ def test_promote_bench_promotes_every_rollout_and_reports_json():
     assert report["wall_seconds"] > 0 and report["rollouts_per_second"] > 0
     assert Rollout.objects.filter(status=RolloutStatus.PROMOTED).count() == 3
     assert all(r.ticks.count() == 2 for r in Rollout.objects.all())
+    # Three services over two namespaces.
+    assert report["namespaces"] == 2
+    assert len({r.service.namespace for r in Rollout.objects.select_related("service")}) == 2
 
 
 def test_a_worker_keeps_its_database_connection_across_tasks():

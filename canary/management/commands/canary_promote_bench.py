@@ -46,6 +46,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--concurrency", type=int, default=2, help="worker processes (or threads)"
         )
+        parser.add_argument(
+            "--namespaces",
+            type=int,
+            default=1,
+            help="spread the services over this many namespaces (1: all in one namespace)",
+        )
         parser.add_argument("--timeout", type=float, default=600.0)
         parser.add_argument("--json", action="store_true", help="print the JSON report (default)")
 
@@ -53,6 +59,7 @@ class Command(BaseCommand):
         n = options["rollouts"]
         if n < 1:
             raise CommandError("--rollouts must be at least 1")
+        namespaces = max(1, min(options["namespaces"], n))
         tag = uuid.uuid4().hex[:8]
         team = team_create(
             actor=system_actor("canary-bench"), slug=f"bench-{tag}", name=f"Bench {tag}"
@@ -64,7 +71,11 @@ class Command(BaseCommand):
         for i in range(n):
             response = client.post(
                 "/api/v1/canary/services/",
-                {"team": team.slug, "name": f"svc-{i}", "namespace": f"bench-{tag}"},
+                {
+                    "team": team.slug,
+                    "name": f"svc-{i}",
+                    "namespace": f"bench-{tag}-{i % namespaces}",
+                },
                 format="json",
             )
             if response.status_code != 201:
@@ -118,6 +129,7 @@ class Command(BaseCommand):
             "rollouts": n,
             "outcomes": outcome,
             "ticks_per_rollout": 2,
+            "namespaces": namespaces,
             "tasks": n * 3,
             "worker": pool,
             "worker_concurrency": options["concurrency"],
