@@ -8,9 +8,9 @@ from kiln.identity.permissions import system_actor
 from portal.models import Team
 
 DEMO = (
-    # team, service, namespace, traffic class, canary regression (None: healthy)
-    ("payments", "checkout", "payments-prod", "steady", None),
-    ("search", "search-api", "search-prod", "bursty", "errors"),
+    # team, service, namespace, traffic class, canary regression (None: healthy), traffic seed
+    ("payments", "checkout", "payments-prod", "steady", None, 20261130),
+    ("search", "search-api", "search-prod", "bursty", "errors", 20261201),
 )
 
 
@@ -18,7 +18,7 @@ def seed_demo() -> list[str]:
     """Create the demo services and start a rollout on each (idempotent); return what was created."""
     actor = system_actor("seed")
     created: list[str] = []
-    for team_slug, name, namespace, traffic, regression in DEMO:
+    for team_slug, name, namespace, traffic, regression, seed in DEMO:
         team = Team.objects.filter(slug=team_slug).first()
         if team is None or Service.objects.filter(namespace=namespace, name=name).exists():
             continue
@@ -39,6 +39,7 @@ def seed_demo() -> list[str]:
             steps=[5, 25, 50, 100],
             ticks_per_step=5,
             tick_seconds=1.5,
+            seed=seed,  # fixed: the demo always shows the same promotion and rollback
         )
         created.append(f"rollout {name} v1 -> v2")
     return created

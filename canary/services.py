@@ -187,8 +187,12 @@ def rollout_create(
     ticks_per_step: int = 8,
     tick_seconds: float = 60.0,
     config: dict[str, Any] | None = None,
+    seed: int | None = None,
 ) -> Rollout:
-    """Start a rollout of `canary_version` (PENDING; the analysis loop takes it from there)."""
+    """Start a rollout of `canary_version` (PENDING; the analysis loop takes it from there).
+
+    `seed` fixes the simulated traffic of the rollout (demo data); by default it is random.
+    """
     if not can_manage_rollout(actor, service.team.slug):
         raise Forbidden("only engineers of the owning team roll out its services")
     steps = [5, 25, 50, 100] if steps is None else steps
@@ -212,7 +216,7 @@ def rollout_create(
         ticks_per_step=ticks_per_step,
         tick_seconds=float(tick_seconds) if not errors.get("tick_seconds") else 60.0,
         config=config,
-        seed=random.SystemRandom().randrange(1, 2**62),
+        seed=seed if seed is not None else random.SystemRandom().randrange(1, 2**62),
         created_by_id=actor.user_id,
     )
     if not errors:

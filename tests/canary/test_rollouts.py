@@ -222,6 +222,9 @@ def test_seed_shows_one_promotion_and_one_rollback():
     created = seed_demo()
     assert any("rollout checkout" in c for c in created)
     assert seed_demo() == []  # idempotent
+    # Fixed traffic seeds: the demo shows the same promotion and rollback on every start.
+    seeds = {r.service.name: r.seed for r in Rollout.objects.select_related("service")}
+    assert seeds == {"checkout": 20261130, "search-api": 20261201}
     outcomes = {}
     for rollout in Rollout.objects.select_related("service"):
         outcomes[rollout.service.name] = _run(rollout).status
