@@ -716,7 +716,11 @@ def _carry_faults(
     if is_standalone_fault(out) or not (out.get("spec") or {}).get("http"):
         return out, []
     adopted = []
-    for other in backend.list(CHAOS_API_VS, "VirtualService", namespace):
+    # Only Kiln's own fault objects can be adopted: select them by label instead of reading
+    # (and rendering) every VirtualService of the namespace on each traffic shift.
+    for other in backend.list(
+        CHAOS_API_VS, "VirtualService", namespace, label_selector=LABEL_EXPERIMENT
+    ):
         if not (_is_live(other) and is_standalone_fault(other)):
             continue
         if not any(routes_host(other, h, namespace) for h in out["spec"].get("hosts") or []):

@@ -214,12 +214,10 @@ class FakeKube:
                     ]
                 selector = query.get("labelSelector")
                 if selector:
-                    pairs = [t.split("=", 1) for t in selector.split(",")]
-                    items = [
-                        i
-                        for i in items
-                        if all(i["metadata"].get("labels", {}).get(a) == b for a, b in pairs)
-                    ]
+                    from portal.delivery.base import match_labels
+
+                    # Equality and existence terms, as the API server accepts them.
+                    items = [i for i in items if match_labels(i["metadata"].get("labels"), selector)]
                 field = query.get("fieldSelector", "")
                 if field.startswith("metadata.name="):
                     items = [i for i in items if i["metadata"]["name"] == field.split("=", 1)[1]]
