@@ -88,6 +88,77 @@ def celery_beat_service() -> Service:
     return Service("celery beat", beat.start, beat.stop)
 
 
+def prefork_worker_service(
+    name: str, concurrency: int, environment: dict[str, str], loglevel: str = "WARNING"
+) -> Service:
+    """A separate `celery -A kiln worker --pool prefork` process, as `make dev` runs it (benchmarks)."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import tempfile
+    import time
+    from pathlib import Path
+
+    from django.core.management.base import CommandError
+
+    from kiln.celery import app
+
+    hostname = f"{name}-{os.getpid()}@{socket.gethostname()}"
+    log = tempfile.NamedTemporaryFile(prefix=f"{name}-worker-", suffix=".log", delete=False)
+    command = [
+        str(Path(sys.executable).with_name("celery")),
+        "-A",
+        "kiln",
+        "worker",
+        "--pool",
+        "prefork",
+        "--concurrency",
+        str(concurrency),
+        "--loglevel",
+        loglevel,
+        "--without-heartbeat",
+        "--without-mingle",
+        "--without-gossip",
+        "--hostname",
+        hostname,
+    ]
+    process: list[subprocess.Popen] = []
+
+    def start() -> None:
+        process.append(
+            subprocess.Popen(
+                command,
+                env={**os.environ, **environment},
+                cwd=settings.BASE_DIR,
+                stdout=log,
+                stderr=log,
+            )
+        )
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if process[0].poll() is not None:
+                raise CommandError(f"the bench worker exited; see {log.name}")
+            if app.control.ping(destination=[hostname], timeout=0.5):
+                return
+        stop()
+        raise CommandError(f"the bench worker did not start; see {log.name}")
+
+    def stop() -> None:
+        if not process:
+            return
+        process[0].send_signal(signal.SIGTERM)  # warm shutdown: running tasks finish
+        try:
+            process[0].wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process[0].kill()
+            process[0].wait()
+        Path(log.name).unlink(missing_ok=True)
+
+    return Service(f"celery worker (prefork x{concurrency})", start, stop)
+
+
 def build_runtime() -> Runtime:
     runtime = Runtime([celery_worker_service(), celery_beat_service()])
     runtime.services.extend(factory() for factory in _extra)

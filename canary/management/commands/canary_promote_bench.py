@@ -11,14 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
 import time
 import uuid
-from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -28,7 +22,7 @@ from rest_framework.test import APIClient
 from canary.models import Rollout, RolloutStatus
 from kiln.identity.permissions import system_actor
 from kiln.identity.services import team_create
-from kiln.standalone import Service, celery_worker_service
+from kiln.standalone import Service, celery_worker_service, prefork_worker_service
 
 
 class Command(BaseCommand):
@@ -164,54 +158,4 @@ def _database_url() -> str:
 
 def prefork_worker(concurrency: int) -> Service:
     """A separate `celery -A kiln worker --pool prefork` process on this database and broker."""
-    from kiln.celery import app
-
-    hostname = f"canary-bench-{os.getpid()}@{socket.gethostname()}"
-    log = tempfile.NamedTemporaryFile(prefix="canary-bench-worker-", suffix=".log", delete=False)
-    environment = {**os.environ, "DATABASE_URL": _database_url()}
-    command = [
-        str(Path(sys.executable).with_name("celery")),
-        "-A",
-        "kiln",
-        "worker",
-        "--pool",
-        "prefork",
-        "--concurrency",
-        str(concurrency),
-        "--loglevel",
-        "WARNING",
-        "--without-heartbeat",
-        "--without-mingle",
-        "--without-gossip",
-        "--hostname",
-        hostname,
-    ]
-    process: list[subprocess.Popen] = []
-
-    def start() -> None:
-        process.append(
-            subprocess.Popen(
-                command, env=environment, cwd=settings.BASE_DIR, stdout=log, stderr=log
-            )
-        )
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            if process[0].poll() is not None:
-                raise CommandError(f"the bench worker exited; see {log.name}")
-            if app.control.ping(destination=[hostname], timeout=0.5):
-                return
-        stop()
-        raise CommandError(f"the bench worker did not start; see {log.name}")
-
-    def stop() -> None:
-        if not process:
-            return
-        process[0].send_signal(signal.SIGTERM)  # warm shutdown: running tasks finish
-        try:
-            process[0].wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process[0].kill()
-            process[0].wait()
-        Path(log.name).unlink(missing_ok=True)
-
-    return Service(f"celery worker (prefork x{concurrency})", start, stop)
+    return prefork_worker_service("canary-bench", concurrency, {"DATABASE_URL": _database_url()})

@@ -19,18 +19,12 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import signal
-import socket
 import statistics
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -42,7 +36,7 @@ from rest_framework.test import APIClient
 from audit.models import ChainEvent, OutboxEvent
 from kiln.identity import services as identity
 from kiln.identity.permissions import APPROVER, ENGINEER, system_actor
-from kiln.standalone import Service
+from kiln.standalone import Service, prefork_worker_service
 from portal.models import Environment, Membership, Team
 
 URL = "/api/v1/environments/"
@@ -299,59 +293,9 @@ def wait_for_empty_queue(timeout: float) -> int:
 
 def prefork_worker(concurrency: int, profile: str) -> Service:
     """`celery -A kiln worker` (prefork, as `make dev` runs it) with the given delay profile."""
-    from kiln.celery import app
-
-    hostname = f"provision-bench-{os.getpid()}@{socket.gethostname()}"
-    log = tempfile.NamedTemporaryFile(prefix="provision-bench-worker-", suffix=".log", delete=False)
     environment = {
-        **os.environ,
         "KILN_SIM_DELAY_PROFILE": profile,
         "KILN_SIM_DELAY_SCALE": "1.0",
         "KILN_DELIVERY_BACKEND": "simulated",
     }
-    command = [
-        str(Path(sys.executable).with_name("celery")),
-        "-A",
-        "kiln",
-        "worker",
-        "--pool",
-        "prefork",
-        "--concurrency",
-        str(concurrency),
-        "--loglevel",
-        "INFO",
-        "--without-heartbeat",
-        "--without-mingle",
-        "--without-gossip",
-        "--hostname",
-        hostname,
-    ]
-    process: list[subprocess.Popen] = []
-
-    def start() -> None:
-        process.append(
-            subprocess.Popen(
-                command, env=environment, cwd=settings.BASE_DIR, stdout=log, stderr=log
-            )
-        )
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            if process[0].poll() is not None:
-                raise CommandError(f"the bench worker exited; see {log.name}")
-            if app.control.ping(destination=[hostname], timeout=0.5):
-                return
-        stop()
-        raise CommandError(f"the bench worker did not start; see {log.name}")
-
-    def stop() -> None:
-        if not process:
-            return
-        process[0].send_signal(signal.SIGTERM)  # warm shutdown: running tasks finish
-        try:
-            process[0].wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process[0].kill()
-            process[0].wait()
-        Path(log.name).unlink(missing_ok=True)
-
-    return Service(f"celery worker (prefork x{concurrency})", start, stop)
+    return prefork_worker_service("provision-bench", concurrency, environment, loglevel="INFO")
