@@ -371,6 +371,7 @@ def simulated_fault_effect(backend: Any, namespace: str, host: str) -> FaultEffe
 # as a precondition (retried on 409); the simulated cluster locks the namespace row instead.
 
 ANNOTATION_FAULTS = "kiln.dev/chaos-faults"
+LABEL_MERGED = "kiln.dev/chaos-merged"  # set while ANNOTATION_FAULTS lists any fault
 MERGE_FIELD_MANAGER = "kiln"  # the rollout's field manager: both writers own the same fields
 MERGE_ATTEMPTS = 5
 
@@ -465,14 +466,21 @@ def _writable(vs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _set_entries(manifest: dict[str, Any], entries: list[dict[str, Any]]) -> None:
+    """Write the ownership annotation, and the LABEL_MERGED label that lets the reaper select
+    VirtualServices carrying merged faults without reading every VirtualService there is."""
     annotations = manifest["metadata"].setdefault("annotations", {})
+    labels = manifest["metadata"].setdefault("labels", {})
     if entries:
         ordered = sorted(entries, key=lambda e: (e["route"], e["key"]))
         annotations[ANNOTATION_FAULTS] = json.dumps(ordered, separators=(",", ":"), sort_keys=True)
+        labels[LABEL_MERGED] = "true"
     else:
         annotations.pop(ANNOTATION_FAULTS, None)
+        labels.pop(LABEL_MERGED, None)
         if not annotations:
             manifest["metadata"].pop("annotations")
+    if not labels:
+        manifest["metadata"].pop("labels")
 
 
 def with_fault(vs: dict[str, Any], spec: FaultSpec, token: int) -> dict[str, Any]:

@@ -110,7 +110,9 @@ def _sweep_strays(backend: Any, *, dry_run: bool) -> list[dict[str, Any]]:
         )
     merged = [
         vs
-        for vs in backend.list(actuators.CHAOS_API_VS, "VirtualService", None)
+        for vs in backend.list(
+            actuators.CHAOS_API_VS, "VirtualService", None, actuators.LABEL_MERGED
+        )
         if actuators.fault_entries(vs)
     ]
     if not objects and not merged:

@@ -105,7 +105,11 @@ def test_a_fault_goes_into_the_rollout_virtual_service_with_weights_untouched(
         {"experiment": str(exp.pk), "key": "abort", "route": "canary-split", "token": 1}
     ]
     assert vs["metadata"]["annotations"]["kiln.dev/rollout"] == str(rollout.pk)
-    assert vs["metadata"]["labels"] == before["metadata"]["labels"]
+    # The rollout's labels stay; the merged-fault label lets the reaper select this object.
+    assert vs["metadata"]["labels"] == {
+        **before["metadata"]["labels"],
+        actuators.LABEL_MERGED: "true",
+    }
     _validate(vs, VS_CRD)
     assert inj.applied == [
         {
