@@ -7,6 +7,8 @@ an INSERT must extend the head: seq = head seq + 1 and prev_hash = head hash.
 
 from __future__ import annotations
 
+from django.core.exceptions import ImproperlyConfigured
+
 # ruff: noqa: S608 - DDL built from module constants only
 
 TABLE = "audit_chainevent"
@@ -93,4 +95,7 @@ def statements(vendor: str, *, create: bool) -> list[str]:
         return POSTGRESQL_CREATE if create else POSTGRESQL_DROP
     if vendor == "sqlite":
         return SQLITE_CREATE if create else SQLITE_DROP
-    raise NotImplementedError(f"no audit chain triggers for {vendor}")
+    # The chain's append-only guarantee is enforced by the database: refuse any other one.
+    raise ImproperlyConfigured(
+        f"the audit chain needs PostgreSQL or SQLite to enforce it; {vendor} is not supported"
+    )

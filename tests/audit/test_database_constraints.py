@@ -137,3 +137,12 @@ def test_sqlite_triggers_enforce_the_same_rules():
         with pytest.raises(sqlite3.IntegrityError, match="append-only"):
             db.execute(sql)
     assert db.execute("SELECT count(*), min(actor) FROM audit_chainevent").fetchone() == (2, "a")
+
+
+def test_a_database_without_chain_triggers_is_refused_at_migration_time():
+    from django.core.exceptions import ImproperlyConfigured
+
+    from audit.triggers import statements
+
+    with pytest.raises(ImproperlyConfigured, match="mysql is not supported"):
+        statements("mysql", create=True)
