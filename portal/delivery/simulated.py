@@ -25,6 +25,7 @@ from portal.delivery.base import (
     HealthStatus,
     desired_state,
     match_labels,
+    parse_label_selector,
     ref_of,
 )
 from portal.models import SimulatedFailure, SimulatedObject
@@ -339,6 +340,13 @@ class SimulatedBackend:
         qs = SimulatedObject.objects.filter(api_version=api_version, kind=kind)
         if namespace is not None:
             qs = qs.filter(namespace=namespace)
+        # The database narrows by the selector's equality and existence terms, so a selective
+        # list of a crowded namespace reads only what may match; match_labels stays the judge.
+        for key, op, value in parse_label_selector(label_selector):
+            if op == "=":
+                qs = qs.filter(labels__contains={key: value})
+            elif op == "exists":
+                qs = qs.filter(labels__has_key=key)
         return [
             self._render(o)
             for o in qs.order_by("namespace", "name")

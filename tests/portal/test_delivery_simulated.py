@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from django.db.models.signals import post_init
 
 from portal.delivery import (
     AppliedRef,
@@ -111,6 +112,29 @@ def test_list_filters_by_namespace_and_label_selector():
         != []
     )
     assert backend.list("networking.istio.io/v1", "VirtualService", label_selector="missing") == []
+
+
+def test_a_selective_list_reads_only_the_objects_its_selector_can_match():
+    backend = get_backend()
+    backend.apply([vs(f"bulk-{i}") for i in range(20)] + [vs("c")])
+    loaded: list[str] = []
+
+    def count(sender, instance, **kwargs):
+        loaded.append(instance.name)
+
+    post_init.connect(count, sender=SimulatedObject)
+    try:
+        picked = backend.list("networking.istio.io/v1", "VirtualService", "shop", "app=c,tier")
+        assert [o["metadata"]["name"] for o in picked] == ["c"]
+        assert loaded == ["c"]  # the 20 others stay in the database
+        loaded.clear()
+        assert backend.list("networking.istio.io/v1", "VirtualService", "shop", "absent") == []
+        assert loaded == []
+        # Terms the database does not narrow by are still applied to what it returns.
+        picked = backend.list("networking.istio.io/v1", "VirtualService", "shop", "tier,app!=c")
+        assert len(picked) == 20 and "c" not in [o["metadata"]["name"] for o in picked]
+    finally:
+        post_init.disconnect(count, sender=SimulatedObject)
 
 
 def test_readiness_comes_after_the_configured_delay(settings):
