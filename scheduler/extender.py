@@ -19,6 +19,8 @@ cannot be proven on-demand).
 from __future__ import annotations
 
 import re
+import secrets
+import threading
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from itertools import repeat
@@ -157,9 +159,56 @@ def is_spot(labels: dict[str, str]) -> bool:
     return any(labels.get(key) == value for key, value in SPOT_LABELS)
 
 
+# How many distinct candidate lists one snapshot keeps resolved (kube-scheduler
+# repeats the same list, all nodes in cache mode, for pod after pod).
+RESOLUTION_CACHE_SIZE = 8
+
+
+@dataclass(eq=False)
+class Resolution:
+    """A candidate NodeNames list resolved against one snapshot, reused while the list repeats.
+
+    Everything here depends only on the names and the snapshot, never on the pod:
+    the row of each name (-1 unknown), the gathered scoring rows (read-only;
+    unknown names are not usable), the same rows with fail-safe prices, whether
+    any name needs JSON escaping, the bytes the list came in, and encoded
+    FailedAndUnresolvableNodes maps keyed by the exact reason vector they encode.
+    """
+
+    names: list[str]
+    idx: np.ndarray
+    usable: np.ndarray
+    rows: np.ndarray
+    all_known: bool
+    plain: bool
+    # The exact bytes of the NodeNames array this list came in (b"" until verified).
+    raw: bytes = b""
+    _priced: np.ndarray | None = field(default=None, repr=False)
+    _maps: dict[bytes, tuple[bytes, int]] = field(default_factory=dict, repr=False)
+
+    def priced_rows(self, snapshot: NodeSnapshot) -> np.ndarray:
+        """`rows` with unpriced candidates charged the highest known price (read-only)."""
+        if self._priced is None:
+            priced = fail_safe_prices(self.rows.copy(), snapshot)
+            priced.flags.writeable = False
+            self._priced = priced
+        return self._priced
+
+
+def _names_are_plain(names: list[str]) -> bool:
+    """Whether no name needs JSON escaping (orjson then adds only quotes, commas, brackets)."""
+    if not names:
+        return True
+    return len(orjson.dumps(names)) == len("".join(names).encode()) + 3 * len(names) + 1
+
+
 @dataclass
 class NodeSnapshot:
-    """Kiln's inventory as arrays: names, an index by name, and the (N, 9) scoring matrix."""
+    """Kiln's inventory as arrays: names, an index by name, and the (N, 9) scoring matrix.
+
+    A snapshot is never changed once built (a changed inventory is a new snapshot),
+    so what it caches (`resolve`, `host_entries`) lives and dies with it.
+    """
 
     names: list[str]
     matrix: np.ndarray
@@ -169,6 +218,9 @@ class NodeSnapshot:
 
     # Per node, the JSON text '{"Host":"<name>","Score":' (built on first prioritize).
     _host_entries: np.ndarray | None = field(default=None, repr=False, compare=False)
+    # Recently resolved candidate lists, most recent first (see `resolve`).
+    _resolutions: list[Resolution] = field(default_factory=list, repr=False, compare=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.index:
@@ -181,6 +233,45 @@ class NodeSnapshot:
             self._host_entries = np.array(entries or [b""], dtype=np.bytes_)
         return self._host_entries
 
+    def resolve(self, names: list[str]) -> Resolution:
+        """The `Resolution` of a candidate list, from the cache when an equal list was seen.
+
+        A hit costs one C-level list comparison instead of a dict lookup per name;
+        equality is exact (same names, same order), so a hit is never a guess.
+        """
+        n = len(names)
+        with self._lock:
+            for pos, cached in enumerate(self._resolutions):
+                if len(cached.names) == n and cached.names == names:
+                    if pos:
+                        self._resolutions.insert(0, self._resolutions.pop(pos))
+                    return cached
+        idx = np.fromiter(map(self.index.get, names, repeat(-1)), dtype=np.int64, count=n)
+        usable = idx >= 0
+        if len(self.names):
+            rows = self.matrix[np.where(usable, idx, 0)]
+        else:
+            rows = np.zeros((n, len(scoring.NodeArrays.COLUMNS)))
+        for array in (idx, usable, rows):
+            array.flags.writeable = False
+        resolution = Resolution(
+            names=list(names),
+            idx=idx,
+            usable=usable,
+            rows=rows,
+            all_known=bool(usable.all()),
+            plain=_names_are_plain(names),
+        )
+        with self._lock:
+            self._resolutions.insert(0, resolution)
+            del self._resolutions[RESOLUTION_CACHE_SIZE:]
+        return resolution
+
+    def remembered(self) -> list[Resolution]:
+        """The cached resolutions whose raw NodeNames bytes are known, most recent first."""
+        with self._lock:
+            return [r for r in self._resolutions if r.raw]
+
     @classmethod
     def empty(cls) -> NodeSnapshot:
         """A snapshot with no nodes."""
@@ -189,22 +280,89 @@ class NodeSnapshot:
 
 @dataclass
 class Args:
-    """A parsed ExtenderArgs: the pod, which mode, candidate names and (non-cache mode) node objects."""
+    """A parsed ExtenderArgs: the pod, which mode, candidate names and (non-cache mode) node objects.
+
+    `resolution` is set when `parse_args` already resolved the names against
+    `resolved_against` (the snapshot it was given); other snapshots resolve anew.
+    """
 
     pod: scoring.PodRequest
     cache_mode: bool
     names: list[str]
     node_objects: list[dict[str, Any]] | None
+    resolution: Resolution | None = field(default=None, repr=False, compare=False)
+    resolved_against: NodeSnapshot | None = field(default=None, repr=False, compare=False)
 
 
-def parse_args(body: bytes | str) -> Args:
-    """Decode and validate an ExtenderArgs body; raise ProtocolError with the reason."""
+# Raw-bytes reuse of a NodeNames list (see `parse_args`): lists shorter than this
+# are cheap to decode and are not worth remembering.
+RAW_NAMES_MIN = 256
+# Stands in for a remembered NodeNames array so the rest of a body decodes alone;
+# the per-process nonce means no body can carry it by chance.
+_NAMES_PLACEHOLDER_TEXT = "kiln-cached-node-names-" + secrets.token_hex(16)
+_NAMES_PLACEHOLDER = orjson.dumps(_NAMES_PLACEHOLDER_TEXT)
+_NAMES_KEY_BEFORE = re.compile(rb'"NodeNames"[ \t\r\n]*:[ \t\r\n]*\Z')
+_NAMES_TAIL = re.compile(rb'"NodeNames"[ \t\r\n]*:[ \t\r\n]*(\[.*\])[ \t\r\n]*\}[ \t\r\n]*\Z', re.S)
+_WS = b" \t\r\n"
+
+
+def _tail_end(body: bytes) -> int | None:
+    """Where the value before the body's closing brace ends (None if the body does not end in '}')."""
+    end = len(body)
+    while end and body[end - 1] in _WS:
+        end -= 1
+    if not end or body[end - 1] != 0x7D:  # '}'
+        return None
+    end -= 1
+    while end and body[end - 1] in _WS:
+        end -= 1
+    return end
+
+
+def _decode(body: bytes | str) -> dict[str, Any]:
     try:
         data = orjson.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"body is not JSON: {exc}") from exc
     if not isinstance(data, dict):
         raise ProtocolError("ExtenderArgs must be a JSON object")
+    return data
+
+
+def _parse_remembered(body: bytes, snapshot: NodeSnapshot) -> Args | None:
+    """Args without decoding the NodeNames array, when its exact bytes were seen with this snapshot.
+
+    kube-scheduler (Go) writes ExtenderArgs as Pod, Nodes, NodeNames: the
+    candidate array is the last value of the body. If those bytes equal a
+    remembered array, the rest of the body is decoded with a placeholder in its
+    place; only if the placeholder then is the top-level NodeNames value are the
+    remembered names used. Anything else returns None (decode the whole body).
+    """
+    end = _tail_end(body)
+    if end is None:
+        return None
+    for resolution in snapshot.remembered():
+        raw = resolution.raw
+        start = end - len(raw)
+        if start <= 0 or not body.startswith(raw, start):
+            continue
+        if not _NAMES_KEY_BEFORE.search(body, max(0, start - 64), start):
+            continue
+        try:
+            data = _decode(body[:start] + _NAMES_PLACEHOLDER + body[end:])
+        except ProtocolError:
+            return None
+        if _get(data, "NodeNames") != _NAMES_PLACEHOLDER_TEXT:
+            return None
+        args = _args_from(data, remembered=resolution.names)
+        if args.cache_mode:
+            args.resolution, args.resolved_against = resolution, snapshot
+        return args
+    return None
+
+
+def _args_from(data: dict[str, Any], remembered: list[str] | None = None) -> Args:
+    """Validate decoded ExtenderArgs; `remembered` replaces a NodeNames placeholder (already valid)."""
     pod = pod_request(_get(data, "Pod"))
     nodes = _get(data, "Nodes")
     names = _get(data, "NodeNames")
@@ -219,12 +377,56 @@ def parse_args(body: bytes | str) -> Args:
                 raise ProtocolError("every node in Nodes.items needs metadata.name")
             node_names.append(name)
         return Args(pod, False, node_names, items)
+    if remembered is not None:
+        return Args(pod, True, remembered, None)
     if names is not None:
-        # set(map(type, ...)) runs in C: this check is on the hot path for 10k+ names.
-        if not isinstance(names, list) or not set(map(type, names)) <= {str}:
+        # str.join runs in C and refuses anything but strings: on the hot path for 10k+ names.
+        if not isinstance(names, list):
             raise ProtocolError("NodeNames must be a list of strings")
+        try:
+            "".join(names)
+        except TypeError:
+            raise ProtocolError("NodeNames must be a list of strings") from None
         return Args(pod, True, names, None)
     raise ProtocolError("ExtenderArgs needs Nodes (nodeCacheCapable: false) or NodeNames (true)")
+
+
+def parse_args(body: bytes | str, snapshot: NodeSnapshot | None = None) -> Args:
+    """Decode and validate an ExtenderArgs body; raise ProtocolError with the reason.
+
+    With a `snapshot`, the names are resolved against it, and a NodeNames array
+    whose exact bytes this snapshot saw before is not decoded again (kube-scheduler
+    sends the same candidate list for pod after pod). The result is the same as
+    decoding the whole body.
+    """
+    if snapshot is not None and isinstance(body, bytes):
+        args = _parse_remembered(body, snapshot)
+        if args is not None:
+            return args
+    args = _args_from(_decode(body))
+    if snapshot is not None and args.cache_mode:
+        args.resolution, args.resolved_against = snapshot.resolve(args.names), snapshot
+        if (
+            isinstance(body, bytes)
+            and len(args.names) >= RAW_NAMES_MIN
+            and args.resolution.raw == b""
+        ):
+            _remember_raw(body, args.resolution)
+    return args
+
+
+def _remember_raw(body: bytes, resolution: Resolution) -> None:
+    """Keep the bytes of the body's trailing NodeNames array if they decode to exactly these names."""
+    match = _NAMES_TAIL.search(body, max(0, body.rfind(b'"NodeNames"')))
+    if match is None:
+        return
+    raw = match.group(1)
+    try:
+        same = orjson.loads(raw) == resolution.names
+    except ValueError:
+        return
+    if same:
+        resolution.raw = raw
 
 
 def _node_row(node: dict[str, Any], known: np.ndarray | None) -> np.ndarray:
@@ -249,30 +451,33 @@ def _node_row(node: dict[str, Any], known: np.ndarray | None) -> np.ndarray:
     return row
 
 
+def _resolution(args: Args, snapshot: NodeSnapshot) -> Resolution:
+    """The resolution of the candidate names against this snapshot (parse_args may have it)."""
+    if args.resolution is not None and args.resolved_against is snapshot:
+        return args.resolution
+    return snapshot.resolve(args.names)
+
+
 def cache_index(args: Args, snapshot: NodeSnapshot) -> np.ndarray:
-    """Each candidate name's row in the snapshot (-1 when unknown); one C-level pass."""
-    n = len(args.names)
-    return np.fromiter(map(snapshot.index.get, args.names, repeat(-1)), dtype=np.int64, count=n)
+    """Each candidate name's row in the snapshot (-1 when unknown); cached per candidate list."""
+    return _resolution(args, snapshot).idx
 
 
 def candidate_rows(
-    args: Args, snapshot: NodeSnapshot, idx: np.ndarray | None = None
+    args: Args, snapshot: NodeSnapshot
 ) -> tuple[np.ndarray, np.ndarray, dict[int, str]]:
-    """Scoring rows for the candidates, which positions are usable, and per-position failure reasons."""
+    """Scoring rows for the candidates, which positions are usable, and per-position failure reasons.
+
+    In cache mode the rows are the resolution's (read-only, shared between calls).
+    """
     n = len(args.names)
     failures: dict[int, str] = {}
     if args.cache_mode:
-        if idx is None:
-            idx = cache_index(args, snapshot)
-        usable = idx >= 0
-        rows = (
-            snapshot.matrix[np.where(usable, idx, 0)]
-            if len(snapshot.names)
-            else np.zeros((n, len(scoring.NodeArrays.COLUMNS)))
-        )
+        resolution = _resolution(args, snapshot)
+        usable = resolution.usable
         for pos in np.flatnonzero(~usable).tolist():
             failures[pos] = REASON_UNKNOWN_NODE
-        return rows, usable, failures
+        return resolution.rows, usable, failures
     rows = np.zeros((n, len(scoring.NodeArrays.COLUMNS)))
     usable = np.ones(n, dtype=bool)
     for pos, (name, obj) in enumerate(zip(args.names, args.node_objects or [], strict=True)):
@@ -303,6 +508,10 @@ def _pick(names: list[str], positions: np.ndarray) -> list[str]:
     if positions.shape[0] == 1:
         return [names[int(positions[0])]]
     return list(itemgetter(*positions.tolist())(names))
+
+
+# The reason code of an unknown name in the fast filter (never produced by scoring).
+_UNKNOWN = -1
 
 
 def filter_result(args: Args, snapshot: NodeSnapshot) -> dict[str, Any]:
@@ -340,6 +549,88 @@ def filter_result(args: Args, snapshot: NodeSnapshot) -> dict[str, Any]:
     }
 
 
+def _encode_map(names: list[str], groups: list[tuple[np.ndarray, str]], plain: bool) -> bytes:
+    """A JSON object {name: reason} over (positions, reason) groups, in group order.
+
+    With plain names (nothing to escape) each group is one str.join over the
+    names; otherwise orjson encodes a dict.
+    """
+    if not plain:
+        mapping: dict[str, str] = {}
+        for positions, reason in groups:
+            mapping.update(dict.fromkeys(_pick(names, positions), reason))
+        return orjson.dumps(mapping)
+    parts = []
+    for positions, reason in groups:
+        if positions.shape[0] == 0:
+            continue
+        value = orjson.dumps(reason).decode()
+        parts.append('"' + f'":{value},"'.join(_pick(names, positions)) + f'":{value}')
+    return ("{" + ",".join(parts) + "}").encode()
+
+
+def filter_body(args: Args, snapshot: NodeSnapshot) -> tuple[bytes, int]:
+    """`filter_result` as JSON bytes, and how many nodes it fails as unresolvable.
+
+    Cache mode encodes the maps per reason without a dict per node, and reuses the
+    encoded FailedAndUnresolvableNodes of the candidate list's resolution when the
+    unresolvable reasons are the same (they depend on the workload class, not on
+    the pod's size). Decodes to exactly `filter_result` (tests hold the two equal).
+    """
+    if not args.cache_mode:
+        result = filter_result(args, snapshot)
+        return orjson.dumps(result), len(result["FailedAndUnresolvableNodes"])
+    names = args.names
+    resolution = _resolution(args, snapshot)
+    reasons = scoring.filter_matrix(resolution.rows, args.pod)
+    if not resolution.all_known:
+        reasons = np.where(resolution.usable, reasons, np.int8(_UNKNOWN))
+    codes = np.unique(reasons).tolist()
+    unresolvable_codes = [c for c in codes if c in scoring.UNRESOLVABLE_REASONS]
+    failed_groups = [
+        (
+            np.flatnonzero(reasons == c),
+            REASON_UNKNOWN_NODE if c == _UNKNOWN else scoring.REASON_MESSAGES[c],
+        )
+        for c in codes
+        if c != scoring.FIT and c not in scoring.UNRESOLVABLE_REASONS
+    ]
+    failed = _encode_map(names, failed_groups, resolution.plain) if failed_groups else b"{}"
+    unresolvable, count = b"{}", 0
+    if unresolvable_codes:
+        # The exact reason vector of the unresolvable nodes is the key: equal key, equal map.
+        mask = reasons == unresolvable_codes[0]
+        for code in unresolvable_codes[1:]:
+            mask |= reasons == code
+        key = np.where(mask, reasons, np.int8(0)).tobytes()
+        cached = resolution._maps.get(key)
+        if cached is None:
+            groups = [
+                (np.flatnonzero(reasons == c), scoring.REASON_MESSAGES[c])
+                for c in unresolvable_codes
+            ]
+            # Count names, not positions (a name listed twice is one map entry).
+            count = len(set(_pick(names, np.flatnonzero(mask))))
+            cached = (_encode_map(names, groups, resolution.plain), count)
+            if len(resolution._maps) >= 4:
+                resolution._maps.clear()
+            resolution._maps[key] = cached
+        unresolvable, count = cached
+    passing = orjson.dumps(_pick(names, np.flatnonzero(reasons == scoring.FIT)))
+    body = b"".join(
+        (
+            b'{"Nodes":null,"NodeNames":',
+            passing,
+            b',"FailedNodes":',
+            failed,
+            b',"FailedAndUnresolvableNodes":',
+            unresolvable,
+            b',"Error":""}',
+        )
+    )
+    return body, count
+
+
 def prioritize_result(
     args: Args, snapshot: NodeSnapshot, weights: scoring.Weights
 ) -> list[dict[str, Any]]:
@@ -350,16 +641,24 @@ def prioritize_result(
 
 def prioritize_scores(args: Args, snapshot: NodeSnapshot, weights: scoring.Weights) -> list[int]:
     """The score (0..10) of every candidate in order; 0 for nodes that fail the filter."""
-    return _score_candidates(args, snapshot, weights, None).tolist()
+    return _score_candidates(args, snapshot, weights).tolist()
 
 
 def _score_candidates(
-    args: Args, snapshot: NodeSnapshot, weights: scoring.Weights, idx: np.ndarray | None
+    args: Args,
+    snapshot: NodeSnapshot,
+    weights: scoring.Weights,
+    resolution: Resolution | None = None,
 ) -> np.ndarray:
-    rows, usable, _ = candidate_rows(args, snapshot, idx)
-    rows = fail_safe_prices(rows, snapshot)  # rows are a copy in both modes
+    if args.cache_mode:
+        resolution = resolution or _resolution(args, snapshot)
+        rows, usable = resolution.priced_rows(snapshot), resolution.usable
+    else:
+        rows, usable, _ = candidate_rows(args, snapshot)
+        rows = fail_safe_prices(rows, snapshot)  # a fresh array per call
     reasons = scoring.filter_matrix(rows, args.pod)
-    reasons = np.where(usable, reasons, scoring.REASON_ZERO_CAPACITY).astype(np.int8)
+    if not usable.all():
+        reasons = np.where(usable, reasons, scoring.REASON_ZERO_CAPACITY).astype(np.int8)
     return scoring.score_matrix(rows, args.pod, weights, reasons)
 
 
@@ -379,18 +678,19 @@ def prioritize_body(args: Args, snapshot: NodeSnapshot, weights: scoring.Weights
     names = args.names
     if not names:
         return b"[]"
-    idx = cache_index(args, snapshot) if args.cache_mode else None
-    score_array = _score_candidates(args, snapshot, weights, idx)
-    if idx is not None and len(snapshot.names) and bool((idx >= 0).all()):
-        entries = snapshot.host_entries()
-        out = np.empty(len(names), dtype=[("host", entries.dtype), ("score", _SCORE_SUFFIX.dtype)])
-        out["host"] = entries[idx]
-        out["score"] = _SCORE_SUFFIX[score_array]
-        return b"[" + out.tobytes().replace(b"\x00", b"")[:-1] + b"]"
+    resolution = _resolution(args, snapshot) if args.cache_mode else None
+    score_array = _score_candidates(args, snapshot, weights, resolution)
+    if resolution is not None and len(snapshot.names):
+        if resolution.all_known:
+            entries = snapshot.host_entries()
+            out = np.empty(
+                len(names), dtype=[("host", entries.dtype), ("score", _SCORE_SUFFIX.dtype)]
+            )
+            out["host"] = entries[resolution.idx]
+            out["score"] = _SCORE_SUFFIX[score_array]
+            return b"[" + out.tobytes().replace(b"\x00", b"")[:-1] + b"]"
     scores = score_array.tolist()
-    # orjson quotes every name; if that added only the quotes and commas, none needed escaping.
-    quoted = orjson.dumps(names)
-    if len(quoted) != len("".join(names).encode()) + 3 * len(names) + 1:
+    if not _names_are_plain(names):
         pairs = [{"Host": n, "Score": s} for n, s in zip(names, scores, strict=True)]
         return orjson.dumps(pairs)
     return f"[{','.join(map(_HOST_SCORE, names, scores))}]".encode()

@@ -90,20 +90,18 @@ def extender_call(
             f"body of {len(body)} bytes exceeds KILN_SCHEDULER_MAX_BODY_BYTES "
             f"({settings.KILN_SCHEDULER_MAX_BODY_BYTES}); use nodeCacheCapable: true",
         )
+    snapshot = (snapshot_source or selectors.node_snapshot)()
     try:
-        args = extender.parse_args(body)
+        # With the snapshot, a candidate list seen before is neither decoded nor looked up again.
+        args = extender.parse_args(body, snapshot)
     except extender.ProtocolError as exc:
         return _error(verb, 400, "malformed", str(exc))
-    snapshot = (snapshot_source or selectors.node_snapshot)()
     if verb == FILTER:
-        result: Any = extender.filter_result(args, snapshot)
-        if result["FailedAndUnresolvableNodes"]:
-            SPOT_REJECTIONS.inc(len(result["FailedAndUnresolvableNodes"]))
+        payload, unresolvable = extender.filter_body(args, snapshot)
+        if unresolvable:
+            SPOT_REJECTIONS.inc(unresolvable)
     else:
-        result = None
         payload = extender.prioritize_body(args, snapshot, selectors.scoring_weights())
-    if result is not None:
-        payload = _dumps(result)
     EXTENDER_SECONDS.labels(verb).observe(time.perf_counter() - started)
     return 200, payload
 

@@ -1,0 +1,201 @@
+"""The extender's per-snapshot caches: resolved candidate lists, remembered NodeNames bytes, and
+the encodings built on them decode to exactly what the reference functions return."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduler import bench, extender, selectors
+from scheduler.models import CapacityType, Node
+from scheduler.scoring import Weights
+from tests.scheduler.conftest import pod
+from tests.scheduler.test_scoring import cluster_from, row_strategy
+
+UNKNOWN = "node is not in kiln's inventory"
+SPOT_REASON = "node is spot capacity and the pod is latency-sensitive"
+
+
+def body_of(names: list[str], workload_class: str | None, *, compact: bool, **pod_extra) -> bytes:
+    """ExtenderArgs bytes, compact as Go writes them or with json.dumps' spaces."""
+    data = {"Pod": pod(workload_class, **pod_extra), "Nodes": None, "NodeNames": names}
+    return orjson.dumps(data) if compact else json.dumps(data).encode()
+
+
+def small_snapshot() -> extender.NodeSnapshot:
+    snapshot = bench.synthetic_snapshot(300)
+    return extender.NodeSnapshot(snapshot.names, snapshot.matrix, max_price=0.5)
+
+
+def test_an_equal_candidate_list_reuses_its_resolution():
+    snapshot = small_snapshot()
+    first = snapshot.resolve(list(snapshot.names))
+    again = snapshot.resolve([str(n) for n in snapshot.names])  # equal list, new objects
+    assert again is first
+    other = snapshot.resolve(snapshot.names[:-1])
+    assert other is not first
+    assert other.idx.tolist() == list(range(299))
+    # Same length, another order: a different resolution, never a guess from the length.
+    rotated = snapshot.resolve([*snapshot.names[1:], snapshot.names[0]])
+    assert rotated is not first
+    assert rotated.idx.tolist() == [*range(1, 300), 0]
+    assert snapshot.resolve(list(snapshot.names)) is first
+
+
+def test_resolutions_are_bounded_and_read_only():
+    snapshot = small_snapshot()
+    lists = [snapshot.names[i:] for i in range(extender.RESOLUTION_CACHE_SIZE + 3)]
+    resolutions = [snapshot.resolve(names) for names in lists]
+    assert len(snapshot._resolutions) == extender.RESOLUTION_CACHE_SIZE
+    assert snapshot.resolve(lists[0]) is not resolutions[0]  # evicted, resolved anew
+    with pytest.raises(ValueError):
+        resolutions[-1].rows[0, 0] = 1.0
+
+
+def test_a_cached_resolution_still_reports_unknown_names():
+    snapshot = small_snapshot()
+    names = ["node-00001", "ghost-1", "node-00002", "ghost-2"]
+    body = body_of(names, "batch", compact=True)
+    for _ in range(3):  # the first call fills the caches, the others use them
+        result = orjson.loads(
+            extender.filter_body(extender.parse_args(body, snapshot), snapshot)[0]
+        )
+        assert result["FailedNodes"]["ghost-1"] == UNKNOWN
+        assert result["FailedNodes"]["ghost-2"] == UNKNOWN
+        assert not {"ghost-1", "ghost-2"} & set(result["NodeNames"])
+        ranked = orjson.loads(
+            extender.prioritize_body(extender.parse_args(body, snapshot), snapshot, Weights())
+        )
+        assert ranked[1] == {"Host": "ghost-1", "Score": 0}
+        assert ranked[3] == {"Host": "ghost-2", "Score": 0}
+
+
+@pytest.mark.parametrize("compact", [True, False], ids=["go-compact", "spaced"])
+def test_remembered_names_bytes_give_the_same_args_as_decoding(compact):
+    snapshot = small_snapshot()
+    names = snapshot.names[::-1]
+    first = extender.parse_args(body_of(names, None, compact=compact), snapshot)
+    assert first.resolution is not None and first.resolution.raw  # remembered
+    # Another pod with the same candidate bytes: the names are not decoded again.
+    body = body_of(names, "batch", compact=compact, cpu="3")
+    fast = extender.parse_args(body, snapshot)
+    plain = extender.parse_args(body)
+    assert fast.names is first.resolution.names
+    assert fast.resolution is first.resolution
+    assert (fast.pod, fast.cache_mode, fast.names) == (plain.pod, plain.cache_mode, plain.names)
+
+
+def test_remembered_bytes_are_only_used_as_the_top_level_node_names():
+    snapshot = small_snapshot()
+    names = snapshot.names
+    raw = extender.parse_args(body_of(names, None, compact=True), snapshot).resolution.raw
+    pod_json = orjson.dumps(pod("batch"))
+    # The same bytes under another key that ends in NodeNames: the real list is ["ghost"].
+    tricky = b'{"Pod":' + pod_json + b',"NodeNames":["ghost"],"x\\"NodeNames":' + raw + b"}"
+    args = extender.parse_args(tricky, snapshot)
+    assert args.names == ["ghost"]
+    # Duplicate keys: the last one wins, as when decoding the whole body.
+    twice = b'{"Pod":' + pod_json + b',"NodeNames":["ghost"],"NodeNames":' + raw + b"}"
+    assert extender.parse_args(twice, snapshot).names == names
+    # Nodes given (nodeCacheCapable: false): the names are ignored either way.
+    nodes = {"items": [{"metadata": {"name": "n1", "labels": {}}}]}
+    with_nodes = b'{"Pod":' + pod_json + b',"Nodes":' + orjson.dumps(nodes)
+    with_nodes += b',"NodeNames":' + raw + b"}"
+    args = extender.parse_args(with_nodes, snapshot)
+    assert not args.cache_mode and args.names == ["n1"]
+    # A body broken before the remembered bytes is still a protocol error.
+    with pytest.raises(extender.ProtocolError):
+        extender.parse_args(b'{"Pod":{"spec":[}, "NodeNames":' + raw + b"}", snapshot)
+
+
+def test_a_new_snapshot_answers_from_its_own_nodes(inventory):
+    """The caches live on the snapshot: an inventory change is a new snapshot, resolved anew."""
+    names = ["node-od", "node-spot", "node-mystery"] * 100  # long enough to be remembered
+    body = body_of(names, "latency-sensitive", compact=True)
+    first = selectors.node_snapshot()
+    result = orjson.loads(extender.filter_body(extender.parse_args(body, first), first)[0])
+    assert result["FailedAndUnresolvableNodes"] == {"node-spot": SPOT_REASON}
+    assert first.remembered()
+    Node.objects.filter(name="node-spot").update(
+        capacity_type=CapacityType.ON_DEMAND, labels={"karpenter.sh/capacity-type": "on-demand"}
+    )
+    selectors.snapshot_invalidate()
+    second = selectors.node_snapshot()
+    assert second is not first and not second.remembered()
+    args = extender.parse_args(body, second)
+    assert args.resolution is not first.resolve(names)
+    result = orjson.loads(extender.filter_body(args, second)[0])
+    assert result["FailedAndUnresolvableNodes"] == {}
+    assert "node-spot" in result["NodeNames"]
+    # Args resolved against the old snapshot are resolved again against the new one.
+    stale = extender.parse_args(body, first)
+    result = orjson.loads(extender.filter_body(stale, second)[0])
+    assert result["FailedAndUnresolvableNodes"] == {}
+
+
+def test_repeated_http_calls_follow_inventory_changes(inventory, client):
+    names = ["node-od", "node-spot"] * 200
+    body = body_of(names, None, compact=True)
+    post = lambda: client.post("/scheduler/filter", data=body, content_type="application/json")  # noqa: E731
+    assert post().json()["FailedAndUnresolvableNodes"] == {"node-spot": SPOT_REASON}
+    assert post().json()["FailedAndUnresolvableNodes"] == {"node-spot": SPOT_REASON}
+    Node.objects.filter(name="node-od").update(allocatable_cpu_millis=0)
+    selectors.snapshot_invalidate()
+    unresolvable = post().json()["FailedAndUnresolvableNodes"]
+    assert unresolvable == {
+        "node-spot": SPOT_REASON,
+        "node-od": "node has no allocatable cpu or memory",
+    }
+
+
+# --- the fast encodings decode to the reference results ----------------------------------------
+
+NAME_POOL = ["node-a", "node-b", 'we"ird', "back\\slash", "ünï", "tab\tname", "ghost", "node-c"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(row_strategy, min_size=1, max_size=12),
+    st.lists(st.integers(0, 15), max_size=30),
+    st.sampled_from([None, "latency-sensitive", "standard", "batch", "platinum"]),
+    st.sampled_from(["0", "250m", "2", "64"]),
+    st.booleans(),
+    st.integers(1, 3),
+)
+def test_property_fast_filter_and_prioritize_equal_the_reference(
+    rows, picks, workload_class, cpu, compact, repeats
+):
+    matrix = cluster_from(rows)
+    names = [
+        f"node-{i}" if i % 3 else NAME_POOL[i % len(NAME_POOL)] + str(i) for i in range(len(rows))
+    ]
+    snapshot = extender.NodeSnapshot(names, matrix, max_price=3.0)
+    candidates = [names[p] if p < len(names) else NAME_POOL[p % len(NAME_POOL)] for p in picks]
+    body = body_of(candidates, workload_class, compact=compact, cpu=cpu, memory="1")
+    reference_args = extender.parse_args(body)
+    expected_filter = extender.filter_result(reference_args, snapshot)
+    expected_ranked = extender.prioritize_result(reference_args, snapshot, Weights())
+    for _ in range(repeats):  # later rounds answer from the caches
+        args = extender.parse_args(body, snapshot)
+        raw, unresolvable = extender.filter_body(args, snapshot)
+        assert orjson.loads(raw) == expected_filter
+        assert unresolvable == len(expected_filter["FailedAndUnresolvableNodes"])
+        assert orjson.loads(extender.prioritize_body(args, snapshot, Weights())) == expected_ranked
+
+
+def test_fast_filter_over_the_benchmark_inventory_equals_the_reference():
+    snapshot = bench.synthetic_snapshot(2000)
+    snapshot.matrix[::97, 0] = 0.0  # some zero-capacity nodes
+    for workload_class in (None, "standard", "batch", "latency-sensitive"):
+        body = bench.sample_body([*snapshot.names, "ghost"], workload_class)
+        expected = extender.filter_result(extender.parse_args(body), snapshot)
+        for _ in range(2):
+            raw, count = extender.filter_body(extender.parse_args(body, snapshot), snapshot)
+            assert orjson.loads(raw) == expected
+            assert count == len(expected["FailedAndUnresolvableNodes"])
+        assert np.any(expected["NodeNames"])
