@@ -10,6 +10,7 @@ the endpoints are protected (NetworkPolicy, mTLS, optional shared token).
 from __future__ import annotations
 
 import asyncio
+import gc
 import hmac
 import logging
 import time
@@ -124,6 +125,11 @@ class ExtenderASGI:
             while True:
                 message = await receive()
                 if message["type"] == "lifespan.startup":
+                    # Everything loaded so far (Django, numpy, the app) lives as long as the
+                    # process: keep it out of the collector, so no full collection walks it
+                    # while kube-scheduler waits.
+                    gc.collect()
+                    gc.freeze()
                     await send({"type": "lifespan.startup.complete"})
                 elif message["type"] == "lifespan.shutdown":
                     await send({"type": "lifespan.shutdown.complete"})
