@@ -87,7 +87,10 @@ class Command(BaseCommand):
             token = settings.KILN_SCHEDULER_EXTENDER_TOKEN
             bench.bench_http("127.0.0.1", port, names, min(20, requests), token)  # warm up
             out = bench.bench_http("127.0.0.1", port, names, requests, token)
-            out["server"] = "scheduler_extender (uvicorn, dedicated ASGI app), loopback, keep-alive"
+            out["server"] = (
+                "scheduler_extender (uvicorn httptools, dedicated ASGI app, one write per "
+                "response), loopback, keep-alive"
+            )
             return out
         finally:
             server.terminate()

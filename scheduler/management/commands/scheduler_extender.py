@@ -33,6 +33,7 @@ class Command(BaseCommand):
 
         from scheduler import selectors
         from scheduler.extender_http import ExtenderASGI
+        from scheduler.extender_server import ExtenderHttpProtocol
 
         if bool(opts["tls_cert"]) != bool(opts["tls_key"]):
             raise CommandError("--tls-cert and --tls-key go together")
@@ -59,5 +60,7 @@ class Command(BaseCommand):
             log_level=opts["log_level"],
             access_log=False,
             lifespan="on",
+            http=ExtenderHttpProtocol,  # httptools, one socket write per response
+            ws="none",
             **tls,
         )
