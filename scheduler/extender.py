@@ -581,10 +581,10 @@ def filter_body(args: Args, snapshot: NodeSnapshot) -> tuple[bytes, int]:
         result = filter_result(args, snapshot)
         return orjson.dumps(result), len(result["FailedAndUnresolvableNodes"])
     names = args.names
+    from scheduler import scoring_kernel
+
     resolution = _resolution(args, snapshot)
-    reasons = scoring.filter_matrix(resolution.rows, args.pod)
-    if not resolution.all_known:
-        reasons = np.where(resolution.usable, reasons, np.int8(_UNKNOWN))
+    reasons = scoring_kernel.filter_rows(resolution.rows, args.pod, resolution.usable, _UNKNOWN)
     codes = np.unique(reasons).tolist()
     unresolvable_codes = [c for c in codes if c in scoring.UNRESOLVABLE_REASONS]
     failed_groups = [
@@ -640,8 +640,12 @@ def prioritize_result(
 
 
 def prioritize_scores(args: Args, snapshot: NodeSnapshot, weights: scoring.Weights) -> list[int]:
-    """The score (0..10) of every candidate in order; 0 for nodes that fail the filter."""
-    return _score_candidates(args, snapshot, weights).tolist()
+    """The score (0..10) of every candidate in order; 0 for nodes that fail the filter.
+
+    The numpy reference (`scoring.filter_matrix`/`score_matrix`); `prioritize_body`
+    computes the same scores with the compiled kernel.
+    """
+    return _score_candidates(args, snapshot, weights, compiled=False).tolist()
 
 
 def _score_candidates(
@@ -649,6 +653,7 @@ def _score_candidates(
     snapshot: NodeSnapshot,
     weights: scoring.Weights,
     resolution: Resolution | None = None,
+    compiled: bool = True,
 ) -> np.ndarray:
     if args.cache_mode:
         resolution = resolution or _resolution(args, snapshot)
@@ -656,6 +661,11 @@ def _score_candidates(
     else:
         rows, usable, _ = candidate_rows(args, snapshot)
         rows = fail_safe_prices(rows, snapshot)  # a fresh array per call
+    if compiled:
+        from scheduler import scoring_kernel
+
+        reasons = scoring_kernel.filter_rows(rows, args.pod, usable, scoring.REASON_ZERO_CAPACITY)
+        return scoring_kernel.score_rows(rows, args.pod, weights, reasons)
     reasons = scoring.filter_matrix(rows, args.pod)
     if not usable.all():
         reasons = np.where(usable, reasons, scoring.REASON_ZERO_CAPACITY).astype(np.int8)

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler import bench, extender, selectors
+from scheduler import bench, extender, scoring, scoring_kernel, selectors
 from scheduler.models import CapacityType, Node
-from scheduler.scoring import Weights
+from scheduler.scoring import BATCH, LATENCY_SENSITIVE, STANDARD, PodRequest, Weights
 from tests.scheduler.conftest import pod
 from tests.scheduler.test_scoring import cluster_from, row_strategy
 
@@ -199,3 +199,61 @@ def test_fast_filter_over_the_benchmark_inventory_equals_the_reference():
             assert orjson.loads(raw) == expected
             assert count == len(expected["FailedAndUnresolvableNodes"])
         assert np.any(expected["NodeNames"])
+
+
+# --- the compiled filter and score equal the numpy reference -----------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(row_strategy, min_size=1, max_size=40),
+    st.builds(
+        PodRequest,
+        cpu=st.sampled_from([0.0, 0.1, 0.5, 2.0]),
+        memory=st.sampled_from([0.0, 0.5, 4.0, 32.0]),
+        gpu=st.sampled_from([0.0, 0.0, 1.0, 2.0]),
+        workload_class=st.sampled_from([LATENCY_SENSITIVE, STANDARD, BATCH, "unknown"]),
+    ),
+    st.sampled_from([Weights(), Weights(1, 0, 0), Weights(0, 1, 0), Weights(0, 0, 1)]),
+    st.lists(st.booleans(), min_size=40, max_size=40),
+    st.booleans(),
+)
+def test_property_compiled_kernel_equals_the_numpy_reference(rows, pod, weights, usable, frozen):
+    matrix = cluster_from(rows)
+    if frozen:
+        matrix.flags.writeable = False  # the cached resolutions' rows are read-only
+    reference = scoring.filter_matrix(matrix, pod)
+    assert scoring_kernel.filter_rows(matrix, pod).tolist() == reference.tolist()
+    mask = np.array(usable[: len(rows)])
+    compiled = scoring_kernel.filter_rows(matrix, pod, mask, scoring.REASON_ZERO_CAPACITY)
+    masked = np.where(mask, reference, scoring.REASON_ZERO_CAPACITY).astype(np.int8)
+    assert compiled.tolist() == masked.tolist()
+    expected = scoring.score_matrix(matrix, pod, weights, masked)
+    assert scoring_kernel.score_rows(matrix, pod, weights, compiled).tolist() == expected.tolist()
+
+
+def test_compiled_kernel_equals_the_reference_over_a_large_random_cluster():
+    rng = np.random.default_rng(7)
+    n = 5000
+    matrix = np.zeros((n, 9))
+    matrix[:, 0] = rng.choice([0.0, 2.0, 4.0, 16.0, 96.0], n)
+    matrix[:, 1] = rng.choice([0.0, 8.0, 64.0, 384.0], n)
+    matrix[:, 2] = rng.choice([0.0, 0.0, 1.0, 4.0, 8.0], n)
+    matrix[:, 3] = matrix[:, 0] * rng.uniform(0, 1.1, n)
+    matrix[:, 4] = matrix[:, 1] * rng.uniform(0, 1.1, n)
+    matrix[:, 5] = np.floor(matrix[:, 2] * rng.uniform(0, 1, n))
+    matrix[:, 6] = np.where(rng.random(n) < 0.05, np.nan, rng.uniform(0.01, 30, n))
+    matrix[:, 7] = np.where(rng.random(n) < 0.1, np.nan, rng.choice([0.1, 0.5, 1.0], n))
+    matrix[:, 8] = rng.random(n) < 0.5
+    usable = rng.random(n) < 0.97
+    for cpu, mem, gpu in [(0.0, 0.0, 0.0), (0.5, 2.0, 0.0), (4.0, 16.0, 1.0), (0.1, 0.5, 2.0)]:
+        for workload_class in (LATENCY_SENSITIVE, STANDARD, BATCH):
+            pod = PodRequest(cpu, mem, gpu, workload_class)
+            reference = scoring.filter_matrix(matrix, pod)
+            reference = np.where(usable, reference, scoring.REASON_ZERO_CAPACITY).astype(np.int8)
+            reasons = scoring_kernel.filter_rows(matrix, pod, usable, scoring.REASON_ZERO_CAPACITY)
+            assert reasons.tolist() == reference.tolist()
+            for weights in (Weights(), Weights(0, 1, 0), Weights(0.2, 0.7, 0.1)):
+                expected = scoring.score_matrix(matrix, pod, weights, reference)
+                got = scoring_kernel.score_rows(matrix, pod, weights, reasons)
+                assert got.tolist() == expected.tolist()

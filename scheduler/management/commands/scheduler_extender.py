@@ -52,6 +52,9 @@ class Command(BaseCommand):
             tls = {"ssl_certfile": opts["tls_cert"], "ssl_keyfile": opts["tls_key"]}
             if opts["client_ca"]:
                 tls.update(ssl_ca_certs=opts["client_ca"], ssl_cert_reqs=ssl.CERT_REQUIRED)
+        from scheduler import scoring_kernel
+
+        scoring_kernel.warm_up()  # compile or load the kernels before the first call waits on them
         self.stderr.write(f"scheduler extender on {opts['host']}:{opts['port']}")
         uvicorn.run(
             ExtenderASGI(source),
