@@ -181,6 +181,8 @@ class Resolution:
     rows: np.ndarray
     all_known: bool
     plain: bool
+    # How often an equal list was resolved again (see `NodeSnapshot.resolve`).
+    hits: int = 0
     # The exact bytes of the NodeNames array this list came in (b"" until verified).
     raw: bytes = b""
     _priced: np.ndarray | None = field(default=None, repr=False)
@@ -243,6 +245,7 @@ class NodeSnapshot:
         with self._lock:
             for pos, cached in enumerate(self._resolutions):
                 if len(cached.names) == n and cached.names == names:
+                    cached.hits += 1
                     if pos:
                         self._resolutions.insert(0, self._resolutions.pop(pos))
                     return cached
@@ -395,8 +398,9 @@ def parse_args(body: bytes | str, snapshot: NodeSnapshot | None = None) -> Args:
     """Decode and validate an ExtenderArgs body; raise ProtocolError with the reason.
 
     With a `snapshot`, the names are resolved against it, and a NodeNames array
-    whose exact bytes this snapshot saw before is not decoded again (kube-scheduler
-    sends the same candidate list for pod after pod). The result is the same as
+    whose exact bytes came back to this snapshot is not decoded again (kube-scheduler
+    sends the same candidate list for pod after pod): the bytes are remembered the
+    second time a list is seen and used from the third. The result is the same as
     decoding the whole body.
     """
     if snapshot is not None and isinstance(body, bytes):
@@ -406,10 +410,13 @@ def parse_args(body: bytes | str, snapshot: NodeSnapshot | None = None) -> Args:
     args = _args_from(_decode(body))
     if snapshot is not None and args.cache_mode:
         args.resolution, args.resolved_against = snapshot.resolve(args.names), snapshot
+        # A list that came back is likely to keep coming: remember its bytes (one more
+        # decode of the array, once); a list seen once costs nothing extra.
         if (
             isinstance(body, bytes)
+            and args.resolution.hits
             and len(args.names) >= RAW_NAMES_MIN
-            and args.resolution.raw == b""
+            and not args.resolution.raw
         ):
             _remember_raw(body, args.resolution)
     return args

@@ -80,7 +80,9 @@ def test_remembered_names_bytes_give_the_same_args_as_decoding(compact):
     snapshot = small_snapshot()
     names = snapshot.names[::-1]
     first = extender.parse_args(body_of(names, None, compact=compact), snapshot)
-    assert first.resolution is not None and first.resolution.raw  # remembered
+    assert first.resolution is not None and not first.resolution.raw  # seen once
+    again = extender.parse_args(body_of(names, "standard", compact=compact), snapshot)
+    assert again.resolution is first.resolution and first.resolution.raw  # came back
     # Another pod with the same candidate bytes: the names are not decoded again.
     body = body_of(names, "batch", compact=compact, cpu="3")
     fast = extender.parse_args(body, snapshot)
@@ -93,7 +95,9 @@ def test_remembered_names_bytes_give_the_same_args_as_decoding(compact):
 def test_remembered_bytes_are_only_used_as_the_top_level_node_names():
     snapshot = small_snapshot()
     names = snapshot.names
+    extender.parse_args(body_of(names, None, compact=True), snapshot)
     raw = extender.parse_args(body_of(names, None, compact=True), snapshot).resolution.raw
+    assert raw
     pod_json = orjson.dumps(pod("batch"))
     # The same bytes under another key that ends in NodeNames: the real list is ["ghost"].
     tricky = b'{"Pod":' + pod_json + b',"NodeNames":["ghost"],"x\\"NodeNames":' + raw + b"}"
@@ -120,6 +124,8 @@ def test_a_new_snapshot_answers_from_its_own_nodes(inventory):
     first = selectors.node_snapshot()
     result = orjson.loads(extender.filter_body(extender.parse_args(body, first), first)[0])
     assert result["FailedAndUnresolvableNodes"] == {"node-spot": SPOT_REASON}
+    assert not first.remembered()
+    extender.parse_args(body, first)
     assert first.remembered()
     Node.objects.filter(name="node-spot").update(
         capacity_type=CapacityType.ON_DEMAND, labels={"karpenter.sh/capacity-type": "on-demand"}
