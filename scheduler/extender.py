@@ -159,6 +159,18 @@ def is_spot(labels: dict[str, str]) -> bool:
     return any(labels.get(key) == value for key, value in SPOT_LABELS)
 
 
+# Fixed-width JSON items may be at most this much longer, in all, than unpadded ones.
+PAD_LIMIT = 0.10
+
+
+def _json_array(items: np.ndarray) -> bytes:
+    """A JSON array from fixed-width items that each end with a comma (the last one's is dropped)."""
+    if items.shape[0] == 0:
+        return b"[]"
+    raw = items.tobytes()
+    return b"".join((b"[", memoryview(raw)[:-1], b"]"))
+
+
 # How many distinct candidate lists one snapshot keeps resolved (kube-scheduler
 # repeats the same list, all nodes in cache mode, for pod after pod).
 RESOLUTION_CACHE_SIZE = 8
@@ -220,6 +232,8 @@ class NodeSnapshot:
 
     # Per node, the JSON text '{"Host":"<name>","Score":' (built on first prioritize).
     _host_entries: np.ndarray | None = field(default=None, repr=False, compare=False)
+    # Space-padded JSON items per node (see `padded_items`).
+    _padded: dict[str, np.ndarray | None] = field(default_factory=dict, repr=False, compare=False)
     # Recently resolved candidate lists, most recent first (see `resolve`).
     _resolutions: list[Resolution] = field(default_factory=list, repr=False, compare=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
@@ -227,6 +241,27 @@ class NodeSnapshot:
     def __post_init__(self) -> None:
         if not self.index:
             self.index = {name: i for i, name in enumerate(self.names)}
+
+    def padded_items(self, kind: str) -> np.ndarray | None:
+        """Per node, one JSON array item of a fixed width, left-padded with spaces.
+
+        kind "name": '"<name>",' (a NodeNames item); kind "host": '{"Host":"<name>","Score":'
+        (the opening of a HostPriority). Spaces before an item are JSON whitespace, so
+        gathered items need no clean-up pass. None when padding every item to the
+        longest would add more than PAD_LIMIT of the bytes (very uneven names).
+        """
+        if kind not in self._padded:
+            encoded = [orjson.dumps(name) for name in self.names]
+            if kind == "name":
+                items = [e + b"," for e in encoded]
+            else:
+                items = [b'{"Host":' + e + b',"Score":' for e in encoded]
+            width = max(map(len, items), default=0)
+            padded = None
+            if items and width * len(items) <= sum(map(len, items)) * (1 + PAD_LIMIT):
+                padded = np.array([item.rjust(width) for item in items], dtype=f"S{width}")
+            self._padded[kind] = padded
+        return self._padded[kind]
 
     def host_entries(self) -> np.ndarray:
         """Fixed-width bytes per node: the opening of its HostPriority object, JSON-escaped."""
@@ -623,7 +658,12 @@ def filter_body(args: Args, snapshot: NodeSnapshot) -> tuple[bytes, int]:
                 resolution._maps.clear()
             resolution._maps[key] = cached
         unresolvable, count = cached
-    passing = orjson.dumps(_pick(names, np.flatnonzero(reasons == scoring.FIT)))
+    fit = np.flatnonzero(reasons == scoring.FIT)
+    items = snapshot.padded_items("name")
+    if items is not None:
+        passing = _json_array(items[resolution.idx[fit]])  # passing names are all known
+    else:
+        passing = orjson.dumps(_pick(names, fit))
     body = b"".join(
         (
             b'{"Nodes":null,"NodeNames":',
@@ -683,14 +723,17 @@ _HOST_SCORE = '{{"Host":"{}","Score":{}}}'.format
 _SCORE_SUFFIX = np.array(
     [f"{s}}},".encode() for s in range(scoring.MAX_EXTENDER_PRIORITY + 1)], dtype=np.bytes_
 )
+# The same, left-padded with spaces to one width: ' 7},', '10},'.
+_SCORE_ITEM = np.array([s.rjust(_SCORE_SUFFIX.itemsize) for s in _SCORE_SUFFIX.tolist()])
 
 
 def prioritize_body(args: Args, snapshot: NodeSnapshot, weights: scoring.Weights) -> bytes:
     """`prioritize_result` as JSON bytes, without a dict per node.
 
     Cache mode with every name known: the snapshot's pre-encoded host entries and
-    the score suffixes are gathered as fixed-width bytes, whose NUL padding is then
-    dropped in one pass (JSON text from orjson never holds a raw NUL).
+    the score suffixes are gathered as fixed-width bytes, padded with spaces (JSON
+    whitespace) or, for very uneven names, with NULs dropped in one pass (JSON text
+    from orjson never holds a raw NUL).
     """
     names = args.names
     if not names:
@@ -698,6 +741,12 @@ def prioritize_body(args: Args, snapshot: NodeSnapshot, weights: scoring.Weights
     resolution = _resolution(args, snapshot) if args.cache_mode else None
     score_array = _score_candidates(args, snapshot, weights, resolution)
     if resolution is not None and len(snapshot.names):
+        padded = snapshot.padded_items("host")
+        if resolution.all_known and padded is not None:
+            out = np.empty(len(names), dtype=[("host", padded.dtype), ("score", _SCORE_ITEM.dtype)])
+            out["host"] = padded[resolution.idx]
+            out["score"] = _SCORE_ITEM[score_array]
+            return _json_array(out)
         if resolution.all_known:
             entries = snapshot.host_entries()
             out = np.empty(

@@ -263,3 +263,26 @@ def test_compiled_kernel_equals_the_reference_over_a_large_random_cluster():
                 expected = scoring.score_matrix(matrix, pod, weights, reference)
                 got = scoring_kernel.score_rows(matrix, pod, weights, reasons)
                 assert got.tolist() == expected.tolist()
+
+
+@pytest.mark.parametrize(
+    ("extra", "padded"),
+    [("node-x", True), ("n" * 300, False)],
+    ids=["even-names-space-padded", "one-long-name-nul-path"],
+)
+def test_fixed_width_encodings_decode_to_the_reference(extra, padded):
+    base = bench.synthetic_snapshot(200)
+    matrix = np.vstack([base.matrix, base.matrix[:1]])
+    snapshot = extender.NodeSnapshot([*base.names, extra], matrix, max_price=0.5)
+    assert (snapshot.padded_items("host") is not None) is padded
+    assert (snapshot.padded_items("name") is not None) is padded
+    for workload_class in ("standard", "latency-sensitive"):
+        body = bench.sample_body(snapshot.names, workload_class)
+        expected = extender.filter_result(extender.parse_args(body), snapshot)
+        ranked = extender.prioritize_result(extender.parse_args(body), snapshot, Weights())
+        for _ in range(3):
+            args = extender.parse_args(body, snapshot)
+            assert orjson.loads(extender.filter_body(args, snapshot)[0]) == expected
+            fast = extender.prioritize_body(args, snapshot, Weights())
+            assert orjson.loads(fast) == ranked
+            assert json.loads(fast) == ranked  # the standard library's decoder agrees
