@@ -1,16 +1,22 @@
 """Measure request-to-READY through the API, policy gate, approval, Celery and the simulated cluster.
 
-Drives an in-process Celery worker (4 threads) on the memory transport by
-default, so nothing is left queued between runs; `--worker prefork --workers 2`
-starts a separate `celery -A kiln worker --pool prefork` process pool on the
-configured broker (Redis) instead, as `make dev` runs it, waits until that
-queue is empty before measuring, and stops it after each profile. Sends `--requests` POSTs through the API (Django's test client, in
-this process) from `--concurrency` client threads (every fifth is staging and is
-approved over the API by a second person; one in ten is retried with the same
-Idempotency-Key), waits for READY and prints p50/p95 request-to-READY for the
-zero-delay profile (Kiln's own overhead) and the realistic delay profile, plus
-how many environments were lost or duplicated, with the load average around
-each profile. Once measured, the bench's
+The worker has the production shape by default when the broker is shared
+(Redis): a separate `celery -A kiln worker --pool prefork` process pool, as
+`make dev` runs it; the bench waits until its queue is empty before measuring
+and stops it after each profile. On the memory transport (standalone) it is an
+in-process thread pool (`--worker threads`).
+
+`--requests` environments go through the API (Django's test client, in this
+process) from `--concurrency` clients. By default (`--arrival closed`) each
+client carries one request to READY before it sends the next, so exactly
+`--concurrency` requests are in flight, as a load generator's concurrency
+means; `--arrival burst` has the clients send every POST as fast as they can
+without waiting, which measures the queue a burst of 100 builds as well. Every
+fifth request is staging and is approved over the API by a second person; one
+in ten is retried with the same Idempotency-Key. It prints p50/p95
+request-to-READY for the zero-delay profile (Kiln's own overhead) and the
+realistic delay profile, plus how many environments were lost or duplicated,
+with the load average around each profile. Once measured, the bench's
 environments are handed to teardown over the API (DELETE).
 """
 
@@ -18,19 +24,23 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import secrets
+import signal
 import statistics
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
+from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError
-from django.db import close_old_connections, connection
+from django.db import connection
 from rest_framework.test import APIClient
 
 from audit.models import ChainEvent, OutboxEvent
@@ -59,13 +69,23 @@ class Command(BaseCommand):
         parser.add_argument(
             "--worker",
             choices=["threads", "prefork"],
-            default="threads",
-            help="threads: an in-process thread pool on the memory transport (nothing is left "
-            "queued between runs); prefork: a separate `celery worker` process pool on the "
-            "configured broker, as `make dev` runs it",
+            default=None,
+            help="prefork (default on a shared broker): a separate `celery worker` process pool "
+            "on the configured broker, as `make dev` runs it; threads (default on the memory "
+            "transport): an in-process thread pool",
         )
         parser.add_argument(
-            "--workers", type=int, default=4, help="worker concurrency (threads or processes)"
+            "--workers",
+            type=int,
+            default=None,
+            help="worker concurrency: processes (default 2) or threads (default 4)",
+        )
+        parser.add_argument(
+            "--arrival",
+            choices=["closed", "burst"],
+            default="closed",
+            help="closed: each client waits for READY before its next request (--concurrency "
+            "in flight); burst: clients send every request without waiting",
         )
         parser.add_argument("--profile", choices=["zero", "realistic", "both"], default="both")
         parser.add_argument(
@@ -77,11 +97,14 @@ class Command(BaseCommand):
         from kiln.celery import app
 
         app.conf.task_always_eager = False
+        shared = str(app.conf.broker_url or "").startswith(("redis://", "rediss://", "amqp://"))
+        opts["worker"] = opts["worker"] or ("prefork" if shared else "threads")
+        opts["workers"] = opts["workers"] or (2 if opts["worker"] == "prefork" else 4)
         if opts["worker"] == "threads":
             # The bench's own in-process worker and broker: nothing leaves this process.
             app.conf.broker_url = "memory://localhost/"
             app.conf.result_backend = "cache+memory://"
-        elif not str(app.conf.broker_url or "").startswith(("redis://", "rediss://", "amqp://")):
+        elif not shared:
             raise CommandError("--worker prefork needs a broker other processes see (REDIS_URL)")
         settings.KILN_TEAM_LIMITS = "cpu=100000,memoryGi=100000,gpu=1000,environments=100000"
         engineer, approver = self._people()
@@ -96,11 +119,27 @@ class Command(BaseCommand):
             worker = self._worker(opts, profile)
             worker.start()
             try:
-                if opts["worker"] == "prefork":
-                    backlog[profile] = wait_for_empty_queue(timeout=180.0)
+                # Measure this run alone: no earlier bench work queued or still tearing down.
+                backlog[profile] = {
+                    "queued": wait_for_empty_queue(timeout=180.0)
+                    if opts["worker"] == "prefork"
+                    else 0,
+                    "tearing_down": wait_for_teardown(timeout=180.0),
+                }
                 before = os.getloadavg()
+                cpu_before = (process_cpu_seconds(), worker_cpu_seconds())
                 results[profile] = self._run(profile, engineer, approver, opts)
                 after = os.getloadavg()
+                results[profile]["cpu_ms_per_environment"] = {
+                    "bench_process": round(
+                        (process_cpu_seconds() - cpu_before[0]) * 1000 / opts["requests"], 1
+                    ),
+                    "worker_and_audit_writer": round(
+                        (worker_cpu_seconds() - cpu_before[1]) * 1000 / opts["requests"], 1
+                    )
+                    if opts["worker"] == "prefork"
+                    else None,
+                }
                 loads[profile] = {
                     "before": [round(x, 2) for x in before],
                     "after": [round(x, 2) for x in after],
@@ -114,13 +153,14 @@ class Command(BaseCommand):
         report = {
             "requests": opts["requests"],
             "concurrency": opts["concurrency"],
+            "arrival": opts["arrival"],
             "worker": opts["worker"],
             "workers": opts["workers"],
             "database": connection.vendor,
             "broker": str(app.conf.broker_url).split("://")[0],
             "cpus": os.cpu_count(),
             "load_average": loads,
-            "queued_before_start": backlog,
+            "earlier_work_before_start": backlog,
             "profiles": results,
             "target": {"p95_overhead_seconds": 1.0},
         }
@@ -167,7 +207,6 @@ class Command(BaseCommand):
         lock = threading.Lock()
 
         def one(i: int) -> None:
-            close_old_connections()
             client = APIClient()
             client.force_authenticate(user=engineer)
             staging = i % 5 == 4
@@ -204,12 +243,19 @@ class Command(BaseCommand):
             with lock:
                 submitted[env_id] = t0
                 api_ms.append(elapsed)
-            connection.close()
+            if closed and not watcher.wait(env_id, timeout=max(0.0, deadline - time.time())):
+                with lock:
+                    errors["not settled in time"] += 1
 
+        closed = opts["arrival"] == "closed"
+        watcher = SettledWatcher()
         started = time.time()
-        with ThreadPoolExecutor(max_workers=opts["concurrency"]) as pool:
-            list(pool.map(one, range(n)))
-        deadline = time.time() + opts["timeout"]
+        deadline = started + opts["timeout"]
+        watcher.start()
+        try:
+            run_clients(one, n, opts["concurrency"])
+        finally:
+            watcher.stop()
         ids = list(submitted)
         while time.time() < deadline:
             ready = Environment.objects.filter(public_id__in=ids, status="READY").count()
@@ -261,23 +307,127 @@ class Command(BaseCommand):
         client.force_authenticate(user=engineer)
         for env_id in self.finished:
             client.delete(f"{URL}{env_id}/?reason=benchmark+finished")
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            if not Environment.objects.filter(
-                public_id__in=self.finished, status="TEARING_DOWN"
-            ).exists():
-                break
-            time.sleep(0.5)
+        wait_for_teardown(timeout=120.0)
+
+
+def run_clients(one, n: int, concurrency: int) -> None:
+    """Call one(0..n-1) from `concurrency` threads. Each thread keeps its database connection
+    across its requests, as a web server's threads do (CONN_MAX_AGE), and closes it at the end."""
+    indexes = iter(range(n))
+    take = threading.Lock()
+    failures: list[BaseException] = []
+
+    def client() -> None:
+        try:
+            while True:
+                with take:
+                    i = next(indexes, None)
+                if i is None:
+                    return
+                one(i)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the calling thread
+            failures.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=client, name=f"client-{k}") for k in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise failures[0]
+
+
+def process_cpu_seconds() -> float:
+    """CPU time (user + system) of this process, every thread included."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def worker_cpu_seconds() -> float:
+    """CPU time of the bench's prefork worker processes (the parent and its pool), from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if b"provision-bench-" not in (entry / "cmdline").read_bytes():
+                continue
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the process exited meanwhile
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / tick
+
+
+class SettledWatcher:
+    """One thread that polls the database for environments that reached READY, FAILED or DENIED
+    and wakes the client waiting on each, so closed-loop clients cost one query per poll in all."""
+
+    SETTLED = ("READY", "FAILED", "DENIED")
+
+    def __init__(self, interval: float = 0.01) -> None:
+        self.interval = interval
+        self.waiting: dict[str, threading.Event] = {}
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._poll, name="settled-watcher", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.thread.join()
+
+    def wait(self, public_id: str, timeout: float) -> bool:
+        with self.lock:
+            event = self.waiting.setdefault(public_id, threading.Event())
+        return event.wait(timeout)
+
+    def _poll(self) -> None:
+        try:
+            while not self.stopped.wait(self.interval):
+                with self.lock:
+                    pending = [k for k, e in self.waiting.items() if not e.is_set()]
+                if not pending:
+                    continue
+                settled = Environment.objects.filter(
+                    public_id__in=pending, status__in=self.SETTLED
+                ).values_list("public_id", flat=True)
+                with self.lock:
+                    for public_id in settled:
+                        self.waiting[public_id].set()
+        finally:
+            connection.close()
+
+
+def wait_for_teardown(timeout: float) -> int:
+    """Wait until no bench environment is tearing down (the worker finishes what an earlier run
+    handed over); returns how many were tearing down at first."""
+    tearing = Environment.objects.filter(team__slug=TEAM, status="TEARING_DOWN")
+    first = tearing.count()
+    deadline = time.time() + timeout
+    while tearing.exists() and time.time() < deadline:
+        time.sleep(0.5)
+    return first
 
 
 def queue_length() -> int:
-    """Messages waiting in the default task queue of the broker."""
+    """Messages waiting in the default task queue of the broker (0 when it was never declared)."""
+    from amqp.exceptions import ChannelError
+
     from kiln.celery import app
 
     with app.connection_for_write() as conn:
-        _, count, _ = conn.default_channel.queue_declare(
-            queue=app.conf.task_default_queue, passive=True
-        )
+        try:
+            _, count, _ = conn.default_channel.queue_declare(
+                queue=app.conf.task_default_queue, passive=True
+            )
+        except ChannelError:  # Redis: an empty queue is no key at all
+            return 0
     return int(count)
 
 
@@ -298,4 +448,42 @@ def prefork_worker(concurrency: int, profile: str) -> Service:
         "KILN_SIM_DELAY_SCALE": "1.0",
         "KILN_DELIVERY_BACKEND": "simulated",
     }
-    return prefork_worker_service("provision-bench", concurrency, environment, loglevel="INFO")
+    worker = prefork_worker_service("provision-bench", concurrency, environment, loglevel="INFO")
+    writer = audit_writer_process()
+
+    def start() -> None:
+        writer.start()
+        worker.start()
+
+    def stop() -> None:
+        worker.stop()
+        writer.stop()
+
+    return Service(worker.name + " and audit_writer", start, stop)
+
+
+def audit_writer_process() -> Service:
+    """`manage.py audit_writer` as its own process, as `make dev` runs it: teardown waits for its
+    audit event to be in the chain, which only the writer puts there."""
+    process: list[subprocess.Popen] = []
+
+    def start() -> None:
+        process.append(
+            subprocess.Popen(
+                [sys.executable, "manage.py", "audit_writer", "--consumer", "provision-bench"],
+                cwd=settings.BASE_DIR,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+
+    def stop() -> None:
+        if process:
+            process[0].send_signal(signal.SIGTERM)
+            try:
+                process[0].wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process[0].kill()
+                process[0].wait()
+
+    return Service("audit_writer", start, stop)
