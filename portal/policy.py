@@ -216,8 +216,14 @@ def _short(exc: BaseException) -> str:
     return text[:300]
 
 
-def evaluate_policy(pf: PolicyFile, obj: dict[str, Any], context: dict[str, Any]) -> Verdict | None:
-    """Evaluate one policy file on one object; None when the policy does not select the object."""
+def evaluate_policy(
+    pf: PolicyFile, obj: dict[str, Any], context: dict[str, Any], cel_object: Any = None
+) -> Verdict | None:
+    """Evaluate one policy file on one object; None when the policy does not select the object.
+
+    `cel_object` is `obj` already converted with `celpy.json_to_cel`, when the caller evaluates
+    several policies on the same object and converts it once.
+    """
     target = _describe(obj)
     if pf.doc is None:
         return Verdict(pf.name, pf.sha256, target, False, ERROR, pf.load_error)
@@ -226,7 +232,7 @@ def evaluate_policy(pf: PolicyFile, obj: dict[str, Any], context: dict[str, Any]
     spec = pf.doc["spec"]
     enforce = "Deny" in (spec.get("validationActions") or ["Deny"])
     activation: dict[str, Any] = {
-        "object": celpy.json_to_cel(obj),
+        "object": celpy.json_to_cel(obj) if cel_object is None else cel_object,
         "oldObject": celpy.json_to_cel(None),
         "request": celpy.json_to_cel(
             {
@@ -287,8 +293,9 @@ def evaluate(
         try:
             verdicts = []
             for obj in objects:
+                cel_object = celpy.json_to_cel(obj)
                 for pf in policy_set.files:
-                    verdict = evaluate_policy(pf, obj, context)
+                    verdict = evaluate_policy(pf, obj, context, cel_object)
                     if verdict is not None:
                         verdicts.append(verdict)
             done.set_result(verdicts)
