@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -343,7 +343,7 @@ class SimulatedBackend:
         # The database narrows by the selector's equality and existence terms, so a selective
         # list of a crowded namespace reads only what may match; match_labels stays the judge.
         for key, op, value in parse_label_selector(label_selector):
-            if op == "=":
+            if op == "=" and connection.features.supports_json_field_contains:
                 qs = qs.filter(labels__contains={key: value})
             elif op == "exists":
                 qs = qs.filter(labels__has_key=key)
