@@ -158,10 +158,10 @@ class Simulator:
         storm = np.zeros(shape, dtype=bool)
         starts = rng.random(shape) < cls.storm_prob
         lengths = rng.integers(1, 5, shape)
-        for t in range(MAX_TICKS):
-            for span in range(4):
-                if t - span >= 0:
-                    storm[t] |= starts[t - span] & (lengths[t - span] > span)
+        # A storm starting at tick s lasts lengths[s] ticks: tick t is stormy if a storm began
+        # `span` ticks earlier and lasts longer than `span` (whole-array shifts, one per span).
+        for span in range(4):
+            storm[span:] |= starts[: MAX_TICKS - span] & (lengths[: MAX_TICKS - span] > span)
         self.storm = storm
 
     def with_regression(self, regression: str | None) -> Simulator:
