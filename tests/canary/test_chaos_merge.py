@@ -9,6 +9,9 @@ import json
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.db.models.signals import post_init
+from django.test.utils import CaptureQueriesContext
 from kubernetes import client as k8s
 
 from canary import actuators, services
@@ -24,7 +27,7 @@ from canary.traffic import ISTIO_API, canary_weight_of, virtual_service
 from kiln.errors import Conflict
 from kiln.identity.permissions import PLATFORM_ADMIN, Actor
 from portal.delivery.kubernetes import KubernetesBackend
-from portal.models import Team
+from portal.models import SimulatedObject, Team
 from tests.canary.test_chaos_actuators import _validate
 from tests.canary.test_chaos_support import (  # noqa: F401
     abort_data,
@@ -437,3 +440,40 @@ def test_a_rollout_started_during_a_fault_adopts_the_standalone_fault(engineer, 
     vs = _rollout_vs(backend)
     assert "fault" not in _route(vs) and canary_weight_of(vs) > 0
     assert not actuators.in_effect(backend, inj.applied)
+
+
+def test_a_traffic_shift_in_a_crowded_namespace_reads_only_what_it_may_adopt(backend, rollout):
+    """Other VirtualServices of the namespace stay unread, and the cluster is not swept."""
+    backend.apply(
+        [
+            virtual_service(
+                name=f"other-{i}",
+                namespace="shop",
+                host=f"other-{i}.shop.svc.cluster.local",
+                canary_weight=10,
+            )
+            for i in range(20)
+        ]
+    )
+    loaded: list[str] = []
+
+    def count(sender, instance, **kwargs):
+        loaded.append(instance.name)
+
+    manifest = virtual_service(
+        name="checkout",
+        namespace="shop",
+        host=rollout.service.host,
+        canary_weight=30,
+        rollout_id=str(rollout.pk),
+    )
+    post_init.connect(count, sender=SimulatedObject)
+    try:
+        with CaptureQueriesContext(connection) as queries:
+            actuators.apply_keeping_faults(backend, [manifest])
+    finally:
+        post_init.disconnect(count, sender=SimulatedObject)
+    assert not [name for name in loaded if name.startswith("other-")]
+    # No sweep for finalized objects (a scan of the whole simulated cluster) on a traffic shift.
+    assert not [q for q in queries if '"finalizers_clear_at" <=' in q["sql"]]
+    assert canary_weight_of(_rollout_vs(backend)) == 30
