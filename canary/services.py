@@ -627,7 +627,8 @@ def _stream_payload(rollout: Rollout, last_tick: RolloutTick | None) -> dict[str
 
     if get_channel_layer() is None:
         return None
-    if last_tick is None:
+    if last_tick is None and rollout.ticks_done:
+        # A rollout that has analysed no tick has no tick row to show (ticks_done is 0).
         last_tick = rollout.ticks.order_by("-number").first()
     return stream_update_of(rollout, last_tick)
 

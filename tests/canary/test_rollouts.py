@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from unittest import mock
 
 import jsonschema
 import numpy as np
@@ -314,7 +315,9 @@ def test_an_injected_abort_fault_raises_errors_in_both_arms_of_simulated_traffic
 
 
 def test_an_injected_delay_fault_slows_the_delayed_share_of_requests(service):
-    rollout = _rollout(service)
+    # A fixed traffic seed: with a random one the delayed draw leaves the median short of
+    # +100 ms for about 4 % of seeds, which would make this test fail now and then.
+    rollout = _rollout(service, seed=1)
     services.rollout_tick(rollout_id=rollout.pk, tick=0)
     rollout.refresh_from_db()
     clean_b, _, _ = simulated_windows(rollout, 1)
@@ -372,3 +375,20 @@ def test_a_tick_and_its_broadcast_read_the_rollout_once(
     assert sum('FROM "canary_rollouttick"' in s and s.startswith("SELECT") for s in sql) == 1
     assert not any('FROM "portal_team"' in s for s in sql)
     assert len(sql) <= 9, sql  # savepoint, 7 statements, release
+
+
+def test_the_start_broadcast_reads_no_ticks_and_shows_none(
+    service, django_capture_on_commit_callbacks
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    rollout = _rollout(service)
+    sent = []
+    with mock.patch.object(services, "broadcast", lambda rid, payload: sent.append(payload)):
+        with CaptureQueriesContext(connection) as queries:
+            with django_capture_on_commit_callbacks(execute=True):
+                assert services.rollout_tick(rollout_id=rollout.pk, tick=0) == "started"
+    sql = [q["sql"] for q in queries.captured_queries]
+    assert not any('FROM "canary_rollouttick"' in s for s in sql)
+    assert [(p["tick"], [d["kind"] for d in p["decisions"]]) for p in sent] == [(None, ["started"])]
