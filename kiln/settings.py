@@ -284,6 +284,9 @@ LOGGING = {
         "django.db.backends": {"level": "WARNING"},
         "uvicorn.access": {"level": "WARNING"},
         "celery": {"level": "WARNING"},
+        # The CEL engine logs each transpiled expression (INFO) and each evaluation error (ERROR);
+        # the policy gate reports every error as a denial with its reason instead.
+        "celpy": {"level": "CRITICAL"},
     },
 }
 

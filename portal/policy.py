@@ -18,6 +18,7 @@ hold no `Deny` (Audit or Warn only) are recorded but do not deny.
 from __future__ import annotations
 
 import hashlib
+import re
 import threading
 from collections.abc import Iterable
 from concurrent.futures import Future
@@ -160,7 +161,7 @@ def matches(doc: dict[str, Any], obj: dict[str, Any], operation: str = "CREATE")
     api_version = str(obj.get("apiVersion", ""))
     group, _, version = api_version.rpartition("/")
     resource = resource_of(str(obj.get("kind", "")))
-    name = (obj.get("metadata") or {}).get("name")
+    name = _metadata(obj).get("name")
     for rule in doc["spec"]["matchConstraints"]["resourceRules"]:
         if not _in(rule.get("apiGroups"), group):
             continue
@@ -180,9 +181,36 @@ def _in(allowed: list[str] | None, value: str) -> bool:
     return bool(allowed) and ("*" in allowed or value in allowed)
 
 
+# cel-python 0.5.0's transpiler makes `has(x)` a Python bool, which `&&`, `||` and `!` refuse.
+_HAS = re.compile(
+    r"not isinstance\(celpy\.evaluation\.result\(activation, ex_\d+_h\), CELEvalError\)"
+)
+# The transpiled code runs with the activation in module globals of celpy.evaluation.
+_eval_lock = threading.Lock()
+
+
+class _TranspiledRunner(celpy.CompiledRunner):
+    """cel-python's transpiling runner: each expression becomes Python code once, which evaluates
+    several times faster than the tree-walking interpreter. Two repairs for the pinned 0.5.0:
+    `has()` yields a CEL bool, and evaluations are serialised, because the generated code reads
+    its activation from module globals. A test checks it agrees with the interpreter on every
+    policy file."""
+
+    def __init__(self, environment, ast, functions=None) -> None:
+        super().__init__(environment, ast, functions)
+        source = _HAS.sub(r"celpy.celtypes.BoolType(\g<0>)", self.tp.source_text)
+        if source != self.tp.source_text:
+            self.tp.source_text = source
+            self.tp.executable_code = compile(source, "<cel>", "exec")
+
+    def evaluate(self, context):
+        with _eval_lock:
+            return super().evaluate(context)
+
+
 _compiled: dict[str, Any] = {}
 _compile_lock = threading.Lock()
-_env = celpy.Environment()
+_env = celpy.Environment(runner_class=_TranspiledRunner)
 
 
 def _program(expression: str) -> Any:
@@ -205,8 +233,14 @@ def _is_bool(value: Any) -> bool:
     return isinstance(value, celpy.celtypes.BoolType | bool)
 
 
+def _metadata(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object's metadata, or {} when it is missing or not a mapping (the policies then deny)."""
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
 def _describe(obj: dict[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
+    meta = _metadata(obj)
     where = f"{meta['namespace']}/" if meta.get("namespace") else ""
     return f"{obj.get('kind', '?')} {where}{meta.get('name', '?')}"
 
@@ -238,8 +272,8 @@ def evaluate_policy(
             {
                 "operation": context.get("operation", "CREATE"),
                 "userInfo": context.get("userInfo", {}),
-                "namespace": (obj.get("metadata") or {}).get("namespace", ""),
-                "name": (obj.get("metadata") or {}).get("name", ""),
+                "namespace": _metadata(obj).get("namespace", ""),
+                "name": _metadata(obj).get("name", ""),
             }
         ),
     }
