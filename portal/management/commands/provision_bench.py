@@ -207,8 +207,7 @@ class Command(BaseCommand):
         lock = threading.Lock()
 
         def one(i: int) -> None:
-            client = APIClient()
-            client.force_authenticate(user=engineer)
+            client, boss = clients_of_this_thread()
             staging = i % 5 == 4
             body = {
                 "team": TEAM,
@@ -234,8 +233,6 @@ class Command(BaseCommand):
                     with lock:
                         errors["idempotent retry mismatch"] += 1
             if staging:
-                boss = APIClient()
-                boss.force_authenticate(user=approver)
                 decided = boss.post(f"{URL}{env_id}/approve/", {"reason": "bench"}, format="json")
                 if decided.status_code != 200:
                     with lock:
@@ -246,6 +243,18 @@ class Command(BaseCommand):
             if closed and not watcher.wait(env_id, timeout=max(0.0, deadline - time.time())):
                 with lock:
                     errors["not settled in time"] += 1
+
+        local = threading.local()
+
+        def clients_of_this_thread() -> tuple[APIClient, APIClient]:
+            """The engineer's and the approver's client, made once per client thread: a client
+            loads the middleware stack when it is made, as a server process does once."""
+            if not hasattr(local, "clients"):
+                client, boss = APIClient(), APIClient()
+                client.force_authenticate(user=engineer)
+                boss.force_authenticate(user=approver)
+                local.clients = (client, boss)
+            return local.clients
 
         closed = opts["arrival"] == "closed"
         watcher = SettledWatcher()
