@@ -1,8 +1,9 @@
 """OpenTelemetry tracing and Prometheus metrics, set up once per process.
 
 Tracing covers Django, Celery (trace context travels in task headers), psycopg
-and Redis. Spans go to OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is set, and
-to an in-memory exporter otherwise, which tests read through `finished_spans()`.
+and Redis. Spans go to OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is set; without
+it they still carry the trace ids that logs and audit events record, but nothing
+keeps them. Tests call `keep_spans_in_memory()` and read `finished_spans()`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from prometheus_client import Counter, Histogram
 
 _lock = threading.Lock()
 _configured = False
+_in_memory = False
 memory_exporter = InMemorySpanExporter()
 
 HTTP_REQUESTS = Counter(
@@ -47,8 +49,6 @@ def setup() -> None:
             from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
             provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-        else:
-            provider.add_span_processor(SimpleSpanProcessor(memory_exporter))
         trace.set_tracer_provider(provider)
 
         from opentelemetry.instrumentation.celery import CeleryInstrumentor
@@ -60,6 +60,18 @@ def setup() -> None:
         CeleryInstrumentor().instrument()
         PsycopgInstrumentor().instrument(skip_dep_check=True)
         RedisInstrumentor().instrument()
+
+
+def keep_spans_in_memory() -> None:
+    """Also keep every finished span in `memory_exporter` (tests; it grows without bound)."""
+    global _in_memory
+    setup()
+    with _lock:
+        provider = trace.get_tracer_provider()
+        if _in_memory or not isinstance(provider, TracerProvider):
+            return
+        provider.add_span_processor(SimpleSpanProcessor(memory_exporter))
+        _in_memory = True
 
 
 def current_trace_id() -> str:

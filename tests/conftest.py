@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 from rest_framework.test import APIClient
 
+from kiln import observability
 from kiln.identity import keys, tokens
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _spans_in_memory() -> None:
+    """Tests read finished spans from the in-memory exporter."""
+    observability.keep_spans_in_memory()
 
 
 @pytest.fixture(scope="session")

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 
 import pytest
+from django.conf import settings
 from opentelemetry.trace import SpanKind
 
 from audit.models import OutboxEvent
@@ -87,3 +91,27 @@ def test_json_formatter_renders_exceptions():
     line = json.loads(formatter.format(record))
     assert line["level"] == "error"
     assert "ValueError: boom" in line["exc"]
+
+
+def test_without_an_exporter_spans_carry_trace_ids_but_are_not_kept():
+    """A server with no OTLP endpoint must not accumulate spans in memory."""
+    script = (
+        "import django; django.setup()\n"
+        "from kiln import observability as o\n"
+        "o.setup()\n"
+        "with o.tracer().start_as_current_span('x'):\n"
+        "    assert len(o.current_trace_id()) == 32\n"
+        "print(len(o.finished_spans()))\n"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "kiln.settings", "KILN_TRACING": "1"}
+    env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=settings.BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert out.stdout.strip() == "0"
