@@ -11,7 +11,10 @@ process) from `--concurrency` clients. By default (`--arrival closed`) each
 client carries one request to READY before it sends the next, so exactly
 `--concurrency` requests are in flight, as a load generator's concurrency
 means; `--arrival burst` has the clients send every POST as fast as they can
-without waiting, which measures the queue a burst of 100 builds as well. Every
+without waiting, which measures the queue a burst of 100 builds as well. The
+first `--warmup` requests (default: one per client) go through the same path
+but are left out of the figures, so that they describe the steady state and not
+every process's first request and the simultaneous start of all clients. Every
 fifth request is staging and is approved over the API by a second person; one
 in ten is retried with the same Idempotency-Key. It prints p50/p95
 request-to-READY for the zero-delay profile (Kiln's own overhead) and the
@@ -81,6 +84,13 @@ class Command(BaseCommand):
             help="worker concurrency: processes (default 2) or threads (default 4)",
         )
         parser.add_argument(
+            "--warmup",
+            type=int,
+            default=None,
+            help="requests sent first and left out of the figures, so they describe the steady "
+            "state rather than every process's first request (default: --concurrency)",
+        )
+        parser.add_argument(
             "--arrival",
             choices=["closed", "burst"],
             default="closed",
@@ -100,6 +110,8 @@ class Command(BaseCommand):
         shared = str(app.conf.broker_url or "").startswith(("redis://", "rediss://", "amqp://"))
         opts["worker"] = opts["worker"] or ("prefork" if shared else "threads")
         opts["workers"] = opts["workers"] or (2 if opts["worker"] == "prefork" else 4)
+        if opts["warmup"] is None:
+            opts["warmup"] = opts["concurrency"]
         if opts["worker"] == "threads":
             # The bench's own in-process worker and broker: nothing leaves this process.
             app.conf.broker_url = "memory://localhost/"
@@ -130,12 +142,13 @@ class Command(BaseCommand):
                 cpu_before = (process_cpu_seconds(), worker_cpu_seconds())
                 results[profile] = self._run(profile, engineer, approver, opts)
                 after = os.getloadavg()
+                sent = opts["requests"] + opts["warmup"]
                 results[profile]["cpu_ms_per_environment"] = {
                     "bench_process": round(
-                        (process_cpu_seconds() - cpu_before[0]) * 1000 / opts["requests"], 1
+                        (process_cpu_seconds() - cpu_before[0]) * 1000 / sent, 1
                     ),
                     "worker_and_audit_writer": round(
-                        (worker_cpu_seconds() - cpu_before[1]) * 1000 / opts["requests"], 1
+                        (worker_cpu_seconds() - cpu_before[1]) * 1000 / sent, 1
                     )
                     if opts["worker"] == "prefork"
                     else None,
@@ -154,6 +167,7 @@ class Command(BaseCommand):
             "requests": opts["requests"],
             "concurrency": opts["concurrency"],
             "arrival": opts["arrival"],
+            "warmup_requests": opts["warmup"],
             "worker": opts["worker"],
             "workers": opts["workers"],
             "database": connection.vendor,
@@ -201,6 +215,8 @@ class Command(BaseCommand):
     def _run(self, profile: str, engineer, approver, opts) -> dict:
         run = "b" + secrets.token_hex(3)
         n = opts["requests"]
+        warmup = opts["warmup"]
+        warmed: list[str] = []
         submitted: dict[str, float] = {}
         api_ms: list[float] = []
         errors: Counter = Counter()
@@ -238,8 +254,11 @@ class Command(BaseCommand):
                     with lock:
                         errors[f"approve {decided.status_code}"] += 1
             with lock:
-                submitted[env_id] = t0
-                api_ms.append(elapsed)
+                if i < warmup:
+                    warmed.append(env_id)
+                else:
+                    submitted[env_id] = t0
+                    api_ms.append(elapsed)
             if closed and not watcher.wait(env_id, timeout=max(0.0, deadline - time.time())):
                 with lock:
                     errors["not settled in time"] += 1
@@ -262,10 +281,11 @@ class Command(BaseCommand):
         deadline = started + opts["timeout"]
         watcher.start()
         try:
-            run_clients(one, n, opts["concurrency"])
+            run_clients(one, warmup + n, opts["concurrency"])
         finally:
             watcher.stop()
         ids = list(submitted)
+        self.finished.extend(warmed)
         while time.time() < deadline:
             ready = Environment.objects.filter(public_id__in=ids, status="READY").count()
             failed = Environment.objects.filter(
@@ -281,7 +301,7 @@ class Command(BaseCommand):
             for e in envs
             if e.status == "READY" and e.ready_at
         ]
-        created = Environment.objects.filter(name__startswith=f"{run}-").count()
+        created = Environment.objects.filter(name__startswith=f"{run}-").count() - len(warmed)
         targets = [f"portal.environment:{i}" for i in ids]
         readied = Counter(
             OutboxEvent.objects.filter(
