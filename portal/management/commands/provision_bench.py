@@ -303,16 +303,18 @@ class Command(BaseCommand):
         ]
         created = Environment.objects.filter(name__startswith=f"{run}-").count() - len(warmed)
         targets = [f"portal.environment:{i}" for i in ids]
-        readied = Counter(
+        # One readied event per environment, counted by event id: while the relay hands an event
+        # over, it can be both in the outbox and (by the writer) already in the chain.
+        readied_events = set(
             OutboxEvent.objects.filter(
                 target__in=targets, action="portal.environment.readied"
-            ).values_list("target", flat=True)
-        )
-        readied.update(
+            ).values_list("target", "event_id")
+        ) | set(
             ChainEvent.objects.filter(
                 target__in=targets, action="portal.environment.readied"
-            ).values_list("target", flat=True)
+            ).values_list("target", "event_id")
         )
+        readied = Counter(target for target, _ in readied_events)
         duplicated = max(0, created - n) + sum(max(0, c - 1) for c in readied.values())
         result = {
             "ready": len(latencies),

@@ -1,0 +1,81 @@
+"""provision_bench end to end in its production shape (a prefork worker and an audit writer on
+Redis), small: every request reaches READY, nothing is lost or duplicated, and the report holds
+the figures the README quotes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from django.conf import settings as django_settings
+from django.db import connection
+
+from portal.models import Environment
+from tests.audit.conftest import wipe_chain
+
+
+@pytest.fixture
+def chain_wiped_after(transactional_db):
+    """The bench's audit writer commits chain rows; empty the chain so the flush succeeds."""
+    yield
+    wipe_chain()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_provision_bench_drives_every_request_to_ready_and_tears_it_down(
+    settings, chain_wiped_after
+):
+    from audit.services import signing_key
+
+    signing_key()  # the subprocesses are configured with an explicit key: create it first
+    db = connection.settings_dict
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}",
+        "REDIS_URL": settings.REDIS_URL,
+        "SECRET_KEY": "t",
+        "KILN_AUDIT_STREAM": settings.KILN_AUDIT_STREAM,
+        "KILN_AUDIT_GROUP": settings.KILN_AUDIT_GROUP,
+        "KILN_AUDIT_SIGNING_KEY": settings.KILN_AUDIT_SIGNING_KEY,
+        "KILN_AUDIT_ANCHORS": settings.KILN_AUDIT_ANCHORS,
+    }
+    out = subprocess.run(
+        [
+            sys.executable,
+            "manage.py",
+            "provision_bench",
+            "--requests",
+            "10",
+            "--concurrency",
+            "3",
+            "--warmup",
+            "2",
+            "--profile",
+            "zero",
+            "--json",
+        ],
+        cwd=django_settings.BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert (report["worker"], report["arrival"], report["warmup_requests"]) == (
+        "prefork",
+        "closed",
+        2,
+    )
+    zero = report["profiles"]["zero"]
+    assert (zero["ready"], zero["failed"], zero["lost"], zero["duplicated"]) == (10, 0, 0, 0)
+    assert zero["errors"] == {}
+    assert 0 < zero["p50_seconds"] <= zero["p95_seconds"] <= zero["max_seconds"]
+    assert zero["cpu_ms_per_environment"]["worker_and_audit_writer"] > 0
+    # Warm-up and measured requests alike were created once and handed to teardown.
+    bench = Environment.objects.filter(team__slug="kiln-bench")
+    assert bench.count() == 12
+    assert not bench.exclude(status__in=["DELETED", "TEARING_DOWN", "EXPIRING"]).exists()
