@@ -26,19 +26,27 @@ def environment_transition(
     reason: str = "",
     updates: dict[str, Any] | None = None,
     data: dict[str, Any] | None = None,
+    created_in_this_transaction: bool = False,
 ) -> Environment:
     """Move an environment to `to` if the table allows it; audit the move in the same transaction.
 
     Raises IllegalTransition (409) otherwise, changing nothing. `updates` are
     other fields set atomically with the status (expires_at, ready_at, ...).
+    `created_in_this_transaction`: the caller inserted the row in the transaction it is
+    still in, so no other transaction can see it, and a failure fails the whole insert;
+    the caller's instance is used as it is, with no row lock and no savepoint.
     """
     target = Status(to)
+    if created_in_this_transaction and not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("created_in_this_transaction needs the creating transaction open")
     with (
         tracer("kiln.portal").start_as_current_span("portal.environment.transition") as span,
-        transaction.atomic(),
+        transaction.atomic(savepoint=not created_in_this_transaction),
     ):
         env = (
-            Environment.objects.select_for_update(of=("self",))
+            environment
+            if created_in_this_transaction
+            else Environment.objects.select_for_update(of=("self",))
             .select_related("team")
             .get(pk=environment.pk)
         )

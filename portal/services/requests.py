@@ -162,6 +162,7 @@ def _create(actor, team, data, key, digest, namespace, evaluation, estimate) -> 
             to=Status.DENIED,
             reason=evaluation.summary(),
             data={"policy": summary},
+            created_in_this_transaction=True,
         )
     environment_transition(
         actor=policy_actor,
@@ -169,6 +170,7 @@ def _create(actor, team, data, key, digest, namespace, evaluation, estimate) -> 
         to=Status.PENDING_APPROVAL,
         reason=evaluation.summary(),
         data={"policy": summary},
+        created_in_this_transaction=True,
     )
     if env.env_class in conf.auto_approve_classes():
         environment_transition(
@@ -176,6 +178,7 @@ def _create(actor, team, data, key, digest, namespace, evaluation, estimate) -> 
             environment=env,
             to=Status.APPROVED,
             reason=f"{env.env_class} environments are approved automatically when every policy allows",
+            created_in_this_transaction=True,
         )
         from portal.services.provisioning import enqueue_provisioning
 

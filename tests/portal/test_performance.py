@@ -134,3 +134,45 @@ spec:
     )
     assert actions[-1] == "portal.environment.failed"
     assert actions.count("portal.provisioning_step.completed") == 1
+
+
+def test_a_submission_moves_its_new_environment_without_locking_or_savepoints(people):
+    """The row was inserted in the same transaction: no other transaction can see it, so its
+    transitions to PENDING_APPROVAL and APPROVED neither re-read it nor open savepoints."""
+    with CaptureQueriesContext(connection) as captured:
+        env, created = environment_request_submit(actor=people["alice"], data=request_data())
+    assert created and env.status == Status.APPROVED
+    sql = [q["sql"] for q in captured.captured_queries]
+    assert not [q for q in sql if "FOR UPDATE" in q], sql
+    # The test's own transaction makes the submission's atomic block one savepoint.
+    assert len([q for q in sql if q.startswith("SAVEPOINT")]) == 1, sql
+    assert len(sql) <= 16, sql
+    actions = list(
+        OutboxEvent.objects.filter(target=f"portal.environment:{env.public_id}").values_list(
+            "action", flat=True
+        )
+    )
+    assert actions == [
+        "portal.environment.submitted",
+        "portal.environment.queued_for_approval",
+        "portal.environment.approved",
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_created_in_this_transaction_refuses_to_run_outside_a_transaction(people):
+    from portal.services.lifecycle import environment_transition
+
+    env, _ = environment_request_submit(actor=people["alice"], data=request_data())
+    env.refresh_from_db()
+    before = (env.status, OutboxEvent.objects.count())
+    assert not connection.in_atomic_block
+    with pytest.raises(RuntimeError, match="creating transaction"):
+        environment_transition(
+            actor=people["alice"],
+            environment=env,
+            to=Status.PROVISIONING,
+            created_in_this_transaction=True,
+        )
+    env.refresh_from_db()
+    assert (env.status, OutboxEvent.objects.count()) == before
