@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 import audit
@@ -12,18 +13,54 @@ from portal.models import Environment, ProvisioningStep
 from portal.services.lifecycle import audit_target
 
 
-def step_started(env: Environment, name: str, position: int) -> ProvisioningStep:
+def _insert_if_absent(
+    env: Environment,
+    name: str,
+    position: int,
+    *,
+    status: str,
+    detail: str = "",
+    started_at: datetime,
+    finished_at: datetime | None = None,
+) -> bool:
+    """Insert the step's row unless it exists: True if this call inserted it.
+
+    One statement (INSERT ... ON CONFLICT DO NOTHING RETURNING) instead of a locking read, a
+    savepoint, the insert and its release; a concurrent insert of the same step waits for the
+    other transaction and then inserts nothing, as the unique constraint had it before.
+    """
+    ops = connection.ops
+    table = ops.quote_name(ProvisioningStep._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (environment_id, name, position, status, attempts, detail,"  # noqa: S608 - the table name is the model's own
+            " started_at, finished_at) VALUES (%s, %s, %s, %s, 1, %s, %s, %s)"
+            " ON CONFLICT (environment_id, name) DO NOTHING RETURNING id",
+            [
+                env.pk,
+                name,
+                position,
+                status,
+                detail,
+                ops.adapt_datetimefield_value(started_at),
+                ops.adapt_datetimefield_value(finished_at),
+            ],
+        )
+        return cursor.fetchone() is not None
+
+
+def step_started(env: Environment, name: str, position: int) -> None:
     """Mark a step running (a retry increments attempts on the same row)."""
     with transaction.atomic():
-        step, _ = ProvisioningStep.objects.select_for_update().get_or_create(
-            environment=env, name=name, defaults={"position": position}
-        )
+        now = timezone.now()
+        if _insert_if_absent(env, name, position, status=ProvisioningStep.RUNNING, started_at=now):
+            return
+        step = ProvisioningStep.objects.select_for_update().get(environment=env, name=name)
         if step.status != ProvisioningStep.DONE:
             step.status = ProvisioningStep.RUNNING
             step.attempts += 1
-            step.started_at = step.started_at or timezone.now()
+            step.started_at = step.started_at or now
             step.save()
-    return step
 
 
 def step_done(
@@ -38,40 +75,31 @@ def step_done(
     # No savepoint of its own: inside a caller's transaction a failure here fails the whole of it.
     with transaction.atomic(savepoint=False):
         now = timezone.now()
-        step = (
-            ProvisioningStep.objects.select_for_update().filter(environment=env, name=name).first()
-        )
-        created = False
-        if step is None:  # a step done in one go: insert it finished rather than insert + update
-            try:
-                with transaction.atomic():
-                    step = ProvisioningStep.objects.create(
-                        environment=env,
-                        name=name,
-                        position=position,
-                        status=ProvisioningStep.DONE,
-                        detail=detail,
-                        started_at=now,
-                        finished_at=now,
-                        attempts=1,
-                    )
-                created = True
-            except IntegrityError:  # inserted concurrently: lock and continue with that row
-                step = ProvisioningStep.objects.select_for_update().get(environment=env, name=name)
-        if not created:
+        # A step done in one go is inserted finished rather than inserted and then updated.
+        attempts = 1
+        if not _insert_if_absent(
+            env,
+            name,
+            position,
+            status=ProvisioningStep.DONE,
+            detail=detail,
+            started_at=now,
+            finished_at=now,
+        ):
+            step = ProvisioningStep.objects.select_for_update().get(environment=env, name=name)
             if step.status == ProvisioningStep.DONE:
                 return False
             step.status = ProvisioningStep.DONE
             step.detail = detail
             step.started_at = step.started_at or now
             step.finished_at = now
-            step.attempts = max(step.attempts, 1)
+            step.attempts = attempts = max(step.attempts, 1)
             step.save()
         audit.record(
             actor,
             "portal.provisioning_step.completed",
             audit_target(env),
-            {"step": name, "detail": detail, "attempts": step.attempts, **(data or {})},
+            {"step": name, "detail": detail, "attempts": attempts, **(data or {})},
         )
     return True
 
