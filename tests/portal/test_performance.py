@@ -44,11 +44,11 @@ def test_provisioning_to_ready_stays_within_its_query_budget(people):
     assert actions[-1] == "portal.environment.readied"
     # Statements that reach the database (savepoints stand in for each transaction's BEGIN/COMMIT).
     real = [q["sql"] for q in captured.captured_queries if "SAVEPOINT" not in q["sql"]]
-    assert len(real) <= 32, real
+    assert len(real) <= 28, real
     # Transactions (each a savepoint inside the test's own): the composed manifests and their
     # policy decision commit together, and steps open no savepoint of their own.
     transactions = [q for q in captured.captured_queries if q["sql"].startswith("SAVEPOINT")]
-    assert len(transactions) <= 10, len(transactions)
+    assert len(transactions) <= 7, len(transactions)
 
 
 def test_a_second_provision_pass_changes_nothing(people):
