@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from pathlib import Path
 
@@ -66,3 +67,23 @@ def tamper():
                 cursor.execute("ALTER TABLE audit_chainevent ENABLE TRIGGER USER")
 
     return _run
+
+
+def subprocess_env(settings, **extra: str) -> dict[str, str]:
+    """The environment for a Kiln process run by a test: the test's database, Redis, audit stream,
+    group, signing key and anchors."""
+    from audit.services import signing_key
+
+    signing_key()  # the subprocess is configured with an explicit key: create it first
+    db = connection.settings_dict
+    return {
+        **os.environ,
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}",
+        "REDIS_URL": settings.REDIS_URL,
+        "SECRET_KEY": "t",
+        "KILN_AUDIT_STREAM": settings.KILN_AUDIT_STREAM,
+        "KILN_AUDIT_GROUP": settings.KILN_AUDIT_GROUP,
+        "KILN_AUDIT_SIGNING_KEY": settings.KILN_AUDIT_SIGNING_KEY,
+        "KILN_AUDIT_ANCHORS": settings.KILN_AUDIT_ANCHORS,
+        **extra,
+    }

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -21,7 +20,7 @@ from audit.services import chain_append, relay_publish
 from audit.topic import get_topic
 from audit.verification import verify_chain
 from audit.writer import AuditWriter
-from tests.audit.conftest import drain
+from tests.audit.conftest import drain, subprocess_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,24 +60,6 @@ def test_malformed_stream_entries_are_left_out_and_acknowledged(settings):
     assert get_topic().backlog() == 0
 
 
-def _writer_env(settings) -> dict[str, str]:
-    from audit.services import signing_key
-
-    signing_key()  # the subprocess is configured with an explicit key: create it first
-    db = connection.settings_dict
-    return {
-        **os.environ,
-        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}",
-        "REDIS_URL": settings.REDIS_URL,
-        "SECRET_KEY": "t",
-        "KILN_AUDIT_STREAM": settings.KILN_AUDIT_STREAM,
-        "KILN_AUDIT_GROUP": settings.KILN_AUDIT_GROUP,
-        "KILN_AUDIT_SIGNING_KEY": settings.KILN_AUDIT_SIGNING_KEY,
-        "KILN_AUDIT_ANCHORS": settings.KILN_AUDIT_ANCHORS,
-        "KILN_TRACING": "0",
-    }
-
-
 def _record_many(n: int, per_tx: int = 100) -> set:
     ids = set()
     for start in range(0, n, per_tx):
@@ -103,7 +84,7 @@ def test_writer_killed_mid_batch_restarts_with_no_gap_and_no_duplicate(settings,
             "0.3",
         ],
         cwd=ROOT,
-        env=_writer_env(settings),
+        env=subprocess_env(settings, KILN_TRACING="0"),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
@@ -121,7 +102,7 @@ def test_writer_killed_mid_batch_restarts_with_no_gap_and_no_duplicate(settings,
     restarted = subprocess.run(
         [sys.executable, "manage.py", "audit_writer", "--once"],
         cwd=ROOT,
-        env=_writer_env(settings),
+        env=subprocess_env(settings, KILN_TRACING="0"),
         capture_output=True,
         text=True,
         timeout=60,
@@ -149,7 +130,7 @@ def test_a_second_writer_waits_for_the_lock(settings, committed_chain):
     second = subprocess.Popen(
         [sys.executable, "manage.py", "audit_writer", "--once"],
         cwd=ROOT,
-        env=_writer_env(settings),
+        env=subprocess_env(settings, KILN_TRACING="0"),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

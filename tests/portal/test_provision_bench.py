@@ -5,16 +5,14 @@ the figures the README quotes."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 from django.conf import settings as django_settings
-from django.db import connection
 
 from portal.models import Environment
-from tests.audit.conftest import wipe_chain
+from tests.audit.conftest import subprocess_env, wipe_chain
 
 
 @pytest.fixture
@@ -28,20 +26,7 @@ def chain_wiped_after(transactional_db):
 def test_provision_bench_drives_every_request_to_ready_and_tears_it_down(
     settings, chain_wiped_after
 ):
-    from audit.services import signing_key
-
-    signing_key()  # the subprocesses are configured with an explicit key: create it first
-    db = connection.settings_dict
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}",
-        "REDIS_URL": settings.REDIS_URL,
-        "SECRET_KEY": "t",
-        "KILN_AUDIT_STREAM": settings.KILN_AUDIT_STREAM,
-        "KILN_AUDIT_GROUP": settings.KILN_AUDIT_GROUP,
-        "KILN_AUDIT_SIGNING_KEY": settings.KILN_AUDIT_SIGNING_KEY,
-        "KILN_AUDIT_ANCHORS": settings.KILN_AUDIT_ANCHORS,
-    }
+    env = subprocess_env(settings)
     out = subprocess.run(
         [
             sys.executable,
