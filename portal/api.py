@@ -41,14 +41,22 @@ class StrictBooleanField(serializers.BooleanField):
 
 
 class StrictSerializer(serializers.Serializer):
-    """Rejects fields it does not know (a typo is a 400, not silently ignored)."""
+    """Rejects fields it does not know (a typo is a 400, not silently ignored), in the same
+    response as every other field's error."""
 
     def to_internal_value(self, data: Any) -> Any:
+        unknown = {}
         if isinstance(data, dict):
-            unknown = sorted(set(data) - set(self.fields))
-            if unknown:
-                raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
-        return super().to_internal_value(data)
+            unknown = {name: ["Unknown field."] for name in sorted(set(data) - set(self.fields))}
+        try:
+            value = super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            if unknown and isinstance(exc.detail, dict):
+                raise serializers.ValidationError({**exc.detail, **unknown}) from exc
+            raise
+        if unknown:
+            raise serializers.ValidationError(unknown)
+        return value
 
 
 class EnvironmentCreateInput(StrictSerializer):
@@ -66,6 +74,21 @@ class EnvironmentCreateInput(StrictSerializer):
     justification = serializers.CharField(
         max_length=2000, required=False, allow_blank=True, default=""
     )
+
+    def to_internal_value(self, data: Any) -> Any:
+        try:
+            return super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            if not isinstance(data, dict) or not isinstance(exc.detail, dict):
+                raise
+            # One response names every problem: add the checks on the values of the fields that
+            # did parse (validate() runs only when all of them do).
+            errors = dict(exc.detail)
+            parsed = {k: v for k, v in data.items() if k in self.fields and k not in errors}
+            for field, messages in field_errors(parsed).items():
+                if field in parsed:
+                    errors[field] = messages
+            raise serializers.ValidationError(errors) from exc
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         errors = field_errors(attrs)

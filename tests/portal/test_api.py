@@ -83,6 +83,20 @@ def test_bad_input_is_400_per_field_and_creates_nothing(api, payload, field):
     assert OutboxEvent.objects.filter(action__startswith="portal.").count() == 0
 
 
+def test_one_400_names_every_bad_field_at_once(api):
+    alice = api("engineer", sub="alice", team="payments")
+    payload = body(name="Bad_Name", gpu=-1, ttl_hours=99999, memory_gib="8", colour="blue")
+    del payload["cpu"]
+    response = alice.post(URL, payload, format="json")
+    assert response.status_code == 400
+    fields = response.json()["extra"]["fields"]
+    assert set(fields) == {"name", "cpu", "memory_gib", "gpu", "colour", "ttl_hours"}
+    assert "DNS-1123" in fields["name"][0] and fields["colour"] == ["Unknown field."]
+    assert fields["cpu"] == ["This field is required."]
+    assert "exceeds the" in fields["ttl_hours"][0]
+    assert Environment.objects.count() == 0
+
+
 def test_malformed_json_is_400(api):
     alice = api("engineer", sub="alice", team="payments")
     response = alice.post(URL, data='{"team": ', content_type="application/json")
