@@ -159,6 +159,39 @@ def prefork_worker_service(
     return Service(f"celery worker (prefork x{concurrency})", start, stop)
 
 
+def audit_writer_service(name: str, environment: dict[str, str] | None = None) -> Service:
+    """`manage.py audit_writer` as its own process, as `make dev` runs it (benchmarks): events
+    reach the chain, and the outbox does not grow behind a bench that runs no writer."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    process: list[subprocess.Popen] = []
+
+    def start() -> None:
+        process.append(
+            subprocess.Popen(
+                [sys.executable, "manage.py", "audit_writer", "--consumer", name],
+                cwd=settings.BASE_DIR,
+                env={**os.environ, **(environment or {})},
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+
+    def stop() -> None:
+        if process:
+            process[0].send_signal(signal.SIGTERM)
+            try:
+                process[0].wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process[0].kill()
+                process[0].wait()
+
+    return Service(f"audit_writer ({name})", start, stop)
+
+
 def build_runtime() -> Runtime:
     runtime = Runtime([celery_worker_service(), celery_beat_service()])
     runtime.services.extend(factory() for factory in _extra)

@@ -8,12 +8,21 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
+from audit.models import ChainEvent
 from canary.models import Rollout, RolloutStatus
+from tests.audit.conftest import wipe_chain
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_promote_bench_promotes_every_rollout_and_reports_json():
+@pytest.fixture
+def chain_wiped_after():
+    """The bench's audit writer commits chain rows; empty the chain so the flush succeeds."""
+    yield
+    wipe_chain()
+
+
+def test_promote_bench_promotes_every_rollout_and_reports_json(chain_wiped_after):
     out = StringIO()
     call_command(
         "canary_promote_bench",
@@ -38,6 +47,10 @@ def test_promote_bench_promotes_every_rollout_and_reports_json():
     # Three services over two namespaces.
     assert report["namespaces"] == 2
     assert len({r.service.namespace for r in Rollout.objects.select_related("service")}) == 2
+    # The bench runs an audit writer beside the worker: the rollouts' events reach the chain.
+    targets = [f"canary.rollout:{pk}" for pk in Rollout.objects.values_list("pk", flat=True)]
+    promoted = ChainEvent.objects.filter(action="canary.rollout.promoted", target__in=targets)
+    assert sorted(promoted.values_list("target", flat=True)) == sorted(targets)
 
 
 def test_a_worker_keeps_its_database_connection_across_tasks():

@@ -22,7 +22,12 @@ from rest_framework.test import APIClient
 from canary.models import Rollout, RolloutStatus
 from kiln.identity.permissions import system_actor
 from kiln.identity.services import team_create
-from kiln.standalone import Service, celery_worker_service, prefork_worker_service
+from kiln.standalone import (
+    Service,
+    audit_writer_service,
+    celery_worker_service,
+    prefork_worker_service,
+)
 
 
 class Command(BaseCommand):
@@ -157,5 +162,18 @@ def _database_url() -> str:
 
 
 def prefork_worker(concurrency: int) -> Service:
-    """A separate `celery -A kiln worker --pool prefork` process on this database and broker."""
-    return prefork_worker_service("canary-bench", concurrency, {"DATABASE_URL": _database_url()})
+    """A separate `celery -A kiln worker --pool prefork` process and an `audit_writer` on this
+    database and broker, as `make dev` runs them."""
+    environment = {"DATABASE_URL": _database_url()}
+    worker = prefork_worker_service("canary-bench", concurrency, environment)
+    writer = audit_writer_service("canary-bench", environment)
+
+    def start() -> None:
+        writer.start()
+        worker.start()
+
+    def stop() -> None:
+        worker.stop()
+        writer.stop()
+
+    return Service(f"{worker.name} and {writer.name}", start, stop)

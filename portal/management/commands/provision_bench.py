@@ -29,10 +29,7 @@ import json
 import os
 import resource
 import secrets
-import signal
 import statistics
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -49,7 +46,7 @@ from rest_framework.test import APIClient
 from audit.models import ChainEvent, OutboxEvent
 from kiln.identity import services as identity
 from kiln.identity.permissions import APPROVER, ENGINEER, system_actor
-from kiln.standalone import Service, prefork_worker_service
+from kiln.standalone import Service, audit_writer_service, prefork_worker_service
 from portal.models import Environment, Membership, Team
 
 URL = "/api/v1/environments/"
@@ -480,7 +477,7 @@ def prefork_worker(concurrency: int, profile: str) -> Service:
         "KILN_DELIVERY_BACKEND": "simulated",
     }
     worker = prefork_worker_service("provision-bench", concurrency, environment, loglevel="INFO")
-    writer = audit_writer_process()
+    writer = audit_writer_service("provision-bench")
 
     def start() -> None:
         writer.start()
@@ -491,30 +488,3 @@ def prefork_worker(concurrency: int, profile: str) -> Service:
         writer.stop()
 
     return Service(worker.name + " and audit_writer", start, stop)
-
-
-def audit_writer_process() -> Service:
-    """`manage.py audit_writer` as its own process, as `make dev` runs it: teardown waits for its
-    audit event to be in the chain, which only the writer puts there."""
-    process: list[subprocess.Popen] = []
-
-    def start() -> None:
-        process.append(
-            subprocess.Popen(
-                [sys.executable, "manage.py", "audit_writer", "--consumer", "provision-bench"],
-                cwd=settings.BASE_DIR,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-        )
-
-    def stop() -> None:
-        if process:
-            process[0].send_signal(signal.SIGTERM)
-            try:
-                process[0].wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process[0].kill()
-                process[0].wait()
-
-    return Service("audit_writer", start, stop)
