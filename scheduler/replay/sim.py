@@ -7,10 +7,18 @@ operations, the way kube-scheduler does:
   1. sampling: starting where the previous pod stopped, walk the machines in
      order and keep the first `numFeasibleNodesToFind` that pass NodeResourcesFit
      (free cpu and memory >= request); the next pod starts after the last one looked at;
+     when fewer fit, every machine is looked at and all that fit are kept;
   2. `default`: score the sample with LeastAllocated + BalancedAllocation;
      `kiln`: hand the sample to Kiln's filter (spot guarantee) and score
      (scheduler/scoring.py), as the deployed extender is called with it;
   3. the best score wins; ties are broken uniformly at random (selectHost).
+
+Resources are counted in whole units of 1e-10 of the trace's largest machine
+(`RESOURCE_UNIT`; the trace's figures have at most 10 decimals, e.g. 9.537e-07),
+held as integer-valued floats, as kube-scheduler counts milli-CPU and bytes in int64: every sum and
+difference is exact, so a node holding exactly what a pod asks for fits, and
+NodeResourcesFit (free >= request) and Kiln's resource check (requested +
+request <= allocatable) agree node for node. Scores only use ratios of them.
 
 Tasks: priority >= 9 is latency-sensitive, 0-1 batch, the rest standard.
 SCHEDULE places a task; EVICT, FAIL, FINISH, KILL and LOST free it. A placement
@@ -48,10 +56,18 @@ START_TRACE, START_EMPTY = "trace", "empty"
 STARTS = (START_TRACE, START_EMPTY)
 WINDOW_START_US = 600_000_000  # the trace window opens at 600 s; time 0 means "before it"
 US_PER_HOUR = 3_600_000_000
+# Resource unit: 1e-10 of the largest machine; every trace figure is a whole number of units.
+RESOURCE_UNIT = 1e10
 # kube-scheduler's non-zero defaults for scoring a pod that requests nothing
-# (100m cpu, 200 MB), in trace units: 0.1 of 64 vCPU, 200 MB of 256 GiB.
-NON_ZERO_CPU = 0.1 / 64
-NON_ZERO_MEM = 200e6 / (256 * 2**30)
+# (100m cpu, 200 MiB: util/pod_resources.go), in units: 0.1 of 64 vCPU, 200 MiB of 256 GiB.
+NON_ZERO_CPU = float(round(0.1 / 64 * RESOURCE_UNIT))
+NON_ZERO_MEM = float(round(200 * 2**20 / (256 * 2**30) * RESOURCE_UNIT))
+
+
+def to_units(values: np.ndarray) -> np.ndarray:
+    """Normalised trace figures -> whole resource units (integer-valued floats; NaN stays NaN)."""
+    return np.round(np.asarray(values, dtype=np.float64) * RESOURCE_UNIT)
+
 
 LAT, STD, BAT = 0, 1, 2
 CLASS_NAMES = {LAT: scoring.LATENCY_SENSITIVE, STD: scoring.STANDARD, BAT: scoring.BATCH}
@@ -145,13 +161,13 @@ class Cluster:
         self.busy_count = 0
 
     def set_capacity(self, m: int, cpu: float, mem: float) -> None:
-        """ADD or UPDATE: set capacity and price; free capacity follows what is requested."""
+        """ADD or UPDATE: set capacity (resource units) and price; free capacity follows what is requested."""
         row = self.matrix[m]
         if self.tasks[m] > 0:
             self.busy_price -= row[6]
             self.busy_od_price -= self.od_price[m]
         row[0], row[1] = cpu, mem
-        od = float(on_demand_price(cpu, mem))
+        od = float(on_demand_price(cpu / RESOURCE_UNIT, mem / RESOURCE_UNIT))
         self.od_price[m] = od
         row[6] = od * (1.0 - self.discount[m]) if self.spot[m] else od
         if self.tasks[m] > 0:
@@ -397,8 +413,8 @@ def run_replay(
     m_time = me.time.tolist()
     m_idx = [index[int(x)] for x in me.machine.tolist()]
     m_kind = me.kind.tolist()
-    m_cpu = me.cpu.tolist()
-    m_mem = me.mem.tolist()
+    m_cpu = to_units(me.cpu).tolist()
+    m_mem = to_units(me.mem).tolist()
     m_count = len(m_time)
     j = 0
 
@@ -408,8 +424,8 @@ def run_replay(
     t_machine = te.machine.tolist()
     t_kind = te.kind.tolist()
     t_prio = te.priority.tolist()
-    t_cpu = te.cpu.tolist()
-    t_mem = te.mem.tolist()
+    t_cpu = to_units(te.cpu).tolist()
+    t_mem = to_units(te.mem).tolist()
 
     running: dict[int, tuple[int, int, float, float, bool]] = {}
     last_time = WINDOW_START_US

@@ -286,3 +286,59 @@ def test_parallel_runs_equal_sequential_runs():
         return out
 
     assert strip(run_many(trace, configs, 2)) == strip(run_many(trace, configs, 1))
+
+
+def _one_machine_trace(capacity: tuple[float, float], requests: list[tuple[float, float]]):
+    """One machine added at time 0 and standard-class tasks (priority 5) scheduled one after another."""
+    import numpy as np
+
+    from scheduler.replay.trace import MachineEvents, TaskEvents, Trace
+
+    machines = MachineEvents(
+        time=np.zeros(1, dtype=np.int64),
+        machine=np.array([42], dtype=np.int64),
+        kind=np.zeros(1, dtype=np.int8),
+        cpu=np.array([capacity[0]]),
+        mem=np.array([capacity[1]]),
+    )
+    count = len(requests)
+    tasks = TaskEvents(
+        time=WINDOW_START + np.arange(count, dtype=np.int64) * 1_000_000,
+        key=np.arange(count, dtype=np.int64),
+        machine=np.full(count, -1, dtype=np.int64),
+        kind=np.full(count, SCHEDULE, dtype=np.int8),
+        priority=np.full(count, 5, dtype=np.int8),
+        cpu=np.array([r[0] for r in requests]),
+        mem=np.array([r[1] for r in requests]),
+    )
+    return Trace(machines, tasks, [0], count, 1.0)
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "numpy"])
+@pytest.mark.parametrize("scheduler", ["kiln", "default"])
+@pytest.mark.parametrize(
+    ("capacity", "requests"),
+    [
+        # 0.3 - 0.1 - 0.1 is 0.09999999999999998 in floating point: the third task fits
+        # exactly (300m = 3 x 100m in kube-scheduler's integer milli-CPU).
+        ((0.3, 0.5), [(0.1, 0.01)] * 3),
+        # 0.6 - 0.1 - 0.2 leaves 0.3 (NodeResourcesFit admits the 0.3 task) while
+        # 0.1 + 0.2 + 0.3 is 0.6000000000000001 > 0.6 (Kiln's check refused it).
+        ((0.6, 0.5), [(0.1, 0.01), (0.2, 0.01), (0.3, 0.01)]),
+        ((0.5, 0.3), [(0.01, 0.1)] * 3),
+    ],
+    ids=["exact-fill", "fit-and-kiln-agree", "exact-fill-memory"],
+)
+def test_a_task_that_fits_exactly_is_placed_by_both_schedulers(
+    capacity, requests, scheduler, compiled
+):
+    """Resources add up exactly (integer units, as kube-scheduler counts them): a machine
+    holding exactly what the tasks ask for takes them all, for both schedulers alike."""
+    trace = _one_machine_trace(capacity, requests)
+    run = run_replay(trace, ReplayConfig(scheduler, 0.0, "empty", seed=1, compiled=compiled))
+    assert run.unschedulable == 0
+    assert run.placements == len(requests)
+    # One more request than the machine holds is still refused.
+    over = _one_machine_trace(capacity, [*requests, (0.0001, 0.0001)])
+    run = run_replay(over, ReplayConfig(scheduler, 0.0, "empty", seed=1, compiled=compiled))
+    assert (run.placements, run.unschedulable) == (len(requests), 1)
