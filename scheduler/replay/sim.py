@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import multiprocessing
 import random
+import signal
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -529,6 +530,14 @@ def run_replay(
 _SHARED: Trace | None = None  # the parsed trace, inherited by forked workers
 
 
+def _worker_signals() -> None:
+    """A forked worker takes SIGTERM and SIGINT as plain processes do: a handler the parent had
+    installed would survive the fork, and Pool.terminate() could then wait on a worker that
+    never ends."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and terminates
+
+
 def _run_shared(config: ReplayConfig) -> RunResult:
     assert _SHARED is not None
     return run_replay(_SHARED, config)
@@ -549,7 +558,7 @@ def run_many(
     _SHARED = trace
     try:
         context = multiprocessing.get_context("fork")
-        with context.Pool(min(workers, len(configs))) as pool:
+        with context.Pool(min(workers, len(configs)), initializer=_worker_signals) as pool:
             yield from pool.imap(_run_shared, configs)
     finally:
         _SHARED = None

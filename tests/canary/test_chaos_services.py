@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import signal
 from datetime import timedelta
 
 import pytest
@@ -302,7 +303,11 @@ def test_reaper_command_and_beat_task_revert_a_lapsed_fault(engineer, shop, back
     fault_lease_acquire(experiment_id=exp.pk, holder="a", now=old)
     inj = fault_inject(experiment_id=exp.pk, holder="a", term=1, backend=backend)
     out = StringIO()
+    handlers = (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT))
     call_command("chaos_reaper", "--once", "--dry-run", stdout=out)
+    # A one-shot pass leaves the process's signal handling as it found it (a forked pool in the
+    # same process must still be stoppable with SIGTERM).
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == handlers
     assert json.loads(out.getvalue())["reverted"] == [inj.pk]
     inj.refresh_from_db()
     assert inj.reverted_at is None  # a dry run changes nothing

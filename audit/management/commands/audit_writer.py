@@ -42,8 +42,14 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(stats.__dict__))
             return
         stop = threading.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stop.set())
-        self.stdout.write("audit writer running (Ctrl-C stops it)")
-        stats = writer.run(stop)
+        previous = {
+            sig: signal.signal(sig, lambda *_: stop.set())
+            for sig in (signal.SIGINT, signal.SIGTERM)
+        }
+        try:
+            self.stdout.write("audit writer running (Ctrl-C stops it)")
+            stats = writer.run(stop)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
         self.stdout.write(json.dumps(stats.__dict__))

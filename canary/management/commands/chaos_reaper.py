@@ -28,8 +28,17 @@ class Command(BaseCommand):
     def handle(self, *args, **options) -> None:
         period = options["period"] or settings.KILN_CHAOS_REAPER_PERIOD
         stop = threading.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
+        previous = {}
+        if not options["once"]:  # a long-running process stops between passes on SIGTERM
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                previous[sig] = signal.signal(sig, lambda *_: stop.set())
+        try:
+            self._loop(options, period, stop)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _loop(self, options, period: float, stop: threading.Event) -> None:
         ready = options["ready_file"]
         next_tick = time.monotonic()
         while True:
