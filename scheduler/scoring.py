@@ -13,7 +13,10 @@ Filter (reasons are constants, never bools):
 
 Score (each term in [0, 1], then weighted; weights sum to 1):
   score = round(10 * (w_cost * cost + w_packing * packing + w_risk * (1 - risk)))
-so every score is an integer in [0, 10] (`MaxExtenderPriority`).
+so every score is an integer in [0, 10] (`MaxExtenderPriority`). Packing rewards
+filling the node and penalises stranding: half fill, half cpu/memory balance of
+what is left after placement, times the share of the node's GPUs in use when the
+pod asks for none (`packing_term`).
 """
 
 from __future__ import annotations
@@ -213,31 +216,49 @@ def cost_term(
     return np.minimum(np.divide(cheapest, cost, out=out, where=finite & (cost > 0)), 1.0)
 
 
-def packing_term(nodes: NodeArrays, pod: PodRequest) -> np.ndarray:
-    """Packing score in [0, 1]: mean utilisation after placement, times (1 - stranded GPU fraction).
+def balance_after(cpu: np.ndarray, mem: np.ndarray) -> np.ndarray:
+    """How little of a node's free capacity is stranded, in [0, 1], from its cpu and memory fractions.
 
-    utilisation = mean over cpu, memory (and GPUs if the pod asks for any) of
-    min(1, (requested + pod) / allocatable), 0 on zero capacity. A pod that asks
+    Left after placement: 1 - cpu and 1 - mem of allocatable. Of the larger of
+    the two, only as much as the smaller can be used by pods that need both, so
+    balance = min(left) / max(left): 1 when the node has as much cpu as memory
+    left (or nothing left at all), 0 when one is used up and the other is not.
+    """
+    left_cpu = 1.0 - cpu
+    left_mem = 1.0 - mem
+    most = np.maximum(left_cpu, left_mem)
+    least = np.minimum(left_cpu, left_mem)
+    return np.divide(least, most, out=np.ones_like(most), where=most > 0)
+
+
+def packing_term(nodes: NodeArrays, pod: PodRequest) -> np.ndarray:
+    """Packing score in [0, 1]: (fill + balance) / 2 after placement, times (1 - stranded GPU fraction).
+
+    fill = mean over cpu, memory (and GPUs if the pod asks for any) of
+    min(1, (requested + pod) / allocatable); balance = `balance_after` of the cpu
+    and memory fractions (1 - stranded share of what is left, like
+    kube-scheduler's BalancedAllocation); 0 on zero capacity. A pod that asks
     for no GPU on a node with free GPUs strands them (their cpu and memory get
     used up), so the term is multiplied by 1 - free_gpus / allocatable_gpus.
     """
     cpu = np.minimum(_safe_ratio(nodes.req_cpu + pod.cpu, nodes.alloc_cpu), 1.0)
     mem = np.minimum(_safe_ratio(nodes.req_mem + pod.memory, nodes.alloc_mem), 1.0)
+    balance = balance_after(cpu, mem)
     zero = (nodes.alloc_cpu <= 0) | (nodes.alloc_mem <= 0)
     if pod.gpu > 0:
         gpu = np.minimum(_safe_ratio(nodes.req_gpu + pod.gpu, nodes.alloc_gpu), 1.0)
-        utilisation = (cpu + mem + gpu) / 3.0
+        packing = 0.5 * ((cpu + mem + gpu) / 3.0) + 0.5 * balance
         zero |= nodes.alloc_gpu <= 0
     else:
-        utilisation = (cpu + mem) / 2.0
+        packing = 0.5 * ((cpu + mem) * 0.5) + 0.5 * balance
         has_gpu = nodes.alloc_gpu > 0
         if has_gpu.any():
             free = np.maximum(nodes.alloc_gpu - nodes.req_gpu, 0.0)
             stranded = np.minimum(
                 np.divide(free, nodes.alloc_gpu, out=np.zeros_like(free), where=has_gpu), 1.0
             )
-            utilisation = utilisation * (1.0 - stranded)
-    return np.where(zero, 0.0, np.maximum(utilisation, 0.0))
+            packing = packing * (1.0 - stranded)
+    return np.where(zero, 0.0, np.maximum(packing, 0.0))
 
 
 def interruption_likelihood(nodes: NodeArrays) -> np.ndarray:
@@ -318,13 +339,14 @@ def score_matrix(
         cost_score = cheapest / cost
     else:
         cost_score = (cost <= 0).astype(np.float64)
-    packing = np.minimum((sub[:, 3] + pod.cpu) / alloc_cpu, 1.0)
-    packing += np.minimum((sub[:, 4] + pod.memory) / alloc_mem, 1.0)
+    f_cpu = np.minimum((sub[:, 3] + pod.cpu) / alloc_cpu, 1.0)
+    f_mem = np.minimum((sub[:, 4] + pod.memory) / alloc_mem, 1.0)
+    balance = balance_after(f_cpu, f_mem)
     if pod.gpu > 0:
-        packing += np.minimum((sub[:, 5] + pod.gpu) / sub[:, 2], 1.0)
-        packing /= 3.0
+        fill = (f_cpu + f_mem + np.minimum((sub[:, 5] + pod.gpu) / sub[:, 2], 1.0)) / 3.0
+        packing = 0.5 * fill + 0.5 * balance
     else:
-        packing *= 0.5
+        packing = 0.5 * ((f_cpu + f_mem) * 0.5) + 0.5 * balance
         gpus = sub[:, 2]
         if (gpus > 0).any():
             has = gpus > 0

@@ -117,14 +117,18 @@ def _score(
             cost_score = cheapest / cost
         else:
             cost_score = 1.0 if cost <= 0 else 0.0
-        packing = _min((rows[i, 3] + cpu) / rows[i, 0], 1.0)
-        packing += _min((rows[i, 4] + mem) / rows[i, 1], 1.0)
+        f_cpu = _min((rows[i, 3] + cpu) / rows[i, 0], 1.0)
+        f_mem = _min((rows[i, 4] + mem) / rows[i, 1], 1.0)
+        left_cpu = 1.0 - f_cpu
+        left_mem = 1.0 - f_mem
+        most = _max(left_cpu, left_mem)
+        balance = _min(left_cpu, left_mem) / most if most > 0 else 1.0
         gpus = rows[i, 2]
         if gpu > 0:
-            packing += _min((rows[i, 5] + gpu) / gpus, 1.0)
-            packing /= 3.0
+            fill = (f_cpu + f_mem + _min((rows[i, 5] + gpu) / gpus, 1.0)) / 3.0
+            packing = 0.5 * fill + 0.5 * balance
         else:
-            packing *= 0.5
+            packing = 0.5 * ((f_cpu + f_mem) * 0.5) + 0.5 * balance
             if gpus > 0:
                 stranded = _min(_max(gpus - rows[i, 5], 0.0) / gpus, 1.0)
                 packing = packing * (1.0 - stranded)

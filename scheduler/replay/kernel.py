@@ -172,9 +172,13 @@ def _kiln_best(
             cost_score = cheapest / c
         else:
             cost_score = 1.0 if c <= 0 else 0.0
-        packing = min((matrix[m, 3] + cpu) / matrix[m, 0], 1.0)
-        packing += min((matrix[m, 4] + mem) / matrix[m, 1], 1.0)
-        packing *= 0.5
+        f_cpu = min((matrix[m, 3] + cpu) / matrix[m, 0], 1.0)
+        f_mem = min((matrix[m, 4] + mem) / matrix[m, 1], 1.0)
+        left_cpu = 1.0 - f_cpu
+        left_mem = 1.0 - f_mem
+        most = max(left_cpu, left_mem)
+        balance = min(left_cpu, left_mem) / most if most > 0 else 1.0
+        packing = 0.5 * ((f_cpu + f_mem) * 0.5) + 0.5 * balance
         lik = matrix[m, 7]
         if lik != lik:
             lik = UNKNOWN_SPOT_LIKELIHOOD

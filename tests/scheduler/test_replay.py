@@ -342,3 +342,42 @@ def test_a_task_that_fits_exactly_is_placed_by_both_schedulers(
     over = _one_machine_trace(capacity, [*requests, (0.0001, 0.0001)])
     run = run_replay(over, ReplayConfig(scheduler, 0.0, "empty", seed=1, compiled=compiled))
     assert (run.placements, run.unschedulable) == (len(requests), 1)
+
+
+def test_kiln_keeps_machines_balanced_so_a_later_task_still_fits():
+    """Two identical on-demand machines (0.5, 0.5) and standard tasks in this order: (0.3, 0.05)
+    lands on one; (0.1, 0.05) goes to the other, because on the first it would leave cpu used up
+    beside free memory (mean utilisation alone put it there); then three (0.2, 0.2) tasks all fit.
+    Placed by fill alone, the third (0.2, 0.2) found no machine with both the cpu and the memory."""
+    requests = [(0.3, 0.05), (0.1, 0.05), (0.2, 0.2), (0.2, 0.2), (0.2, 0.2)]
+    trace = _machines_trace([(0.5, 0.5), (0.5, 0.5)], requests)
+    for compiled in (True, False):
+        run = run_replay(trace, ReplayConfig("kiln", 0.0, "empty", seed=1, compiled=compiled))
+        assert (run.placements, run.unschedulable) == (len(requests), 0)
+
+
+def _machines_trace(capacities: list[tuple[float, float]], requests: list[tuple[float, float]]):
+    """Machines added at time 0 and standard-class tasks (priority 5) scheduled one after another."""
+    import numpy as np
+
+    from scheduler.replay.trace import MachineEvents, TaskEvents, Trace
+
+    n = len(capacities)
+    machines = MachineEvents(
+        time=np.zeros(n, dtype=np.int64),
+        machine=np.arange(n, dtype=np.int64) + 42,
+        kind=np.zeros(n, dtype=np.int8),
+        cpu=np.array([c[0] for c in capacities]),
+        mem=np.array([c[1] for c in capacities]),
+    )
+    count = len(requests)
+    tasks = TaskEvents(
+        time=WINDOW_START + np.arange(count, dtype=np.int64) * 1_000_000,
+        key=np.arange(count, dtype=np.int64),
+        machine=np.full(count, -1, dtype=np.int64),
+        kind=np.full(count, SCHEDULE, dtype=np.int8),
+        priority=np.full(count, 5, dtype=np.int8),
+        cpu=np.array([r[0] for r in requests]),
+        mem=np.array([r[1] for r in requests]),
+    )
+    return Trace(machines, tasks, [0], count, 1.0)

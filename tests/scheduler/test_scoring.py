@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler import scoring
+from scheduler import scoring, scoring_kernel
 from scheduler.scoring import (
     BATCH,
     FIT,
@@ -51,26 +51,28 @@ POD = PodRequest(cpu=1, memory=4, workload_class=STANDARD)
     ("cluster", "pod", "expected"),
     [
         # One on-demand node, a quarter used. cost: the only node is the cheapest -> 1.0;
-        # packing: cpu (1+1)/4 = 0.5, mem (4+4)/16 = 0.5 -> 0.5; risk 0 -> 1 - 0 = 1.
-        # 0.5*1 + 0.3*0.5 + 0.2*1 = 0.85 -> round(8.5) = 9 (half rounds up).
+        # packing: cpu (1+1)/4 = 0.5, mem (4+4)/16 = 0.5 -> fill 0.5, left 0.5 and 0.5 ->
+        # balance 1 -> 0.5*0.5 + 0.5*1 = 0.75; risk 0 -> 1 - 0 = 1.
+        # 0.5*1 + 0.3*0.75 + 0.2*1 = 0.925 -> round(9.25) = 9.
         ([od(0.2, 1, 4)], POD, [9]),
         # Same shape, empty, prices 0.1 and 0.2. share 0.25 both; cost 1.0 and 0.5;
-        # packing 0.25 both; risk 0. A: 0.5 + 0.075 + 0.2 = 0.775 -> 8;
-        # B: 0.25 + 0.075 + 0.2 = 0.525 -> round(5.25) = 5.
-        ([od(0.1), od(0.2)], POD, [8, 5]),
+        # packing: fill 0.25, balance 1 -> 0.625 both; risk 0. A: 0.5 + 0.1875 + 0.2 = 0.8875 -> 9;
+        # B: 0.25 + 0.1875 + 0.2 = 0.6375 -> round(6.375) = 6.
+        ([od(0.1), od(0.2)], POD, [9, 6]),
         # Batch pod, spot 0.07 (likelihood 0.5) vs on-demand 0.2. cost: spot 1.0, od 0.07/0.2 = 0.35;
-        # packing 0.25; risk: spot 0.5 * restart 0.1 = 0.05, od 0.
-        # spot: 0.5 + 0.075 + 0.2*0.95 = 0.765 -> 8; od: 0.175 + 0.075 + 0.2 = 0.45 -> 5 (4.5 + .5).
-        ([spot(0.07), od(0.2)], PodRequest(1, 4, 0, BATCH), [8, 5]),
+        # packing 0.625; risk: spot 0.5 * restart 0.1 = 0.05, od 0.
+        # spot: 0.5 + 0.1875 + 0.2*0.95 = 0.8775 -> 9; od: 0.175 + 0.1875 + 0.2 = 0.5625 -> 6.
+        ([spot(0.07), od(0.2)], PodRequest(1, 4, 0, BATCH), [9, 6]),
         # Standard pod, same two nodes: restart cost 0.5 -> spot risk 0.25.
-        # spot: 0.5 + 0.075 + 0.2*0.75 = 0.725 -> round(7.25) = 7; od: 0.45 -> 5.
-        ([spot(0.07), od(0.2)], PodRequest(1, 4, 0, STANDARD), [7, 5]),
+        # spot: 0.5 + 0.1875 + 0.2*0.75 = 0.8375 -> round(8.375) = 8; od: 0.5625 -> 6.
+        ([spot(0.07), od(0.2)], PodRequest(1, 4, 0, STANDARD), [8, 6]),
         # Latency-sensitive pod: the spot node is filtered (score 0); the on-demand node is the
-        # only feasible one, so it is the cheapest: 0.5 + 0.075 + 0.2 = 0.775 -> 8.
-        ([spot(0.07), od(0.2)], PodRequest(1, 4, 0, LATENCY_SENSITIVE), [0, 8]),
-        # Bin packing: equal price, one node 3/4 full. Full: cpu (3+1)/4 = 1, mem (12+4)/16 = 1 -> 1;
-        # empty: 0.25. full: 0.5 + 0.3 + 0.2 = 1.0 -> 10; empty: 0.775 -> 8.
-        ([od(0.2, 3, 12), od(0.2)], POD, [10, 8]),
+        # only feasible one, so it is the cheapest: 0.5 + 0.1875 + 0.2 = 0.8875 -> 9.
+        ([spot(0.07), od(0.2)], PodRequest(1, 4, 0, LATENCY_SENSITIVE), [0, 9]),
+        # Bin packing: equal price, one node 3/4 full. Full: cpu (3+1)/4 = 1, mem (12+4)/16 = 1 ->
+        # fill 1, nothing left -> balance 1 -> packing 1; empty: 0.625.
+        # full: 0.5 + 0.3 + 0.2 = 1.0 -> 10; empty: 0.8875 -> 9.
+        ([od(0.2, 3, 12), od(0.2)], POD, [10, 9]),
     ],
     ids=[
         "one-node",
@@ -156,25 +158,26 @@ def test_unpriced_node_costs_the_highest_known_price(prices, expected):
 
 def test_unpriced_node_never_beats_the_dearest_priced_node():
     # Identical shapes: unpriced is treated as 0.3 (the dearest), so it ties with it
-    # and both lose to the cheap node. cost: 1.0 / (0.1/0.3) -> 0.333;
-    # cheap: 0.5 + 0.075 + 0.2 = 0.775 -> 8; dear and unpriced: 0.1667 + 0.275 = 0.4417 -> 4.
+    # and both lose to the cheap node. cost: 1.0 / (0.1/0.3) -> 0.333; packing 0.625;
+    # cheap: 0.5 + 0.1875 + 0.2 = 0.8875 -> 9; dear and unpriced: 0.1667 + 0.3875 = 0.5542 -> 6.
     scores = scoring.score_nodes(nodes(od(0.1), od(0.3), od(NAN)), POD, Weights()).tolist()
-    assert scores == [8, 4, 4]
+    assert scores == [9, 6, 6]
 
 
 @pytest.mark.parametrize(
     ("row", "pod", "expected"),
     [
-        # No-GPU pod on a node whose only GPU is free: utilisation 0.25 * (1 - 1/1) = 0.
+        # cpu and memory 0.25 used after placement: fill 0.25, balance 1 -> 0.625 before GPUs.
+        # No-GPU pod on a node whose only GPU is free: 0.625 * (1 - 1/1) = 0.
         ((8, 32, 1, 0, 0, 0, 1.0, 0, 0), PodRequest(2, 8, 0, STANDARD), 0.0),
-        # Two GPUs, one used: stranded fraction 0.5 -> 0.25 * 0.5 = 0.125.
-        ((8, 32, 2, 0, 0, 1, 1.0, 0, 0), PodRequest(2, 8, 0, STANDARD), 0.125),
-        # Every GPU in use: nothing left to strand -> plain utilisation 0.25.
-        ((8, 32, 1, 0, 0, 1, 1.0, 0, 0), PodRequest(2, 8, 0, STANDARD), 0.25),
-        # A GPU pod counts GPUs in the mean: (0.25 + 0.25 + 1/1) / 3 = 0.5.
-        ((8, 32, 1, 0, 0, 0, 1.0, 0, 0), PodRequest(2, 8, 1, STANDARD), 0.5),
-        # A CPU-only node is not penalised: 0.25.
-        ((8, 32, 0, 0, 0, 0, 1.0, 0, 0), PodRequest(2, 8, 0, STANDARD), 0.25),
+        # Two GPUs, one used: stranded fraction 0.5 -> 0.625 * 0.5 = 0.3125.
+        ((8, 32, 2, 0, 0, 1, 1.0, 0, 0), PodRequest(2, 8, 0, STANDARD), 0.3125),
+        # Every GPU in use: nothing left to strand -> plain 0.625.
+        ((8, 32, 1, 0, 0, 1, 1.0, 0, 0), PodRequest(2, 8, 0, STANDARD), 0.625),
+        # A GPU pod counts GPUs in the fill: (0.25 + 0.25 + 1/1) / 3 = 0.5 -> 0.5*0.5 + 0.5*1 = 0.75.
+        ((8, 32, 1, 0, 0, 0, 1.0, 0, 0), PodRequest(2, 8, 1, STANDARD), 0.75),
+        # A CPU-only node is not penalised: 0.625.
+        ((8, 32, 0, 0, 0, 0, 1.0, 0, 0), PodRequest(2, 8, 0, STANDARD), 0.625),
     ],
     ids=["all-gpus-stranded", "half-stranded", "none-free", "gpu-pod", "cpu-node"],
 )
@@ -183,10 +186,43 @@ def test_gpu_stranding_penalty(row, pod, expected):
 
 
 def test_cpu_pod_prefers_a_cpu_node_over_a_gpu_node_at_equal_price():
-    # cost equal (1.0 both), risk 0. cpu node packing 0.25 -> 0.775 -> 8;
+    # cost equal (1.0 both), risk 0. cpu node packing 0.625 -> 0.8875 -> 9;
     # gpu node packing 0 -> 0.5 + 0 + 0.2 = 0.7 -> 7.
     cluster = nodes((8, 32, 0, 0, 0, 0, 1.0, 0, 0), (8, 32, 1, 0, 0, 0, 1.0, 0, 0))
-    assert scoring.score_nodes(cluster, PodRequest(2, 8, 0, STANDARD), Weights()).tolist() == [8, 7]
+    assert scoring.score_nodes(cluster, PodRequest(2, 8, 0, STANDARD), Weights()).tolist() == [9, 7]
+
+
+def test_balanced_node_beats_a_node_left_with_cpu_stranded_at_equal_price_and_risk():
+    """Packing penalises stranding: of two same-priced on-demand nodes, the one the pod leaves
+    with as much cpu as memory free wins over a fuller one left with its cpu used up."""
+    # Pod 1 core, 4 GiB on 4-core 16 GiB nodes: cost 1.0 and risk 0 on both.
+    # stranded: (2.5+1)/4 = 0.875 cpu, (2+4)/16 = 0.375 mem -> fill 0.625, left 0.125 and 0.625
+    #   -> balance 0.2 -> packing 0.4125 -> 0.5 + 0.12375 + 0.2 = 0.82375 -> 8
+    #   (mean utilisation alone: 0.625 -> 0.8875 -> 9).
+    # balanced: (1+1)/4 = 0.5, (4+4)/16 = 0.5 -> fill 0.5, balance 1 -> packing 0.75
+    #   -> 0.5 + 0.225 + 0.2 = 0.925 -> 9 (mean utilisation alone: 0.5 -> 0.85 -> 9, a tie).
+    cluster = nodes(od(0.2, 2.5, 2), od(0.2, 1, 4))
+    assert scoring.packing_term(cluster, POD).tolist() == pytest.approx([0.4125, 0.75])
+    reasons = scoring.filter_nodes(cluster, POD)
+    reference = scoring.score_nodes(cluster, POD, Weights(), reasons)
+    fused = scoring.score_matrix(cluster.to_matrix(), POD, Weights(), reasons)
+    compiled = scoring_kernel.score_rows(cluster.to_matrix(), POD, Weights(), reasons)
+    assert reference.tolist() == fused.tolist() == compiled.tolist() == [8, 9]
+
+
+@pytest.mark.parametrize(
+    ("cpu", "mem", "expected"),
+    [
+        ((0.5,), (0.5,), 1.0),  # as much of each left
+        ((1.0,), (1.0,), 1.0),  # nothing left, nothing stranded
+        ((1.0,), (0.5,), 0.0),  # cpu used up, half the memory stranded
+        ((0.0,), (0.5,), 0.5),  # all cpu and half the memory left
+        ((0.875,), (0.375,), 0.2),
+    ],
+    ids=["even", "full", "cpu-used-up", "half", "skewed"],
+)
+def test_balance_after_placement(cpu, mem, expected):
+    assert scoring.balance_after(np.array(cpu), np.array(mem)).tolist() == pytest.approx([expected])
 
 
 @pytest.mark.parametrize(
@@ -238,8 +274,8 @@ def test_zero_capacity_is_guarded_without_floating_point_errors():
     assert reasons.tolist() == [REASON_ZERO_CAPACITY, REASON_ZERO_CAPACITY, FIT]
     assert packing.tolist()[:2] == [0.0, 0.0]
     assert share.tolist()[:2] == [math.inf, math.inf]
-    # The one feasible node is the cheapest: 0.5 + 0.3*0.25 + 0.2 = 0.775 -> 8.
-    assert scores.tolist() == fused.tolist() == [0, 0, 8]
+    # The one feasible node is the cheapest: 0.5 + 0.3*0.625 + 0.2 = 0.8875 -> 9.
+    assert scores.tolist() == fused.tolist() == [0, 0, 9]
 
 
 def test_no_feasible_node_scores_all_zero():
@@ -248,10 +284,10 @@ def test_no_feasible_node_scores_all_zero():
 
 
 def test_pod_requesting_nothing_is_compared_on_price_alone():
-    # share 0 -> cost on price: 0.1 -> 1.0, 0.2 -> 0.5. packing 0 both.
-    # 0.5 + 0 + 0.2 = 0.7 -> 7; 0.25 + 0.2 = 0.45 -> 5.
+    # share 0 -> cost on price: 0.1 -> 1.0, 0.2 -> 0.5. packing: fill 0, balance 1 -> 0.5 both.
+    # 0.5 + 0.15 + 0.2 = 0.85 -> 9; 0.25 + 0.15 + 0.2 = 0.6 -> 6.
     scores = scoring.score_nodes(nodes(od(0.1), od(0.2)), PodRequest(0, 0, 0, STANDARD), Weights())
-    assert scores.tolist() == [7, 5]
+    assert scores.tolist() == [9, 6]
 
 
 # --- properties over random clusters -------------------------------------------------------
