@@ -48,6 +48,27 @@ def sample_body(names: list[str], workload_class: str | None, i: int = 0) -> byt
     return json.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}).encode()
 
 
+CLASSES = (None, scoring.STANDARD, scoring.BATCH, scoring.LATENCY_SENSITIVE)
+
+
+def varied_bodies(
+    snapshot: extender.NodeSnapshot, lists: int, seed: int = 2
+) -> list[tuple[bytes, bytes]]:
+    """(filter body, prioritize body) pairs over `lists` different orders of the node names, one
+    pod class after another, made before anything is timed: no NodeNames list repeats within
+    the extender's cache of recent lists, so every call resolves and decodes its names anew."""
+    rng = np.random.default_rng(seed)
+    pairs = []
+    for i in range(lists):
+        names = [snapshot.names[j] for j in rng.permutation(len(snapshot.names))]
+        workload_class = CLASSES[i % len(CLASSES)]
+        filter_raw = sample_body(names, workload_class, i)
+        answer, _ = extender.filter_body(extender.parse_args(filter_raw, snapshot), snapshot)
+        passing = orjson.loads(answer)["NodeNames"]
+        pairs.append((filter_raw, sample_body(passing, workload_class, i)))
+    return pairs
+
+
 def percentiles(samples: list[float]) -> dict[str, float]:
     """p50/p99/mean of latencies in seconds, reported in milliseconds."""
     ordered = sorted(samples)
@@ -93,10 +114,18 @@ def bench_in_process(
 
 
 def bench_http(
-    host: str, port: int, names: list[str], requests: int, token: str | None
+    host: str,
+    port: int,
+    names: list[str],
+    requests: int,
+    token: str | None,
+    varied: list[tuple[bytes, bytes]] | None = None,
 ) -> dict[str, Any]:
-    """filter then prioritize (with filter's NodeNames) per pod over one keep-alive HTTP connection."""
-    classes = (None, scoring.STANDARD, scoring.BATCH, scoring.LATENCY_SENSITIVE)
+    """filter then prioritize (with filter's NodeNames) per pod over one keep-alive HTTP connection.
+
+    With `varied` (see `varied_bodies`), pod i sends pair i modulo their number instead of the
+    same node list every time."""
+    classes = CLASSES
     conn = http.client.HTTPConnection(host, port, timeout=30)
     headers = {"Content-Type": "application/json"}
     if token:
@@ -106,16 +135,21 @@ def bench_http(
     bodies = [sample_body(names, classes[i % 4], i) for i in range(4)]
     started = time.perf_counter()
     for i in range(requests):
+        filter_raw = varied[i % len(varied)][0] if varied else bodies[i % 4]
         t0 = time.perf_counter()
-        conn.request("POST", "/scheduler/filter", body=bodies[i % 4], headers=headers)
+        conn.request("POST", "/scheduler/filter", body=filter_raw, headers=headers)
         response = conn.getresponse()
         raw = response.read()
         if response.status != 200:
             raise RuntimeError(f"filter answered {response.status}: {raw[:200]!r}")
-        if i % 4 not in filter_cache:
-            passing = orjson.loads(raw)["NodeNames"]
-            filter_cache[i % 4] = sample_body(passing, classes[i % 4], i)
-        conn.request("POST", "/scheduler/prioritize", body=filter_cache[i % 4], headers=headers)
+        if varied:
+            prioritize_raw = varied[i % len(varied)][1]
+        else:
+            if i % 4 not in filter_cache:
+                passing = orjson.loads(raw)["NodeNames"]
+                filter_cache[i % 4] = sample_body(passing, classes[i % 4], i)
+            prioritize_raw = filter_cache[i % 4]
+        conn.request("POST", "/scheduler/prioritize", body=prioritize_raw, headers=headers)
         response = conn.getresponse()
         raw = response.read()
         if response.status != 200:

@@ -286,3 +286,16 @@ def test_fixed_width_encodings_decode_to_the_reference(extra, padded):
             fast = extender.prioritize_body(args, snapshot, Weights())
             assert orjson.loads(fast) == ranked
             assert json.loads(fast) == ranked  # the standard library's decoder agrees
+
+
+def test_varied_bench_bodies_never_repeat_a_list_the_cache_could_serve():
+    snapshot = bench.synthetic_snapshot(300)
+    pairs = bench.varied_bodies(snapshot, 12)
+    orders = [tuple(orjson.loads(f)["NodeNames"]) for f, _ in pairs]
+    assert len(set(orders)) == len(orders)  # no list comes back
+    assert all(sorted(o) == sorted(snapshot.names) for o in orders)
+    for i, (filter_raw, prioritize_raw) in enumerate(pairs):
+        answer, _ = extender.filter_body(extender.parse_args(filter_raw, snapshot), snapshot)
+        assert orjson.loads(prioritize_raw)["NodeNames"] == orjson.loads(answer)["NodeNames"]
+        labels = orjson.loads(filter_raw)["Pod"]["metadata"]["labels"]
+        assert labels.get(scoring.WORKLOAD_CLASS_LABEL) == bench.CLASSES[i % 4]

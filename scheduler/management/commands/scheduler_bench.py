@@ -32,6 +32,14 @@ class Command(BaseCommand):
         parser.add_argument("--requests", type=int, default=500)
         parser.add_argument("--no-http", action="store_true", help="skip the HTTP measurement")
         parser.add_argument(
+            "--node-lists",
+            choices=["same", "varied"],
+            default="same",
+            help="same: every pod of a class sends the same NodeNames list, as a stable cluster "
+            "scored in full does; varied: 40 different orders in turn, none repeating within "
+            "the extender's cache of recent lists (the cost of a list never seen before)",
+        )
+        parser.add_argument(
             "--json", action="store_true", help="print JSON (always on; kept for scripts)"
         )
 
@@ -53,12 +61,14 @@ class Command(BaseCommand):
             },
             "in_process": bench.bench_in_process(snapshot, requests, weights),
         }
+        result["node_lists"] = opts["node_lists"]
         if not opts["no_http"]:
-            result["http"] = self._over_http(nodes, requests, snapshot.names)
+            varied = bench.varied_bodies(snapshot, 40) if opts["node_lists"] == "varied" else None
+            result["http"] = self._over_http(nodes, requests, snapshot.names, varied)
         result["machine"]["load_1m_after"] = os.getloadavg()[0]
         self.stdout.write(json.dumps(result, indent=2))
 
-    def _over_http(self, nodes: int, requests: int, names: list[str]) -> dict:
+    def _over_http(self, nodes: int, requests: int, names: list[str], varied: list | None) -> dict:
         """Start `scheduler_extender` as a real process on loopback and measure against it."""
         port = _free_port()
         manage = Path(settings.BASE_DIR) / "manage.py"
@@ -86,7 +96,7 @@ class Command(BaseCommand):
                 time.sleep(0.2)
             token = settings.KILN_SCHEDULER_EXTENDER_TOKEN
             bench.bench_http("127.0.0.1", port, names, min(20, requests), token)  # warm up
-            out = bench.bench_http("127.0.0.1", port, names, requests, token)
+            out = bench.bench_http("127.0.0.1", port, names, requests, token, varied)
             out["server"] = (
                 "scheduler_extender (uvicorn httptools, dedicated ASGI app, one write per "
                 "response), loopback, keep-alive"
