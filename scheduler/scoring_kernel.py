@@ -41,6 +41,39 @@ def _min(a, b):  # pragma: no cover - compiled
     return a if (a != a or a <= b) else b
 
 
+@njit(cache=True, nogil=True, inline="always")
+def balance_left(f_cpu, f_mem):  # pragma: no cover - compiled
+    """What stays usable of the larger free resource once the pod is placed: the smaller share
+    left over the larger (1 when nothing is left of either)."""
+    left_cpu = 1.0 - f_cpu
+    left_mem = 1.0 - f_mem
+    most = _max(left_cpu, left_mem)
+    return _min(left_cpu, left_mem) / most if most > 0 else 1.0
+
+
+@njit(cache=True, nogil=True, inline="always")
+def node_score(
+    cheapest, cost, packing, likelihood, spot, restart, w_cost, w_packing, w_risk
+):  # pragma: no cover - compiled
+    """The 0-10 extender score of one feasible node from its cost, packing and preemption risk;
+    shared by the extender and the replay, so both score exactly alike."""
+    if cheapest > 0:
+        cost_score = cheapest / cost
+    else:
+        cost_score = 1.0 if cost <= 0 else 0.0
+    if likelihood != likelihood:
+        likelihood = UNKNOWN_SPOT_LIKELIHOOD
+    risk = _min(_max(likelihood, 0.0), 1.0) * (1.0 if spot > 0.5 else 0.0)
+    risk *= restart
+    total = w_cost * cost_score
+    total += w_packing * _max(packing, 0.0)
+    total += w_risk * (1.0 - risk)
+    total = _min(_max(total, 0.0), 1.0)
+    total *= MAX_EXTENDER_PRIORITY
+    total += 0.5
+    return math.floor(total)
+
+
 @njit(cache=True, nogil=True)
 def _filter(rows, usable, unusable_reason, cpu, mem, gpu, latency, out):  # pragma: no cover
     """Per-node reason; the strongest wins: spot guarantee, zero capacity, cpu, memory, GPUs."""
@@ -112,17 +145,9 @@ def _score(
     for i in range(n):
         if reasons[i] != FIT:
             continue
-        cost = costs[i]
-        if cheapest > 0:
-            cost_score = cheapest / cost
-        else:
-            cost_score = 1.0 if cost <= 0 else 0.0
         f_cpu = _min((rows[i, 3] + cpu) / rows[i, 0], 1.0)
         f_mem = _min((rows[i, 4] + mem) / rows[i, 1], 1.0)
-        left_cpu = 1.0 - f_cpu
-        left_mem = 1.0 - f_mem
-        most = _max(left_cpu, left_mem)
-        balance = _min(left_cpu, left_mem) / most if most > 0 else 1.0
+        balance = balance_left(f_cpu, f_mem)
         gpus = rows[i, 2]
         if gpu > 0:
             fill = (f_cpu + f_mem + _min((rows[i, 5] + gpu) / gpus, 1.0)) / 3.0
@@ -132,18 +157,9 @@ def _score(
             if gpus > 0:
                 stranded = _min(_max(gpus - rows[i, 5], 0.0) / gpus, 1.0)
                 packing = packing * (1.0 - stranded)
-        likelihood = rows[i, 7]
-        if likelihood != likelihood:
-            likelihood = UNKNOWN_SPOT_LIKELIHOOD
-        risk = _min(_max(likelihood, 0.0), 1.0) * (1.0 if rows[i, 8] > 0.5 else 0.0)
-        risk *= restart
-        total = w_cost * cost_score
-        total += w_packing * _max(packing, 0.0)
-        total += w_risk * (1.0 - risk)
-        total = _min(_max(total, 0.0), 1.0)
-        total *= MAX_EXTENDER_PRIORITY
-        total += 0.5
-        out[i] = math.floor(total)
+        out[i] = node_score(
+            cheapest, costs[i], packing, rows[i, 7], rows[i, 8], restart, w_cost, w_packing, w_risk
+        )
 
 
 def _latency(pod: PodRequest) -> bool:

@@ -16,7 +16,7 @@ import numpy as np
 from numba import njit
 
 from scheduler.kubedefault import MAX_NODE_SCORE
-from scheduler.scoring import MAX_EXTENDER_PRIORITY, UNKNOWN_SPOT_LIKELIHOOD
+from scheduler.scoring_kernel import balance_left, node_score
 
 BLOCK_SHIFT = 6  # machines are grouped in blocks of 64 for the fit scan
 BLOCK = 1 << BLOCK_SHIFT
@@ -167,30 +167,20 @@ def _kiln_best(
             score[k] = -1
             continue
         m = sample[k]
-        c = score[k]
-        if cheapest > 0:
-            cost_score = cheapest / c
-        else:
-            cost_score = 1.0 if c <= 0 else 0.0
         f_cpu = min((matrix[m, 3] + cpu) / matrix[m, 0], 1.0)
         f_mem = min((matrix[m, 4] + mem) / matrix[m, 1], 1.0)
-        left_cpu = 1.0 - f_cpu
-        left_mem = 1.0 - f_mem
-        most = max(left_cpu, left_mem)
-        balance = min(left_cpu, left_mem) / most if most > 0 else 1.0
-        packing = 0.5 * ((f_cpu + f_mem) * 0.5) + 0.5 * balance
-        lik = matrix[m, 7]
-        if lik != lik:
-            lik = UNKNOWN_SPOT_LIKELIHOOD
-        risk = min(max(lik, 0.0), 1.0) * (1.0 if matrix[m, 8] > 0.5 else 0.0)
-        risk *= restart
-        total = w_cost * cost_score
-        total += w_packing * max(packing, 0.0)
-        total += w_risk * (1.0 - risk)
-        total = min(max(total, 0.0), 1.0)
-        total *= MAX_EXTENDER_PRIORITY
-        total += 0.5
-        s = math.floor(total)
+        packing = 0.5 * ((f_cpu + f_mem) * 0.5) + 0.5 * balance_left(f_cpu, f_mem)
+        s = node_score(
+            cheapest,
+            score[k],
+            packing,
+            matrix[m, 7],
+            matrix[m, 8],
+            restart,
+            w_cost,
+            w_packing,
+            w_risk,
+        )
         score[k] = s
         if s > best:
             best = s
