@@ -192,6 +192,20 @@ def audit_writer_service(name: str, environment: dict[str, str] | None = None) -
     return Service(f"audit_writer ({name})", start, stop)
 
 
+def services_together(*services: Service) -> Service:
+    """One service that starts these in order and stops them in reverse order."""
+
+    def start() -> None:
+        for service in services:
+            service.start()
+
+    def stop() -> None:
+        for service in reversed(services):
+            service.stop()
+
+    return Service(" and ".join(service.name for service in services), start, stop)
+
+
 def build_runtime() -> Runtime:
     runtime = Runtime([celery_worker_service(), celery_beat_service()])
     runtime.services.extend(factory() for factory in _extra)

@@ -27,6 +27,7 @@ from kiln.standalone import (
     audit_writer_service,
     celery_worker_service,
     prefork_worker_service,
+    services_together,
 )
 
 
@@ -165,15 +166,7 @@ def prefork_worker(concurrency: int) -> Service:
     """A separate `celery -A kiln worker --pool prefork` process and an `audit_writer` on this
     database and broker, as `make dev` runs them."""
     environment = {"DATABASE_URL": _database_url()}
-    worker = prefork_worker_service("canary-bench", concurrency, environment)
-    writer = audit_writer_service("canary-bench", environment)
-
-    def start() -> None:
-        writer.start()
-        worker.start()
-
-    def stop() -> None:
-        worker.stop()
-        writer.stop()
-
-    return Service(f"{worker.name} and {writer.name}", start, stop)
+    return services_together(
+        audit_writer_service("canary-bench", environment),
+        prefork_worker_service("canary-bench", concurrency, environment),
+    )

@@ -46,7 +46,12 @@ from rest_framework.test import APIClient
 from audit.models import ChainEvent, OutboxEvent
 from kiln.identity import services as identity
 from kiln.identity.permissions import APPROVER, ENGINEER, system_actor
-from kiln.standalone import Service, audit_writer_service, prefork_worker_service
+from kiln.standalone import (
+    Service,
+    audit_writer_service,
+    prefork_worker_service,
+    services_together,
+)
 from portal.models import Environment, Membership, Team
 
 URL = "/api/v1/environments/"
@@ -476,15 +481,7 @@ def prefork_worker(concurrency: int, profile: str) -> Service:
         "KILN_SIM_DELAY_SCALE": "1.0",
         "KILN_DELIVERY_BACKEND": "simulated",
     }
-    worker = prefork_worker_service("provision-bench", concurrency, environment, loglevel="INFO")
-    writer = audit_writer_service("provision-bench")
-
-    def start() -> None:
-        writer.start()
-        worker.start()
-
-    def stop() -> None:
-        worker.stop()
-        writer.stop()
-
-    return Service(worker.name + " and audit_writer", start, stop)
+    return services_together(
+        audit_writer_service("provision-bench"),
+        prefork_worker_service("provision-bench", concurrency, environment, loglevel="INFO"),
+    )
