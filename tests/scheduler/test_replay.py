@@ -290,28 +290,7 @@ def test_parallel_runs_equal_sequential_runs():
 
 def _one_machine_trace(capacity: tuple[float, float], requests: list[tuple[float, float]]):
     """One machine added at time 0 and standard-class tasks (priority 5) scheduled one after another."""
-    import numpy as np
-
-    from scheduler.replay.trace import MachineEvents, TaskEvents, Trace
-
-    machines = MachineEvents(
-        time=np.zeros(1, dtype=np.int64),
-        machine=np.array([42], dtype=np.int64),
-        kind=np.zeros(1, dtype=np.int8),
-        cpu=np.array([capacity[0]]),
-        mem=np.array([capacity[1]]),
-    )
-    count = len(requests)
-    tasks = TaskEvents(
-        time=WINDOW_START + np.arange(count, dtype=np.int64) * 1_000_000,
-        key=np.arange(count, dtype=np.int64),
-        machine=np.full(count, -1, dtype=np.int64),
-        kind=np.full(count, SCHEDULE, dtype=np.int8),
-        priority=np.full(count, 5, dtype=np.int8),
-        cpu=np.array([r[0] for r in requests]),
-        mem=np.array([r[1] for r in requests]),
-    )
-    return Trace(machines, tasks, [0], count, 1.0)
+    return _machines_trace([capacity], requests)
 
 
 @pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "numpy"])
