@@ -9,7 +9,7 @@ from django.contrib.auth.models import Group
 from django.db import transaction
 
 import audit
-from kiln.admin_site import KilnModelAdmin, admin_actor
+from kiln.admin_site import KilnModelAdmin, ReadOnlyInline, admin_actor
 from kiln.identity import permissions, services
 from portal.models import Membership, Team
 
@@ -18,23 +18,13 @@ def _can_view_teams(actor: permissions.Actor) -> bool:
     return permissions.has_role(actor, permissions.APPROVER)
 
 
-class MembershipInline(admin.TabularInline):
+class MembershipInline(ReadOnlyInline):
     """Read-only list of a team's members on the team page."""
 
     model = Membership
     fields = ("user", "created_at")
     readonly_fields = fields
-    extra = 0
-    can_delete = False
-
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_view_permission(self, request, obj=None) -> bool:
-        return _can_view_teams(admin_actor(request))
+    view_predicate = staticmethod(_can_view_teams)
 
 
 @admin.register(Team)

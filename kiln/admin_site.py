@@ -62,3 +62,21 @@ class KilnModelAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
         return self._allowed(request, self.delete_predicate)
+
+
+class ReadOnlyInline(admin.TabularInline):
+    """A read-only inline list: nothing is added, changed or deleted through it; who may see it
+    is a predicate over the Actor."""
+
+    extra = 0
+    can_delete = False
+    view_predicate: Predicate = staticmethod(permissions.can_administer)
+
+    def has_add_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+    def has_view_permission(self, request: HttpRequest, obj=None) -> bool:
+        return self.view_predicate(admin_actor(request))

@@ -7,7 +7,7 @@ from django.contrib import admin, messages
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
-from kiln.admin_site import KilnModelAdmin, admin_actor
+from kiln.admin_site import KilnModelAdmin, ReadOnlyInline, admin_actor
 from kiln.errors import KilnError
 from kiln.identity import permissions
 from portal import services
@@ -18,21 +18,11 @@ def _can_view(actor: permissions.Actor) -> bool:
     return permissions.has_role(actor, permissions.APPROVER)
 
 
-class ApprovalDecisionInline(admin.TabularInline):
+class ApprovalDecisionInline(ReadOnlyInline):
     model = ApprovalDecision
     fields = ("approver_name", "decision", "reason", "created_at")
     readonly_fields = fields
-    extra = 0
-    can_delete = False
-
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_view_permission(self, request, obj=None) -> bool:
-        return _can_view(admin_actor(request))
+    view_predicate = staticmethod(_can_view)
 
 
 class PolicyDecisionInline(ApprovalDecisionInline):
