@@ -171,6 +171,6 @@ def _roles_create_on_server(roles: tuple[str, ...]) -> list[str]:
                 try:
                     server.execute(f'CREATE ROLE "{role}" LOGIN')
                     done.append(f"created role {role}")
-                except psycopg.errors.DuplicateObject:
-                    pass  # created concurrently
+                except psycopg.errors.DuplicateObject:  # another setup run created it first
+                    done.append(f"role {role} was created concurrently")
     return [*done, f"roles {', '.join(roles)} exist on the server"]
