@@ -27,8 +27,14 @@ class ApprovalDecisionInline(ReadOnlyInline):
 
 class PolicyDecisionInline(ApprovalDecisionInline):
     model = PolicyDecision
-    fields = ("stage", "policy", "target", "outcome", "message", "policy_sha256")
+    fields = ("stage", "policy", "target", "outcome", "message", "file_sha256")
     readonly_fields = fields
+
+    @admin.display(description="policy file SHA-256")
+    def file_sha256(self, obj: PolicyDecision) -> str:
+        """The first 12 hex digits, as the portal's detail page shows them (the full hash is in
+        the API and the audit event)."""
+        return obj.policy_sha256[:12]
 
 
 class StepInline(ApprovalDecisionInline):
