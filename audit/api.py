@@ -10,7 +10,6 @@ from datetime import UTC, datetime
 from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest
 from django.http import StreamingHttpResponse
-from django.utils.dateparse import parse_date, parse_datetime
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
@@ -20,11 +19,12 @@ from rest_framework.views import APIView
 from audit import selectors, services
 from audit.export import csv_lines, jsonl_lines
 from audit.models import ChainEvent
+from kiln import params
 from kiln.errors import InvalidInput
 from kiln.identity.drf import IsAuditor
 from kiln.identity.permissions import actor_from_request
 
-MAX_LIMIT = 500
+MAX_LIMIT = params.MAX_LIMIT
 STREAM_LINES = 500
 
 
@@ -46,31 +46,24 @@ async def stream_async(lines: Iterator[str]) -> AsyncIterator[str]:
             await sync_to_async(close, thread_sensitive=True)()
 
 
-def parse_moment(value: str | None, name: str) -> datetime | None:
-    """An ISO 8601 date or datetime query parameter (naive means UTC); InvalidInput otherwise."""
-    if not value:
-        return None
-    moment = parse_datetime(value)
-    if moment is None:
-        day = parse_date(value)
-        if day is None:
-            raise InvalidInput(f"{name} is not an ISO 8601 date or datetime", extra={"field": name})
-        moment = datetime(day.year, day.month, day.day)
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
-def filters_from(params) -> selectors.EventFilter:
-    """Explorer/API filters from query parameters (`from`/`since`, `to`/`until`, actor, action, target)."""
-    since = parse_moment(params.get("from") or params.get("since"), "from")
-    until = parse_moment(params.get("to") or params.get("until"), "to")
+def filters_from(query) -> selectors.EventFilter:
+    """Explorer/API filters from query parameters (`from`/`since`, `to`/`until`, actor, action,
+    target); a bad value raises kiln.params.ParamError naming the parameter."""
+    since_name = "from" if query.get("from") else "since"
+    until_name = "to" if query.get("to") else "until"
+    since = params.parse_moment(query.get(since_name), since_name)
+    until = params.parse_moment(query.get(until_name), until_name)
     if since and until and since >= until:
-        raise InvalidInput("`from` must be before `to`")
+        raise InvalidInput(
+            "`from` must be before `to`",
+            extra={"fields": {since_name: [f"must be before `{until_name}`"]}},
+        )
     return selectors.EventFilter(
         since=since,
         until=until,
-        actor=params.get("actor", "").strip(),
-        action=params.get("action", "").strip(),
-        target=params.get("target", "").strip(),
+        actor=params.parse_text(query.get("actor"), "actor"),
+        action=params.parse_text(query.get("action"), "action"),
+        target=params.parse_text(query.get("target"), "target", max_length=300),
     )
 
 
@@ -133,12 +126,7 @@ class AuditEventListApi(APIView):
     )
     def get(self, request):
         filters = filters_from(request.query_params)
-        try:
-            limit = int(request.query_params.get("limit", 50))
-        except ValueError as exc:
-            raise InvalidInput("limit must be an integer") from exc
-        if not 1 <= limit <= MAX_LIMIT:
-            raise InvalidInput(f"limit must be between 1 and {MAX_LIMIT}")
+        limit = params.parse_limit(request.query_params.get("limit"), maximum=MAX_LIMIT)
         before = selectors.decode_cursor(request.query_params.get("cursor"))
         rows, next_seq = selectors.event_page(filters, before=before, limit=limit)
         return Response(
@@ -162,7 +150,9 @@ class AuditExportApi(APIView):
         filters = filters_from(request.query_params)
         fmt = request.query_params.get("format", "jsonl")
         if fmt not in ("jsonl", "csv"):
-            raise InvalidInput("format must be jsonl or csv")
+            raise InvalidInput(
+                "format must be jsonl or csv", extra={"fields": {"format": ["jsonl or csv"]}}
+            )
         segment = services.export_create(
             actor=actor_from_request(request), since=filters.since, until=filters.until, fmt=fmt
         )

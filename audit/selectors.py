@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from audit.models import ChainEvent, Checkpoint, OutboxEvent, VerificationRun
 from kiln.errors import InvalidInput
+from kiln.params import BIGINT_MAX
 
 
 def writer_lag() -> dict[str, Any]:
@@ -83,7 +84,9 @@ def event_page(
 
 
 def event_detail(seq: int) -> tuple[ChainEvent | None, ChainEvent | None, ChainEvent | None]:
-    """An entry and its neighbours (seq-1, seq+1)."""
+    """An entry and its neighbours (seq-1, seq+1); none for a seq no `bigint` column holds."""
+    if not 1 <= seq < BIGINT_MAX:
+        return None, None, None
     rows = {e.seq: e for e in ChainEvent.objects.filter(seq__in=[seq - 1, seq, seq + 1])}
     return rows.get(seq), rows.get(seq - 1), rows.get(seq + 1)
 
@@ -97,18 +100,27 @@ def encode_cursor(seq: int | None) -> str | None:
     )
 
 
+MAX_CURSOR_LENGTH = 64  # a cursor Kiln issues is ~30 characters
+
+
 def decode_cursor(cursor: str | None) -> int | None:
-    """The seq inside an opaque cursor; InvalidInput for a forged one."""
+    """The seq inside an opaque cursor; InvalidInput for a forged one (also a seq past the
+    `bigint` column, or a cursor too long to be one Kiln issued)."""
     if not cursor:
         return None
+    invalid = InvalidInput(
+        "invalid cursor", extra={"parameter": "cursor", "fields": {"cursor": ["invalid cursor"]}}
+    )
+    if len(cursor) > MAX_CURSOR_LENGTH:
+        raise invalid
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
         value = json.loads(base64.urlsafe_b64decode(padded.encode()))["b"]
-        if not isinstance(value, int) or value < 1:
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= BIGINT_MAX:
             raise ValueError
         return value
-    except (ValueError, KeyError, TypeError) as exc:
-        raise InvalidInput("invalid cursor") from exc
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        raise invalid from exc
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,9 @@ from django.utils.http import urlencode
 
 from audit import selectors
 from audit.api import filters_from
-from kiln.errors import InvalidInput
+from kiln.errors import InvalidInput, InvalidParameter
 from kiln.identity.permissions import actor_from_request, can_view_audit
+from kiln.params import ParamError
 
 PAGE_SIZE = 50
 
@@ -32,14 +33,21 @@ def explorer(request: HttpRequest) -> HttpResponse:
     try:
         filters = filters_from(request.GET)
         before = selectors.decode_cursor(request.GET.get("cursor"))
+    except ParamError as exc:
+        error = InvalidParameter.from_param(exc).message
+        filters, before = selectors.EventFilter(), None
     except InvalidInput as exc:
         error, filters, before = exc.message, selectors.EventFilter(), None
     rows, next_seq = selectors.event_page(filters, before=before, limit=PAGE_SIZE)
-    keep = {
-        k: v
-        for k, v in request.GET.items()
-        if k in ("from", "to", "actor", "action", "target") and v
-    }
+    keep = (
+        {}
+        if error
+        else {
+            k: v
+            for k, v in request.GET.items()
+            if k in ("from", "to", "actor", "action", "target") and v
+        }
+    )
     next_url = (
         f"{reverse('audit:explorer')}?{urlencode({**keep, 'cursor': selectors.encode_cursor(next_seq)})}"
         if next_seq
@@ -61,6 +69,7 @@ def explorer(request: HttpRequest) -> HttpResponse:
             "export_csv": f"{reverse('audit-api:export')}?{urlencode({**export_params, 'format': 'csv'})}",
             "status": selectors.chain_status(),
         },
+        status=400 if error else 200,  # the page still renders, with the reason shown
     )
 
 

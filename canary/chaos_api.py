@@ -6,7 +6,6 @@ from typing import Any
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
-from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -16,6 +15,7 @@ from canary.models_chaos import ChaosExperiment, ExperimentStatus, FaultKind
 from kiln.errors import InvalidInput
 from kiln.identity.drf import role_required
 from kiln.identity.permissions import AUDITOR, ENGINEER, actor_from_request
+from kiln.pagination import LimitOffsetPagination
 
 
 class StopConditionSerializer(serializers.Serializer):

@@ -15,6 +15,8 @@ from django.http import Http404
 from rest_framework import exceptions as drf_exceptions
 from rest_framework.response import Response
 
+from kiln.params import ParamError
+
 
 class KilnError(Exception):
     """Base of every domain error: a stable code, an HTTP status and a human message."""
@@ -31,6 +33,16 @@ class KilnError(Exception):
 class InvalidInput(KilnError):
     code = "invalid"
     http_status = 400
+
+
+class InvalidParameter(InvalidInput):
+    """A query parameter out of its accepted form or range (raised from `kiln.params`)."""
+
+    code = "invalid_parameter"
+
+    @classmethod
+    def from_param(cls, exc: ParamError) -> InvalidParameter:
+        return cls(f"Query parameter `{exc.name}` {exc.message}.", extra=exc.as_extra())
 
 
 class NotAuthenticated(KilnError):
@@ -82,6 +94,8 @@ _DRF_CODES = {
 
 def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """DRF EXCEPTION_HANDLER: one error shape for every API error."""
+    if isinstance(exc, ParamError):
+        exc = InvalidParameter.from_param(exc)
     if isinstance(exc, KilnError):
         return Response(error_body(exc.code, exc.message, exc.extra), status=exc.http_status)
     if isinstance(exc, DjangoValidationError):

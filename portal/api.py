@@ -7,7 +7,6 @@ from typing import Any
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
-from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -15,6 +14,7 @@ from rest_framework.views import APIView
 
 from kiln.errors import InvalidInput
 from kiln.identity.permissions import actor_from_request
+from kiln.pagination import LimitOffsetPagination
 from portal import selectors, services
 from portal.lifecycle import Status
 from portal.models import Environment
