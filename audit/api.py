@@ -11,7 +11,12 @@ from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+)
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -23,6 +28,7 @@ from kiln import params
 from kiln.errors import InvalidInput
 from kiln.identity.drf import IsAuditor
 from kiln.identity.permissions import actor_from_request
+from kiln.openapi import LIMIT, moment_parameter, text_parameter
 
 MAX_LIMIT = params.MAX_LIMIT
 STREAM_LINES = 500
@@ -89,9 +95,11 @@ class ChainEventSerializer(serializers.ModelSerializer):
             "hash",
         ]
 
+    @extend_schema_field({"type": "object", "additionalProperties": {}})
     def get_data(self, obj: ChainEvent) -> dict:
         return json.loads(obj.data)
 
+    @extend_schema_field(OpenApiTypes.DATETIME)
     def get_recorded_at(self, obj: ChainEvent) -> str:
         from audit.chain import format_time
 
@@ -99,12 +107,20 @@ class ChainEventSerializer(serializers.ModelSerializer):
 
 
 FILTER_PARAMS = [
-    OpenApiParameter("from", OpenApiTypes.DATETIME, description="recorded at or after"),
-    OpenApiParameter("to", OpenApiTypes.DATETIME, description="recorded before"),
-    OpenApiParameter("actor", str),
-    OpenApiParameter("action", str, description="exact, or a prefix ending in '.'"),
-    OpenApiParameter("target", str),
+    moment_parameter("from", "Recorded at or after (alias `since`)"),
+    moment_parameter("to", "Recorded before (alias `until`)"),
+    text_parameter("actor"),
+    text_parameter("action", "Exact, or a prefix ending in '.'"),
+    text_parameter("target", max_length=300),
 ]
+EXPORT_FILE = OpenApiParameter(
+    "Content-Disposition",
+    str,
+    OpenApiParameter.HEADER,
+    required=True,
+    description='attachment; filename="kiln-audit-<UTC stamp>.<format>"',
+    response=[200],
+)
 
 
 class AuditEventListApi(APIView):
@@ -116,11 +132,19 @@ class AuditEventListApi(APIView):
         results = ChainEventSerializer(many=True)
         next_cursor = serializers.CharField(allow_null=True)
 
+        class Meta:
+            ref_name = "ChainEventPage"
+
     @extend_schema(
+        operation_id="audit_events_list",
         parameters=[
             *FILTER_PARAMS,
-            OpenApiParameter("cursor", str),
-            OpenApiParameter("limit", int, description=f"1..{MAX_LIMIT}, default 50"),
+            OpenApiParameter(
+                "cursor",
+                {"type": "string", "maxLength": selectors.MAX_CURSOR_LENGTH},
+                description="`next_cursor` of the previous page.",
+            ),
+            LIMIT,
         ],
         responses=OutputSerializer,
     )
@@ -143,8 +167,19 @@ class AuditExportApi(APIView):
     permission_classes = [IsAuditor]
 
     @extend_schema(
-        parameters=[*FILTER_PARAMS[:2], OpenApiParameter("format", str, enum=["jsonl", "csv"])],
-        responses={(200, "application/x-ndjson"): OpenApiTypes.STR},
+        operation_id="audit_export",
+        parameters=[
+            *FILTER_PARAMS[:2],
+            OpenApiParameter("format", str, enum=["jsonl", "csv"], default="jsonl"),
+            EXPORT_FILE,
+        ],
+        responses={
+            (200, "application/x-ndjson"): OpenApiResponse(
+                OpenApiTypes.STR,
+                description="JSON lines: a header, the entries, their checkpoints.",
+            ),
+            (200, "text/csv"): OpenApiResponse(OpenApiTypes.STR, description="`format=csv`."),
+        },
     )
     def get(self, request):
         filters = filters_from(request.query_params)

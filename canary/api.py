@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from canary import api_schema as out
 from canary import selectors, services
-from canary.models import MetricsSource
-from kiln.errors import NotFound
+from canary.models import MetricsSource, RolloutStatus
+from kiln.errors import InvalidInput, NotFound
 from kiln.identity.permissions import actor_from_request
+from kiln.openapi import documented, errors
 from portal.models import Team
 
 
@@ -28,10 +31,19 @@ class ServiceListCreateApi(APIView):
         queries = serializers.DictField(child=serializers.CharField(), required=False, default=dict)
         sim_traffic_class = serializers.CharField(required=False, default="steady")
 
+        class Meta:
+            ref_name = "CanaryServiceCreate"
+
+    @extend_schema(operation_id="canary_services_list", responses=out.ServiceOutput(many=True))
     def get(self, request):
         actor = actor_from_request(request)
         return Response([_service(s) for s in selectors.service_list(viewer=actor)])
 
+    @extend_schema(
+        operation_id="canary_services_create",
+        request=InputSerializer,
+        responses={201: out.ServiceOutput, **errors(404, 409)},
+    )
     def post(self, request):
         actor = actor_from_request(request)
         data = self.InputSerializer(data=request.data)
@@ -63,16 +75,61 @@ class RolloutListCreateApi(APIView):
         service = serializers.UUIDField()
         baseline_version = serializers.CharField(max_length=63)
         canary_version = serializers.CharField(max_length=63)
-        steps = serializers.JSONField(required=False, default=None)
-        ticks_per_step = serializers.JSONField(required=False, default=8)
-        tick_seconds = serializers.JSONField(required=False, default=60.0)
-        config = serializers.JSONField(required=False, default=dict)
+        # Typed and checked by services.rollout_create (one 400 naming every field); documented:
+        steps = documented(
+            serializers.JSONField(required=False, default=None),
+            type="array",
+            items={"type": "integer", "minimum": 1, "maximum": 100},
+            minItems=2,
+            uniqueItems=True,
+            description="Canary weights in percent, strictly increasing, ending at 100 "
+            "(default [5, 25, 50, 100]).",
+        )
+        ticks_per_step = documented(
+            serializers.JSONField(required=False, default=8),
+            type="integer",
+            minimum=1,
+            maximum=1000,
+            default=8,
+        )
+        tick_seconds = documented(
+            serializers.JSONField(required=False, default=60.0),
+            type="number",
+            minimum=0.2,
+            maximum=3600,
+            default=60.0,
+        )
+        config = documented(
+            serializers.JSONField(required=False, default=dict),
+            type="object",
+            description="AnalysisConfig overrides: " + ", ".join(sorted(services.CONFIG_KEYS)),
+        )
 
+        class Meta:
+            ref_name = "RolloutCreate"
+
+    @extend_schema(
+        operation_id="rollouts_list",
+        description="The 200 newest rollouts the caller may see.",
+        parameters=[OpenApiParameter("status", str, enum=RolloutStatus.values)],
+        responses=out.RolloutOutput(many=True),
+    )
     def get(self, request):
         actor = actor_from_request(request)
-        rollouts = selectors.rollout_list(viewer=actor, status=request.query_params.get("status"))
+        status = request.query_params.get("status") or None
+        if status and status not in RolloutStatus.values:
+            raise InvalidInput(
+                f"status must be one of {', '.join(RolloutStatus.values)}",
+                extra={"fields": {"status": [f"One of {', '.join(RolloutStatus.values)}."]}},
+            )
+        rollouts = selectors.rollout_list(viewer=actor, status=status)
         return Response([selectors.rollout_summary(r) for r in rollouts[:200]])
 
+    @extend_schema(
+        operation_id="rollouts_create",
+        request=InputSerializer,
+        responses={201: out.RolloutOutput, **errors(404, 409)},
+    )
     def post(self, request):
         actor = actor_from_request(request)
         data = self.InputSerializer(data=request.data)
@@ -86,6 +143,7 @@ class RolloutListCreateApi(APIView):
 class RolloutDetailApi(APIView):
     """GET: one rollout with every tick's statistics and every decision."""
 
+    @extend_schema(operation_id="rollouts_retrieve", responses=out.RolloutSeriesOutput)
     def get(self, request, rollout_id):
         rollout = selectors.rollout_get(viewer=actor_from_request(request), rollout_id=rollout_id)
         return Response(selectors.rollout_series(rollout))
@@ -94,10 +152,18 @@ class RolloutDetailApi(APIView):
 class _ReasonSerializer(serializers.Serializer):
     reason = serializers.CharField(required=False, default="", allow_blank=True, max_length=2000)
 
+    class Meta:
+        ref_name = "RolloutReason"
+
 
 class RolloutAbortApi(APIView):
     """POST: abort the rollout and send all traffic to the baseline (team engineers)."""
 
+    @extend_schema(
+        operation_id="rollouts_abort",
+        request=_ReasonSerializer,
+        responses={200: out.RolloutOutput, **errors(409)},
+    )
     def post(self, request, rollout_id):
         actor = actor_from_request(request)
         data = _ReasonSerializer(data=request.data)
@@ -110,6 +176,11 @@ class RolloutAbortApi(APIView):
 class RolloutPromoteApi(APIView):
     """POST: promote by hand, overriding the analysis (approvers, platform admins)."""
 
+    @extend_schema(
+        operation_id="rollouts_promote",
+        request=_ReasonSerializer,
+        responses={200: out.RolloutOutput, **errors(409)},
+    )
     def post(self, request, rollout_id):
         actor = actor_from_request(request)
         data = _ReasonSerializer(data=request.data)
@@ -133,6 +204,17 @@ class RolloutObservationApi(APIView):
             max_length=services.MAX_LATENCY_SAMPLES,
         )
 
+        class Meta:
+            ref_name = "ObservationPush"
+
+    @extend_schema(
+        operation_id="rollouts_observations_create",
+        request=InputSerializer,
+        responses={
+            202: OpenApiResponse(out.ObservationOutput, description="Queued for the next tick."),
+            **errors(409),
+        },
+    )
     def post(self, request, rollout_id):
         actor = actor_from_request(request)
         data = self.InputSerializer(data=request.data)

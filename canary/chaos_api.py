@@ -4,23 +4,28 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from canary import api_schema as out
 from canary import chaos_selectors, chaos_services
 from canary.models_chaos import ChaosExperiment, ExperimentStatus, FaultKind
 from kiln.errors import InvalidInput
 from kiln.identity.drf import role_required
 from kiln.identity.permissions import AUDITOR, ENGINEER, actor_from_request
+from kiln.openapi import PAGE_PARAMETERS, documented, errors
 from kiln.pagination import LimitOffsetPagination
 
 
 class StopConditionSerializer(serializers.Serializer):
     kind = serializers.ChoiceField(choices=chaos_services.STOP_CONDITION_KINDS)
     threshold = serializers.FloatField(required=False, min_value=0)
+
+    class Meta:
+        ref_name = "ExperimentStopConditionInput"
 
 
 def experiment_payload(exp: ChaosExperiment, *, with_injections: bool = False) -> dict[str, Any]:
@@ -101,22 +106,67 @@ class ExperimentListCreateApi(APIView):
             max_length=253, required=False, allow_blank=True, default=""
         )
         fault = serializers.ChoiceField(choices=FaultKind.values)
-        delay_ms = serializers.IntegerField(required=False, allow_null=True)
-        abort_http_status = serializers.IntegerField(required=False, allow_null=True)
-        percent = serializers.FloatField(required=False, default=100.0)
-        duration_seconds = serializers.IntegerField()
-        max_duration_seconds = serializers.IntegerField()
-        max_pods = serializers.IntegerField(required=False, allow_null=True)
-        max_percent = serializers.FloatField(required=False, allow_null=True)
+        # chaos_services._validate checks these per fault kind (one 400 naming every field);
+        # their ranges are documented here.
+        delay_ms = documented(
+            serializers.IntegerField(required=False, allow_null=True),
+            minimum=1,
+            maximum=600_000,
+            description="http-delay: milliseconds added.",
+        )
+        abort_http_status = documented(
+            serializers.IntegerField(required=False, allow_null=True),
+            minimum=400,
+            maximum=599,
+            description="http-abort: the status answered.",
+        )
+        percent = documented(
+            serializers.FloatField(required=False, default=100.0),
+            minimum=0,
+            exclusiveMinimum=True,
+            maximum=100,
+            default=100.0,
+            description="HTTP faults: share of requests faulted.",
+        )
+        duration_seconds = documented(
+            serializers.IntegerField(),
+            minimum=1,
+            maximum=chaos_services.MAX_HARD_SECONDS,
+            description="Seconds; at most max_duration_seconds.",
+        )
+        max_duration_seconds = documented(
+            serializers.IntegerField(), minimum=1, maximum=chaos_services.MAX_HARD_SECONDS
+        )
+        max_pods = documented(
+            serializers.IntegerField(required=False, allow_null=True),
+            minimum=1,
+            description="Blast radius: set max_pods, max_percent or both.",
+        )
+        max_percent = documented(
+            serializers.FloatField(required=False, allow_null=True),
+            minimum=0,
+            exclusiveMinimum=True,
+            maximum=100,
+        )
         stop_conditions = StopConditionSerializer(many=True, required=False, default=list)
         start = serializers.BooleanField(required=False, default=True)
+
+        class Meta:
+            ref_name = "ExperimentCreate"
 
     def get_permissions(self):
         if self.request.method == "POST":
             return [role_required(ENGINEER)()]
         return [role_required(ENGINEER, AUDITOR)()]
 
-    @extend_schema(operation_id="chaos_experiment_list", responses={200: dict})
+    @extend_schema(
+        operation_id="chaos_experiment_list",
+        parameters=[
+            OpenApiParameter("status", str, enum=ExperimentStatus.values),
+            *PAGE_PARAMETERS,
+        ],
+        responses=out.ExperimentPageOutput,
+    )
     def get(self, request: Request) -> Response:
         status = request.query_params.get("status") or None
         if status and status not in ExperimentStatus.values:
@@ -127,7 +177,9 @@ class ExperimentListCreateApi(APIView):
         return paginator.get_paginated_response([experiment_payload(e) for e in page])
 
     @extend_schema(
-        operation_id="chaos_experiment_create", request=InputSerializer, responses={201: dict}
+        operation_id="chaos_experiment_create",
+        request=InputSerializer,
+        responses={201: out.ExperimentDetailOutput, **errors(409, 503)},
     )
     def post(self, request: Request) -> Response:
         serializer = self.InputSerializer(data=request.data)
@@ -146,7 +198,7 @@ class ExperimentDetailApi(APIView):
 
     permission_classes = [role_required(ENGINEER, AUDITOR)]
 
-    @extend_schema(operation_id="chaos_experiment_detail", responses={200: dict})
+    @extend_schema(operation_id="chaos_experiment_detail", responses=out.ExperimentDetailOutput)
     def get(self, request: Request, experiment_id) -> Response:
         exp = chaos_selectors.experiment_get(
             viewer=actor_from_request(request), experiment_id=experiment_id
@@ -162,8 +214,13 @@ class ExperimentAbortApi(APIView):
     class InputSerializer(serializers.Serializer):
         reason = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
 
+        class Meta:
+            ref_name = "ExperimentAbort"
+
     @extend_schema(
-        operation_id="chaos_experiment_abort", request=InputSerializer, responses={200: dict}
+        operation_id="chaos_experiment_abort",
+        request=InputSerializer,
+        responses={200: out.ExperimentDetailOutput, **errors(409, 503)},
     )
     def post(self, request: Request, experiment_id) -> Response:
         actor = actor_from_request(request)

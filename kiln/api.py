@@ -14,6 +14,7 @@ from rest_framework.views import APIView
 
 from kiln.identity import permissions, selectors, services
 from kiln.identity.drf import role_required
+from kiln.openapi import errors
 from portal.models import DNS_LABEL
 
 HasAnyRole = role_required(*permissions.ROLES)
@@ -97,7 +98,9 @@ class TeamListCreateApi(APIView):
         return Response(TeamOutputSerializer(teams, many=True).data)
 
     @extend_schema(
-        operation_id="teams_create", request=InputSerializer, responses={201: TeamOutputSerializer}
+        operation_id="teams_create",
+        request=InputSerializer,
+        responses={201: TeamOutputSerializer, **errors(409)},
     )
     def post(self, request):
         data = self.InputSerializer(data=request.data)
@@ -122,7 +125,7 @@ class TeamMemberAddApi(APIView):
     @extend_schema(
         operation_id="teams_members_create",
         request=InputSerializer,
-        responses={201: TeamOutputSerializer},
+        responses={201: TeamOutputSerializer, **errors(409)},
     )
     def post(self, request, slug: str):
         actor = permissions.actor_from_request(request)

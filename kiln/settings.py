@@ -225,6 +225,18 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # The API parses JSON bodies only in the documented shape; form encodings are not its contract.
+    "PARSER_WHITELIST": ["rest_framework.parsers.JSONParser"],
+    "ENUM_NAME_OVERRIDES": {
+        "EnvironmentStatusEnum": "portal.api_schema.ENVIRONMENT_STATUSES",
+        "StepStatusEnum": "portal.api_schema.STEP_STATUSES",
+        "RolloutStatusEnum": "canary.models.RolloutStatus",
+        "ExperimentStatusEnum": "canary.api_schema.EXPERIMENT_STATUSES",
+    },
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "kiln.openapi.postprocess",
+    ],
 }
 
 # --- security ----------------------------------------------------------------

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.extensions import OpenApiSerializerExtension
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
@@ -14,12 +14,20 @@ from rest_framework.views import APIView
 
 from kiln.errors import InvalidInput
 from kiln.identity.permissions import actor_from_request
+from kiln.openapi import documented, errors
 from kiln.pagination import LimitOffsetPagination
-from portal import selectors, services
+from portal import api_schema as out
+from portal import conf, selectors, services
 from portal.lifecycle import Status
 from portal.models import Environment
 from portal.services import cost
-from portal.validation import ENV_CLASSES, FIELDS, WORKLOAD_CLASSES, field_errors
+from portal.validation import (
+    DNS_LABEL_RE,
+    ENV_CLASSES,
+    FIELDS,
+    WORKLOAD_CLASSES,
+    field_errors,
+)
 
 
 class StrictIntegerField(serializers.IntegerField):
@@ -59,15 +67,38 @@ class StrictSerializer(serializers.Serializer):
         return value
 
 
+class StrictSerializerSchema(OpenApiSerializerExtension):
+    """A StrictSerializer's request body is documented with `additionalProperties: false`."""
+
+    target_class = StrictSerializer
+    match_subclasses = True
+
+    def map_serializer(self, auto_schema, direction):
+        schema = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
+        if direction == "request":
+            schema["additionalProperties"] = False
+        return schema
+
+
 class EnvironmentCreateInput(StrictSerializer):
+    # The limits below are documented for clients; portal.validation.field_errors enforces them
+    # (with the per-class TTL limit, which a schema cannot say) in the same response.
     team = serializers.CharField(max_length=63)
-    name = serializers.CharField(max_length=63)
+    name = documented(
+        serializers.CharField(max_length=63), maxLength=40, pattern=DNS_LABEL_RE.pattern
+    )
     env_class = serializers.ChoiceField(choices=ENV_CLASSES)
-    ttl_hours = StrictIntegerField()
+    ttl_hours = documented(
+        StrictIntegerField(),
+        minimum=1,
+        maximum=max(conf.MAX_TTL_HOURS.values()),
+        description="Hours; at most "
+        + ", ".join(f"{k} {v}" for k, v in conf.MAX_TTL_HOURS.items()),
+    )
     workload_class = serializers.ChoiceField(choices=WORKLOAD_CLASSES, default="latency-sensitive")
-    cpu = StrictIntegerField()
-    memory_gib = StrictIntegerField()
-    gpu = StrictIntegerField(default=0)
+    cpu = documented(StrictIntegerField(), minimum=1, maximum=conf.MAX_CPU)
+    memory_gib = documented(StrictIntegerField(), minimum=1, maximum=conf.MAX_MEMORY_GIB)
+    gpu = documented(StrictIntegerField(default=0), minimum=0, maximum=conf.MAX_GPU, default=0)
     tenant_control_plane = StrictBooleanField(default=False)
     spot_node_pool = StrictBooleanField(default=False)
     database = StrictBooleanField(default=False)
@@ -200,8 +231,27 @@ class EnvironmentListCreateApi(APIView):
     @extend_schema(
         operation_id="environments_create",
         request=EnvironmentCreateInput,
-        responses={201: OpenApiTypes.OBJECT, 200: OpenApiTypes.OBJECT},
-        parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER)],
+        responses={
+            201: OpenApiResponse(
+                out.EnvironmentDetailOutput,
+                description="Submitted (the policy gate may have DENIED it already).",
+            ),
+            200: OpenApiResponse(
+                out.EnvironmentDetailOutput,
+                description="The request submitted before with this Idempotency-Key.",
+            ),
+            **errors(409, 422),
+        },
+        parameters=[
+            OpenApiParameter(
+                "Idempotency-Key",
+                {"type": "string", "maxLength": 200},
+                OpenApiParameter.HEADER,
+                description="Resubmitting the same body with the same key returns the first result.",
+            ),
+            out.LOCATION,
+            out.REPLAYED,
+        ],
     )
     def post(self, request: Request) -> Response:
         data = EnvironmentCreateInput(data=request.data)
@@ -222,11 +272,8 @@ class EnvironmentListCreateApi(APIView):
 
     @extend_schema(
         operation_id="environments_list",
-        responses=OpenApiTypes.OBJECT,
-        parameters=[
-            OpenApiParameter(name, str)
-            for name in ("team", "status", "env_class", "requested_by", "q")
-        ],
+        responses=out.EnvironmentPageOutput,
+        parameters=out.LIST_PARAMETERS,
     )
     def get(self, request: Request) -> Response:
         qs = selectors.environment_list(
@@ -242,12 +289,16 @@ class EnvironmentDetailApi(APIView):
 
     permission_classes = [IsAuthenticated]
 
-    @extend_schema(operation_id="environments_retrieve", responses=OpenApiTypes.OBJECT)
+    @extend_schema(operation_id="environments_retrieve", responses=out.EnvironmentDetailOutput)
     def get(self, request: Request, public_id: str) -> Response:
         env = selectors.environment_get(viewer=actor_from_request(request), public_id=public_id)
         return Response(environment_payload(env, detail=True))
 
-    @extend_schema(operation_id="environments_teardown", responses={202: OpenApiTypes.OBJECT})
+    @extend_schema(
+        operation_id="environments_teardown",
+        parameters=[OpenApiParameter("reason", {"type": "string", "maxLength": 2000})],
+        responses={202: out.EnvironmentOutput, **errors(409)},
+    )
     def delete(self, request: Request, public_id: str) -> Response:
         actor = actor_from_request(request)
         env = selectors.environment_get(viewer=actor, public_id=public_id)
@@ -260,7 +311,9 @@ class EnvironmentApproveApi(APIView):
     permission_classes = [IsAuthenticated]
 
     @extend_schema(
-        operation_id="environments_approve", request=ReasonInput, responses=OpenApiTypes.OBJECT
+        operation_id="environments_approve",
+        request=ReasonInput,
+        responses={200: out.EnvironmentDetailOutput, **errors(409)},
     )
     def post(self, request: Request, public_id: str) -> Response:
         actor = actor_from_request(request)
@@ -277,7 +330,9 @@ class EnvironmentRejectApi(APIView):
     permission_classes = [IsAuthenticated]
 
     @extend_schema(
-        operation_id="environments_reject", request=RejectInput, responses=OpenApiTypes.OBJECT
+        operation_id="environments_reject",
+        request=RejectInput,
+        responses={200: out.EnvironmentDetailOutput, **errors(409)},
     )
     def post(self, request: Request, public_id: str) -> Response:
         actor = actor_from_request(request)
@@ -294,7 +349,9 @@ class EnvironmentExtendApi(APIView):
     permission_classes = [IsAuthenticated]
 
     @extend_schema(
-        operation_id="environments_extend", request=ExtendInput, responses=OpenApiTypes.OBJECT
+        operation_id="environments_extend",
+        request=ExtendInput,
+        responses={200: out.EnvironmentDetailOutput, **errors(409)},
     )
     def post(self, request: Request, public_id: str) -> Response:
         actor = actor_from_request(request)
@@ -312,7 +369,11 @@ class EnvironmentEstimateApi(APIView):
 
     permission_classes = [IsAuthenticated]
 
-    @extend_schema(operation_id="environments_estimate", responses=OpenApiTypes.OBJECT)
+    @extend_schema(
+        operation_id="environments_estimate",
+        responses=out.EstimateOutput,
+        parameters=out.ESTIMATE_PARAMETERS,
+    )
     def get(self, request: Request) -> Response:
         p = request.query_params
         try:

@@ -1,0 +1,196 @@
+"""The environments API's documented shapes (portal/api.py): what `environment_payload` and the
+estimate return, as serializers so the OpenAPI document types every field, and the query
+parameters and headers the views read.
+
+They describe; they hold no rule. The views build the payload from the model and the services;
+portal.validation and kiln.params enforce the limits documented here.
+"""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiParameter
+from rest_framework import serializers
+
+from kiln.openapi import PAGE_PARAMETERS, documented, paginated
+from portal import conf
+from portal.lifecycle import Status
+from portal.validation import ENV_CLASSES, WORKLOAD_CLASSES
+
+ENVIRONMENT_STATUSES = [s.value for s in Status]
+STEP_STATUSES = ["pending", "running", "done", "failed"]
+DECIMAL = {"type": "string", "format": "decimal", "pattern": r"^-?[0-9]+(\.[0-9]+)?$"}
+
+
+class EnvironmentRequestFieldsOutput(serializers.Serializer):
+    """What was asked for (the request's fields but the team)."""
+
+    name = serializers.CharField()
+    env_class = serializers.ChoiceField(choices=ENV_CLASSES)
+    ttl_hours = serializers.IntegerField(min_value=1)
+    workload_class = serializers.ChoiceField(choices=WORKLOAD_CLASSES)
+    cpu = serializers.IntegerField(min_value=1)
+    memory_gib = serializers.IntegerField(min_value=1)
+    gpu = serializers.IntegerField(min_value=0)
+    tenant_control_plane = serializers.BooleanField()
+    spot_node_pool = serializers.BooleanField()
+    database = serializers.BooleanField()
+    justification = serializers.CharField(allow_blank=True)
+
+    class Meta:
+        ref_name = "EnvironmentRequestFields"
+
+
+class EnvironmentOutput(serializers.Serializer):
+    """An environment as lists show it."""
+
+    id = serializers.CharField(help_text="Opaque id, used in URLs.")
+    team = serializers.CharField()
+    name = serializers.CharField()
+    namespace = serializers.CharField()
+    env_class = serializers.ChoiceField(choices=ENV_CLASSES)
+    status = serializers.ChoiceField(choices=ENVIRONMENT_STATUSES)
+    status_reason = serializers.CharField(allow_blank=True)
+    policy_version = serializers.CharField(allow_blank=True)
+    requested_by = serializers.CharField()
+    request = EnvironmentRequestFieldsOutput()
+    hourly_cost = documented(serializers.CharField(), **DECIMAL, description="USD per hour")
+    created_at = serializers.DateTimeField()
+    ready_at = serializers.DateTimeField(allow_null=True)
+    expires_at = serializers.DateTimeField(allow_null=True)
+    deleted_at = serializers.DateTimeField(allow_null=True)
+    quarantine_owner = serializers.CharField(allow_null=True)
+
+    class Meta:
+        ref_name = "Environment"
+
+
+class ApprovalOutput(serializers.Serializer):
+    approver = serializers.CharField()
+    decision = serializers.ChoiceField(choices=["approve", "reject"])
+    reason = serializers.CharField(allow_blank=True)
+    at = serializers.DateTimeField()
+
+    class Meta:
+        ref_name = "EnvironmentApproval"
+
+
+class PolicyDecisionOutput(serializers.Serializer):
+    stage = serializers.ChoiceField(choices=["request", "manifest"])
+    policy = serializers.CharField()
+    policy_sha256 = serializers.CharField(allow_blank=True)
+    policy_set_version = serializers.CharField(allow_blank=True)
+    target = serializers.CharField(allow_blank=True)
+    allowed = serializers.BooleanField()
+    outcome = serializers.ChoiceField(choices=["allow", "deny", "error", "timeout", "missing"])
+    message = serializers.CharField(allow_blank=True)
+
+    class Meta:
+        ref_name = "EnvironmentPolicyDecision"
+
+
+class StepOutput(serializers.Serializer):
+    name = serializers.CharField()
+    status = serializers.ChoiceField(choices=STEP_STATUSES)
+    attempts = serializers.IntegerField(min_value=0)
+    detail = serializers.CharField(allow_blank=True)
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+
+    class Meta:
+        ref_name = "EnvironmentStep"
+
+
+class EnvironmentDetailOutput(EnvironmentOutput):
+    """One environment with its approvals, policy decisions, steps and composed manifests."""
+
+    approvals = ApprovalOutput(many=True)
+    policy_decisions = PolicyDecisionOutput(many=True)
+    steps = StepOutput(many=True)
+    manifests = serializers.ListField(
+        child=serializers.DictField(child=serializers.JSONField()),
+        help_text="The Kubernetes objects composed for it (empty until approved).",
+    )
+
+    class Meta:
+        ref_name = "EnvironmentDetail"
+
+
+EnvironmentPageOutput = paginated(EnvironmentOutput, "EnvironmentPage")
+
+
+class EstimateLineOutput(serializers.Serializer):
+    item = serializers.CharField()
+    quantity = serializers.IntegerField(min_value=0)
+    unit_price = documented(serializers.CharField(), **DECIMAL)
+    hourly = documented(serializers.CharField(), **DECIMAL)
+
+    class Meta:
+        ref_name = "EstimateLine"
+
+
+class EstimateOutput(serializers.Serializer):
+    """The cost of a prospective request, from the same prices the scheduler uses."""
+
+    hourly = documented(serializers.CharField(), **DECIMAL)
+    lifetime = documented(serializers.CharField(), **DECIMAL)
+    ttl_hours = serializers.IntegerField(min_value=1)
+    lines = EstimateLineOutput(many=True)
+    source = serializers.CharField()
+    currency = serializers.ChoiceField(choices=["USD"])
+
+    class Meta:
+        ref_name = "Estimate"
+
+
+# --- parameters and headers ----------------------------------------------------------------
+
+LIST_PARAMETERS = [
+    OpenApiParameter("team", str, description="Team slug."),
+    OpenApiParameter(
+        "status",
+        {"type": "array", "items": {"type": "string", "enum": ENVIRONMENT_STATUSES}},
+        explode=False,
+        description="Comma-separated statuses.",
+    ),
+    OpenApiParameter("env_class", str, enum=ENV_CLASSES),
+    OpenApiParameter("requested_by", str, description="User name."),
+    OpenApiParameter("q", str, description="Part of the name or namespace."),
+    *PAGE_PARAMETERS,
+]
+
+ESTIMATE_PARAMETERS = [
+    OpenApiParameter("env_class", str, enum=ENV_CLASSES, default="dev"),
+    *(
+        OpenApiParameter(
+            name, {"type": "integer", "minimum": low, "maximum": high}, default=default
+        )
+        for name, low, high, default in (
+            ("ttl_hours", 1, max(conf.MAX_TTL_HOURS.values()), 24),
+            ("cpu", 1, conf.MAX_CPU, 1),
+            ("memory_gib", 1, conf.MAX_MEMORY_GIB, 1),
+            ("gpu", 0, conf.MAX_GPU, 0),
+        )
+    ),
+    *(
+        OpenApiParameter(name, bool, default=False)
+        for name in ("spot_node_pool", "tenant_control_plane", "database")
+    ),
+]
+
+LOCATION = OpenApiParameter(
+    "Location",
+    str,
+    OpenApiParameter.HEADER,
+    required=True,
+    description="The environment's URL.",
+    response=[200, 201],
+)
+REPLAYED = OpenApiParameter(
+    "Idempotent-Replayed",
+    str,
+    OpenApiParameter.HEADER,
+    required=True,
+    enum=["true"],
+    response=[200],
+    description="Present when the answer is a replay.",
+)
