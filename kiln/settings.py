@@ -106,11 +106,13 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "kiln.middleware.RequestMetricsMiddleware",
 ]
+    "kiln.request_guard.RequestGuardMiddleware",  # NUL/over-long path or query values: a 400
 
 ROOT_URLCONF = "kiln.urls"
 ASGI_APPLICATION = "kiln.asgi.application"
 
 TEMPLATES = [
+    "kiln.identity.pages.RoleRequiredPagesMiddleware",  # no Kiln role: only the home page
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
         "DIRS": [BASE_DIR / "templates"],
@@ -207,7 +209,8 @@ REST_FRAMEWORK = {
         "kiln.identity.authentication.JWTAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # Authenticated and holding a Kiln role; only /api/v1/me/ answers a role-less caller.
+    "DEFAULT_PERMISSION_CLASSES": ["kiln.identity.drf.HasKilnRole"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "kiln.errors.api_exception_handler",
     "DEFAULT_PAGINATION_CLASS": "kiln.pagination.LimitOffsetPagination",

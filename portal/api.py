@@ -7,12 +7,12 @@ from typing import Any
 from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
-from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from kiln.errors import InvalidInput
+from kiln.identity.drf import HasKilnRole
 from kiln.identity.permissions import actor_from_request
 from kiln.openapi import documented, errors
 from kiln.pagination import LimitOffsetPagination
@@ -226,7 +226,7 @@ class EnvironmentListCreateApi(APIView):
     """GET: visible environments (filters: team, status, env_class, requested_by, q; limit/offset).
     POST: submit a request; honours Idempotency-Key."""
 
-    permission_classes = [IsAuthenticated]
+    permission_classes = [HasKilnRole]
 
     @extend_schema(
         operation_id="environments_create",
@@ -287,7 +287,7 @@ class EnvironmentListCreateApi(APIView):
 class EnvironmentDetailApi(APIView):
     """GET: one environment. DELETE: request teardown (202)."""
 
-    permission_classes = [IsAuthenticated]
+    permission_classes = [HasKilnRole]
 
     @extend_schema(operation_id="environments_retrieve", responses=out.EnvironmentDetailOutput)
     def get(self, request: Request, public_id: str) -> Response:
@@ -308,7 +308,7 @@ class EnvironmentDetailApi(APIView):
 
 
 class EnvironmentApproveApi(APIView):
-    permission_classes = [IsAuthenticated]
+    permission_classes = [HasKilnRole]
 
     @extend_schema(
         operation_id="environments_approve",
@@ -327,7 +327,7 @@ class EnvironmentApproveApi(APIView):
 
 
 class EnvironmentRejectApi(APIView):
-    permission_classes = [IsAuthenticated]
+    permission_classes = [HasKilnRole]
 
     @extend_schema(
         operation_id="environments_reject",
@@ -346,7 +346,7 @@ class EnvironmentRejectApi(APIView):
 
 
 class EnvironmentExtendApi(APIView):
-    permission_classes = [IsAuthenticated]
+    permission_classes = [HasKilnRole]
 
     @extend_schema(
         operation_id="environments_extend",
@@ -367,7 +367,7 @@ class EnvironmentExtendApi(APIView):
 class EnvironmentEstimateApi(APIView):
     """GET: the cost estimate for a prospective request (query parameters as the create body)."""
 
-    permission_classes = [IsAuthenticated]
+    permission_classes = [HasKilnRole]
 
     @extend_schema(
         operation_id="environments_estimate",

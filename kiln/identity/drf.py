@@ -7,6 +7,18 @@ from rest_framework.permissions import BasePermission
 from kiln.identity import permissions
 
 
+class HasKilnRole(BasePermission):
+    """The API's default: an authenticated caller holding some Kiln role (a valid token or
+    session without one is a 403 everywhere but `GET /api/v1/me/`)."""
+
+    message = "You hold no Kiln role (engineer, approver, auditor, platform-admin)."
+
+    def has_permission(self, request, view) -> bool:
+        if not (request.user and request.user.is_authenticated):
+            return False
+        return permissions.has_any_role(permissions.actor_from_request(request))
+
+
 class HasRole(BasePermission):
     """Allow authenticated actors holding one of `roles` (platform admins always)."""
 

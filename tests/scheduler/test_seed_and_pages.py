@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.test import Client
 from django.urls import reverse
 
@@ -38,7 +39,9 @@ def test_seed_creates_realistic_pricing_and_demo_nodes_once():
 @pytest.fixture
 def user_client() -> Client:
     client = Client()
-    client.force_login(get_user_model().objects.create_user("alice", password="pw-alice-123"))
+    alice = get_user_model().objects.create_user("alice", password="pw-alice-123")
+    alice.groups.add(Group.objects.get_or_create(name="engineer")[0])  # role-less people get 403
+    client.force_login(alice)
     return client
 
 
