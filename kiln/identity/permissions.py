@@ -3,11 +3,6 @@
 DRF permission classes (`kiln.identity.drf`), HTML views, Django admin and
 services all ask here. Roles come from the JWT `roles` claim for API clients
 and from Django groups for session users; a superuser is a platform admin.
-
-Background components act as system actors (`system_actor("reaper")`): no role,
-no team, only the capabilities of their job (kiln.identity.components). Each
-predicate below allows a system actor only where its docstring names the
-capability; no system actor approves or administers.
 """
 
 from __future__ import annotations
@@ -15,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
-
-from kiln.identity import components as c
 
 ENGINEER = "engineer"
 APPROVER = "approver"
@@ -44,19 +37,8 @@ class Actor:
 
 
 def system_actor(component: str) -> Actor:
-    """The actor of a named background component (`system:reaper`): its job's capabilities only.
-
-    Raises ValueError for a name kiln.identity.components does not list.
-    """
-    return Actor(
-        username=f"system:{component}",
-        kind="system",
-        capabilities=c.capabilities_of(component),
-    )
-
-
-def _has_capability(actor: Actor, capability: str) -> bool:
-    return actor.is_system and capability in actor.capabilities
+    """A named actor for background work (never None): `system:reaper`, `system:audit-writer`."""
+    return Actor(username=f"system:{component}", roles=frozenset({PLATFORM_ADMIN}), kind="system")
 
 
 def actor_for_user(user: Any, claims: dict[str, Any] | None = None) -> Actor:
@@ -113,14 +95,14 @@ def _membership_teams(user: Any) -> Iterable[str]:
 # --- predicates ---------------------------------------------------------------
 
 
-def has_role(actor: Actor, *roles: str) -> bool:
-    """True if the actor holds any of `roles`; platform admins hold every role."""
-    return PLATFORM_ADMIN in actor.roles or any(r in actor.roles for r in roles)
-
 def has_any_role(actor: Actor) -> bool:
     """True if the actor holds a Kiln role at all; without one only `GET /api/v1/me/` answers."""
     return bool(actor.roles & frozenset(ROLES))
 
+
+def has_role(actor: Actor, *roles: str) -> bool:
+    """True if the actor holds any of `roles`; platform admins hold every role."""
+    return PLATFORM_ADMIN in actor.roles or any(r in actor.roles for r in roles)
 
 
 def is_member(actor: Actor, team_slug: str) -> bool:
@@ -161,27 +143,8 @@ def can_run_chaos(actor: Actor, team_slug: str) -> bool:
 
 
 def can_view_chaos(actor: Actor, team_slug: str) -> bool:
-    """Chaos experiments: the owning team, auditors, platform admins and the chaos components."""
-    return (
-        PLATFORM_ADMIN in actor.roles
-        or AUDITOR in actor.roles
-        or team_slug in actor.teams
-        or any(_has_capability(actor, cap) for cap in (c.CHAOS_RUN, c.CHAOS_CONTROL, c.CHAOS_REAP))
-    )
-
-
-def can_control_chaos(actor: Actor) -> bool:
-    """Hold an experiment's lease and inject its fault: the chaos controller (`chaos.control`)."""
-    return _has_capability(actor, c.CHAOS_CONTROL)
-
-
-def can_revert_fault(actor: Actor, team_slug: str) -> bool:
-    """Revert a fault and end its experiment: who may run it there, the controller and the reaper."""
-    return (
-        can_run_chaos(actor, team_slug)
-        or _has_capability(actor, c.CHAOS_CONTROL)
-        or _has_capability(actor, c.CHAOS_REAP)
-    )
+    """Chaos experiments are visible to the owning team, auditors and platform admins."""
+    return PLATFORM_ADMIN in actor.roles or AUDITOR in actor.roles or team_slug in actor.teams
 
 
 def can_request_environment(actor: Actor, team_slug: str) -> bool:
@@ -198,23 +161,6 @@ def can_view_environment(actor: Actor, team_slug: str) -> bool:
     """The owning team, approvers, auditors and platform admins see an environment."""
     return (
         team_slug in actor.teams
-def can_tear_down_environment(actor: Actor, team_slug: str) -> bool:
-    """Tear an environment down: who may act on it, and the reaper (`environment.teardown`)."""
-    return can_act_on_environment(actor, team_slug) or _has_capability(actor, c.ENV_TEARDOWN)
-
-
-_ENVIRONMENT_JOBS = (c.ENV_POLICY, c.ENV_AUTO_APPROVE, c.ENV_PROVISION, c.ENV_TEARDOWN)
-
-# Which lifecycle states each environment job may move an environment to (portal/lifecycle.py
-# holds the table of legal moves; this says whose job each move is).
-ENVIRONMENT_MOVES: dict[str, frozenset[str]] = {
-    c.ENV_POLICY: frozenset({"DENIED", "PENDING_APPROVAL", "FAILED"}),
-    c.ENV_AUTO_APPROVE: frozenset({"APPROVED"}),
-    c.ENV_PROVISION: frozenset({"PROVISIONING", "READY", "FAILED"}),
-    c.ENV_TEARDOWN: frozenset({"EXPIRING", "TEARING_DOWN", "DELETED", "QUARANTINED", "FAILED"}),
-}
-
-
         or PLATFORM_ADMIN in actor.roles
         or APPROVER in actor.roles
         or AUDITOR in actor.roles
@@ -222,21 +168,6 @@ ENVIRONMENT_MOVES: dict[str, frozenset[str]] = {
 
 
 def can_approve(actor: Actor, requester_username: str | None = None) -> bool:
-        or any(_has_capability(actor, cap) for cap in _ENVIRONMENT_JOBS)
-    )
-
-
-def can_move_environment(actor: Actor, to: str) -> bool:
-    """May this actor move an environment to state `to`?
-
-    A system component only to the states of its job (ENVIRONMENT_MOVES). A
-    person's move reaches the lifecycle through a service that has already asked
-    the person's own predicate (can_approve, can_act_on_environment), so it passes here.
-    """
-    if not actor.is_system:
-        return True
-    return any(
-        to in moves for job, moves in ENVIRONMENT_MOVES.items() if _has_capability(actor, job)
     """Approvers approve, never their own request (separation of duties)."""
     if not has_role(actor, APPROVER) or actor.is_system:
         return False
@@ -244,18 +175,8 @@ def can_move_environment(actor: Actor, to: str) -> bool:
 
 
 def can_manage_rollout(actor: Actor, team_slug: str) -> bool:
-    """Engineers of the owning team start, feed and abort its rollouts (platform admins any,
-    `rollout.manage` for the demo seed and benchmarks)."""
-    return (
-        PLATFORM_ADMIN in actor.roles
-        or (ENGINEER in actor.roles and team_slug in actor.teams)
-        or _has_capability(actor, c.ROLLOUT_MANAGE)
-    )
-
-
-def can_analyze_rollout(actor: Actor) -> bool:
-    """Step, promote or roll back a rollout on its metrics' evidence: the canary analyzer only."""
-    return _has_capability(actor, c.ROLLOUT_ANALYZE)
+    """Engineers of the owning team start, feed and abort its rollouts (platform admins any)."""
+    return PLATFORM_ADMIN in actor.roles or (ENGINEER in actor.roles and team_slug in actor.teams)
 
 
 def can_promote_rollout(actor: Actor) -> bool:
@@ -268,46 +189,3 @@ def can_view_rollout(actor: Actor, team_slug: str) -> bool:
     return team_slug in actor.teams or bool(
         actor.roles & {PLATFORM_ADMIN, APPROVER, AUDITOR}
     )
-
-
-# --- the background components' own jobs ----------------------------------------------------
-
-
-def can_record_audit(actor: Actor) -> bool:
-    """Write audit events: every person (their own acts) and every component (`audit.record`)."""
-    return not actor.is_system or _has_capability(actor, c.AUDIT_RECORD)
-
-
-def can_append_chain(actor: Actor) -> bool:
-    """Append to the hash chain and sign checkpoints: the audit writer alone (`audit.chain`)."""
-    return _has_capability(actor, c.AUDIT_CHAIN)
-
-
-def can_set_up_audit(actor: Actor) -> bool:
-    """Create the chain's database roles: platform admins and `audit.setup`."""
-    return PLATFORM_ADMIN in actor.roles or _has_capability(actor, c.AUDIT_SETUP)
-
-
-def can_provision_users(actor: Actor) -> bool:
-    """Create users from token subjects and reconcile claim memberships: `users.provision`."""
-    return _has_capability(actor, c.USERS_PROVISION)
-
-
-def can_sync_nodes(actor: Actor) -> bool:
-    """Make the node inventory match the cluster: platform admins and `nodes.sync`."""
-    return PLATFORM_ADMIN in actor.roles or _has_capability(actor, c.NODES_SYNC)
-
-
-def can_seed_pricing(actor: Actor) -> bool:
-    """Load instance types and prices: platform admins and `pricing.seed`."""
-    return PLATFORM_ADMIN in actor.roles or _has_capability(actor, c.PRICING_SEED)
-
-
-def can_store_replay(actor: Actor) -> bool:
-    """Store a trace replay's report: platform admins and `replay.store`."""
-    return PLATFORM_ADMIN in actor.roles or _has_capability(actor, c.REPLAY_STORE)
-
-
-def can_seed_demo(actor: Actor) -> bool:
-    """Create the demo people, teams and data: platform admins and `demo.seed`."""
-    return PLATFORM_ADMIN in actor.roles or _has_capability(actor, c.DEMO_SEED)
