@@ -1,7 +1,7 @@
 """Chaos actuators: the objects that carry a fault, applied and removed through the delivery backend.
 
 - HTTP delay and abort: when a live VirtualService already routes the target
-  host (a rollout's, or anyone's), the fault goes into its http routes
+  host (a rollout's, or another namespace-local one), the fault goes into its http routes
   (`HTTPRoute.fault`), owned through the `kiln.dev/chaos-faults` annotation by
   experiment id and fencing token, because a mesh does not merge two
   VirtualServices of one host. Only when none does, a standalone Istio
@@ -31,6 +31,8 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+
+from canary.traffic import EXPORT_TO, MANAGED_BY
 
 CHAOS_API_VS = "networking.istio.io/v1"
 CHAOS_API_PODCHAOS = "chaos-mesh.org/v1alpha1"
@@ -124,6 +126,7 @@ def virtual_service_fault(spec: FaultSpec, token: int) -> dict[str, Any]:
         },
         "spec": {
             "hosts": [spec.service],
+            "exportTo": list(EXPORT_TO),
             "http": [
                 {
                     "name": "kiln-chaos",
@@ -197,9 +200,16 @@ def inject(backend: Any, spec: FaultSpec, token: int) -> Injected:
                 backend.delete(AppliedRef("v1", "Pod", spec.namespace, name))
         return Injected(applied=[_ref(manifest)], targets=victims)
     owner = {"experiment": spec.experiment_id, "token": int(token)}
+    targets = merge_targets(backend, spec.namespace, spec.service)
+    for vs in targets:
+        if not may_carry_faults(vs):
+            raise FaultConflict(
+                f"VirtualService {vs['metadata']['name']} routes {spec.service} and is exported "
+                "beyond its namespace: Kiln writes faults only into namespace-local VirtualServices"
+            )
     merged = [
         {**_ref(vs), "merged": True, **owner}
-        for vs in merge_targets(backend, spec.namespace, spec.service)
+        for vs in targets
         if merge_fault(backend, spec, token, vs["metadata"]["name"])
     ]
     if merged:
@@ -408,6 +418,19 @@ def is_standalone_fault(vs: dict[str, Any]) -> bool:
     return LABEL_EXPERIMENT in ((vs.get("metadata") or {}).get("labels") or {})
 
 
+def is_namespace_local(vs: dict[str, Any]) -> bool:
+    """True if the VirtualService is exported to its own namespace only (`exportTo: ["."]`)."""
+    namespace = (vs.get("metadata") or {}).get("namespace") or ""
+    export = (vs.get("spec") or {}).get("exportTo")
+    return isinstance(export, list) and bool(export) and all(e in (".", namespace) for e in export)
+
+
+def may_carry_faults(vs: dict[str, Any]) -> bool:
+    """A VirtualService a fault may be merged into: namespace-local, or a rollout's own (made so on write)."""
+    labels = (vs.get("metadata") or {}).get("labels") or {}
+    return is_namespace_local(vs) or all(labels.get(k) == v for k, v in MANAGED_BY.items())
+
+
 def merge_targets(backend: Any, namespace: str, host: str) -> list[dict[str, Any]]:
     """Live VirtualServices (not Kiln's own fault objects) whose http routes serve `host`."""
     return [
@@ -489,6 +512,8 @@ def with_fault(vs: dict[str, Any], spec: FaultSpec, token: int) -> dict[str, Any
     body = _fault_body(spec)
     ((key, value),) = body.items()
     _put_fault(manifest, key, value, spec.experiment_id, token)
+    # What Kiln writes stays in its namespace (a rollout object written before exportTo was set).
+    manifest["spec"]["exportTo"] = list(EXPORT_TO)
     return manifest
 
 

@@ -16,8 +16,6 @@ from canary.models_chaos import ChaosExperiment, ChaosInjection, ChaosLease
 from kiln.errors import NotFound
 from kiln.identity.permissions import AUDITOR, PLATFORM_ADMIN, Actor, can_view_chaos
 
-TEAM_LABEL = "kiln.dev/team"
-
 
 def experiment_list(*, viewer: Actor, status: str | None = None) -> QuerySet[ChaosExperiment]:
     """Experiments the viewer may see (their teams; everything for auditors and platform admins)."""
@@ -117,31 +115,6 @@ def live_injection_of(exp_id: Any) -> ChaosInjection | None:
     return ChaosInjection.objects.filter(experiment_id=exp_id, reverted_at__isnull=True).first()
 
 
-def namespace_owner(namespace: str, backend: Any) -> str | None:
-    """The team slug that owns a namespace.
-
-    The cluster decides first (the `kiln.dev/team` label of its Namespace); a
-    namespace the cluster does not label is owned by the team of the portal
-    environment, or else of the canary service, that lives in it.
-    """
-    obj = backend.get("v1", "Namespace", "", namespace)
-    if obj is not None:
-        labels = (obj.get("metadata") or {}).get("labels") or {}
-        team = labels.get(TEAM_LABEL)
-        return team if isinstance(team, str) and team else None
-    from canary.models import Service
-    from portal.models import Environment
-
-    live_envs = Environment.objects.filter(namespace=namespace).exclude(
-        status__in=["DENIED", "REJECTED", "DELETED"]
-    )
-    for qs in (live_envs, Service.objects.filter(namespace=namespace)):
-        slugs = set(qs.values_list("team__slug", flat=True))
-        if len(slugs) == 1:
-            return slugs.pop()
-    return None
-
-
 # --- stop-condition signals ---------------------------------------------------------------
 #
 # A stop condition names a signal; a provider reads it for an experiment's target.
@@ -207,10 +180,22 @@ def _rollback_from_audit(exp: ChaosExperiment) -> bool | None:
     for event in events:
         data = event.data or {}
         if data.get("namespace") == exp.namespace and (
-            not exp.service or data.get("service") in (None, "", exp.service)
+            not exp.service or _same_host(data.get("service"), exp)
         ):
             return True
     return None
+
+
+def _same_host(service: Any, exp: ChaosExperiment) -> bool:
+    """True if an event's service names the experiment's target (any accepted host form), or none."""
+    from canary.hosts import HostRefused, canonical_service_host
+
+    if service in (None, ""):
+        return True
+    try:
+        return canonical_service_host(service, exp.namespace) == exp.service
+    except HostRefused:
+        return service == exp.service
 
 
 register_signal("canary-rolled-back", _rollback_from_audit)

@@ -33,11 +33,7 @@ from prometheus_client import Counter
 
 from audit import record
 from canary import actuators
-from canary.chaos_selectors import (
-    live_injection_of,
-    namespace_owner,
-    timings_of,
-)
+from canary.chaos_selectors import live_injection_of, timings_of
 from canary.leases import (
     LeaseTimingError,
     LeaseTimings,
@@ -53,6 +49,8 @@ from canary.models_chaos import (
     FaultKind,
     InjectionState,
 )
+from canary.ownership import InvalidHost, namespace_owner, require_service_host
+from kiln.columns import column_errors
 from kiln.errors import (
     Conflict,
     Forbidden,
@@ -210,7 +208,9 @@ def experiment_create(
     """Define (and by default start) an experiment on a namespace the actor's team owns; audited."""
     from portal.models import Team
 
-    errors = _validate(data)
+    # Values past their columns' ranges (max_pods > 2**31-1, ...) are field errors too.
+    columns = column_errors(ChaosExperiment, data)
+    errors = {**{k: "; ".join(v) for k, v in columns.items()}, **_validate(data)}
     if errors:
         raise ChaosInvalid("The experiment is invalid.", extra={"fields": errors})
     timings = current_timings()
@@ -225,13 +225,21 @@ def experiment_create(
     team = Team.objects.filter(slug=team_slug).first()
     if team is None:
         raise ChaosInvalid(f"team {team_slug} owning {data['namespace']} does not exist")
+    service = data.get("service") or ""
+    if service:
+        # A VirtualService applies to its hosts across the mesh: an HTTP fault may only
+        # name a service of the experiment's own namespace (stored fully qualified).
+        try:
+            service = require_service_host(service, data["namespace"], field="service")
+        except InvalidHost as exc:
+            raise ChaosInvalid(exc.message, extra=exc.extra) from None
     with transaction.atomic():
         exp = ChaosExperiment.objects.create(
             name=data["name"].strip(),
             team=team,
             namespace=data["namespace"],
             selector=data["selector"],
-            service=data.get("service") or "",
+            service=service,
             fault=data["fault"],
             delay_ms=data.get("delay_ms"),
             abort_http_status=data.get("abort_http_status"),

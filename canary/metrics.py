@@ -11,26 +11,129 @@ from typing import Any
 
 import numpy as np
 
+from canary import promql
 from canary.actuators import FaultEffect, fault_effect
 from canary.models import MetricsSource, Observation, Rollout
 from canary.sequential import Window
 from canary.simulate import CLASSES, Simulator
 from canary.traffic import ISTIO_API, canary_weight_of
-from kiln.errors import Unavailable
+from kiln.errors import InvalidInput, Unavailable
 
-SAMPLE_CAP = 250
+# Latency samples kept per arm and tick. The tail channel counts the slowest 0.5% of the
+# pooled samples: 5,000 per arm give it ~50 events a tick at an even split.
+SAMPLE_CAP = 5000
 
-# Istio's standard metrics; {service}, {namespace}, {version} and {window} are substituted.
+# Istio's standard metrics, as canary.promql templates (placeholders filled per arm and tick).
 DEFAULT_QUERIES = {
-    "requests": 'sum(increase(istio_requests_total{{destination_service_name="{service}",'
-    'destination_service_namespace="{namespace}",destination_version="{version}"}}[{window}]))',
-    "errors": 'sum(increase(istio_requests_total{{destination_service_name="{service}",'
-    'destination_service_namespace="{namespace}",destination_version="{version}",'
-    'response_code=~"5.."}}[{window}]))',
-    "latency_buckets": "sum by (le) (increase(istio_request_duration_milliseconds_bucket{{"
-    'destination_service_name="{service}",destination_service_namespace="{namespace}",'
-    'destination_version="{version}"}}[{window}]))',
+    "requests": 'sum(increase(istio_requests_total{destination_service_name="{{service}}",'
+    'destination_service_namespace="{{namespace}}",destination_version="{{version}}"}'
+    "[{{window}}]))",
+    "errors": 'sum(increase(istio_requests_total{destination_service_name="{{service}}",'
+    'destination_service_namespace="{{namespace}}",destination_version="{{version}}",'
+    'response_code=~"5.."}[{{window}}]))',
+    "latency_buckets": "sum by (le) (increase(istio_request_duration_milliseconds_bucket{"
+    'destination_service_name="{{service}}",destination_service_namespace="{{namespace}}",'
+    'destination_version="{{version}}"}[{{window}}]))',
 }
+QUERY_NAMES = tuple(DEFAULT_QUERIES)
+
+
+class MetricsConfigError(InvalidInput):
+    """A metrics source a service may not use: a query template or metrics server Kiln refuses."""
+
+    code = "invalid_metrics"
+
+
+def validate_queries(queries: Any) -> dict[str, str]:
+    """The service's query templates, checked; MetricsConfigError (400) names the query refused."""
+    if queries is None:
+        return {}
+    if not isinstance(queries, dict):
+        raise MetricsConfigError("queries is an object of query templates")
+    unknown = sorted(str(k) for k in set(queries) - set(QUERY_NAMES))
+    if unknown:
+        raise MetricsConfigError(
+            f"unknown queries: {', '.join(unknown)}; the queries are {', '.join(QUERY_NAMES)}",
+            extra={"fields": {"queries": [f"unknown: {', '.join(unknown)}"]}},
+        )
+    for name, template in queries.items():
+        try:
+            promql.validate(template)
+        except promql.TemplateError as exc:
+            raise MetricsConfigError(
+                f"query {name} is not a valid template: {exc}",
+                extra={"fields": {f"queries.{name}": [str(exc)]}, "query": name},
+            ) from None
+    return dict(queries)
+
+
+def _normal_url(url: str) -> tuple[str, str, int, str] | None:
+    """(scheme, host, port, path) of an http(s) base URL with no user, query or fragment; else None."""
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return None
+    if parts.username is not None or parts.password is not None or parts.query or parts.fragment:
+        return None
+    default = 443 if parts.scheme == "https" else 80
+    return (parts.scheme, parts.hostname.lower(), port or default, parts.path.rstrip("/"))
+
+
+def allowed_prometheus_urls() -> dict[tuple[str, str, int, str], str]:
+    """The metrics servers of settings: KILN_PROMETHEUS_URL and KILN_PROMETHEUS_URL_ALLOWLIST."""
+    from django.conf import settings
+
+    urls = [getattr(settings, "KILN_PROMETHEUS_URL", "") or ""]
+    urls += list(getattr(settings, "KILN_PROMETHEUS_URL_ALLOWLIST", []) or [])
+    allowed = {}
+    for url in urls:
+        key = _normal_url(url) if url else None
+        if key is not None:
+            allowed.setdefault(key, url.strip())
+    return allowed
+
+
+def check_prometheus_url(url: str, *, required: bool) -> str:
+    """The metrics server a service may name: '' (settings decide) or an allowlisted URL; else 400.
+
+    `required`: the service reads Prometheus, so some server must be configured.
+    """
+    from django.conf import settings
+
+    if url:
+        if _normal_url(url) not in allowed_prometheus_urls():
+            raise MetricsConfigError(
+                "prometheus_url must be one of the metrics servers configured in "
+                "KILN_PROMETHEUS_URL or KILN_PROMETHEUS_URL_ALLOWLIST (or omitted)",
+                extra={"fields": {"prometheus_url": ["not an allowed metrics server"]}},
+            )
+        return url.strip()
+    if required and not getattr(settings, "KILN_PROMETHEUS_URL", ""):
+        raise MetricsConfigError(
+            "a Prometheus metrics source needs a metrics server: KILN_PROMETHEUS_URL is not set",
+            extra={"fields": {"metrics_source": ["no metrics server configured"]}},
+        )
+    return ""
+
+
+def prometheus_base_url(service_url: str) -> str:
+    """The server to query for a service: its allowlisted URL (checked again now) or KILN_PROMETHEUS_URL."""
+    from django.conf import settings
+
+    if service_url:
+        allowed = allowed_prometheus_urls().get(_normal_url(service_url) or ("", "", 0, ""))
+        if allowed is None:
+            raise Unavailable(
+                "the service's metrics server is no longer in KILN_PROMETHEUS_URL_ALLOWLIST"
+            )
+        return allowed
+    url = getattr(settings, "KILN_PROMETHEUS_URL", "") or ""
+    if not url:
+        raise Unavailable("no metrics server is configured (KILN_PROMETHEUS_URL)")
+    return url
 
 
 def read_windows(rollout: Rollout, tick: int) -> tuple[Window, Window, int]:
@@ -152,6 +255,7 @@ def pushed_windows(rollout: Rollout, tick: int) -> tuple[Window, Window, int]:
 def prometheus_windows(rollout: Rollout) -> tuple[Window, Window, int]:
     """Query the Prometheus HTTP API (/api/v1/query) for both arms over the last tick."""
     service = rollout.service
+    base_url = prometheus_base_url(service.prometheus_url)
     queries = {**DEFAULT_QUERIES, **(service.queries or {})}
     window = f"{max(1, round(rollout.tick_seconds))}s"
     arms = {}
@@ -159,26 +263,38 @@ def prometheus_windows(rollout: Rollout) -> tuple[Window, Window, int]:
         ("baseline", rollout.baseline_version),
         ("canary", rollout.canary_version),
     ):
-        params = {
+        values = {
             "service": service.name,
             "namespace": service.namespace,
+            "host": service.host,
             "version": version,
             "window": window,
         }
-        requests = _scalar(
-            prometheus_query(service.prometheus_url, queries["requests"].format(**params))
-        )
-        errors = _scalar(
-            prometheus_query(service.prometheus_url, queries["errors"].format(**params))
-        )
-        buckets = prometheus_query(
-            service.prometheus_url, queries["latency_buckets"].format(**params)
-        )
+        promqls = {}
+        for name in QUERY_NAMES:
+            try:
+                promqls[name] = promql.render(queries[name], values)
+            except promql.TemplateError as exc:
+                # A row written before templates were checked: refuse it, never evaluate it.
+                raise Unavailable(f"query {name} of {service} cannot be rendered: {exc}") from None
+        requests = _scalar(prometheus_query(base_url, promqls["requests"]))
+        errors = _scalar(prometheus_query(base_url, promqls["errors"]))
+        buckets = prometheus_query(base_url, promqls["latency_buckets"])
         requests_i = int(round(requests))
         arms[arm] = Window(
             requests_i, min(int(round(errors)), requests_i), samples_from_buckets(buckets)
         )
     return arms["baseline"], arms["canary"], rollout.weight
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Refuse redirects: the configured server answers, or the query fails."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
 
 
 def prometheus_query(base_url: str, promql: str, timeout: float = 5.0) -> list[dict[str, Any]]:
@@ -187,7 +303,7 @@ def prometheus_query(base_url: str, promql: str, timeout: float = 5.0) -> list[d
         raise Unavailable("the service has no Prometheus URL")
     url = base_url.rstrip("/") + "/api/v1/query?" + urllib.parse.urlencode({"query": promql})
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - configured URL
+        with _OPENER.open(url, timeout=timeout) as response:  # noqa: S310 - a URL from settings
             body = json.loads(response.read().decode())
     except (urllib.error.URLError, TimeoutError, ValueError) as exc:
         raise Unavailable(f"Prometheus query failed: {exc}") from exc

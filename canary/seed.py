@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from canary import services
 from canary.models import Service
+from canary.ownership import TEAM_LABEL, namespace_owner
 from kiln.identity.permissions import system_actor
+from portal.delivery import get_backend
 from portal.models import Team
 
 DEMO = (
@@ -22,6 +24,21 @@ def seed_demo() -> list[str]:
         team = Team.objects.filter(slug=team_slug).first()
         if team is None or Service.objects.filter(namespace=namespace, name=name).exists():
             continue
+        owner = namespace_owner(namespace)
+        if owner not in (None, team_slug):
+            continue  # another team's namespace: no demo service there
+        if owner is None:
+            # The demo's namespaces belong to their teams, as a provisioned environment's would.
+            get_backend().apply(
+                [
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Namespace",
+                        "metadata": {"name": namespace, "labels": {TEAM_LABEL: team_slug}},
+                    }
+                ]
+            )
+            created.append(f"namespace {namespace} of team {team_slug}")
         service = services.service_create(
             actor=actor, team=team, name=name, namespace=namespace, sim_traffic_class=traffic
         )

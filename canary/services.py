@@ -32,6 +32,7 @@ from canary.models import (
     RolloutTick,
     Service,
 )
+from canary.ownership import ownership_refusal, require_namespace_of, require_service_host
 from canary.sequential import CONTINUE, PROMOTE, ROLLBACK, AnalysisConfig, Analyzer, Evidence
 from canary.sequential import evidence as tick_evidence
 from canary.simulate import CLASSES, REGRESSIONS
@@ -70,27 +71,43 @@ def service_create(
     prometheus_url: str = "",
     queries: dict[str, str] | None = None,
     sim_traffic_class: str = "steady",
+    backend: Any = None,
 ) -> Service:
-    """Register a service for canary rollouts (engineers of its team, platform admins)."""
+    """Register a service for canary rollouts (engineers of its team, platform admins).
+
+    Its namespace must belong to the team and its host must be a service of that
+    namespace (canary.ownership; stored fully qualified); its query templates and
+    metrics server are checked (canary.metrics). Any refusal changes nothing.
+    """
+    from canary.metrics import check_prometheus_url, validate_queries
+
     if not can_manage_rollout(actor, team.slug):
         raise Forbidden("only engineers of the owning team register its services")
     if metrics_source not in MetricsSource.values:
         raise InvalidInput(f"metrics_source must be one of {', '.join(MetricsSource.values)}")
     if sim_traffic_class not in CLASSES:
         raise InvalidInput(f"sim_traffic_class must be one of {', '.join(CLASSES)}")
-    if metrics_source == MetricsSource.PROMETHEUS and not prometheus_url:
-        raise InvalidInput("a Prometheus metrics source needs prometheus_url")
-    unknown = set(queries or {}) - {"requests", "errors", "latency_buckets"}
-    if unknown:
-        raise InvalidInput(f"unknown queries: {', '.join(sorted(unknown))}")
+    for field, value in (("name", name), ("namespace", namespace)):
+        try:
+            DNS_LABEL(value)
+        except Exception:  # noqa: BLE001 - DNS_LABEL raises ValidationError
+            raise InvalidInput(
+                f"{field} must be a DNS-1123 label", extra={"fields": {field: ["a DNS-1123 label"]}}
+            ) from None
+    queries = validate_queries(queries)
+    prometheus_url = check_prometheus_url(
+        prometheus_url or "", required=metrics_source == MetricsSource.PROMETHEUS
+    )
+    fqdn = require_service_host(host or name, namespace)
+    require_namespace_of(team.slug, namespace, backend)
     service = Service(
         team=team,
         name=name,
         namespace=namespace,
-        host=host or f"{name}.{namespace}.svc.cluster.local",
+        host=fqdn,
         metrics_source=metrics_source,
         prometheus_url=prometheus_url,
-        queries=queries or {},
+        queries=queries,
         sim_traffic_class=sim_traffic_class,
     )
     service.full_clean()
@@ -195,6 +212,8 @@ def rollout_create(
     """
     if not can_manage_rollout(actor, service.team.slug):
         raise Forbidden("only engineers of the owning team roll out its services")
+    require_namespace_of(service.team.slug, service.namespace)
+    require_service_host(service.host, service.namespace)
     steps = [5, 25, 50, 100] if steps is None else steps
     config = {} if config is None else config
     errors = _validate_rollout(steps, ticks_per_step, tick_seconds, config)
@@ -362,6 +381,15 @@ def rollout_tick(*, rollout_id: Any, tick: int) -> str:
 
 
 def _start(rollout: Rollout) -> str:
+    service = rollout.service
+    refusal = ownership_refusal(service.team.slug, service.namespace, service.host)
+    if refusal is not None:
+        # The namespace changed hands since the rollout was created: route nothing there.
+        _transition(rollout, RolloutStatus.FAILED)
+        _decide(rollout, actor=ANALYZER, kind="failed", to_weight=0, reason=refusal)
+        rollout.save()
+        _after_commit(rollout, countdown=None)
+        return "failed"
     _transition(rollout, RolloutStatus.RUNNING)
     first = analysis_steps(rollout)[0][0]
     _decide(

@@ -1,7 +1,8 @@
 """Istio traffic shifting: the VirtualService and DestinationRule of a rollout (pure builders).
 
 The DestinationRule names two subsets by the pods' `version` label; the
-VirtualService splits the service's host between them by weight. Services apply
+VirtualService splits the service's host between them by weight, exported to its
+own namespace only (`exportTo: ["."]`). Services apply
 them through the delivery backend (`portal.delivery.get_backend().apply`); the
 simulated cluster routes simulated traffic by the weights it stores.
 """
@@ -14,6 +15,8 @@ ISTIO_API = "networking.istio.io/v1"
 BASELINE_SUBSET = "baseline"
 CANARY_SUBSET = "canary"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "kiln", "kiln.dev/component": "canary"}
+# Every VirtualService Kiln writes applies to its own namespace only ("." in Istio's exportTo).
+EXPORT_TO = (".",)
 
 
 def destination_rule(
@@ -52,6 +55,8 @@ def virtual_service(
         },
         "spec": {
             "hosts": [host],
+            # Visible to its own namespace's proxies only: a team's routing never reaches others.
+            "exportTo": list(EXPORT_TO),
             "http": [
                 {
                     "name": "canary-split",

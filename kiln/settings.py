@@ -409,6 +409,12 @@ CELERY_BEAT_SCHEDULE["canary-chaos-reaper"] = {
 # Each rollout re-enqueues its next tick; this beat sweep enqueues any tick that is due, so a
 # killed worker (or a lost countdown task) delays a rollout by at most one sweep.
 KILN_CANARY_SWEEP_SECONDS = env_float("KILN_CANARY_SWEEP_SECONDS", 2.0)
+# The Prometheus HTTP API the analyser queries (base URL), and the other base URLs a service
+# may name (comma-separated). Metrics servers come from here, never from what a client sends.
+KILN_PROMETHEUS_URL = env("KILN_PROMETHEUS_URL", "")
+KILN_PROMETHEUS_URL_ALLOWLIST = [
+    u.strip() for u in (env("KILN_PROMETHEUS_URL_ALLOWLIST", "") or "").split(",") if u.strip()
+]
 CELERY_BEAT_SCHEDULE["canary-rollouts-tick-due"] = {
     "task": "canary.tasks.rollouts_tick_due",
     "schedule": KILN_CANARY_SWEEP_SECONDS,

@@ -15,6 +15,7 @@ from canary import services
 from canary.models import MetricsSource, Observation, Rollout, RolloutStatus, RolloutTick
 from kiln.identity.permissions import PLATFORM_ADMIN, Actor
 from portal.models import Team
+from tests.canary.test_ownership_support import own_namespace
 
 pytestmark = pytest.mark.django_db
 
@@ -23,10 +24,12 @@ ADMIN = Actor("root", roles=frozenset({PLATFORM_ADMIN}))
 
 @pytest.fixture
 def teams() -> dict[str, Team]:
-    return {
+    teams = {
         "payments": Team.objects.create(slug="payments", name="Payments"),
         "search": Team.objects.create(slug="search", name="Search"),
     }
+    own_namespace("shop", "payments")
+    return teams
 
 
 @pytest.fixture
@@ -253,16 +256,17 @@ def prometheus():
     server.server_close()
 
 
-def test_prometheus_source_reads_both_arms_with_the_configured_promql(teams, prometheus):
+def test_prometheus_source_reads_both_arms_with_the_configured_promql(teams, prometheus, settings):
+    settings.KILN_PROMETHEUS_URL = prometheus
     service = services.service_create(
         actor=ADMIN,
         team=teams["payments"],
         name="cart",
         namespace="shop",
         metrics_source=MetricsSource.PROMETHEUS,
-        prometheus_url=prometheus,
         queries={
-            "requests": 'sum(rate(http_requests_total{{app="{service}",version="{version}"}}[{window}]))'
+            "requests": 'sum(rate(http_requests_total{app="{{service}}",version="{{version}}"}'
+            "[{{window}}]))"
         },
     )
     rollout = services.rollout_create(
@@ -273,28 +277,29 @@ def test_prometheus_source_reads_both_arms_with_the_configured_promql(teams, pro
     tick = RolloutTick.objects.get(rollout=rollout, number=1)
     assert tick.evidence["errors"] == [2000.0, 100.0, 22.0, 2.0]
     assert tick.evidence["baseline_error_rate"] == pytest.approx(0.01)
-    # Latency from buckets: 250 baseline and 100 canary samples at the bucket bounds.
-    assert tick.evidence["median"][:2] == [250.0, 100.0]
+    # Latency from buckets: every bucket count is a sample at its bound (under the cap).
+    assert tick.evidence["median"][:2] == [2000.0, 100.0]
     assert 'sum(rate(http_requests_total{app="cart",version="v2"}[30s]))' in _Prometheus.queries
     assert any("istio_request_duration_milliseconds_bucket" in q for q in _Prometheus.queries)
 
 
-def test_prometheus_outage_leaves_the_tick_for_a_retry(teams):
+def test_a_prometheus_outage_is_a_tick_without_evidence(teams, settings):
+    settings.KILN_PROMETHEUS_URL = "http://127.0.0.1:9"
     service = services.service_create(
         actor=ADMIN,
         team=teams["payments"],
         name="cart",
         namespace="shop",
         metrics_source=MetricsSource.PROMETHEUS,
-        prometheus_url="http://127.0.0.1:9",
     )
     rollout = services.rollout_create(
         actor=ADMIN, service=service, baseline_version="v1", canary_version="v2"
     )
     services.rollout_tick(rollout_id=rollout.pk, tick=0)
-    from kiln.errors import Unavailable
-
-    with pytest.raises(Unavailable):
-        services.rollout_tick(rollout_id=rollout.pk, tick=1)
+    # The metrics error is recorded as no evidence; the analysis clock runs on.
+    assert services.rollout_tick(rollout_id=rollout.pk, tick=1) == "continue"
     rollout.refresh_from_db()
-    assert rollout.ticks_done == 0 and not rollout.ticks.exists()
+    tick = rollout.ticks.get(number=1)
+    assert rollout.ticks_done == 1 and tick.evidence["missing"] is True
+    assert "metrics unavailable" in tick.evidence["note"]
+    assert tick.decision["channels"]["errors"]["llr"] == 0.0

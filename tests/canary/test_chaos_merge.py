@@ -291,7 +291,8 @@ def test_without_a_rollout_the_fault_is_a_standalone_virtual_service(engineer, b
         ),
         1,
     )
-    assert vs["spec"]["hosts"] == ["checkout"] and "merged" not in inj.applied[0]
+    assert vs["spec"]["hosts"] == ["checkout.shop.svc.cluster.local"]
+    assert vs["spec"]["exportTo"] == ["."] and "merged" not in inj.applied[0]
     assert vs["metadata"]["labels"][actuators.LABEL_TOKEN] == "1"
     _validate(vs, VS_CRD)
     assert actuators.simulated_fault_effect(backend, "shop", "checkout").error_rate == (

@@ -254,34 +254,42 @@ def test_abort_reverts_now_and_is_audited(engineer, shop, backend):
         fault_inject(experiment_id=exp.pk, holder="a", term=1, backend=backend)
 
 
-def test_a_canary_service_namespace_unknown_to_the_cluster_is_owned_by_the_services_team(
+def test_a_namespace_unknown_to_the_cluster_is_owned_by_its_live_environments_team(
     engineer, shop, backend
 ):
     from canary.models import Service
     from portal.models import Team
+    from tests.canary.test_ownership_support import environment_in
 
-    Service.objects.create(
-        team=Team.objects.get(slug="payments"),
-        name="checkout",
-        namespace="payments-prod",
-        host="checkout",
-    )
+    environment_in("payments-prod", "payments", status="PROVISIONING")
     exp = experiment_create(
         actor=engineer,
         data=abort_data(namespace="payments-prod", service="checkout"),
         backend=backend,
     )
     assert exp.team.slug == "payments"
+    assert exp.service == "checkout.payments-prod.svc.cluster.local"
+    # A canary service row confers no ownership (it is what ownership guards), nor does a
+    # deleted environment.
     Service.objects.create(
-        team=Team.objects.get(slug="search"),
+        team=Team.objects.get(slug="payments"),
         name="search-api",
         namespace="search-prod",
         host="search-api",
     )
+    environment_in("search-old", "payments", status="DELETED")
+    for namespace in ("search-prod", "search-old"):
+        with pytest.raises(ChaosInvalid):
+            experiment_create(
+                actor=engineer,
+                data=abort_data(namespace=namespace, service="search-api"),
+                backend=backend,
+            )
+    environment_in("search-ranker", "search")
     with pytest.raises(Forbidden):
         experiment_create(
             actor=engineer,
-            data=abort_data(namespace="search-prod", service="search-api"),
+            data=abort_data(namespace="search-ranker", service="ranker"),
             backend=backend,
         )
 

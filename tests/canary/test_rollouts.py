@@ -20,6 +20,7 @@ from kiln.errors import Conflict, IllegalTransition, InvalidInput
 from kiln.identity.permissions import PLATFORM_ADMIN, Actor, system_actor
 from portal.delivery import get_backend
 from portal.models import Team
+from tests.canary.test_ownership_support import own_namespace
 
 pytestmark = pytest.mark.django_db
 
@@ -29,7 +30,9 @@ CRDS = Path(settings.BASE_DIR).parent / "shared" / "crds" / "networking.istio.io
 
 @pytest.fixture
 def team() -> Team:
-    return Team.objects.create(slug="payments", name="Payments")
+    team = Team.objects.create(slug="payments", name="Payments")
+    own_namespace("shop", team.slug)
+    return team
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from canary import services
 from kiln.asgi import application
 from kiln.identity.permissions import PLATFORM_ADMIN, Actor
 from portal.models import Team
+from tests.canary.test_ownership_support import own_namespace
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -24,6 +25,7 @@ HEADERS = [(b"origin", b"http://testserver"), (b"host", b"testserver")]
 def rollout():
     team = Team.objects.create(slug="payments", name="Payments")
     Team.objects.create(slug="search", name="Search")
+    own_namespace("shop", team.slug)
     service = services.service_create(actor=ADMIN, team=team, name="checkout", namespace="shop")
     rollout = services.rollout_create(
         actor=ADMIN, service=service, baseline_version="v1", canary_version="v2", ticks_per_step=2

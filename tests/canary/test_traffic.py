@@ -33,6 +33,7 @@ def test_virtual_service_is_valid_and_splits_by_weight(weight):
     jsonschema.validate(vs, _schema("virtualservices.yaml"))
     weights = [r["weight"] for r in vs["spec"]["http"][0]["route"]]
     assert weights == [100 - weight, weight] and canary_weight_of(vs) == weight
+    assert vs["spec"]["exportTo"] == ["."]  # its own namespace's proxies only
 
 
 def test_destination_rule_is_valid_with_a_subset_per_version():

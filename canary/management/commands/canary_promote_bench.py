@@ -20,6 +20,7 @@ from django.core.management.base import BaseCommand, CommandError
 from rest_framework.test import APIClient
 
 from canary.models import Rollout, RolloutStatus
+from canary.ownership import TEAM_LABEL
 from kiln.identity.permissions import system_actor
 from kiln.identity.services import team_create
 from kiln.standalone import (
@@ -29,6 +30,7 @@ from kiln.standalone import (
     prefork_worker_service,
     services_together,
 )
+from portal.delivery import get_backend
 
 
 class Command(BaseCommand):
@@ -67,6 +69,17 @@ class Command(BaseCommand):
         user = get_user_model().objects.create_user(f"bench-{tag}", is_superuser=True)
         client = APIClient()
         client.force_authenticate(user)
+        # The bench team's namespaces, labelled as a provisioned environment's would be.
+        get_backend().apply(
+            [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": {"name": f"bench-{tag}-{j}", "labels": {TEAM_LABEL: team.slug}},
+                }
+                for j in range(namespaces)
+            ]
+        )
         service_ids = []
         for i in range(n):
             response = client.post(
