@@ -34,7 +34,7 @@ class Service(models.Model):
     metrics_source = models.CharField(
         max_length=20, choices=MetricsSource.choices, default=MetricsSource.SIMULATED
     )
-    # Prometheus: base URL and PromQL per metric ({version}, {service}, {namespace} substituted).
+    # Prometheus: an allowlisted base URL ("" = KILN_PROMETHEUS_URL) and canary.promql templates.
     prometheus_url = models.URLField(blank=True, default="")
     queries = models.JSONField(default=dict, blank=True)
     # Simulated cluster: the traffic class of `canary.simulate` and per-version regressions.
