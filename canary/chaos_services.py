@@ -538,6 +538,12 @@ def fault_inject(
             raise LeaseNotHeld(f"{holder} does not hold term {term} of the lease")
         if exp.status != ExperimentStatus.RUNNING:
             raise IllegalTransition(f"the experiment is {exp.status}, not running")
+        if namespace_owner(exp.namespace, backend) != exp.team.slug:
+            # The namespace changed hands since the experiment was defined: inject nothing there.
+            raise Conflict(
+                f"namespace {exp.namespace} no longer belongs to team {exp.team.slug}",
+                extra={"reason": "namespace_not_owned"},
+            )
         live = live_injection_of(experiment_id)
         if live is not None:
             if live.holder == holder and live.fencing_token == term:

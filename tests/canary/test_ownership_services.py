@@ -227,6 +227,18 @@ def test_a_fault_is_not_merged_into_a_virtual_service_exported_beyond_its_namesp
     assert backend.list(ISTIO_API, "VirtualService", "lab", actuators.LABEL_EXPERIMENT) == []
 
 
+def test_a_fault_is_not_injected_once_the_namespace_changed_hands(world, backend):  # noqa: F811
+    exp = experiment_create(
+        actor=BOB, data=abort_data(namespace="lab", service="web"), backend=backend
+    )
+    own_namespace("lab", "payments", backend)
+    term = fault_lease_acquire(experiment_id=exp.pk, holder="a")
+    with pytest.raises(Conflict, match="no longer belongs"):
+        fault_inject(experiment_id=exp.pk, holder="a", term=term, backend=backend)
+    assert not exp.injections.exists()
+    assert backend.list(ISTIO_API, "VirtualService", "lab") == []
+
+
 # --- properties: whatever is accepted stays in the caller's namespaces --------------------------
 
 NAMESPACES = ["shop", "lab", "payments-prod", "search-ranker", "bare", "gone", "kube-system"]
