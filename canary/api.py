@@ -8,7 +8,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from canary import api_schema as out
-from canary import selectors, services
+from canary import selectors, services, steering
 from canary.models import MetricsSource, RolloutStatus
 from kiln.errors import InvalidInput, NotFound
 from kiln.identity.permissions import actor_from_request
@@ -190,6 +190,39 @@ class RolloutPromoteApi(APIView):
         return Response(selectors.rollout_summary(rollout))
 
 
+class RolloutRetryApi(APIView):
+    """POST: restart the analysis of an inconclusive rollout from its first step (team engineers)."""
+
+    class InputSerializer(serializers.Serializer):
+        reason = serializers.CharField(max_length=2000)
+
+    def post(self, request, rollout_id):
+        actor = actor_from_request(request)
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        rollout = selectors.rollout_get(viewer=actor, rollout_id=rollout_id)
+        rollout = steering.rollout_retry(actor=actor, rollout=rollout, **data.validated_data)
+        return Response(selectors.rollout_summary(rollout))
+
+
+class RolloutExtendApi(APIView):
+    """POST: give an inconclusive rollout more ticks, keeping its evidence (team engineers)."""
+
+    class InputSerializer(serializers.Serializer):
+        reason = serializers.CharField(max_length=2000)
+        ticks = serializers.IntegerField(
+            required=False, default=None, min_value=1, max_value=steering.MAX_EXTENSION_TICKS
+        )
+
+    def post(self, request, rollout_id):
+        actor = actor_from_request(request)
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        rollout = selectors.rollout_get(viewer=actor, rollout_id=rollout_id)
+        rollout = steering.rollout_extend(actor=actor, rollout=rollout, **data.validated_data)
+        return Response(selectors.rollout_summary(rollout))
+
+
 class RolloutObservationApi(APIView):
     """POST: push one arm's requests, errors and latency samples for the next tick."""
 
@@ -203,6 +236,7 @@ class RolloutObservationApi(APIView):
             default=list,
             max_length=services.MAX_LATENCY_SAMPLES,
         )
+        observed_at = serializers.DateTimeField(required=False, default=None)
 
         class Meta:
             ref_name = "ObservationPush"

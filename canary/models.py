@@ -57,12 +57,17 @@ class RolloutStatus(models.TextChoices):
 
     PENDING = "pending", "Pending"
     RUNNING = "running", "Running"
+    INCONCLUSIVE = "inconclusive", "Inconclusive"
     PROMOTED = "promoted", "Promoted"
     ROLLED_BACK = "rolled_back", "Rolled back"
     ABORTED = "aborted", "Aborted"
     FAILED = "failed", "Failed"
 
 
+# The rollout state machine. INCONCLUSIVE (the analysis ran out of time or evidence)
+# holds the canary at its weight until a person promotes anyway, aborts, retries the
+# analysis or extends it (both back to RUNNING). Verbs audited per transition:
+# started, promoted, rolled_back, aborted, failed, inconclusive, retried, extended.
 ROLLOUT_TRANSITIONS: dict[str, frozenset[str]] = {
     RolloutStatus.PENDING: frozenset(
         {RolloutStatus.RUNNING, RolloutStatus.ABORTED, RolloutStatus.FAILED}
@@ -71,7 +76,16 @@ ROLLOUT_TRANSITIONS: dict[str, frozenset[str]] = {
         {
             RolloutStatus.PROMOTED,
             RolloutStatus.ROLLED_BACK,
+            RolloutStatus.INCONCLUSIVE,
             RolloutStatus.ABORTED,
+            RolloutStatus.FAILED,
+        }
+    ),
+    RolloutStatus.INCONCLUSIVE: frozenset(
+        {
+            RolloutStatus.PROMOTED,
+            RolloutStatus.ABORTED,
+            RolloutStatus.RUNNING,
             RolloutStatus.FAILED,
         }
     ),
@@ -80,7 +94,12 @@ ROLLOUT_TRANSITIONS: dict[str, frozenset[str]] = {
     RolloutStatus.ABORTED: frozenset(),
     RolloutStatus.FAILED: frozenset(),
 }
+# Ticking: the analysis loop works on these.
 ACTIVE_STATUSES = frozenset({RolloutStatus.PENDING, RolloutStatus.RUNNING})
+# Finished: no way out (derived from the table, not listed twice).
+ROLLOUT_TERMINAL_STATUSES = frozenset(s for s, to in ROLLOUT_TRANSITIONS.items() if not to)
+# Holding traffic on the canary: at most one such rollout per service.
+ROLLOUT_OPEN_STATUSES = frozenset(ROLLOUT_TRANSITIONS) - ROLLOUT_TERMINAL_STATUSES
 
 
 class Rollout(models.Model):
@@ -101,6 +120,11 @@ class Rollout(models.Model):
     ticks_done = models.PositiveIntegerField(default=0)
     next_tick_at = models.DateTimeField(null=True, blank=True)
     reason = models.TextField(blank=True, default="")
+    # The analysis: the latest statistics (sample sizes included), the tick it (re)started
+    # after (a retry starts afresh), and ticks a person added to its max duration.
+    analysis = models.JSONField(default=dict, blank=True)
+    analysis_start = models.PositiveIntegerField(default=0)
+    extra_ticks = models.PositiveIntegerField(default=0)
     seed = models.BigIntegerField(default=0)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
@@ -124,6 +148,11 @@ class Rollout(models.Model):
     @property
     def is_active(self) -> bool:
         return self.status in ACTIVE_STATUSES
+
+    @property
+    def is_finished(self) -> bool:
+        """Promoted, rolled back, aborted or failed: nothing will change any more."""
+        return self.status in ROLLOUT_TERMINAL_STATUSES
 
 
 class RolloutTick(models.Model):
@@ -183,6 +212,7 @@ class Observation(models.Model):
     requests = models.PositiveIntegerField()
     errors = models.PositiveIntegerField()
     latencies_ms = models.JSONField(default=list, blank=True)
+    observed_at = models.DateTimeField(null=True, blank=True, help_text="End of the window")
     received_at = models.DateTimeField(auto_now_add=True)
     consumed_tick = models.PositiveIntegerField(null=True, blank=True)
 

@@ -76,9 +76,20 @@ def rollout_summary(rollout: Rollout) -> dict[str, Any]:
         "weight": rollout.weight,
         "ticks_done": rollout.ticks_done,
         "reason": rollout.reason,
+        "finished": rollout.is_finished,
+        # The latest analysis: bounds, CUSUM, per-channel sample sizes, what would settle it.
+        "analysis": rollout.analysis or {},
+        "requests_needed": (rollout.analysis or {}).get("requests_needed"),
+        "minutes_needed": (rollout.analysis or {}).get("minutes_needed"),
         "created_at": rollout.created_at.isoformat() if rollout.created_at else None,
         "finished_at": rollout.finished_at.isoformat() if rollout.finished_at else None,
     }
+
+
+def _no_evidence(ev: dict[str, Any]) -> bool:
+    """A tick without metrics or without traffic in an arm (see `Evidence.empty`)."""
+    counts = ev.get("errors") or [0, 0, 0, 0]
+    return bool(ev.get("missing")) or counts[0] <= 0 or counts[1] <= 0
 
 
 def _tick_point(tick) -> dict[str, Any]:
@@ -93,7 +104,13 @@ def _tick_point(tick) -> dict[str, Any]:
         "llr_lower": d["llr_lower"],
         "llr_upper": d["llr_upper"],
         "cusum": d["cusum"],
+        "cusum_median": d.get("cusum_median"),
+        "cusum_tail": d.get("cusum_tail"),
         "cusum_threshold": d["cusum_threshold"],
+        "requests_needed": d.get("requests_needed"),
+        "minutes_needed": d.get("minutes_needed"),
+        "settle": d.get("settle", ""),
+        "empty": _no_evidence(tick.evidence or {}),
         "canary_p50_ms": d["canary_p50_ms"],
         "baseline_p50_ms": d["baseline_p50_ms"],
         "canary_p99_ms": d["canary_p99_ms"],

@@ -22,6 +22,8 @@ from audit import record
 from canary.bench import weight_at
 from canary.models import (
     ACTIVE_STATUSES,
+    ROLLOUT_OPEN_STATUSES,
+    ROLLOUT_TERMINAL_STATUSES,
     ROLLOUT_TRANSITIONS,
     Arm,
     MetricsSource,
@@ -33,11 +35,27 @@ from canary.models import (
     Service,
 )
 from canary.ownership import ownership_refusal, require_namespace_of, require_service_host
-from canary.sequential import CONTINUE, PROMOTE, ROLLBACK, AnalysisConfig, Analyzer, Evidence
+from canary.sequential import (
+    CONTINUE,
+    INCONCLUSIVE,
+    PROMOTE,
+    ROLLBACK,
+    AnalysisConfig,
+    Analyzer,
+    ConfigError,
+    Evidence,
+)
 from canary.sequential import evidence as tick_evidence
 from canary.simulate import CLASSES, REGRESSIONS
 from canary.traffic import destination_rule, virtual_service
-from kiln.errors import Conflict, Forbidden, IllegalTransition, InvalidInput, NotFound
+from kiln.errors import (
+    Conflict,
+    Forbidden,
+    IllegalTransition,
+    InvalidInput,
+    NotFound,
+    Unavailable,
+)
 from kiln.identity.permissions import (
     Actor,
     can_manage_rollout,
@@ -50,7 +68,11 @@ from portal.models import DNS_LABEL, Team
 log = logging.getLogger("kiln.canary")
 ANALYZER = system_actor("canary-analyzer")
 MAX_LATENCY_SAMPLES = 10_000
-CONFIG_KEYS = {f.name for f in dataclasses.fields(AnalysisConfig)} - {"horizon_ticks"}
+CONFIG_KEYS = {f.name for f in dataclasses.fields(AnalysisConfig)} - {
+    "horizon_ticks",
+    "tick_seconds",
+}
+MAX_DURATION_FACTOR = 3  # by default the analysis may extend itself to 3x its planned steps
 
 
 class RolloutNotVisible(NotFound):
@@ -110,7 +132,8 @@ def service_create(
         queries=queries,
         sim_traffic_class=sim_traffic_class,
     )
-    service.full_clean()
+    # A duplicate is a Conflict (409), checked below; full_clean would make it a 400.
+    service.full_clean(validate_unique=False, validate_constraints=False)
     with transaction.atomic():
         if Service.objects.filter(namespace=namespace, name=name).exists():
             raise Conflict(f"service {namespace}/{name} already exists")
@@ -164,10 +187,21 @@ def analysis_steps(rollout: Rollout) -> tuple[tuple[int, int], ...]:
 
 
 def analysis_config(rollout: Rollout) -> AnalysisConfig:
-    """The rollout's AnalysisConfig: defaults, horizon from its steps, then its overrides."""
+    """The rollout's AnalysisConfig: defaults, horizon from its steps, then its overrides.
+
+    The max duration is `MAX_DURATION_FACTOR` times the planned steps unless the rollout
+    sets `max_ticks`, plus the ticks a person added by extending the analysis.
+    """
     horizon = rollout.ticks_per_step * len(analysis_steps(rollout))
-    base = {"horizon_ticks": horizon, "warmup_ticks": min(5, max(1, horizon // 5))}
+    base: dict[str, Any] = {
+        "horizon_ticks": horizon,
+        "warmup_ticks": min(5, max(1, horizon // 5)),
+        "max_ticks": MAX_DURATION_FACTOR * horizon,
+        "tick_seconds": float(rollout.tick_seconds),
+    }
     base.update(rollout.config or {})
+    if isinstance(base.get("max_ticks"), int):
+        base["max_ticks"] += rollout.extra_ticks
     return AnalysisConfig(**base)
 
 
@@ -241,13 +275,17 @@ def rollout_create(
     if not errors:
         try:
             analysis_config(rollout)
+        except ConfigError as exc:
+            # Named twice: the config object, and the setting within it.
+            errors["config"] = [str(exc)]
+            errors[f"config.{exc.field}"] = [exc.message]
         except (TypeError, ValueError) as exc:
             errors["config"] = [str(exc)]
     if errors:
         raise InvalidInput("The rollout is invalid.", extra={"fields": errors})
     with transaction.atomic():
         Service.objects.select_for_update().get(pk=service.pk)
-        if Rollout.objects.filter(service=service, status__in=ACTIVE_STATUSES).exists():
+        if Rollout.objects.filter(service=service, status__in=ROLLOUT_OPEN_STATUSES).exists():
             raise Conflict(f"{service} already has an active rollout")
         rollout.next_tick_at = timezone.now()
         rollout.save()
@@ -277,8 +315,9 @@ def _transition(rollout: Rollout, to: str) -> None:
         )
     rollout.status = to
     if to not in ACTIVE_STATUSES:
-        rollout.finished_at = timezone.now()
         rollout.next_tick_at = None
+    if to in ROLLOUT_TERMINAL_STATUSES:
+        rollout.finished_at = timezone.now()
 
 
 def _route(rollout: Rollout, weight: int, *, subsets: bool = False) -> None:
@@ -409,16 +448,21 @@ def _analyse(rollout: Rollout, tick: int) -> str:
     from canary.metrics import read_windows
 
     cfg = analysis_config(rollout)
-    baseline, canary, weight = read_windows(rollout, tick)
+    try:
+        baseline, canary, weight = read_windows(rollout, tick)
+        ev = tick_evidence(baseline, canary, cfg)
+    except Unavailable as exc:
+        # A metrics error is no evidence: the tick is recorded as such and the clock runs on.
+        ev, weight = Evidence.none(f"metrics unavailable: {exc.message}"), rollout.weight
     analyzer = Analyzer(cfg)
     history = [
         Evidence.from_dict(e)
-        for e in rollout.ticks.order_by("number").values_list("evidence", flat=True)
+        for e in rollout.ticks.filter(number__gt=rollout.analysis_start)
+        .order_by("number")
+        .values_list("evidence", flat=True)
     ]
     analyzer.replay(history)
-    ev = tick_evidence(baseline, canary, cfg)
     decision = analyzer.observe(ev)
-    canary_requests = sum(e.errors[1] for e in history) + ev.errors[1]
     stats = decision.as_dict()
     tick_row = RolloutTick.objects.create(
         rollout=rollout,
@@ -430,6 +474,8 @@ def _analyse(rollout: Rollout, tick: int) -> str:
         trace_id=current_trace_id(),
     )
     rollout.ticks_done = tick
+    summary = _stat_summary(stats)
+    rollout.analysis = summary
     record(
         ANALYZER,
         "canary.tick.decided",
@@ -441,9 +487,10 @@ def _analyse(rollout: Rollout, tick: int) -> str:
             "reason": decision.reason,
             "llr": stats["llr"],
             "cusum": stats["cusum"],
+            "requests_needed": stats["requests_needed"],
+            "minutes_needed": stats["minutes_needed"],
         },
     )
-    summary = _stat_summary(stats)
     if decision.action == ROLLBACK:
         _transition(rollout, RolloutStatus.ROLLED_BACK)
         _decide(
@@ -452,17 +499,6 @@ def _analyse(rollout: Rollout, tick: int) -> str:
             kind="rolled_back",
             to_weight=0,
             reason=decision.reason,
-            statistics=summary,
-        )
-    elif decision.action == PROMOTE and canary_requests == 0:
-        # No evidence is not evidence of health: a canary that never got traffic is not promoted.
-        _transition(rollout, RolloutStatus.FAILED)
-        _decide(
-            rollout,
-            actor=ANALYZER,
-            kind="failed",
-            to_weight=0,
-            reason="horizon reached but the canary served no traffic: nothing to judge",
             statistics=summary,
         )
     elif decision.action == PROMOTE:
@@ -475,16 +511,28 @@ def _analyse(rollout: Rollout, tick: int) -> str:
             reason=decision.reason,
             statistics=summary,
         )
+    elif decision.action == INCONCLUSIVE:
+        # Held at its weight: a person promotes anyway, aborts, retries or extends.
+        _transition(rollout, RolloutStatus.INCONCLUSIVE)
+        _decide(
+            rollout,
+            actor=ANALYZER,
+            kind="inconclusive",
+            to_weight=rollout.weight,
+            reason=" ".join(p for p in (decision.reason + ".", decision.settle) if p),
+            statistics=summary,
+        )
     else:
         assert decision.action == CONTINUE
-        next_weight = weight_at(analysis_steps(rollout), tick)
+        next_weight = weight_at(analysis_steps(rollout), tick - rollout.analysis_start)
         if next_weight != rollout.weight:
             _decide(
                 rollout,
                 actor=ANALYZER,
                 kind="step_advanced",
                 to_weight=next_weight,
-                reason=f"no regression after {tick} ticks: canary to {next_weight}%",
+                reason=f"no regression after {tick - rollout.analysis_start} ticks: "
+                f"canary to {next_weight}%",
                 statistics=summary,
             )
         rollout.next_tick_at = timezone.now() + timedelta(seconds=rollout.tick_seconds)
@@ -494,7 +542,9 @@ def _analyse(rollout: Rollout, tick: int) -> str:
 
 
 def _stat_summary(stats: dict[str, Any]) -> dict[str, Any]:
+    """What decisions, audit events and the API carry: bounds, CUSUM, sample sizes."""
     keys = (
+        "tick",
         "llr",
         "llr_lower",
         "llr_upper",
@@ -503,8 +553,14 @@ def _stat_summary(stats: dict[str, Any]) -> dict[str, Any]:
         "cusum_median",
         "cusum_tail",
         "errors_accepted",
+        "channels",
+        "requests_needed",
+        "minutes_needed",
+        "empty_ticks",
+        "max_ticks",
+        "settle",
     )
-    return {k: stats[k] for k in keys}
+    return {k: stats.get(k) for k in keys}
 
 
 def rollout_abort(*, actor: Actor, rollout: Rollout, reason: str = "") -> Rollout:
@@ -522,6 +578,7 @@ def rollout_abort(*, actor: Actor, rollout: Rollout, reason: str = "") -> Rollou
             kind="aborted",
             to_weight=0,
             reason=reason or f"aborted by {actor}",
+            statistics=rollout.analysis,
         )
         rollout.save()
         _after_commit(rollout, countdown=None)
@@ -541,6 +598,12 @@ def rollout_promote(*, actor: Actor, rollout: Rollout, reason: str = "") -> Roll
                 "the rollout has not started yet",
                 extra={"from": rollout.status, "to": RolloutStatus.PROMOTED},
             )
+        if rollout.status == RolloutStatus.INCONCLUSIVE and not reason.strip():
+            # Promoting without the evidence is a person's call: it says why.
+            raise InvalidInput(
+                "promoting an inconclusive rollout needs a reason",
+                extra={"fields": {"reason": ["say why the canary is promoted without evidence"]}},
+            )
         _transition(rollout, RolloutStatus.PROMOTED)
         _decide(
             rollout,
@@ -548,6 +611,7 @@ def rollout_promote(*, actor: Actor, rollout: Rollout, reason: str = "") -> Roll
             kind="promoted",
             to_weight=100,
             reason=reason or f"promoted by hand by {actor}",
+            statistics=rollout.analysis,
         )
         rollout.save()
         _after_commit(rollout, countdown=None)
@@ -562,8 +626,13 @@ def observation_push(
     requests: int,
     errors: int,
     latencies_ms: list[float] | None = None,
+    observed_at: Any = None,
 ) -> Observation:
-    """Store one arm's metrics for the next tick of a push-fed rollout."""
+    """Store one arm's metrics for the next tick of a push-fed rollout.
+
+    Refused whole (400, nothing stored): negative counts, errors above requests, more
+    latency samples than requests, or a window ending no later than the arm's last one.
+    """
     if not can_manage_rollout(actor, rollout.service.team.slug):
         raise Forbidden("only engineers of the owning team push its metrics")
     latencies_ms = latencies_ms or []
@@ -581,6 +650,12 @@ def observation_push(
         for v in latencies_ms
     ):
         fields["latencies_ms"] = [f"at most {MAX_LATENCY_SAMPLES} non-negative numbers"]
+    elif isinstance(requests, int) and len(latencies_ms) > requests:
+        fields["latencies_ms"] = ["at most one latency sample per request"]
+    if observed_at is not None and (
+        not hasattr(observed_at, "tzinfo") or observed_at.tzinfo is None
+    ):
+        fields["observed_at"] = ["a timezone-aware time"]
     if fields:
         raise InvalidInput("The observation is invalid.", extra={"fields": fields})
     with transaction.atomic():
@@ -589,12 +664,31 @@ def observation_push(
             raise Conflict("this rollout's service does not take pushed metrics")
         if rollout.status not in ACTIVE_STATUSES:
             raise Conflict(f"the rollout is {rollout.status}")
+        observed_at = observed_at or timezone.now()
+        last = (
+            rollout.observations.filter(arm=arm, observed_at__isnull=False)
+            .order_by("-observed_at")
+            .values_list("observed_at", flat=True)
+            .first()
+        )
+        if last is not None and observed_at <= last:
+            raise InvalidInput(
+                "The observation is out of order.",
+                extra={
+                    "fields": {
+                        "observed_at": [
+                            f"must be after the {arm} arm's last window ({last.isoformat()})"
+                        ]
+                    }
+                },
+            )
         obs = Observation.objects.create(
             rollout=rollout,
             arm=arm,
             requests=requests,
             errors=errors,
             latencies_ms=[float(v) for v in latencies_ms],
+            observed_at=observed_at,
         )
         record(
             actor,

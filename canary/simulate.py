@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 MAX_TICKS = 256
-REGRESSIONS = ("errors", "latency_median", "latency_p99")
+REGRESSIONS = ("errors", "latency_median", "latency_p99", "latency_tail")
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,8 @@ class TrafficClass:
     warmup_ticks: float = 0.0  # canary slow and erratic at first, decaying with this time constant
     baseline_noise: float = 0.0  # log-sd of the baseline's own per-tick error-rate wobble
     baseline_latency_noise: float = 0.0  # log-sd of the baseline's per-tick latency scale
+    zero_traffic_prob: float = 0.0  # per tick: the window has no requests at all
+    outage: tuple[int, int] = (0, 0)  # (first tick, ticks): the metrics source answers nothing
 
 
 CLASSES: dict[str, TrafficClass] = {
@@ -115,6 +117,11 @@ def latency_quantile(cls: TrafficClass, u: np.ndarray) -> np.ndarray:
     return x
 
 
+def tail_stretch(u: np.ndarray) -> np.ndarray:
+    """The tail-only regression: +50% on the slowest 2% of requests, nothing below."""
+    return np.where(u > 0.98, 1.5, 1.0)
+
+
 def p99_stretch(u: np.ndarray) -> np.ndarray:
     """The +50% p99 regression: 1 below the p90, rising linearly to 1.5 at the p99 and above."""
     return 1 + 0.5 * np.clip((u - 0.90) / 0.09, 0, 1)
@@ -130,6 +137,7 @@ class TickData:
     err_c: np.ndarray
     lat_b: np.ndarray
     lat_c: np.ndarray
+    missing: np.ndarray | None = None  # rollouts whose metrics could not be read this tick
 
 
 class Simulator:
@@ -189,6 +197,8 @@ class Simulator:
         burst = self.burst[ti]
         storm = self.storm[ti]
         volume = cls.volume * load * np.where(burst, 3.0, 1.0)
+        if cls.zero_traffic_prob > 0:
+            volume = np.where(rng.random(r) < cls.zero_traffic_prob, 0.0, volume)
         err_p = cls.error_rate * (0.5 + 0.5 * load) * np.where(burst, 4.0, 1.0)
         lat_scale = (1 + 0.25 * (load - 1)) * np.where(burst, 1.5, 1.0) * np.where(storm, 1.3, 1.0)
         w = weight / 100.0
@@ -216,6 +226,10 @@ class Simulator:
             lat_c = lat_c * 1.25
         elif self.regression == "latency_p99":
             lat_c = lat_c * p99_stretch(u_c)
+        elif self.regression == "latency_tail":
+            lat_c = lat_c * tail_stretch(u_c)
+        first, length = cls.outage
+        missing = np.full(r, first <= t < first + length)
         return TickData(
             req_b.astype(float),
             err_b.astype(float),
@@ -223,6 +237,7 @@ class Simulator:
             err_c.astype(float),
             lat_b,
             lat_c,
+            missing,
         )
 
     def _errors(self, rng, requests: np.ndarray, p: np.ndarray, storm: np.ndarray) -> np.ndarray:

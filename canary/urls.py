@@ -21,6 +21,8 @@ api_urlpatterns: list = [
         api.RolloutPromoteApi.as_view(),
         name="rollout-promote",
     ),
+    path("rollouts/<str:rollout_id>/retry/", api.RolloutRetryApi.as_view(), name="rollout-retry"),
+    path("rollouts/<str:rollout_id>/extend/", api.RolloutExtendApi.as_view(), name="rollout-extend"),
     path(
         "rollouts/<str:rollout_id>/observations/",
         api.RolloutObservationApi.as_view(),

@@ -97,19 +97,27 @@ def test_start_routes_the_first_step_with_schema_valid_istio_objects(service):
     assert _actions(rollout) == ["canary.rollout.created", "canary.rollout.started"]
 
 
-def test_a_healthy_canary_steps_up_and_is_promoted_at_the_horizon(service):
-    rollout = _run(_rollout(service))  # steps 5, 25, 50 x 3 ticks: horizon 9
+HEALTHY_SEED = 6  # fixed simulated traffic: this healthy canary has the evidence at tick 21
+
+
+def test_a_healthy_canary_steps_up_and_is_promoted_on_evidence(service):
+    rollout = _run(_rollout(service, seed=HEALTHY_SEED))  # steps 5, 25, 50 x 3 ticks
     assert rollout.status == RolloutStatus.PROMOTED
-    assert rollout.weight == 100 and rollout.ticks_done == 9
+    assert rollout.weight == 100 and 7 <= rollout.ticks_done <= 27
     assert canary_weight_of(_live(service, "VirtualService")) == 100
     weights = list(rollout.ticks.order_by("number").values_list("weight", flat=True))
-    assert weights == [5, 5, 5, 25, 25, 25, 50, 50, 50]
+    # The last step holds while the analysis extends itself past the planned 9 ticks.
+    assert weights == [5, 5, 5, 25, 25, 25] + [50] * (rollout.ticks_done - 6)
     kinds = list(rollout.decisions.values_list("kind", flat=True))
     assert kinds == ["started", "step_advanced", "step_advanced", "promoted"]
     actions = _actions(rollout)
-    assert actions.count("canary.tick.decided") == 9  # every tick's decision is on record
+    # every tick's decision is on record
+    assert actions.count("canary.tick.decided") == rollout.ticks_done
     assert actions[-1] == "canary.rollout.promoted"
-    assert "horizon" in rollout.reason
+    assert "every channel has evidence" in rollout.reason
+    last = rollout.ticks.order_by("-number").first().decision
+    assert all(c["accepted"] for c in last["channels"].values())
+    assert last["llr"] <= last["llr_lower"]
 
 
 def test_a_canary_with_twice_the_errors_is_rolled_back(service):
@@ -163,7 +171,7 @@ def test_simulated_traffic_follows_the_applied_weight(service):
 
 
 def test_aborting_a_finished_rollout_is_refused_and_changes_nothing(service):
-    rollout = _run(_rollout(service))
+    rollout = _run(_rollout(service, seed=HEALTHY_SEED))
     events = OutboxEvent.objects.count()
     with pytest.raises(IllegalTransition):
         services.rollout_abort(actor=ADMIN, rollout=rollout)
@@ -272,15 +280,17 @@ def test_manual_promotion_of_a_pending_rollout_is_refused(service):
     ]
 
 
-def test_a_canary_that_never_got_traffic_is_not_promoted(service):
+def test_a_canary_that_never_got_traffic_is_held_inconclusive(service):
     rollout = _rollout(service, steps=[5, 100], ticks_per_step=6)
     services.rollout_tick(rollout_id=rollout.pk, tick=0)
     # The VirtualService is changed behind Kiln's back: the canary gets nothing.
     services._route(rollout, 0)
     rollout = _run(rollout)
-    assert rollout.status == RolloutStatus.FAILED and rollout.weight == 0
-    assert "no traffic" in rollout.reason
-    assert _actions(rollout)[-1] == "canary.rollout.failed"
+    # Windows without canary traffic are no evidence: held for a person, never promoted.
+    assert rollout.status == RolloutStatus.INCONCLUSIVE and rollout.finished_at is None
+    assert "without traffic" in rollout.reason
+    assert _actions(rollout)[-1] == "canary.rollout.inconclusive"
+    assert not rollout.decisions.filter(kind="promoted").exists()
 
 
 def _chaos_fault(service, fault: dict) -> dict:

@@ -1,0 +1,385 @@
+"""The decision engine: `BatchAnalyzer` (R rollouts in lock-step) and `Analyzer` (one rollout).
+
+Both run the same arithmetic; see the package docstring for the rule and why it is valid.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from canary.sequential.counts import (
+    TickCounts,
+    dispersion,
+    error_counts,
+    h0_drift,
+    latency_counts,
+    surge,
+    tick_llr,
+)
+from canary.sequential.model import (
+    CHANNELS,
+    CONTINUE,
+    INCONCLUSIVE,
+    PROMOTE,
+    ROLLBACK,
+    AnalysisConfig,
+    Decision,
+    Evidence,
+    Window,
+)
+
+# Action codes of the batch engine.
+A_CONTINUE, A_PROMOTE, A_ROLLBACK, A_INCONCLUSIVE = 0, 1, 2, 3
+ACTIONS = {
+    A_CONTINUE: CONTINUE,
+    A_PROMOTE: PROMOTE,
+    A_ROLLBACK: ROLLBACK,
+    A_INCONCLUSIVE: INCONCLUSIVE,
+}
+REASONS = {
+    0: "collecting evidence",
+    1: "canary error rate exceeds the baseline's (SPRT upper bound crossed)",
+    2: "canary median latency exceeds the baseline's (CUSUM threshold crossed)",
+    3: "canary tail latency exceeds the baseline's (CUSUM threshold crossed)",
+    4: "every channel has evidence the canary is not worse than the baseline by its design "
+    "ratio (errors, median and tail latency crossed their SPRT accept bounds)",
+    5: "inconclusive: max duration reached without enough evidence to promote or roll back",
+    6: "inconclusive: too many windows without traffic or metrics",
+    7: "inconclusive: at the current traffic the evidence still needed cannot arrive "
+    "before the max duration",
+}
+EMA = 0.3  # weight of the newest tick in the traffic estimate behind the sample sizes
+
+
+class BatchAnalyzer:
+    """The sequential analysis of R rollouts in lock-step (same arithmetic as `Analyzer`)."""
+
+    def __init__(
+        self, config: AnalysisConfig, rollouts: int, *, latch_inconclusive: bool = True
+    ) -> None:
+        self.config = config
+        self.rollouts = rollouts
+        # False: an inconclusive row keeps being analysed (a person may extend the analysis).
+        self.latch_inconclusive = latch_inconclusive
+        self.tick = 0
+        r = rollouts
+        self.history: dict[str, list[TickCounts]] = {ch: [] for ch in CHANNELS}
+        self.error_rates: list[np.ndarray] = []
+        self.llr_raw = {ch: np.zeros(r) for ch in CHANNELS}
+        self.llr = {ch: np.zeros(r) for ch in CHANNELS}
+        self.accepted = {ch: np.zeros(r, dtype=bool) for ch in CHANNELS}
+        self.cusum_raw = {ch: np.zeros(r) for ch in ("median", "tail")}
+        self.cusum = {ch: np.zeros(r) for ch in ("median", "tail")}
+        self.phi = {ch: np.ones(r) for ch in CHANNELS}
+        # Traffic now (moving averages over ticks with evidence) for the sample-size estimate.
+        self.traffic = {ch: np.zeros((3, r)) for ch in CHANNELS}  # n_b, n_c, k per tick
+        self.canary_requests = np.zeros(r)
+        self.seen_traffic = np.zeros(r, dtype=bool)
+        self.ticks_needed = {ch: np.full(r, np.inf) for ch in CHANNELS}
+        self.empty_ticks = np.zeros(r, dtype=int)
+        self.decided = np.zeros(r, dtype=bool)
+
+    @property
+    def errors_accepted(self) -> np.ndarray:
+        return self.accepted["errors"]
+
+    def update_counts(
+        self,
+        errors: TickCounts,
+        median: TickCounts,
+        tail: TickCounts,
+        missing: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Advance one tick; return (action codes, reason codes) per rollout.
+
+        `missing` marks rollouts whose metrics could not be read this tick. A row
+        without metrics or without traffic in either arm is no evidence: all its
+        counts are zeroed before they reach any statistic.
+        """
+        cfg = self.config
+        r = self.rollouts
+        self.tick += 1
+        empty = (errors.n_b <= 0) | (errors.n_c <= 0)
+        if missing is not None:
+            empty = empty | np.asarray(missing, dtype=bool)
+        counts = {"errors": errors, "median": median, "tail": tail}
+        if empty.any():
+            counts = {
+                ch: TickCounts(
+                    *(np.where(empty, 0.0, getattr(t, f)) for f in ("n_b", "n_c", "k", "c"))
+                )
+                for ch, t in counts.items()
+            }
+        e = counts["errors"]
+        self.error_rates.append(e.k / np.maximum(e.n_b + e.n_c, 1))
+        actions = np.zeros(r, dtype=np.int8)
+        reasons = np.zeros(r, dtype=np.int8)
+        if self.tick <= cfg.warmup_ticks:
+            return actions, reasons
+        self.empty_ticks += empty.astype(int)
+        for ch in CHANNELS:
+            self.history[ch].append(counts[ch])
+        temper = surge(self.history["errors"], self.error_rates)
+        for ch in CHANNELS:
+            t = temper if ch == "errors" else np.ones_like(temper)
+            self.phi[ch] = dispersion(
+                self.history[ch], cfg.dispersion_prior, cfg.dispersion_ticks, t
+            )
+        for ch in CHANNELS:
+            rho = cfg.ratio(ch)
+            llr_t = tick_llr(counts[ch], rho)
+            if ch == "errors":
+                # A tick in a traffic-wide error surge counts no more than one at the usual level.
+                llr_t = llr_t / temper[-1]
+            # Wald's test stops once it has accepted: the accepted channel keeps its llr.
+            open_ = ~self.accepted[ch]
+            self.llr_raw[ch] = self.llr_raw[ch] + np.where(open_, llr_t, 0.0)
+            self.llr[ch] = np.where(open_, self.llr_raw[ch] / self.phi[ch], self.llr[ch])
+            self.accepted[ch] |= open_ & (self.llr[ch] <= cfg.lower)
+            if ch != "errors":
+                raw = np.maximum(0.0, self.cusum_raw[ch] + tick_llr(counts[ch], rho))
+                self.cusum_raw[ch] = raw
+                self.cusum[ch] = raw / self.phi[ch]
+        self._estimate(counts, empty)
+        err_alarm = ~self.accepted["errors"] & (self.llr["errors"] >= cfg.upper)
+        med_alarm = self.cusum["median"] >= cfg.cusum_threshold
+        tail_alarm = self.cusum["tail"] >= cfg.cusum_threshold
+        open_rows = ~self.decided
+        rollback = open_rows & (err_alarm | med_alarm | tail_alarm)
+        promote = (
+            open_rows & ~rollback & np.logical_and.reduce([self.accepted[ch] for ch in CHANNELS])
+        )
+        rest = open_rows & ~rollback & ~promote
+        evidence_ticks = self.tick - cfg.warmup_ticks
+        past_plan = self.tick >= cfg.horizon_ticks
+        at_max = rest & (self.tick >= cfg.max_ticks)
+        too_empty = (
+            rest & ~at_max & past_plan & (self.empty_ticks > cfg.max_empty_share * evidence_ticks)
+        )
+        remaining = cfg.max_ticks - self.tick
+        # Extend past the planned steps only while a decision is in reach: out of reach is
+        # more than twice the time left and more than a whole planned rollout (slack: the
+        # estimate assumes today's traffic and a canary exactly as good as the baseline).
+        needed = self.needed_ticks()
+        out_of_reach = (
+            rest
+            & ~at_max
+            & ~too_empty
+            & past_plan
+            & (needed > 2 * remaining)
+            & (needed > cfg.horizon_ticks)
+        )
+        inconclusive = at_max | too_empty | out_of_reach
+        reasons = np.select(
+            [
+                rollback & err_alarm,
+                rollback & med_alarm,
+                rollback,
+                promote,
+                at_max,
+                too_empty,
+                out_of_reach,
+            ],
+            [1, 2, 3, 4, 5, 6, 7],
+            0,
+        ).astype(np.int8)
+        actions = np.select(
+            [rollback, promote, inconclusive], [A_ROLLBACK, A_PROMOTE, A_INCONCLUSIVE], A_CONTINUE
+        ).astype(np.int8)
+        self.decided |= rollback | promote | (inconclusive & self.latch_inconclusive)
+        return actions, reasons
+
+    def _estimate(self, counts: dict[str, TickCounts], empty: np.ndarray) -> None:
+        """Requests still needed per channel: llr distance to the accept bound over the H0 drift."""
+        cfg = self.config
+        has = ~empty
+        first = has & ~self.seen_traffic
+        w = np.where(first, 1.0, np.where(has, EMA, 0.0))
+        self.seen_traffic |= has
+        for ch in CHANNELS:
+            t = counts[ch]
+            now = np.stack([t.n_b, t.n_c, t.k])
+            self.traffic[ch] = (1 - w) * self.traffic[ch] + w * now
+            n_b, n_c, k = self.traffic[ch]
+            drift = h0_drift(n_b, n_c, k, cfg.ratio(ch))
+            distance = np.maximum(0.0, self.llr[ch] - cfg.lower) * self.phi[ch]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ticks = np.where(drift > 0, distance / np.where(drift > 0, drift, 1.0), np.inf)
+            self.ticks_needed[ch] = np.where(self.accepted[ch], 0.0, ticks)
+        self.canary_requests = (1 - w) * self.canary_requests + w * counts["errors"].n_c
+
+    def needed_ticks(self) -> np.ndarray:
+        """Ticks still needed to accept every channel at the current traffic (inf: no traffic)."""
+        return np.max(np.stack([self.ticks_needed[ch] for ch in CHANNELS]), axis=0)
+
+
+def _quantile(values: np.ndarray, q: float) -> float | None:
+    return float(np.quantile(values, q)) if values.size else None
+
+
+def _as_tuple(t: TickCounts) -> tuple[float, float, float, float]:
+    return (float(t.n_b[0]), float(t.n_c[0]), float(t.k[0]), float(t.c[0]))
+
+
+def _as_counts(values: tuple[float, float, float, float]) -> TickCounts:
+    return TickCounts(*(np.array([v], dtype=float) for v in values))
+
+
+def evidence(baseline: Window | None, canary: Window | None, config: AnalysisConfig) -> Evidence:
+    """Reduce one tick of both arms to the counts the analysis needs (None: no metrics)."""
+    if baseline is None or canary is None:
+        return Evidence.none("no metrics for this window")
+    b_lat = baseline.latencies_ms[None, :]
+    c_lat = canary.latencies_ms[None, :]
+    return Evidence(
+        errors=_as_tuple(
+            error_counts([baseline.requests], [baseline.errors], [canary.requests], [canary.errors])
+        ),
+        median=_as_tuple(latency_counts(b_lat, c_lat, 0.5)),
+        tail=_as_tuple(latency_counts(b_lat, c_lat, config.tail_quantile)),
+        canary_error_rate=canary.errors / canary.requests if canary.requests else 0.0,
+        baseline_error_rate=baseline.errors / baseline.requests if baseline.requests else 0.0,
+        canary_p50_ms=_quantile(canary.latencies_ms, 0.5),
+        baseline_p50_ms=_quantile(baseline.latencies_ms, 0.5),
+        canary_p99_ms=_quantile(canary.latencies_ms, 0.99),
+        baseline_p99_ms=_quantile(baseline.latencies_ms, 0.99),
+    )
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
+
+
+class Analyzer:
+    """Sequential analysis of one rollout: `update(baseline, canary) -> Decision` per tick."""
+
+    def __init__(self, config: AnalysisConfig | None = None) -> None:
+        self.config = config or AnalysisConfig()
+        self._batch = BatchAnalyzer(self.config, 1, latch_inconclusive=False)
+        self.final: Decision | None = None
+
+    @property
+    def tick(self) -> int:
+        return self._batch.tick
+
+    def update(self, baseline: Window | None, canary: Window | None) -> Decision:
+        """Add one tick of both arms and decide (None for either: no metrics this tick)."""
+        return self.observe(evidence(baseline, canary, self.config))
+
+    def replay(self, history: list[Evidence]) -> Decision | None:
+        """Feed stored evidence in order (a restarted worker rebuilds its state); last decision."""
+        decision = None
+        for item in history:
+            decision = self.observe(item)
+        return decision
+
+    def observe(self, ev: Evidence) -> Decision:
+        """Add one tick's evidence and decide; a promotion or rollback is final and repeated.
+
+        An inconclusive verdict is not final: evidence added after it (the analysis was
+        extended) is analysed, and the verdict holds again while the reason holds.
+        """
+        if self.final is not None:
+            return self.final
+        cfg = self.config
+        b = self._batch
+        actions, reasons = b.update_counts(
+            _as_counts(ev.errors),
+            _as_counts(ev.median),
+            _as_counts(ev.tail),
+            missing=np.array([ev.missing]),
+        )
+        action = ACTIONS[int(actions[0])]
+        reason = REASONS[int(reasons[0])]
+        if b.tick <= cfg.warmup_ticks:
+            reason = f"warm-up tick {b.tick} of {cfg.warmup_ticks}: not used as evidence"
+        elif ev.empty and action == CONTINUE:
+            reason = (
+                "no evidence this window ("
+                + (ev.note or "no metrics" if ev.missing else "an arm served no traffic")
+                + ")"
+            )
+        channels = self._channels()
+        needed = [c for c in channels.values() if not c["accepted"]]
+        requests = max((c["requests_needed"] for c in needed), default=0.0, key=_inf_none)
+        minutes = max((c["minutes_needed"] for c in needed), default=0.0, key=_inf_none)
+        decision = Decision(
+            action=action,
+            reason=reason,
+            tick=b.tick,
+            llr=float(b.llr["errors"][0]),
+            llr_lower=cfg.lower,
+            llr_upper=cfg.upper,
+            errors_accepted=bool(b.accepted["errors"][0]),
+            cusum=float(max(b.cusum["median"][0], b.cusum["tail"][0])),
+            cusum_median=float(b.cusum["median"][0]),
+            cusum_tail=float(b.cusum["tail"][0]),
+            cusum_threshold=cfg.cusum_threshold,
+            dispersion={ch: float(b.phi[ch][0]) for ch in CHANNELS},
+            canary_error_rate=ev.canary_error_rate,
+            baseline_error_rate=ev.baseline_error_rate,
+            canary_p50_ms=ev.canary_p50_ms,
+            baseline_p50_ms=ev.baseline_p50_ms,
+            canary_p99_ms=ev.canary_p99_ms,
+            baseline_p99_ms=ev.baseline_p99_ms,
+            channels=channels,
+            requests_needed=requests,
+            minutes_needed=minutes,
+            empty_ticks=int(b.empty_ticks[0]),
+            max_ticks=cfg.max_ticks,
+            settle=settle_text(action, channels, cfg),
+        )
+        if decision.action in (PROMOTE, ROLLBACK):
+            self.final = decision
+        return decision
+
+    def _channels(self) -> dict[str, dict]:
+        b, cfg = self._batch, self.config
+        out = {}
+        for ch in CHANNELS:
+            ticks = float(b.ticks_needed[ch][0])
+            if b.tick <= cfg.warmup_ticks or not b.seen_traffic[0]:
+                ticks = math.inf
+            if b.accepted[ch][0]:
+                ticks = 0.0
+            out[ch] = {
+                "llr": float(b.llr[ch][0]),
+                "accepted": bool(b.accepted[ch][0]),
+                "cusum": float(b.cusum[ch][0]) if ch in b.cusum else None,
+                "ratio": cfg.ratio(ch),
+                "ticks_needed": _finite(ticks),
+                "requests_needed": _finite(math.ceil(ticks * float(b.canary_requests[0])))
+                if math.isfinite(ticks)
+                else None,
+                "minutes_needed": _finite(round(ticks * cfg.tick_seconds / 60.0, 1)),
+            }
+        return out
+
+
+def _inf_none(value: float | None) -> float:
+    return math.inf if value is None else value
+
+
+LABELS = {"errors": "error rate", "median": "median latency", "tail": "tail latency"}
+
+
+def settle_text(action: str, channels: dict[str, dict], cfg: AnalysisConfig) -> str:
+    """One line: what would settle an undecided rollout."""
+    if action in (PROMOTE, ROLLBACK):
+        return ""
+    parts = []
+    for ch, c in channels.items():
+        if c["accepted"]:
+            continue
+        if c["requests_needed"] is None:
+            parts.append(f"{LABELS[ch]}: no traffic to estimate from yet")
+        else:
+            parts.append(
+                f"{LABELS[ch]}: about {int(c['requests_needed']):,} more canary requests "
+                f"(~{c['minutes_needed']:g} min at current traffic)"
+            )
+    if not parts:
+        return ""
+    return "To promote, if the canary is as good as the baseline — " + "; ".join(parts)

@@ -1,0 +1,217 @@
+"""What goes in and out of the analysis: its configuration, one tick's windows, the evidence, a decision."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+CONTINUE = "continue"
+PROMOTE = "promote"
+ROLLBACK = "rollback"
+INCONCLUSIVE = "inconclusive"
+
+CHANNELS = ("errors", "median", "tail")
+
+
+class ConfigError(ValueError):
+    """An impossible analysis setting; `field` names the setting at fault."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class AnalysisConfig:
+    """Error rates, design regression sizes and durations of the sequential analysis.
+
+    Durations are in ticks (analysis intervals of `tick_seconds`). The analysis
+    runs at least `horizon_ticks` (the rollout's planned steps) unless it decides
+    earlier, extends itself while a decision is in reach, and never runs past
+    `max_ticks`: undecided by then it is inconclusive.
+    """
+
+    alpha: float = 0.001  # false rollback rate of the error SPRT
+    beta: float = 0.05  # chance to promote a canary that is worse by a design ratio (per channel)
+    error_ratio: float = 2.0  # canary error rate / baseline error rate to catch
+    median_ratio: float = 1.3  # canary/baseline share above the pooled median (+25% median)
+    tail_ratio: float = 1.5  # canary/baseline share above the pooled tail quantile
+    tail_quantile: float = 0.995  # the tail channel counts requests above the pooled p99.5
+    cusum_threshold: float = 9.0
+    dispersion_prior: float = 8.0  # pseudo-variance anchoring the dispersion at 1 early on
+    dispersion_ticks: float = 4.0  # ... and at least this many pseudo-ticks of it
+    warmup_ticks: int = 5
+    horizon_ticks: int = 40
+    max_ticks: int = 120  # max duration: undecided here, the rollout is inconclusive
+    max_empty_share: float = 0.5  # more windows than this without evidence: inconclusive
+    tick_seconds: float = 60.0  # only for the minutes in the sample-size estimate
+
+    def __post_init__(self) -> None:
+        def need(ok: bool, name: str, message: str) -> None:
+            if not ok:
+                raise ConfigError(name, message)
+
+        for name in ("alpha", "beta"):
+            value = getattr(self, name)
+            need(
+                isinstance(value, int | float) and 0 < value < 0.5,
+                name,
+                f"must be a probability in (0, 0.5), got {value!r}",
+            )
+        need(self.alpha + self.beta < 1, "beta", "alpha + beta must be below 1")
+        for name in ("error_ratio", "median_ratio", "tail_ratio"):
+            value = getattr(self, name)
+            need(
+                isinstance(value, int | float) and math.isfinite(value) and value > 1,
+                name,
+                f"a design ratio must be greater than 1, got {value!r}",
+            )
+        need(0.5 < self.tail_quantile < 1, "tail_quantile", "must be in (0.5, 1)")
+        need(self.cusum_threshold > 0, "cusum_threshold", "must be positive")
+        need(
+            self.dispersion_prior >= 0 and self.dispersion_ticks >= 0,
+            "dispersion_prior",
+            "dispersion_prior and dispersion_ticks must be non-negative",
+        )
+        for name in ("warmup_ticks", "horizon_ticks", "max_ticks"):
+            value = getattr(self, name)
+            need(
+                isinstance(value, int) and not isinstance(value, bool) and value >= 0,
+                name,
+                f"must be a non-negative integer, got {value!r}",
+            )
+        need(
+            self.horizon_ticks > self.warmup_ticks,
+            "horizon_ticks",
+            f"the analysis ({self.horizon_ticks} ticks) must be longer than its warm-up "
+            f"({self.warmup_ticks} ticks)",
+        )
+        need(
+            self.max_ticks >= self.horizon_ticks,
+            "max_ticks",
+            f"the max duration ({self.max_ticks} ticks) must be at least the planned "
+            f"{self.horizon_ticks} ticks, and so longer than the warm-up ({self.warmup_ticks})",
+        )
+        need(0 < self.max_empty_share <= 1, "max_empty_share", "must be in (0, 1]")
+        need(self.tick_seconds > 0, "tick_seconds", "must be positive")
+
+    @property
+    def upper(self) -> float:
+        """Wald's upper bound A = log((1 - beta)/alpha): cross it and the canary rolls back."""
+        return math.log((1 - self.beta) / self.alpha)
+
+    @property
+    def lower(self) -> float:
+        """Wald's lower bound B = log(beta/(1 - alpha)): cross it and the channel is accepted."""
+        return math.log(self.beta / (1 - self.alpha))
+
+    def ratio(self, channel: str) -> float:
+        """The design ratio of one channel."""
+        return {
+            "errors": self.error_ratio,
+            "median": self.median_ratio,
+            "tail": self.tail_ratio,
+        }[channel]
+
+
+@dataclass(frozen=True)
+class Window:
+    """One tick of one arm: requests served, errors among them, a sample of latencies (ms)."""
+
+    requests: int
+    errors: int
+    latencies_ms: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    def __post_init__(self) -> None:
+        if self.requests < 0 or self.errors < 0 or self.errors > self.requests:
+            raise ValueError("need 0 <= errors <= requests")
+        lat = np.asarray(self.latencies_ms, dtype=float).ravel()
+        if lat.size and (not np.all(np.isfinite(lat)) or lat.min() < 0):
+            raise ValueError("latencies must be finite and non-negative")
+        object.__setattr__(self, "latencies_ms", lat)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The verdict of one tick and the statistics behind it.
+
+    `llr` is the error SPRT's (kept for readers of earlier decisions); `channels`
+    holds, per channel, the SPRT log-likelihood ratio, whether it crossed its
+    accept bound, its CUSUM (latency) and the requests, ticks and minutes still
+    needed to accept it if the canary is as good as the baseline.
+    """
+
+    action: str
+    reason: str
+    tick: int
+    llr: float
+    llr_lower: float
+    llr_upper: float
+    errors_accepted: bool
+    cusum: float
+    cusum_median: float
+    cusum_tail: float
+    cusum_threshold: float
+    dispersion: dict[str, float]
+    canary_error_rate: float
+    baseline_error_rate: float
+    canary_p50_ms: float | None
+    baseline_p50_ms: float | None
+    canary_p99_ms: float | None
+    baseline_p99_ms: float | None
+    channels: dict[str, dict] = field(default_factory=dict)
+    requests_needed: float | None = None
+    minutes_needed: float | None = None
+    empty_ticks: int = 0
+    max_ticks: int = 0
+    settle: str = ""
+
+    def as_dict(self) -> dict:
+        """JSON-ready form (audit data, API, websocket)."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What one tick contributes, as plain numbers: stored per tick so an analysis can be replayed.
+
+    `missing` marks a tick whose metrics could not be read (an outage): no evidence.
+    """
+
+    errors: tuple[float, float, float, float]  # n_b, n_c, k, c
+    median: tuple[float, float, float, float]
+    tail: tuple[float, float, float, float]
+    canary_error_rate: float = 0.0
+    baseline_error_rate: float = 0.0
+    canary_p50_ms: float | None = None
+    baseline_p50_ms: float | None = None
+    canary_p99_ms: float | None = None
+    baseline_p99_ms: float | None = None
+    missing: bool = False
+    note: str = ""
+
+    @property
+    def empty(self) -> bool:
+        """No evidence at all this tick: no metrics, or an arm without traffic."""
+        return self.missing or self.errors[0] <= 0 or self.errors[1] <= 0
+
+    def as_dict(self) -> dict:
+        """JSON-ready form."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Evidence:
+        """Inverse of `as_dict` (rows stored before `missing` existed read as present)."""
+        fields = dict(data)
+        for ch in CHANNELS:
+            fields[ch] = tuple(float(v) for v in fields[ch])
+        return cls(**fields)
+
+    @classmethod
+    def none(cls, note: str = "") -> Evidence:
+        """A tick without metrics (the source failed or answered nothing)."""
+        zero = (0.0, 0.0, 0.0, 0.0)
+        return cls(errors=zero, median=zero, tail=zero, missing=True, note=note)
