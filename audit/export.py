@@ -11,6 +11,7 @@ from datetime import datetime
 from django.conf import settings
 from django.db import transaction
 
+from audit import chain
 from audit.selectors import Segment
 from audit.verification import iter_rows
 
@@ -48,6 +49,17 @@ def _rows(segment: Segment) -> Iterator[tuple]:
             yield from chunk
 
 
+def _event_line(row: tuple) -> str:
+    """One entry as an export line: its canonical entry (the hashed bytes), with `type` and the
+    two hashes around it, so the line minus those three keys is exactly what was hashed."""
+    seq, event_id, recorded_at, actor, action, target, data, trace_id, prev_hash, digest = row
+    entry = chain.entry_bytes(seq, event_id, recorded_at, actor, action, target, data, trace_id)
+    # prev_hash and hash are 64 hex digits: nothing in them needs escaping.
+    return (
+        f'{{"type":"event",{entry.decode()[1:-1]},"prev_hash":"{prev_hash}","hash":"{digest}"}}\n'
+    )
+
+
 def jsonl_lines(
     segment: Segment | None, since: datetime | None, until: datetime | None
 ) -> Iterator[str]:
@@ -55,20 +67,13 @@ def jsonl_lines(
     yield json.dumps(_header(segment, since, until)) + "\n"
     if segment is None:
         return
-    dumps = json.dumps
-    for seq, event_id, recorded_at, actor, action, target, data, trace_id, prev, digest in _rows(
-        segment
-    ):
-        # `data` is embedded as its stored canonical text, byte for byte.
-        yield (
-            f'{{"type":"event","seq":{seq},"event_id":{dumps(event_id)},'
-            f'"recorded_at":{dumps(recorded_at)},"actor":{dumps(actor)},"action":{dumps(action)},'
-            f'"target":{dumps(target)},"data":{data},"trace_id":{dumps(trace_id)},'
-            f'"prev_hash":{dumps(prev)},"hash":{dumps(digest)}}}\n'
-        )
+    for row in _rows(segment):
+        yield _event_line(row)
     for cp in segment.checkpoints:
         yield (
-            dumps({"type": "checkpoint", "size": cp.size, "hash": cp.head_hash, "note": cp.note})
+            json.dumps(
+                {"type": "checkpoint", "size": cp.size, "hash": cp.head_hash, "note": cp.note}
+            )
             + "\n"
         )
 

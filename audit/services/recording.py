@@ -67,11 +67,8 @@ def record(actor: Any, action: str, target: Any, data: dict[str, Any] | None = N
         if len(_valid_actions) < 10_000:
             _valid_actions.add(action)
     try:
-        # One pass for JSON-native data; dates, decimals, UUIDs and floats take the general path.
-        data_jcs = chain.canonical_plain(data or {})
-        if data_jcs is None:
-            payload = json.loads(json.dumps(data, allow_nan=False, default=_json_default))
-            data_jcs = chain.canonical_data(payload)
+        payload = json.loads(json.dumps(data or {}, allow_nan=False, default=_json_default))
+        data_jcs = chain.canonical_data(payload)
     except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidInput(f"audit data is not canonical JSON: {exc}") from exc
     actor_text, target_text = actor_name(actor)[:200], target_name(target)[:300]

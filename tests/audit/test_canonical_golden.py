@@ -132,3 +132,19 @@ def test_golden_chain_is_rebuilt_byte_for_byte_and_verifies():
     edited[5] = edited[5].replace("ü", "u")
     _, problem = chain.verify_rows([rows[0], tuple(edited), rows[2]])
     assert problem is not None and problem.seq == 2
+
+
+def test_an_export_line_is_the_canonical_entry_with_its_type_and_hashes_around_it():
+    from audit.export import _event_line
+
+    row = (7, EVENT_ID, RECORDED_AT, "alice", "portal.environment.approved",
+           "portal.environmentrequest:42", DATA_JCS, TRACE_ID, PREV, ENTRY_HASH)  # fmt: skip
+    line = _event_line(row).encode()
+    prefix, suffix = (
+        b'{"type":"event",',
+        f',"prev_hash":"{PREV}","hash":"{ENTRY_HASH}"}}\n'.encode(),
+    )
+    assert line.startswith(prefix) and line.endswith(suffix)
+    assert b"{" + line[len(prefix) : -len(suffix)] + b"}" == ENTRY_BYTES
+    doc = json.loads(line)
+    assert doc["data"] == DATA and (doc["seq"], doc["hash"]) == (7, ENTRY_HASH)
