@@ -48,6 +48,7 @@ from canary.sequential import (
 from canary.sequential import evidence as tick_evidence
 from canary.simulate import CLASSES, REGRESSIONS
 from canary.traffic import destination_rule, virtual_service
+from kiln.columns import column_errors
 from kiln.errors import (
     Conflict,
     Forbidden,
@@ -636,7 +637,8 @@ def observation_push(
     if not can_manage_rollout(actor, rollout.service.team.slug):
         raise Forbidden("only engineers of the owning team push its metrics")
     latencies_ms = latencies_ms or []
-    fields: dict[str, list[str]] = {}
+    # Counts past their PositiveIntegerField columns are field errors, not a database error.
+    fields = column_errors(Observation, {"requests": requests, "errors": errors})
     if arm not in Arm.values:
         fields["arm"] = ["baseline or canary"]
     if not isinstance(requests, int) or isinstance(requests, bool) or requests < 0:

@@ -16,6 +16,7 @@ from rest_framework import exceptions as drf_exceptions
 from rest_framework.response import Response
 
 from kiln.params import ParamError
+from kiln.parsers import RequestTooLarge
 
 
 class KilnError(Exception):
@@ -89,6 +90,7 @@ _DRF_CODES = {
     drf_exceptions.Throttled: "throttled",
     drf_exceptions.ParseError: "malformed",
     drf_exceptions.ValidationError: "invalid",
+    RequestTooLarge: "too_large",
 }
 
 

@@ -13,6 +13,7 @@ which PostgreSQL refuses in every text value.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, timezone
@@ -202,3 +203,31 @@ def parse_page(
 def column_range(internal_type: str) -> tuple[int, int] | None:
     """The (min, max) an integer column of this Django field type holds; None if not integer."""
     return INTEGER_COLUMN_RANGES.get(internal_type)
+
+
+MAX_JSON_DEPTH = 64
+
+
+def json_problem(value: Any, depth: int = 0) -> str | None:
+    """Why a decoded JSON value cannot be stored as is, or None: a NUL in a key or string
+    (PostgreSQL's jsonb and text refuse it), a non-finite number (1e400 decodes to inf,
+    which JSON cannot encode back) or nesting deeper than MAX_JSON_DEPTH."""
+    if depth > MAX_JSON_DEPTH:
+        return f"is nested deeper than {MAX_JSON_DEPTH} levels"
+    if isinstance(value, float):
+        return None if math.isfinite(value) else "must hold only finite numbers"
+    if isinstance(value, str):
+        return "must not contain NUL characters" if "\x00" in value else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str) and "\x00" in key:
+                return "must not contain NUL characters"
+            problem = json_problem(item, depth + 1)
+            if problem:
+                return problem
+    elif isinstance(value, list | tuple):
+        for item in value:
+            problem = json_problem(item, depth + 1)
+            if problem:
+                return problem
+    return None

@@ -259,6 +259,12 @@ SECURE_HSTS_INCLUDE_SUBDOMAINS = not STANDALONE
 SECURE_SSL_REDIRECT = env_bool("KILN_SSL_REDIRECT", False)
 if env_bool("KILN_BEHIND_PROXY", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    # Strict JSON (no NUL, no overflow to infinity, bounded depth and size); forms as DRF's.
+    "DEFAULT_PARSER_CLASSES": [
+        "kiln.parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
 
 # Scripts and styles come only from our own origin; no inline script anywhere.
 CONTENT_SECURITY_POLICY = env(
