@@ -59,6 +59,15 @@ DATABASE_URL = env("DATABASE_URL")
 REDIS_URL = env("REDIS_URL")
 STANDALONE = env_bool("KILN_STANDALONE", DATABASE_URL is None and REDIS_URL is None)
 
+# Outside standalone the web, worker, relay and audit writer are separate processes that must
+# share one audit topic (a Redis stream). Without Redis each would get its own in-process
+# topic and a separate audit writer would never see an event, so refuse to start at all.
+if not STANDALONE and REDIS_URL is None:
+    raise ImproperlyConfigured(
+        "REDIS_URL is required outside standalone mode: the audit topic (a Redis stream) must "
+        "be shared by every process. Set REDIS_URL, or run standalone (KILN_STANDALONE=1, or "
+        "neither DATABASE_URL nor REDIS_URL set)."
+    )
 # --- core ------------------------------------------------------------------
 
 # Off everywhere by default (standalone too: same pages and error responses as production).

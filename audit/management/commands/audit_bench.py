@@ -5,19 +5,21 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import queue
 import subprocess
 import sys
 import time
 import uuid
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, transaction
 
 from audit import record
 from audit.models import ChainEvent
 from audit.services import chain_head, relay_publish, signing_key
 from audit.verification import verify_chain
+from kiln.management.waiting import process_gone, wait_until
 
 
 def _cpu_seconds(pid: int) -> float | None:
@@ -75,6 +77,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--verify-workers", type=int, default=0, help="1: verify in this process"
         )
+        parser.add_argument(
+            "--timeout",
+            type=float,
+            default=600.0,
+            help="seconds to wait for the events to be recorded and chained before failing",
+        )
 
     def handle(self, *args, **opts):
         n, per_tx, batch = opts["events"], opts["per_tx"], opts["batch_size"]
@@ -107,8 +115,6 @@ class Command(BaseCommand):
         relay = multiprocessing.get_context("fork").Process(
             target=_relay_loop, args=(stop,), name="bench-relay"
         )
-        time.sleep(2.0)  # let the writer start and take its lock
-        relay.start()
         recorders = max(1, opts["recorders"])
         ctx = multiprocessing.get_context("fork")
         go, results = ctx.Event(), ctx.Queue()
@@ -116,23 +122,52 @@ class Command(BaseCommand):
             ctx.Process(target=_recorder, args=(k, recorders, n, per_tx, tag, go, results))
             for k in range(recorders)
         ]
-        for proc in procs:
-            proc.start()
-        time.sleep(1.0)  # all recorders connected and waiting
-        started = time.perf_counter()
-        go.set()
-        recorder_cpu = sum(results.get(timeout=3600) for _ in procs)
-        for proc in procs:
-            proc.join()
-        recorded = time.perf_counter()
-        while chain_head()[0] < target:
-            time.sleep(0.01)
-        chained = time.perf_counter()
-        relay_cpu, writer_cpu = _cpu_seconds(relay.pid), _cpu_seconds(writer.pid)
-        stop.set()
-        relay.join(timeout=30)
-        writer.terminate()
-        out, _ = writer.communicate(timeout=60)
+        writer_gone = process_gone(writer, "audit writer")
+        try:
+            time.sleep(2.0)  # let the writer start and take its lock
+            relay.start()
+            for proc in procs:
+                proc.start()
+            time.sleep(1.0)  # all recorders connected and waiting
+            started = time.perf_counter()
+            deadline = time.monotonic() + opts["timeout"]  # for recording and chaining together
+            go.set()
+            recorder_cpu = 0.0
+            for done in range(len(procs)):
+                try:
+                    recorder_cpu += results.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty as exc:
+                    raise CommandError(
+                        f"{len(procs) - done} of {len(procs)} recorders had not recorded their "
+                        f"share of {n} events after {opts['timeout']:g} s (--timeout); giving up"
+                    ) from exc
+            for proc in procs:
+                proc.join()
+            recorded = time.perf_counter()
+            wait_until(
+                lambda: chain_head()[0] >= target,
+                timeout=max(0.0, deadline - time.monotonic()),
+                stated_timeout=opts["timeout"],
+                poll=0.01,
+                gone=writer_gone,
+                what=lambda: (
+                    f"{chain_head()[0] - start_seq} of {n} recorded events reached the chain "
+                    f"(stream {stream}); the audit writer did not chain the rest"
+                ),
+            )
+            chained = time.perf_counter()
+            relay_cpu, writer_cpu = _cpu_seconds(relay.pid), _cpu_seconds(writer.pid)
+        finally:
+            stop.set()
+            for proc in procs:
+                if proc.pid is not None:
+                    if proc.is_alive():
+                        proc.terminate()
+                    proc.join(timeout=10)
+            if relay.pid is not None:
+                relay.join(timeout=30)
+            writer.terminate()
+            out, _ = writer.communicate(timeout=60)
         stats = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
         verify_cpu = time.process_time()
         report = verify_chain(workers=1 if opts["verify_workers"] == 1 else None)
