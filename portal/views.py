@@ -26,6 +26,7 @@ from portal import selectors, services
 from portal.forms import EnvironmentRequestForm, ExtendForm, ReasonForm
 from portal.lifecycle import Status, badge
 from portal.services import cost
+from portal.validation import field_errors
 
 ACTIVE = {Status.APPROVED, Status.PROVISIONING, Status.EXPIRING, Status.TEARING_DOWN}
 
@@ -67,19 +68,26 @@ def environment_list(request: HttpRequest) -> HttpResponse:
 
 
 def _estimate_from(data) -> dict | None:
+    """The estimate for the form's current values; None while they are not a request Kiln
+    would take (the same field rules as the API, so no size reaches the price arithmetic)."""
     try:
-        return cost.estimate(
-            env_class=data.get("env_class") or "dev",
-            ttl_hours=max(int(data.get("ttl_hours") or 1), 1),
-            cpu=max(int(data.get("cpu") or 1), 1),
-            memory_gib=max(int(data.get("memory_gib") or 1), 1),
-            gpu=max(int(data.get("gpu") or 0), 0),
-            spot=bool(data.get("spot_node_pool")),
-            tenant_control_plane=bool(data.get("tenant_control_plane")),
-            database=bool(data.get("database")),
-        )
+        args = {
+            "env_class": data.get("env_class") or "dev",
+            "ttl_hours": max(int(data.get("ttl_hours") or 1), 1),
+            "cpu": max(int(data.get("cpu") or 1), 1),
+            "memory_gib": max(int(data.get("memory_gib") or 1), 1),
+            "gpu": max(int(data.get("gpu") or 0), 0),
+        }
     except (TypeError, ValueError):
         return None
+    if field_errors({**args, "name": "x", "team": "x", "workload_class": "standard"}):
+        return None
+    return cost.estimate(
+        **args,
+        spot=bool(data.get("spot_node_pool")),
+        tenant_control_plane=bool(data.get("tenant_control_plane")),
+        database=bool(data.get("database")),
+    )
 
 
 @login_required
