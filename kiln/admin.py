@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django import forms
 from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
@@ -22,7 +23,7 @@ class MembershipInline(ReadOnlyInline):
     """Read-only list of a team's members on the team page."""
 
     model = Membership
-    fields = ("user", "created_at")
+    fields = ("user", "source", "created_at")
     readonly_fields = fields
     view_predicate = staticmethod(_can_view_teams)
 
@@ -43,14 +44,37 @@ class TeamAdmin(KilnModelAdmin):
         obj.pk, obj.created_at = team.pk, team.created_at
 
 
+class MembershipAddForm(forms.ModelForm):
+    """Grant a team: a membership the user holds from a token claim becomes an admin grant."""
+
+    class Meta:
+        model = Membership
+        fields = ("user", "team")
+
+    def clean(self) -> dict:
+        cleaned = super().clean()
+        user, team = cleaned.get("user"), cleaned.get("team")
+        existing = Membership.objects.filter(user=user, team=team).first() if user and team else None
+        if existing is not None and existing.source == Membership.ADMIN:
+            raise forms.ValidationError(f"{user} is already a member of {team.slug}.")
+        if existing is not None:
+            self.instance = existing  # the grant turns this claim row into an admin one
+        return cleaned
+
+
 @admin.register(Membership)
 class MembershipAdmin(KilnModelAdmin):
-    """Who belongs to which team: platform admins add and remove members."""
+    """Who belongs to which team, and whether a token claim or a platform admin says so.
 
-    list_display = ("user", "team", "created_at")
-    list_filter = ("team",)
+    Members added here are admin grants; claim memberships follow each token and
+    come back at the next authentication if removed here while the claim still names them.
+    """
+
+    list_display = ("user", "team", "source", "created_at")
+    list_filter = ("team", "source")
     search_fields = ("user__username", "team__slug")
     fields = ("user", "team")
+    form = MembershipAddForm
     view_predicate = staticmethod(_can_view_teams)
     add_predicate = staticmethod(permissions.can_manage_teams)
     delete_predicate = staticmethod(permissions.can_manage_teams)

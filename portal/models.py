@@ -27,12 +27,23 @@ class Team(models.Model):
 
 
 class Membership(models.Model):
-    """A person's membership of a team."""
+    """A person's membership of a team, and where it came from.
+
+    `claim` memberships mirror the identity provider: every authentication with a
+    token adds and removes them to match its `team`/`teams` claims. `admin`
+    memberships were granted by a platform admin and stay until one removes them;
+    a team both grant is one row with source `admin`.
+    """
+
+    CLAIM = "claim"
+    ADMIN = "admin"
+    SOURCES = ((CLAIM, "token claim"), (ADMIN, "granted by a platform admin"))
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
     )
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    source = models.CharField(max_length=5, choices=SOURCES, default=ADMIN)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -47,8 +47,8 @@ def actor_for_user(user: Any, claims: dict[str, Any] | None = None) -> Actor:
         return Actor(username="anonymous")
     teams: set[str] = set()
     if claims is not None:
-        # The `team` claim counts once user_from_claims made it a Membership (the team
-        # exists); a claim naming no real team grants nothing.
+        # The `team`/`teams` claims count once user_from_claims reconciled them into
+        # memberships (the team exists); a claim naming no real team grants nothing.
         roles = {r for r in _as_list(claims.get("roles")) if r in ROLES}
     else:
         roles = {name for name in user.groups.values_list("name", flat=True) if name in ROLES}
@@ -87,6 +87,9 @@ def _as_list(value: Any) -> list[str]:
 
 
 def _membership_teams(user: Any) -> Iterable[str]:
+    cached = getattr(user, "_kiln_membership_teams", None)
+    if cached is not None:  # reconciled with the token's claims moments ago, same request
+        return cached
     from portal.models import Membership
 
     return Membership.objects.filter(user=user).values_list("team__slug", flat=True)

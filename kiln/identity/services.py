@@ -20,7 +20,7 @@ MAX_USERNAME = 150
 
 
 def user_from_claims(claims: dict[str, Any]):
-    """Return the user for a verified token's `sub`, creating it (and its team membership) on first sight."""
+    """Return the user for a verified token's `sub`, created on first sight, its claim memberships reconciled."""
     User = get_user_model()
     username = claims["sub"]
     if len(username) > MAX_USERNAME:  # the verifier refuses these; never truncate into another user
@@ -40,28 +40,78 @@ def user_from_claims(claims: dict[str, Any]):
                 )
         except IntegrityError:  # a concurrent first request created it
             user = User.objects.get(username=username)
-    team_slug = claims.get("team")
-    if isinstance(team_slug, str) and team_slug:
-        membership_ensure(user=user, team_slug=team_slug)
+    membership_reconcile(user=user, claimed=claimed_teams(claims))
     return user
 
 
-def membership_ensure(*, user, team_slug: str) -> None:
-    """Make `user` a member of an existing team (idempotent). Unknown teams are ignored."""
-    team = Team.objects.filter(slug=team_slug).first()
-    if team is None or Membership.objects.filter(user=user, team=team).exists():
-        return
-    try:
-        with transaction.atomic():
-            Membership.objects.create(user=user, team=team)
-            audit.record(
-                system_actor("identity"),
-                "kiln.membership.created",
-                team,
-                {"user": user.username, "team": team.slug, "via": "jwt"},
+MAX_CLAIMED_TEAMS = 100  # a token naming more teams than this is cut here, never looped over whole
+
+
+def claimed_teams(claims: dict[str, Any]) -> frozenset[str]:
+    """The team slugs a verified token names: its `team` string and its optional `teams` list."""
+    slugs: set[str] = set()
+    team = claims.get("team")
+    if isinstance(team, str) and team:
+        slugs.add(team)
+    teams = claims.get("teams")
+    if isinstance(teams, list | tuple):
+        slugs.update(t for t in teams[:MAX_CLAIMED_TEAMS] if isinstance(t, str) and t)
+    return frozenset(slugs)
+
+
+def membership_reconcile(*, user, claimed: frozenset[str]) -> frozenset[str]:
+    """Make `user`'s claim memberships exactly the existing teams in `claimed`; return all their teams.
+
+    Admin-granted memberships are never touched. The common case, nothing changed,
+    is one read and no write. A change locks the user row and re-reads before
+    writing, so concurrent authentications with different claims are serialised:
+    the last one wins and no insert collides with another. The result is cached
+    on `user` for the Actor built from the same request.
+    """
+    current = dict(Membership.objects.filter(user=user).values_list("team__slug", "source"))
+    stale = {slug for slug, source in current.items() if source == Membership.CLAIM} - claimed
+    missing = claimed - current.keys()
+    if missing:
+        missing = set(Team.objects.filter(slug__in=missing).values_list("slug", flat=True))
+    if stale or missing:
+        current = _membership_reconcile_locked(user=user, claimed=claimed)
+    teams = frozenset(current)
+    user._kiln_membership_teams = teams
+    return teams
+
+
+def _membership_reconcile_locked(*, user, claimed: frozenset[str]) -> dict[str, str]:
+    actor = system_actor("identity")
+    with transaction.atomic():
+        _lock_user(user)
+        rows = {m.team.slug: m for m in Membership.objects.filter(user=user).select_related("team")}
+        for slug, membership in sorted(rows.items()):
+            if membership.source == Membership.CLAIM and slug not in claimed:
+                membership.delete()
+                del rows[slug]
+                _audit_membership(
+                    actor, "kiln.membership.deleted", membership.team, user, CLAIM_VIA
+                )
+        for team in Team.objects.filter(slug__in=claimed - rows.keys()).order_by("slug"):
+            rows[team.slug] = Membership.objects.create(
+                user=user, team=team, source=Membership.CLAIM
             )
-    except IntegrityError:
-        pass  # created concurrently; the other request audited it
+            _audit_membership(actor, "kiln.membership.created", team, user, CLAIM_VIA)
+    return {slug: m.source for slug, m in rows.items()}
+
+
+def _lock_user(user) -> None:
+    """Lock the user's row: one membership writer per user at a time (a no-op on SQLite,
+    whose IMMEDIATE transactions already serialise writers)."""
+    get_user_model().objects.select_for_update().only("pk").get(pk=user.pk)
+
+
+CLAIM_VIA = "jwt"  # audit `via` of claim reconciliation; an admin's grant or removal says "admin"
+ADMIN_VIA = "admin"
+
+
+def _audit_membership(actor: Actor, action: str, team: Team, user, via: str) -> None:
+    audit.record(actor, action, team, {"user": user.get_username(), "team": team.slug, "via": via})
 
 
 def team_create(*, actor: Actor, slug: str, name: str) -> Team:
@@ -87,29 +137,48 @@ def team_create(*, actor: Actor, slug: str, name: str) -> Team:
 
 
 def membership_add(*, actor: Actor, team: Team, username: str) -> Membership:
-    """Add an existing user to `team`; 400 if the user is unknown, 409 if already a member."""
+    """Grant `team` to an existing user (platform admins); 400 if unknown, 409 if already granted.
+
+    A membership the user holds from a token claim becomes an admin grant (one row,
+    the admin source wins), so it outlives the claim.
+    """
     user = get_user_model().objects.filter(username=username).first()
     if user is None:
         raise InvalidInput(
             f"No user named {username!r}.", extra={"fields": {"username": ["unknown user"]}}
         )
-    try:
-        with transaction.atomic():
-            membership = Membership.objects.create(user=user, team=team)
+    with transaction.atomic():
+        _lock_user(user)
+        membership = Membership.objects.filter(user=user, team=team).first()
+        if membership is not None and membership.source == Membership.ADMIN:
+            raise Conflict(f"{username} is already a member of {team.slug}.")
+        if membership is None:
+            membership = Membership.objects.create(user=user, team=team, source=Membership.ADMIN)
+            _audit_membership(actor, "kiln.membership.created", team, user, ADMIN_VIA)
+        else:
+            membership.source = Membership.ADMIN
+            membership.save(update_fields=["source"])
             audit.record(
                 actor,
-                "kiln.membership.created",
+                "kiln.membership.changed",
                 team,
-                {"user": user.username, "team": team.slug},
+                {
+                    "user": user.get_username(),
+                    "team": team.slug,
+                    "source": Membership.ADMIN,
+                    "was": Membership.CLAIM,
+                    "via": ADMIN_VIA,
+                },
             )
-    except IntegrityError as exc:
-        raise Conflict(f"{username} is already a member of {team.slug}.") from exc
     return membership
 
 
 def membership_remove(*, actor: Actor, membership: Membership) -> None:
-    """Remove a person from a team."""
+    """Remove a person from a team (a claim membership comes back if the next token names it)."""
+    team, user = membership.team, membership.user
     with transaction.atomic():
-        team, username = membership.team, membership.user.get_username()
-        membership.delete()
-        audit.record(actor, "kiln.membership.deleted", team, {"user": username, "team": team.slug})
+        _lock_user(user)
+        deleted, _ = Membership.objects.filter(pk=membership.pk).delete()
+        if deleted:  # not already gone with a token's claims a moment ago
+            _audit_membership(actor, "kiln.membership.deleted", team, user, ADMIN_VIA)
+

@@ -40,7 +40,12 @@ def _kid_for(private_key) -> str:
 
 
 def issue_token(
-    *, sub: str, roles: list[str], team: str | None = None, ttl_seconds: int = 3600
+    *,
+    sub: str,
+    roles: list[str],
+    team: str | None = None,
+    teams: list[str] | None = None,
+    ttl_seconds: int = 3600,
 ) -> str:
     """A signed RS256 token for `sub` with `roles`, verifiable by Kiln's JWKS."""
     unknown = [r for r in roles if r not in ROLES]
@@ -58,5 +63,6 @@ def issue_token(
         sub=sub,
         roles=roles,
         team=team,
+        teams=teams,
         ttl_seconds=ttl_seconds,
     )

@@ -48,10 +48,15 @@ def issue(
     sub: str,
     roles: list[str],
     team: str | None = None,
+    teams: list[str] | None = None,
     ttl_seconds: int = 3600,
     now: float | None = None,
 ) -> str:
-    """Sign a token for `sub` with `roles` (and `team`) valid for `ttl_seconds`."""
+    """Sign a token for `sub` with `roles` (and `team`, and a `teams` list) valid for `ttl_seconds`.
+
+    Kiln's memberships follow these claims at every authentication (see
+    kiln.identity.services.membership_reconcile).
+    """
     issued = int(now if now is not None else time.time())
     claims: dict[str, Any] = {
         "iss": issuer,
@@ -65,6 +70,8 @@ def issue(
     }
     if team:
         claims["team"] = team
+    if teams is not None:
+        claims["teams"] = list(teams)
     return jwt.encode(claims, private_key, algorithm=ALGORITHM, headers={"kid": kid})
 
 

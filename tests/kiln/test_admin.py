@@ -142,7 +142,7 @@ def test_platform_admin_adds_and_removes_a_member_audited(client):
     assert removed.status_code == 302
     assert not Membership.objects.exists()
     deleted = OutboxEvent.objects.get(action="kiln.membership.deleted")
-    assert deleted.data == {"user": "bob", "team": "payments"}
+    assert deleted.data == {"user": "bob", "team": "payments", "via": "admin"}
 
 
 def test_bulk_delete_of_memberships_is_audited_per_row(client):

@@ -202,7 +202,7 @@ def test_member_add_by_platform_admin_stores_and_audits(api_client_for, teams):
     assert Membership.objects.filter(user__username="bob", team__slug="search").exists()
     event = OutboxEvent.objects.get(action="kiln.membership.created")
     assert event.actor == "root"
-    assert event.data == {"user": "bob", "team": "search"}
+    assert event.data == {"user": "bob", "team": "search", "via": "admin"}
 
 
 def test_member_add_of_an_unknown_user_is_400_and_changes_nothing(api_client_for, teams):
