@@ -3,6 +3,11 @@
 DRF permission classes (`kiln.identity.drf`), HTML views, Django admin and
 services all ask here. Roles come from the JWT `roles` claim for API clients
 and from Django groups for session users; a superuser is a platform admin.
+
+Background components act as system actors (`system_actor("reaper")`): no role,
+no team, only the capabilities of their job (kiln.identity.components). Each
+predicate below allows a system actor only where its docstring names the
+capability; no system actor approves or administers.
 """
 
 from __future__ import annotations
@@ -10,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from kiln.identity import components as c
 
 ENGINEER = "engineer"
 APPROVER = "approver"
@@ -27,6 +34,7 @@ class Actor:
     teams: frozenset[str] = field(default_factory=frozenset)
     user_id: int | None = None
     kind: str = "user"  # user | system
+    capabilities: frozenset[str] = field(default_factory=frozenset)  # system actors only
 
     def __str__(self) -> str:
         return self.username
@@ -37,8 +45,19 @@ class Actor:
 
 
 def system_actor(component: str) -> Actor:
-    """A named actor for background work (never None): `system:reaper`, `system:audit-writer`."""
-    return Actor(username=f"system:{component}", roles=frozenset({PLATFORM_ADMIN}), kind="system")
+    """The actor of a named background component (`system:reaper`): its job's capabilities only.
+
+    Raises ValueError for a name kiln.identity.components does not list.
+    """
+    return Actor(
+        username=f"system:{component}",
+        kind="system",
+        capabilities=c.capabilities_of(component),
+    )
+
+
+def _has_capability(actor: Actor, capability: str) -> bool:
+    return actor.is_system and capability in actor.capabilities
 
 
 def actor_for_user(user: Any, claims: dict[str, Any] | None = None) -> Actor:
@@ -114,8 +133,8 @@ def is_member(actor: Actor, team_slug: str) -> bool:
 
 
 def can_view_audit(actor: Actor) -> bool:
-    """Auditors (and platform admins) read and export the audit chain."""
-    return has_role(actor, AUDITOR)
+    """Auditors (and platform admins) read and export the audit chain; the verifier reads it."""
+    return has_role(actor, AUDITOR) or _has_capability(actor, c.AUDIT_VERIFY)
 
 
 def can_administer(actor: Actor) -> bool:
@@ -134,20 +153,39 @@ def can_see_all_teams(actor: Actor) -> bool:
 
 
 def can_manage_teams(actor: Actor) -> bool:
-    """Creating teams and changing who belongs to them is a platform-admin task."""
-    return PLATFORM_ADMIN in actor.roles
+    """Creating teams and changing who belongs to them: platform admins, `teams.manage`."""
+    return PLATFORM_ADMIN in actor.roles or _has_capability(actor, c.TEAMS_MANAGE)
 
 
 def can_run_chaos(actor: Actor, team_slug: str) -> bool:
-    """Chaos on a namespace: engineers of the team that owns it, or platform admins."""
-    if PLATFORM_ADMIN in actor.roles:
+    """Chaos on a namespace: engineers of the team that owns it, platform admins, `chaos.run`."""
+    if PLATFORM_ADMIN in actor.roles or _has_capability(actor, c.CHAOS_RUN):
         return True
     return ENGINEER in actor.roles and team_slug in actor.teams
 
 
 def can_view_chaos(actor: Actor, team_slug: str) -> bool:
-    """Chaos experiments are visible to the owning team, auditors and platform admins."""
-    return PLATFORM_ADMIN in actor.roles or AUDITOR in actor.roles or team_slug in actor.teams
+    """Chaos experiments: the owning team, auditors, platform admins and the chaos components."""
+    return (
+        PLATFORM_ADMIN in actor.roles
+        or AUDITOR in actor.roles
+        or team_slug in actor.teams
+        or any(_has_capability(actor, cap) for cap in (c.CHAOS_RUN, c.CHAOS_CONTROL, c.CHAOS_REAP))
+    )
+
+
+def can_control_chaos(actor: Actor) -> bool:
+    """Hold an experiment's lease and inject its fault: the chaos controller (`chaos.control`)."""
+    return _has_capability(actor, c.CHAOS_CONTROL)
+
+
+def can_revert_fault(actor: Actor, team_slug: str) -> bool:
+    """Revert a fault and end its experiment: who may run it there, the controller and the reaper."""
+    return (
+        can_run_chaos(actor, team_slug)
+        or _has_capability(actor, c.CHAOS_CONTROL)
+        or _has_capability(actor, c.CHAOS_REAP)
+    )
 
 
 def can_request_environment(actor: Actor, team_slug: str) -> bool:
@@ -160,35 +198,123 @@ def can_act_on_environment(actor: Actor, team_slug: str) -> bool:
     return can_request_environment(actor, team_slug)
 
 
+def can_tear_down_environment(actor: Actor, team_slug: str) -> bool:
+    """Tear an environment down: who may act on it, and the reaper (`environment.teardown`)."""
+    return can_act_on_environment(actor, team_slug) or _has_capability(actor, c.ENV_TEARDOWN)
+
+
+_ENVIRONMENT_JOBS = (c.ENV_POLICY, c.ENV_AUTO_APPROVE, c.ENV_PROVISION, c.ENV_TEARDOWN)
+
+# Which lifecycle states each environment job may move an environment to (portal/lifecycle.py
+# holds the table of legal moves; this says whose job each move is).
+ENVIRONMENT_MOVES: dict[str, frozenset[str]] = {
+    c.ENV_POLICY: frozenset({"DENIED", "PENDING_APPROVAL", "FAILED"}),
+    c.ENV_AUTO_APPROVE: frozenset({"APPROVED"}),
+    c.ENV_PROVISION: frozenset({"PROVISIONING", "READY", "FAILED"}),
+    c.ENV_TEARDOWN: frozenset({"EXPIRING", "TEARING_DOWN", "DELETED", "QUARANTINED", "FAILED"}),
+}
+
+
 def can_view_environment(actor: Actor, team_slug: str) -> bool:
-    """The owning team, approvers, auditors and platform admins see an environment."""
+    """The owning team, approvers, auditors, platform admins and the environment components."""
     return (
         team_slug in actor.teams
         or PLATFORM_ADMIN in actor.roles
         or APPROVER in actor.roles
         or AUDITOR in actor.roles
+        or any(_has_capability(actor, cap) for cap in _ENVIRONMENT_JOBS)
+    )
+
+
+def can_move_environment(actor: Actor, to: str) -> bool:
+    """May this actor move an environment to state `to`?
+
+    A system component only to the states of its job (ENVIRONMENT_MOVES). A
+    person's move reaches the lifecycle through a service that has already asked
+    the person's own predicate (can_approve, can_act_on_environment), so it passes here.
+    """
+    if not actor.is_system:
+        return True
+    return any(
+        to in moves for job, moves in ENVIRONMENT_MOVES.items() if _has_capability(actor, job)
     )
 
 
 def can_approve(actor: Actor, requester_username: str | None = None) -> bool:
-    """Approvers approve, never their own request (separation of duties)."""
+    """Approvers approve, never their own request (separation of duties); never a system actor."""
     if not has_role(actor, APPROVER) or actor.is_system:
         return False
     return requester_username is None or actor.username != requester_username
 
 
 def can_manage_rollout(actor: Actor, team_slug: str) -> bool:
-    """Engineers of the owning team start, feed and abort its rollouts (platform admins any)."""
-    return PLATFORM_ADMIN in actor.roles or (ENGINEER in actor.roles and team_slug in actor.teams)
+    """Engineers of the owning team start, feed and abort its rollouts (platform admins any,
+    `rollout.manage` for the demo seed and benchmarks)."""
+    return (
+        PLATFORM_ADMIN in actor.roles
+        or (ENGINEER in actor.roles and team_slug in actor.teams)
+        or _has_capability(actor, c.ROLLOUT_MANAGE)
+    )
+
+
+def can_analyze_rollout(actor: Actor) -> bool:
+    """Step, promote or roll back a rollout on its metrics' evidence: the canary analyzer only."""
+    return _has_capability(actor, c.ROLLOUT_ANALYZE)
 
 
 def can_promote_rollout(actor: Actor) -> bool:
-    """A manual promotion overrides the analysis: approvers and platform admins only."""
+    """A manual promotion overrides the analysis: approvers and platform admins only (no system actor)."""
     return has_role(actor, APPROVER)
 
 
 def can_view_rollout(actor: Actor, team_slug: str) -> bool:
-    """The owning team, approvers, auditors and platform admins see a rollout."""
-    return team_slug in actor.teams or bool(
-        actor.roles & {PLATFORM_ADMIN, APPROVER, AUDITOR}
+    """The owning team, approvers, auditors, platform admins and the canary components."""
+    return (
+        team_slug in actor.teams
+        or bool(actor.roles & {PLATFORM_ADMIN, APPROVER, AUDITOR})
+        or _has_capability(actor, c.ROLLOUT_ANALYZE)
+        or _has_capability(actor, c.ROLLOUT_MANAGE)
     )
+
+
+# --- the background components' own jobs ----------------------------------------------------
+
+
+def can_record_audit(actor: Actor) -> bool:
+    """Write audit events: every person (their own acts) and every component (`audit.record`)."""
+    return not actor.is_system or _has_capability(actor, c.AUDIT_RECORD)
+
+
+def can_append_chain(actor: Actor) -> bool:
+    """Append to the hash chain and sign checkpoints: the audit writer alone (`audit.chain`)."""
+    return _has_capability(actor, c.AUDIT_CHAIN)
+
+
+def can_set_up_audit(actor: Actor) -> bool:
+    """Create the chain's database roles: platform admins and `audit.setup`."""
+    return PLATFORM_ADMIN in actor.roles or _has_capability(actor, c.AUDIT_SETUP)
+
+
+def can_provision_users(actor: Actor) -> bool:
+    """Create users from token subjects and reconcile claim memberships: `users.provision`."""
+    return _has_capability(actor, c.USERS_PROVISION)
+
+
+def can_sync_nodes(actor: Actor) -> bool:
+    """Make the node inventory match the cluster: platform admins and `nodes.sync`."""
+    return PLATFORM_ADMIN in actor.roles or _has_capability(actor, c.NODES_SYNC)
+
+
+def can_seed_pricing(actor: Actor) -> bool:
+    """Load instance types and prices: platform admins and `pricing.seed`."""
+    return PLATFORM_ADMIN in actor.roles or _has_capability(actor, c.PRICING_SEED)
+
+
+def can_store_replay(actor: Actor) -> bool:
+    """Store a trace replay's report: platform admins and `replay.store`."""
+    return PLATFORM_ADMIN in actor.roles or _has_capability(actor, c.REPLAY_STORE)
+
+
+def can_seed_demo(actor: Actor) -> bool:
+    """Create the demo people, teams and data: platform admins and `demo.seed`."""
+    return PLATFORM_ADMIN in actor.roles or _has_capability(actor, c.DEMO_SEED)

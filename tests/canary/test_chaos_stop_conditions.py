@@ -92,7 +92,7 @@ def test_a_canary_rolling_back_on_the_target_aborts_the_experiment(engineer, sho
     exp.refresh_from_db()
     assert stop_condition_tripped(exp) is None
     record(
-        system_actor("canary"),
+        system_actor("canary-analyzer"),
         "canary.rollout.rolled_back",
         "canary.rollout:1",
         {"namespace": "shop", "service": "web"},

@@ -21,7 +21,7 @@ from tests.scheduler.conftest import node_object
 
 pytestmark = pytest.mark.django_db
 
-ACTOR = system_actor("test-sync")
+ACTOR = system_actor(nodesync.ACTOR)
 
 
 def observed(name: str, capacity: str = "on-demand", cpu: int = 4000, req: int = 0) -> ObservedNode:
@@ -52,7 +52,7 @@ def test_sync_creates_updates_deletes_and_audits_once():
     assert Node.objects.get(name="a").requested_cpu_millis == 1000
     events = list(OutboxEvent.objects.filter(action="scheduler.nodes.synced").order_by("id"))
     assert [e.data["created"] for e in events] == [["a", "b"], []]
-    assert events[1].data["deleted"] == ["b"] and events[1].actor == "system:test-sync"
+    assert events[1].data["deleted"] == ["b"] and events[1].actor == "system:scheduler-node-sync"
 
 
 def test_sync_without_changes_writes_nothing():
