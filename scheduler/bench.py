@@ -11,10 +11,13 @@ from typing import Any
 import numpy as np
 import orjson
 
-from scheduler import extender, scoring
+from scheduler import scoring
+from scheduler.extender.protocol import parse_args
+from scheduler.extender.snapshot import NodeSnapshot
+from scheduler.extender.verbs import filter_body, prioritize_body
 
 
-def synthetic_snapshot(nodes: int, seed: int = 1) -> extender.NodeSnapshot:
+def synthetic_snapshot(nodes: int, seed: int = 1) -> NodeSnapshot:
     """N nodes of a few shapes, half spot, random utilisation and prices (one in 50 unpriced)."""
     rng = np.random.default_rng(seed)
     shapes = np.array([(2, 8), (4, 16), (8, 32), (16, 64)], dtype=np.float64)
@@ -29,7 +32,7 @@ def synthetic_snapshot(nodes: int, seed: int = 1) -> extender.NodeSnapshot:
     matrix[rng.random(nodes) < 0.02, 6] = np.nan
     matrix[:, 7] = np.where(spot, rng.choice([0.1, 0.3, 0.5, 0.7, 1.0], nodes), 0.0)
     matrix[:, 8] = spot
-    return extender.NodeSnapshot([f"node-{i:05d}" for i in range(nodes)], matrix)
+    return NodeSnapshot([f"node-{i:05d}" for i in range(nodes)], matrix)
 
 
 def sample_body(names: list[str], workload_class: str | None, i: int = 0) -> bytes:
@@ -51,9 +54,7 @@ def sample_body(names: list[str], workload_class: str | None, i: int = 0) -> byt
 CLASSES = (None, scoring.STANDARD, scoring.BATCH, scoring.LATENCY_SENSITIVE)
 
 
-def varied_bodies(
-    snapshot: extender.NodeSnapshot, lists: int, seed: int = 2
-) -> list[tuple[bytes, bytes]]:
+def varied_bodies(snapshot: NodeSnapshot, lists: int, seed: int = 2) -> list[tuple[bytes, bytes]]:
     """(filter body, prioritize body) pairs over `lists` different orders of the node names, one
     pod class after another, made before anything is timed: no NodeNames list repeats within
     the extender's cache of recent lists, so every call resolves and decodes its names anew."""
@@ -63,7 +64,7 @@ def varied_bodies(
         names = [snapshot.names[j] for j in rng.permutation(len(snapshot.names))]
         workload_class = CLASSES[i % len(CLASSES)]
         filter_raw = sample_body(names, workload_class, i)
-        answer, _ = extender.filter_body(extender.parse_args(filter_raw, snapshot), snapshot)
+        answer, _ = filter_body(parse_args(filter_raw, snapshot), snapshot)
         passing = orjson.loads(answer)["NodeNames"]
         pairs.append((filter_raw, sample_body(passing, workload_class, i)))
     return pairs
@@ -81,7 +82,7 @@ def percentiles(samples: list[float]) -> dict[str, float]:
 
 
 def bench_in_process(
-    snapshot: extender.NodeSnapshot, requests: int, weights: scoring.Weights
+    snapshot: NodeSnapshot, requests: int, weights: scoring.Weights
 ) -> dict[str, Any]:
     """Per pod: filter, then prioritize of filter's nodes, with the functions the server answers with.
 
@@ -97,12 +98,12 @@ def bench_in_process(
         k = i % 4
         t0 = time.perf_counter()
         c0 = time.thread_time()
-        raw, _ = extender.filter_body(extender.parse_args(filter_bodies[k], snapshot), snapshot)
+        raw, _ = filter_body(parse_args(filter_bodies[k], snapshot), snapshot)
         if k not in prioritize_bodies:
             passing = orjson.loads(raw)["NodeNames"]
             prioritize_bodies[k] = sample_body(passing, classes[k], k)
-        args = extender.parse_args(prioritize_bodies[k], snapshot)
-        extender.prioritize_body(args, snapshot, weights)
+        args = parse_args(prioritize_bodies[k], snapshot)
+        prioritize_body(args, snapshot, weights)
         samples.append(time.perf_counter() - t0)
         cpu_samples.append(time.thread_time() - c0)
     out = percentiles(samples)

@@ -15,7 +15,7 @@ from typing import Any
 
 from kiln.identity.permissions import system_actor
 from scheduler import services
-from scheduler.extender import GPU_RESOURCE, ProtocolError, parse_quantity, pod_request
+from scheduler.extender.protocol import GPU_RESOURCE, ProtocolError, parse_quantity, pod_request
 from scheduler.models import NodeSource
 from scheduler.services import ObservedNode
 

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db.models import QuerySet
 
 from scheduler import scoring
-from scheduler.extender import NodeSnapshot, fail_safe_prices
+from scheduler.extender.snapshot import NodeSnapshot, fail_safe_prices
 from scheduler.models import CapacityType, InstanceType, Node, ReplayReport, SpotPrice
 
 _LIKELIHOOD = {bucket: value for bucket, (_, value) in enumerate(scoring.INTERRUPTION_BUCKETS)}

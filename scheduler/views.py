@@ -9,7 +9,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from scheduler import selectors
-from scheduler.extender_http import FILTER, PRIORITIZE, extender_call
+from scheduler.extender.handler import FILTER, PRIORITIZE, extender_call
 from scheduler.forms import ScoreExplainForm
 
 

@@ -7,7 +7,11 @@ import json
 
 import pytest
 
-from scheduler.extender_http import ExtenderASGI
+from scheduler import bench
+from scheduler.extender.handler import ExtenderASGI
+from scheduler.extender.protocol import parse_args
+from scheduler.extender.verbs import filter_result
+from scheduler.scoring import Weights
 from tests.scheduler.conftest import pod
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -47,8 +51,6 @@ def test_asgi_filter_and_prioritize(inventory):
 
 def test_asgi_answers_from_its_snapshot_source_not_the_inventory(inventory):
     """The benchmark server's synthetic nodes are what filter and prioritize see."""
-    from scheduler import bench
-
     snapshot = bench.synthetic_snapshot(400)
     app = ExtenderASGI(lambda: snapshot)
     body = bench.sample_body(snapshot.names, "batch")
@@ -92,9 +94,6 @@ def test_asgi_enforces_the_token(inventory, settings):
 
 
 def test_bench_in_process_measures_real_calls():
-    from scheduler import bench
-    from scheduler.scoring import Weights
-
     snapshot = bench.synthetic_snapshot(300)
     result = bench.bench_in_process(snapshot, 8, Weights())
     assert set(result) == {
@@ -108,9 +107,7 @@ def test_bench_in_process_measures_real_calls():
     assert 0 < result["p50_ms"] <= result["p99_ms"]
     assert 0 < result["cpu_p50_ms"] <= result["cpu_p99_ms"]
     # The synthetic cluster is half spot, so a latency-sensitive pod loses about half the nodes.
-    from scheduler import extender
-
     body = bench.sample_body(snapshot.names, None)
-    result = extender.filter_result(extender.parse_args(body), snapshot)
+    result = filter_result(parse_args(body), snapshot)
     spot = int(snapshot.matrix[:, 8].sum())
     assert len(result["FailedAndUnresolvableNodes"]) == spot

@@ -11,7 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler import bench, extender, scoring, scoring_kernel, selectors
+from scheduler import bench, scoring, scoring_kernel, selectors
+from scheduler.extender.protocol import ProtocolError, parse_args
+from scheduler.extender.snapshot import RESOLUTION_CACHE_SIZE, NodeSnapshot
+from scheduler.extender.verbs import filter_body, filter_result, prioritize_body, prioritize_result
 from scheduler.models import CapacityType, Node
 from scheduler.scoring import BATCH, LATENCY_SENSITIVE, STANDARD, PodRequest, Weights
 from tests.scheduler.conftest import pod
@@ -27,9 +30,9 @@ def body_of(names: list[str], workload_class: str | None, *, compact: bool, **po
     return orjson.dumps(data) if compact else json.dumps(data).encode()
 
 
-def small_snapshot() -> extender.NodeSnapshot:
+def small_snapshot() -> NodeSnapshot:
     snapshot = bench.synthetic_snapshot(300)
-    return extender.NodeSnapshot(snapshot.names, snapshot.matrix, max_price=0.5)
+    return NodeSnapshot(snapshot.names, snapshot.matrix, max_price=0.5)
 
 
 def test_an_equal_candidate_list_reuses_its_resolution():
@@ -49,9 +52,9 @@ def test_an_equal_candidate_list_reuses_its_resolution():
 
 def test_resolutions_are_bounded_and_read_only():
     snapshot = small_snapshot()
-    lists = [snapshot.names[i:] for i in range(extender.RESOLUTION_CACHE_SIZE + 3)]
+    lists = [snapshot.names[i:] for i in range(RESOLUTION_CACHE_SIZE + 3)]
     resolutions = [snapshot.resolve(names) for names in lists]
-    assert len(snapshot._resolutions) == extender.RESOLUTION_CACHE_SIZE
+    assert len(snapshot._resolutions) == RESOLUTION_CACHE_SIZE
     assert snapshot.resolve(lists[0]) is not resolutions[0]  # evicted, resolved anew
     with pytest.raises(ValueError):
         resolutions[-1].rows[0, 0] = 1.0
@@ -62,15 +65,11 @@ def test_a_cached_resolution_still_reports_unknown_names():
     names = ["node-00001", "ghost-1", "node-00002", "ghost-2"]
     body = body_of(names, "batch", compact=True)
     for _ in range(3):  # the first call fills the caches, the others use them
-        result = orjson.loads(
-            extender.filter_body(extender.parse_args(body, snapshot), snapshot)[0]
-        )
+        result = orjson.loads(filter_body(parse_args(body, snapshot), snapshot)[0])
         assert result["FailedNodes"]["ghost-1"] == UNKNOWN
         assert result["FailedNodes"]["ghost-2"] == UNKNOWN
         assert not {"ghost-1", "ghost-2"} & set(result["NodeNames"])
-        ranked = orjson.loads(
-            extender.prioritize_body(extender.parse_args(body, snapshot), snapshot, Weights())
-        )
+        ranked = orjson.loads(prioritize_body(parse_args(body, snapshot), snapshot, Weights()))
         assert ranked[1] == {"Host": "ghost-1", "Score": 0}
         assert ranked[3] == {"Host": "ghost-2", "Score": 0}
 
@@ -79,14 +78,14 @@ def test_a_cached_resolution_still_reports_unknown_names():
 def test_remembered_names_bytes_give_the_same_args_as_decoding(compact):
     snapshot = small_snapshot()
     names = snapshot.names[::-1]
-    first = extender.parse_args(body_of(names, None, compact=compact), snapshot)
+    first = parse_args(body_of(names, None, compact=compact), snapshot)
     assert first.resolution is not None and not first.resolution.raw  # seen once
-    again = extender.parse_args(body_of(names, "standard", compact=compact), snapshot)
+    again = parse_args(body_of(names, "standard", compact=compact), snapshot)
     assert again.resolution is first.resolution and first.resolution.raw  # came back
     # Another pod with the same candidate bytes: the names are not decoded again.
     body = body_of(names, "batch", compact=compact, cpu="3")
-    fast = extender.parse_args(body, snapshot)
-    plain = extender.parse_args(body)
+    fast = parse_args(body, snapshot)
+    plain = parse_args(body)
     assert fast.names is first.resolution.names
     assert fast.resolution is first.resolution
     assert (fast.pod, fast.cache_mode, fast.names) == (plain.pod, plain.cache_mode, plain.names)
@@ -95,26 +94,26 @@ def test_remembered_names_bytes_give_the_same_args_as_decoding(compact):
 def test_remembered_bytes_are_only_used_as_the_top_level_node_names():
     snapshot = small_snapshot()
     names = snapshot.names
-    extender.parse_args(body_of(names, None, compact=True), snapshot)
-    raw = extender.parse_args(body_of(names, None, compact=True), snapshot).resolution.raw
+    parse_args(body_of(names, None, compact=True), snapshot)
+    raw = parse_args(body_of(names, None, compact=True), snapshot).resolution.raw
     assert raw
     pod_json = orjson.dumps(pod("batch"))
     # The same bytes under another key that ends in NodeNames: the real list is ["ghost"].
     tricky = b'{"Pod":' + pod_json + b',"NodeNames":["ghost"],"x\\"NodeNames":' + raw + b"}"
-    args = extender.parse_args(tricky, snapshot)
+    args = parse_args(tricky, snapshot)
     assert args.names == ["ghost"]
     # Duplicate keys: the last one wins, as when decoding the whole body.
     twice = b'{"Pod":' + pod_json + b',"NodeNames":["ghost"],"NodeNames":' + raw + b"}"
-    assert extender.parse_args(twice, snapshot).names == names
+    assert parse_args(twice, snapshot).names == names
     # Nodes given (nodeCacheCapable: false): the names are ignored either way.
     nodes = {"items": [{"metadata": {"name": "n1", "labels": {}}}]}
     with_nodes = b'{"Pod":' + pod_json + b',"Nodes":' + orjson.dumps(nodes)
     with_nodes += b',"NodeNames":' + raw + b"}"
-    args = extender.parse_args(with_nodes, snapshot)
+    args = parse_args(with_nodes, snapshot)
     assert not args.cache_mode and args.names == ["n1"]
     # A body broken before the remembered bytes is still a protocol error.
-    with pytest.raises(extender.ProtocolError):
-        extender.parse_args(b'{"Pod":{"spec":[}, "NodeNames":' + raw + b"}", snapshot)
+    with pytest.raises(ProtocolError):
+        parse_args(b'{"Pod":{"spec":[}, "NodeNames":' + raw + b"}", snapshot)
 
 
 def test_a_new_snapshot_answers_from_its_own_nodes(inventory):
@@ -122,10 +121,10 @@ def test_a_new_snapshot_answers_from_its_own_nodes(inventory):
     names = ["node-od", "node-spot", "node-mystery"] * 100  # long enough to be remembered
     body = body_of(names, "latency-sensitive", compact=True)
     first = selectors.node_snapshot()
-    result = orjson.loads(extender.filter_body(extender.parse_args(body, first), first)[0])
+    result = orjson.loads(filter_body(parse_args(body, first), first)[0])
     assert result["FailedAndUnresolvableNodes"] == {"node-spot": SPOT_REASON}
     assert not first.remembered()
-    extender.parse_args(body, first)
+    parse_args(body, first)
     assert first.remembered()
     Node.objects.filter(name="node-spot").update(
         capacity_type=CapacityType.ON_DEMAND, labels={"karpenter.sh/capacity-type": "on-demand"}
@@ -133,14 +132,14 @@ def test_a_new_snapshot_answers_from_its_own_nodes(inventory):
     selectors.snapshot_invalidate()
     second = selectors.node_snapshot()
     assert second is not first and not second.remembered()
-    args = extender.parse_args(body, second)
+    args = parse_args(body, second)
     assert args.resolution is not first.resolve(names)
-    result = orjson.loads(extender.filter_body(args, second)[0])
+    result = orjson.loads(filter_body(args, second)[0])
     assert result["FailedAndUnresolvableNodes"] == {}
     assert "node-spot" in result["NodeNames"]
     # Args resolved against the old snapshot are resolved again against the new one.
-    stale = extender.parse_args(body, first)
-    result = orjson.loads(extender.filter_body(stale, second)[0])
+    stale = parse_args(body, first)
+    result = orjson.loads(filter_body(stale, second)[0])
     assert result["FailedAndUnresolvableNodes"] == {}
 
 
@@ -180,18 +179,18 @@ def test_property_fast_filter_and_prioritize_equal_the_reference(
     names = [
         f"node-{i}" if i % 3 else NAME_POOL[i % len(NAME_POOL)] + str(i) for i in range(len(rows))
     ]
-    snapshot = extender.NodeSnapshot(names, matrix, max_price=3.0)
+    snapshot = NodeSnapshot(names, matrix, max_price=3.0)
     candidates = [names[p] if p < len(names) else NAME_POOL[p % len(NAME_POOL)] for p in picks]
     body = body_of(candidates, workload_class, compact=compact, cpu=cpu, memory="1")
-    reference_args = extender.parse_args(body)
-    expected_filter = extender.filter_result(reference_args, snapshot)
-    expected_ranked = extender.prioritize_result(reference_args, snapshot, Weights())
+    reference_args = parse_args(body)
+    expected_filter = filter_result(reference_args, snapshot)
+    expected_ranked = prioritize_result(reference_args, snapshot, Weights())
     for _ in range(repeats):  # later rounds answer from the caches
-        args = extender.parse_args(body, snapshot)
-        raw, unresolvable = extender.filter_body(args, snapshot)
+        args = parse_args(body, snapshot)
+        raw, unresolvable = filter_body(args, snapshot)
         assert orjson.loads(raw) == expected_filter
         assert unresolvable == len(expected_filter["FailedAndUnresolvableNodes"])
-        assert orjson.loads(extender.prioritize_body(args, snapshot, Weights())) == expected_ranked
+        assert orjson.loads(prioritize_body(args, snapshot, Weights())) == expected_ranked
 
 
 def test_fast_filter_over_the_benchmark_inventory_equals_the_reference():
@@ -199,9 +198,9 @@ def test_fast_filter_over_the_benchmark_inventory_equals_the_reference():
     snapshot.matrix[::97, 0] = 0.0  # some zero-capacity nodes
     for workload_class in (None, "standard", "batch", "latency-sensitive"):
         body = bench.sample_body([*snapshot.names, "ghost"], workload_class)
-        expected = extender.filter_result(extender.parse_args(body), snapshot)
+        expected = filter_result(parse_args(body), snapshot)
         for _ in range(2):
-            raw, count = extender.filter_body(extender.parse_args(body, snapshot), snapshot)
+            raw, count = filter_body(parse_args(body, snapshot), snapshot)
             assert orjson.loads(raw) == expected
             assert count == len(expected["FailedAndUnresolvableNodes"])
         assert np.any(expected["NodeNames"])
@@ -273,17 +272,17 @@ def test_compiled_kernel_equals_the_reference_over_a_large_random_cluster():
 def test_fixed_width_encodings_decode_to_the_reference(extra, padded):
     base = bench.synthetic_snapshot(200)
     matrix = np.vstack([base.matrix, base.matrix[:1]])
-    snapshot = extender.NodeSnapshot([*base.names, extra], matrix, max_price=0.5)
+    snapshot = NodeSnapshot([*base.names, extra], matrix, max_price=0.5)
     assert (snapshot.padded_items("host") is not None) is padded
     assert (snapshot.padded_items("name") is not None) is padded
     for workload_class in ("standard", "latency-sensitive"):
         body = bench.sample_body(snapshot.names, workload_class)
-        expected = extender.filter_result(extender.parse_args(body), snapshot)
-        ranked = extender.prioritize_result(extender.parse_args(body), snapshot, Weights())
+        expected = filter_result(parse_args(body), snapshot)
+        ranked = prioritize_result(parse_args(body), snapshot, Weights())
         for _ in range(3):
-            args = extender.parse_args(body, snapshot)
-            assert orjson.loads(extender.filter_body(args, snapshot)[0]) == expected
-            fast = extender.prioritize_body(args, snapshot, Weights())
+            args = parse_args(body, snapshot)
+            assert orjson.loads(filter_body(args, snapshot)[0]) == expected
+            fast = prioritize_body(args, snapshot, Weights())
             assert orjson.loads(fast) == ranked
             assert json.loads(fast) == ranked  # the standard library's decoder agrees
 
@@ -295,7 +294,7 @@ def test_varied_bench_bodies_never_repeat_a_list_the_cache_could_serve():
     assert len(set(orders)) == len(orders)  # no list comes back
     assert all(sorted(o) == sorted(snapshot.names) for o in orders)
     for i, (filter_raw, prioritize_raw) in enumerate(pairs):
-        answer, _ = extender.filter_body(extender.parse_args(filter_raw, snapshot), snapshot)
+        answer, _ = filter_body(parse_args(filter_raw, snapshot), snapshot)
         assert orjson.loads(prioritize_raw)["NodeNames"] == orjson.loads(answer)["NodeNames"]
         labels = orjson.loads(filter_raw)["Pod"]["metadata"]["labels"]
         assert labels.get(scoring.WORKLOAD_CLASS_LABEL) == bench.CLASSES[i % 4]

@@ -8,8 +8,12 @@ import numpy as np
 import pytest
 from django.test import Client
 
-from scheduler import extender
+from scheduler import bench
+from scheduler.extender.protocol import parse_args
+from scheduler.extender.snapshot import NodeSnapshot
+from scheduler.extender.verbs import prioritize_body, prioritize_result
 from scheduler.models import Node
+from scheduler.scoring import Weights
 from tests.scheduler.conftest import node_object, pod
 
 pytestmark = pytest.mark.django_db
@@ -239,14 +243,11 @@ def test_prioritize_encodes_any_node_name_as_valid_json(inventory, name):
 )
 def test_prioritize_body_is_the_host_priority_list(names):
     """The fast prioritize encoding decodes to exactly prioritize_result, whatever the names."""
-    from scheduler import bench
-    from scheduler.scoring import Weights
-
     snapshot = bench.synthetic_snapshot(20)
     matrix = np.vstack([snapshot.matrix, snapshot.matrix[:1]])
-    snapshot = extender.NodeSnapshot([*snapshot.names, 'we"ird\\nöde'], matrix)
-    args = extender.parse_args(bench.sample_body(names, "batch"))
-    body = extender.prioritize_body(args, snapshot, Weights())
-    expected = extender.prioritize_result(args, snapshot, Weights())
+    snapshot = NodeSnapshot([*snapshot.names, 'we"ird\\nöde'], matrix)
+    args = parse_args(bench.sample_body(names, "batch"))
+    body = prioritize_body(args, snapshot, Weights())
+    expected = prioritize_result(args, snapshot, Weights())
     assert json.loads(body) == expected
     assert [e["Host"] for e in expected] == names

@@ -13,8 +13,8 @@ import pytest
 import uvicorn
 
 from scheduler import bench
-from scheduler.extender_http import ExtenderASGI
-from scheduler.extender_server import HOLD_BELOW_BYTES, CoalescingTransport, ExtenderHttpProtocol
+from scheduler.extender.handler import ExtenderASGI
+from scheduler.extender.server import HOLD_BELOW_BYTES, CoalescingTransport, ExtenderHttpProtocol
 
 
 class RecordingTransport:

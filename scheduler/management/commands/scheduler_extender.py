@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import ssl
 
+import uvicorn
 from django.core.management.base import BaseCommand, CommandError
+
+from scheduler import scoring_kernel, selectors
+from scheduler.bench import synthetic_snapshot
+from scheduler.extender.handler import ExtenderASGI
+from scheduler.extender.server import ExtenderHttpProtocol
 
 
 class Command(BaseCommand):
@@ -29,20 +35,12 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **opts):
-        import uvicorn
-
-        from scheduler import selectors
-        from scheduler.extender_http import ExtenderASGI
-        from scheduler.extender_server import ExtenderHttpProtocol
-
         if bool(opts["tls_cert"]) != bool(opts["tls_key"]):
             raise CommandError("--tls-cert and --tls-key go together")
         if opts["client_ca"] and not opts["tls_cert"]:
             raise CommandError("--client-ca needs --tls-cert and --tls-key")
         source = None
         if opts["bench_nodes"] > 0:
-            from scheduler.bench import synthetic_snapshot
-
             snapshot = synthetic_snapshot(opts["bench_nodes"])
             source = lambda: snapshot  # noqa: E731
         else:
@@ -52,8 +50,6 @@ class Command(BaseCommand):
             tls = {"ssl_certfile": opts["tls_cert"], "ssl_keyfile": opts["tls_key"]}
             if opts["client_ca"]:
                 tls.update(ssl_ca_certs=opts["client_ca"], ssl_cert_reqs=ssl.CERT_REQUIRED)
-        from scheduler import scoring_kernel
-
         scoring_kernel.warm_up()  # compile or load the kernels before the first call waits on them
         self.stderr.write(f"scheduler extender on {opts['host']}:{opts['port']}")
         uvicorn.run(

@@ -1,10 +1,10 @@
-"""The extender's HTTP edge, shared by the Django views and the dedicated ASGI app.
+"""The extender's HTTP handler, shared by the Django views and the dedicated ASGI app.
 
 `extender_call(verb, body, authorization)` returns (status, JSON bytes). It never
 raises for bad input: a malformed body is a 400 with the reason, an oversized
 one a 413, a wrong bearer token a 401. kube-scheduler calls it without a user
-session, so the Django views are csrf-exempt; see README "Scheduler" for how
-the endpoints are protected (NetworkPolicy, mTLS, optional shared token).
+session, so the Django views are csrf-exempt; docs/scheduler.md says how the
+endpoints are protected (NetworkPolicy, mTLS, optional shared token).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import hmac
-import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -21,9 +20,11 @@ import orjson
 from django.conf import settings
 from prometheus_client import Counter, Histogram
 
-from scheduler import extender, selectors
+from scheduler import selectors
+from scheduler.extender.protocol import ProtocolError, error_filter_result, parse_args
+from scheduler.extender.snapshot import NodeSnapshot
+from scheduler.extender.verbs import filter_body, prioritize_body
 
-log = logging.getLogger("kiln.scheduler.extender")
 FILTER, PRIORITIZE = "filter", "prioritize"
 VERBS = (FILTER, PRIORITIZE)
 
@@ -44,17 +45,19 @@ SPOT_REJECTIONS = Counter(
 )
 
 
-def _dumps(data: Any) -> bytes:
-    return orjson.dumps(data)
+def _error_body(code: str, message: str) -> bytes:
+    """Kiln's error shape {code, message, extra} as JSON."""
+    return orjson.dumps({"code": code, "message": message, "extra": {}})
 
 
 def _error(verb: str, status: int, code: str, message: str) -> tuple[int, bytes]:
+    """Count and answer a refused call: an ExtenderFilterResult with Error for filter."""
     EXTENDER_ERRORS.labels(verb, code).inc()
     if verb == FILTER:
-        body = extender.error_filter_result(message)
+        body: dict[str, Any] = error_filter_result(message)
         body["code"] = code
-        return status, _dumps(body)
-    return status, _dumps({"code": code, "message": message, "extra": {}})
+        return status, orjson.dumps(body)
+    return status, _error_body(code, message)
 
 
 def authorized(authorization: str | None) -> bool:
@@ -71,7 +74,7 @@ def extender_call(
     verb: str,
     body: bytes,
     authorization: str | None = None,
-    snapshot_source: Callable[[], extender.NodeSnapshot] | None = None,
+    snapshot_source: Callable[[], NodeSnapshot] | None = None,
 ) -> tuple[int, bytes]:
     """Answer one filter or prioritize call: (HTTP status, JSON body).
 
@@ -94,15 +97,15 @@ def extender_call(
     snapshot = (snapshot_source or selectors.node_snapshot)()
     try:
         # With the snapshot, a candidate list seen before is neither decoded nor looked up again.
-        args = extender.parse_args(body, snapshot)
-    except extender.ProtocolError as exc:
+        args = parse_args(body, snapshot)
+    except ProtocolError as exc:
         return _error(verb, 400, "malformed", str(exc))
     if verb == FILTER:
-        payload, unresolvable = extender.filter_body(args, snapshot)
+        payload, unresolvable = filter_body(args, snapshot)
         if unresolvable:
             SPOT_REJECTIONS.inc(unresolvable)
     else:
-        payload = extender.prioritize_body(args, snapshot, selectors.scoring_weights())
+        payload = prioritize_body(args, snapshot, selectors.scoring_weights())
     EXTENDER_SECONDS.labels(verb).observe(time.perf_counter() - started)
     return 200, payload
 
@@ -117,7 +120,7 @@ class ExtenderASGI:
 
     PATHS = {"/scheduler/filter": FILTER, "/scheduler/prioritize": PRIORITIZE}
 
-    def __init__(self, snapshot_source: Callable[[], extender.NodeSnapshot] | None = None) -> None:
+    def __init__(self, snapshot_source: Callable[[], NodeSnapshot] | None = None) -> None:
         self.snapshot_source = snapshot_source
 
     async def __call__(self, scope: dict, receive, send) -> None:
@@ -142,16 +145,10 @@ class ExtenderASGI:
             return
         verb = self.PATHS.get(path)
         if verb is None:
-            await self._send(
-                send, 404, _dumps({"code": "not_found", "message": "no such endpoint", "extra": {}})
-            )
+            await self._send(send, 404, _error_body("not_found", "no such endpoint"))
             return
         if scope["method"] != "POST":
-            await self._send(
-                send,
-                405,
-                _dumps({"code": "method_not_allowed", "message": "use POST", "extra": {}}),
-            )
+            await self._send(send, 405, _error_body("method_not_allowed", "use POST"))
             return
         headers = {
             k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])

@@ -1,0 +1,188 @@
+"""The extender's two verbs, filter and prioritize: parsed ExtenderArgs in, answers out.
+
+Each verb has a reference that builds Python objects from the numpy scoring
+(`filter_result`, `prioritize_result`) and the form the server answers with
+(`filter_body`, `prioritize_body`): the same answer as JSON bytes, from the
+compiled kernel, the snapshot's candidate cache and the fixed-width encodings.
+Tests hold each pair equal.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import orjson
+
+from scheduler import scoring, scoring_kernel
+from scheduler.extender.encoding import (
+    HOST,
+    NAME,
+    encode_map,
+    filter_result_json,
+    host_priorities,
+    host_priorities_padded,
+    host_priorities_unpadded,
+    json_array,
+    pick,
+)
+from scheduler.extender.protocol import (
+    REASON_MALFORMED_NODE,
+    REASON_UNKNOWN_NODE,
+    Args,
+    ProtocolError,
+    filter_result_of,
+    node_row,
+)
+from scheduler.extender.snapshot import NodeSnapshot, fail_safe_prices
+
+# The reason code of an unknown name in the fast filter (never produced by scoring).
+_UNKNOWN = -1
+
+
+def candidate_rows(
+    args: Args, snapshot: NodeSnapshot
+) -> tuple[np.ndarray, np.ndarray, dict[int, str]]:
+    """Scoring rows for the candidates, which positions are usable, and per-position failure reasons.
+
+    In cache mode the rows are the resolution's (read-only, shared between calls).
+    """
+    n = len(args.names)
+    failures: dict[int, str] = {}
+    if args.cache_mode:
+        resolution = args.resolved(snapshot)
+        usable = resolution.usable
+        for pos in np.flatnonzero(~usable).tolist():
+            failures[pos] = REASON_UNKNOWN_NODE
+        return resolution.rows, usable, failures
+    rows = np.zeros((n, len(scoring.NodeArrays.COLUMNS)))
+    usable = np.ones(n, dtype=bool)
+    for pos, (name, obj) in enumerate(zip(args.names, args.node_objects or [], strict=True)):
+        i = snapshot.index.get(name)
+        try:
+            rows[pos] = node_row(obj, snapshot.matrix[i] if i is not None else None)
+        except ProtocolError:
+            usable[pos] = False
+            failures[pos] = REASON_MALFORMED_NODE
+    return rows, usable, failures
+
+
+def priced_candidates(args: Args, snapshot: NodeSnapshot) -> tuple[np.ndarray, np.ndarray]:
+    """The candidates' rows with fail-safe prices, and which are usable (cache mode: shared, read-only)."""
+    if args.cache_mode:
+        resolution = args.resolved(snapshot)
+        return resolution.priced_rows(snapshot), resolution.usable
+    rows, usable, _ = candidate_rows(args, snapshot)
+    return fail_safe_prices(rows, snapshot), usable  # a fresh array per call
+
+
+def filter_result(args: Args, snapshot: NodeSnapshot) -> dict[str, Any]:
+    """The ExtenderFilterResult for these args against the inventory (numpy reference)."""
+    rows, usable, failures = candidate_rows(args, snapshot)
+    reasons = scoring.filter_matrix(rows, args.pod)
+    names = args.names
+    failed: dict[str, str] = {}
+    unresolvable: dict[str, str] = {}
+    for pos in np.flatnonzero(~usable).tolist():
+        failed[names[pos]] = failures[pos]
+    # One dict.fromkeys per reason: a latency-sensitive pod fails every spot node.
+    for reason in np.unique(reasons[usable]).tolist():
+        if reason == scoring.FIT:
+            continue
+        target = unresolvable if reason in scoring.UNRESOLVABLE_REASONS else failed
+        positions = np.flatnonzero(usable & (reasons == reason))
+        target.update(dict.fromkeys(pick(names, positions), scoring.REASON_MESSAGES[reason]))
+    passing = np.flatnonzero(usable & (reasons == scoring.FIT))
+    if args.cache_mode:
+        return filter_result_of(
+            node_names=pick(names, passing), failed=failed, unresolvable=unresolvable
+        )
+    objects = args.node_objects or []
+    nodes = {"metadata": {}, "items": [objects[p] for p in passing.tolist()]}
+    return filter_result_of(nodes=nodes, failed=failed, unresolvable=unresolvable)
+
+
+def filter_body(args: Args, snapshot: NodeSnapshot) -> tuple[bytes, int]:
+    """`filter_result` as JSON bytes, and how many nodes it fails as unresolvable.
+
+    Cache mode encodes the maps per reason without a dict per node, and reuses the
+    encoded FailedAndUnresolvableNodes of the candidate list's resolution when the
+    unresolvable reasons are the same (they depend on the workload class, not on
+    the pod's size).
+    """
+    if not args.cache_mode:
+        result = filter_result(args, snapshot)
+        return orjson.dumps(result), len(result["FailedAndUnresolvableNodes"])
+    names = args.names
+    resolution = args.resolved(snapshot)
+    reasons = scoring_kernel.filter_rows(resolution.rows, args.pod, resolution.usable, _UNKNOWN)
+    codes = np.unique(reasons).tolist()
+    unresolvable_codes = [c for c in codes if c in scoring.UNRESOLVABLE_REASONS]
+    failed_groups = [
+        (
+            np.flatnonzero(reasons == c),
+            REASON_UNKNOWN_NODE if c == _UNKNOWN else scoring.REASON_MESSAGES[c],
+        )
+        for c in codes
+        if c != scoring.FIT and c not in scoring.UNRESOLVABLE_REASONS
+    ]
+    failed = encode_map(names, failed_groups, resolution.plain) if failed_groups else b"{}"
+    unresolvable, count = b"{}", 0
+    if unresolvable_codes:
+        # The exact reason vector of the unresolvable nodes is the key: equal key, equal map.
+        mask = reasons == unresolvable_codes[0]
+        for code in unresolvable_codes[1:]:
+            mask |= reasons == code
+        key = np.where(mask, reasons, np.int8(0)).tobytes()
+        cached = resolution.encoded_map(key)
+        if cached is None:
+            groups = [
+                (np.flatnonzero(reasons == c), scoring.REASON_MESSAGES[c])
+                for c in unresolvable_codes
+            ]
+            # Count names, not positions (a name listed twice is one map entry).
+            count = len(set(pick(names, np.flatnonzero(mask))))
+            cached = (encode_map(names, groups, resolution.plain), count)
+            resolution.keep_map(key, cached)
+        unresolvable, count = cached
+    fit = np.flatnonzero(reasons == scoring.FIT)
+    items = snapshot.padded_items(NAME)
+    if items is not None:
+        passing = json_array(items[resolution.idx[fit]])  # passing names are all known
+    else:
+        passing = orjson.dumps(pick(names, fit))
+    return filter_result_json(passing, failed, unresolvable), count
+
+
+def prioritize_result(
+    args: Args, snapshot: NodeSnapshot, weights: scoring.Weights
+) -> list[dict[str, Any]]:
+    """The HostPriorityList (numpy reference): every candidate with a score in 0..10, 0 if it fails."""
+    rows, usable = priced_candidates(args, snapshot)
+    reasons = scoring.filter_matrix(rows, args.pod)
+    if not usable.all():
+        reasons = np.where(usable, reasons, scoring.REASON_ZERO_CAPACITY).astype(np.int8)
+    scores = scoring.score_matrix(rows, args.pod, weights, reasons).tolist()
+    return [{"Host": name, "Score": score} for name, score in zip(args.names, scores, strict=True)]
+
+
+def prioritize_body(args: Args, snapshot: NodeSnapshot, weights: scoring.Weights) -> bytes:
+    """`prioritize_result` as JSON bytes, scored by the compiled kernel, without a dict per node.
+
+    Cache mode with every name known gathers the snapshot's pre-encoded host
+    entries and the score suffixes (`host_priorities_padded`, or
+    `host_priorities_unpadded` for very uneven names).
+    """
+    names = args.names
+    if not names:
+        return b"[]"
+    rows, usable = priced_candidates(args, snapshot)
+    reasons = scoring_kernel.filter_rows(rows, args.pod, usable, scoring.REASON_ZERO_CAPACITY)
+    scores = scoring_kernel.score_rows(rows, args.pod, weights, reasons)
+    resolution = args.resolved(snapshot) if args.cache_mode else None
+    if resolution is not None and resolution.all_known and len(snapshot.names):
+        padded = snapshot.padded_items(HOST)
+        if padded is not None:
+            return host_priorities_padded(padded, resolution.idx, scores)
+        return host_priorities_unpadded(snapshot.host_entries(), resolution.idx, scores)
+    return host_priorities(names, scores.tolist())
