@@ -50,7 +50,7 @@ from canary.models_chaos import (
     InjectionState,
 )
 from canary.ownership import InvalidHost, namespace_owner, require_service_host
-from kiln.columns import column_errors
+from kiln.columns import check_columns, column_errors
 from kiln.errors import (
     Conflict,
     Forbidden,
@@ -358,6 +358,7 @@ def experiment_abort(
     if experiment.is_terminal:
         raise IllegalTransition(f"the experiment is already {experiment.status}")
     ended = experiment_end(
+    check_columns(ChaosExperiment, {"end_reason": reason})  # NUL, or past 300 characters
         experiment_id=experiment.pk,
         to=ExperimentStatus.ABORTED,
         actor=actor,

@@ -370,3 +370,61 @@ def test_the_audit_page_shows_a_bad_date_as_a_400_with_the_reason(admin_session)
     response = admin_session.get("/audit/", {"from": "2026-02-30"})
     assert response.status_code == 400
     assert "Query parameter `from` is not a calendar date" in response.content.decode()
+
+
+FORM_FIELDS = (
+    "team", "name", "env_class", "ttl_hours", "workload_class", "cpu", "memory_gib", "gpu", "gpus",
+    "justification", "hours", "reason", "decision", "next", "namespace", "selector", "service",
+    "fault", "delay_ms", "abort_http_status", "percent", "duration_seconds", "max_duration_seconds",
+    "max_pods", "max_percent", "stop_error_rate", "stop_p99_ms", "username", "password",
+)  # fmt: skip
+BAD_FORM_VALUES = {
+    "nul": "a\x00b",
+    "huge-int": "99999999999999999999",
+    "int32-overflow": "2147483648",
+    "nan": "NaN",
+    "infinity": "inf",
+    "overflow-float": "1e400",
+    "negative": "-1",
+    "long": "x" * 100_000,
+    "unicode": "ünï-名前",
+}
+# A valid form per page that takes one, so each field in turn reaches the service when bad.
+VALID_FORMS: dict[str, dict[str, str]] = {
+    "environments/new/": {
+        "team": "payments", "name": "web", "env_class": "dev", "ttl_hours": "4",
+        "workload_class": "standard", "cpu": "1", "memory_gib": "1", "gpu": "0",
+        "justification": "x",
+    },
+    "environments/<str:public_id>/extend/": {"hours": "2"},
+    "environments/<str:public_id>/teardown/": {"reason": "done"},
+    "environments/<str:public_id>/decide/": {"decision": "reject", "reason": "no", "next": "/"},
+    "chaos/new/": {
+        "name": "abort web", "namespace": "shop", "selector": "app=web", "service": "web",
+        "fault": "http-abort", "abort_http_status": "503", "percent": "50",
+        "duration_seconds": "60", "max_duration_seconds": "120", "max_pods": "2",
+        "max_percent": "25", "stop_error_rate": "0.5", "stop_p99_ms": "100",
+    },
+    "chaos/<uuid:experiment_id>/abort/": {"reason": "enough"},
+    "scheduler/explain": {"cpu": "0.5", "memory_gib": "1", "gpus": "0", "workload_class": "batch"},
+    "accounts/login/": {"username": "root2", "password": "wrong-password-1"},
+}  # fmt: skip
+POST_PAGES = PAGE_ROUTES + ["accounts/login/"]
+
+
+@pytest.mark.parametrize("route", POST_PAGES, ids=POST_PAGES)
+def test_no_bad_form_answers_500_on_any_page(route, world, admin_session):
+    """Every page POSTed every form field set to each bad value at once; pages with a form also
+    get each of its fields bad in turn, the rest valid, so the service sees the bad value."""
+    path = _fill(route, world)
+    problems: list[str] = []
+    for label, value in BAD_FORM_VALUES.items():
+        before = _state()
+        response = admin_session.post(path, dict.fromkeys(FORM_FIELDS, value))
+        _check(response, f"POST {path} all={label}", before, problems)
+        valid = VALID_FORMS.get(route, {})
+        for field in valid:
+            before = _state()
+            response = admin_session.post(path, {**valid, field: value})
+            _check(response, f"POST {path} {field}={label}", before, problems)
+    assert problems == []
