@@ -129,3 +129,27 @@ def test_wait_until_returns_once_done_and_times_out_otherwise():
     assert wait_until(lambda: next(ticks), timeout=5, what=lambda: "x", poll=0.001) < 5
     with pytest.raises(CommandError, match=r"2 of 5 rollouts finished after 0.2 s \(--timeout\)"):
         wait_until(lambda: False, timeout=0.2, what=lambda: "2 of 5 rollouts finished", poll=0.01)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_canary_promote_bench_gives_up_after_its_timeout():
+    """Rollouts take seconds; with --timeout 0.05 the bench fails naming how many were left."""
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    from tests.audit.conftest import wipe_chain
+
+    out = StringIO()
+    try:
+        with pytest.raises(
+            CommandError,
+            match=r"2 of 2 rollouts were still pending or running .* after 0.05 s \(--timeout\)",
+        ):
+            call_command(
+                "canary_promote_bench", "--rollouts", "2", "--concurrency", "1",
+                "--namespaces", "1", "--timeout", "0.05", "--json", stdout=out,
+            )  # fmt: skip
+    finally:
+        wipe_chain()
+    assert out.getvalue() == ""  # no report of a run that did not finish

@@ -23,6 +23,7 @@ from canary.models import Rollout, RolloutStatus
 from canary.ownership import TEAM_LABEL
 from kiln.identity.permissions import system_actor
 from kiln.identity.services import team_create
+from kiln.management.waiting import wait_until
 from kiln.standalone import (
     Service,
     audit_writer_service,
@@ -124,14 +125,19 @@ class Command(BaseCommand):
                     raise CommandError(f"rollout create failed: {response.content[:300]!r}")
                 ids.append(response.json()["id"])
             created = time.perf_counter() - started
-            deadline = started + options["timeout"]
-            while True:
-                active = Rollout.objects.filter(
-                    pk__in=ids, status__in=[RolloutStatus.PENDING, RolloutStatus.RUNNING]
-                ).count()
-                if active == 0 or time.perf_counter() > deadline:
-                    break
-                time.sleep(0.2)
+            active = Rollout.objects.filter(
+                pk__in=ids, status__in=[RolloutStatus.PENDING, RolloutStatus.RUNNING]
+            )
+            wait_until(
+                lambda: not active.exists(),
+                timeout=max(0.0, started + options["timeout"] - time.perf_counter()),
+                stated_timeout=options["timeout"],
+                poll=0.2,
+                what=lambda: (
+                    f"{active.count()} of {n} rollouts were still pending or running "
+                    "(is the worker consuming the broker?)"
+                ),
+            )
             wall = time.perf_counter() - started
         finally:
             worker.stop()

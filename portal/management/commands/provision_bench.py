@@ -46,6 +46,7 @@ from rest_framework.test import APIClient
 from audit.models import ChainEvent, OutboxEvent
 from kiln.identity import services as identity
 from kiln.identity.permissions import APPROVER, ENGINEER, system_actor
+from kiln.management.waiting import wait_until
 from kiln.standalone import (
     Service,
     audit_writer_service,
@@ -288,14 +289,19 @@ class Command(BaseCommand):
             watcher.stop()
         ids = list(submitted)
         self.finished.extend(warmed)
-        while time.time() < deadline:
-            ready = Environment.objects.filter(public_id__in=ids, status="READY").count()
-            failed = Environment.objects.filter(
-                public_id__in=ids, status__in=["FAILED", "DENIED"]
-            ).count()
-            if ready + failed >= len(ids):
-                break
-            time.sleep(0.1)
+        settled = Environment.objects.filter(
+            public_id__in=ids, status__in=["READY", "FAILED", "DENIED"]
+        )
+        wait_until(
+            lambda: settled.count() >= len(ids),
+            timeout=max(0.0, deadline - time.time()),
+            stated_timeout=opts["timeout"],
+            poll=0.1,
+            what=lambda: (
+                f"{len(ids) - settled.count()} of {len(ids)} environments reached neither READY "
+                "nor FAILED (is the worker consuming the broker?)"
+            ),
+        )
         wall = time.time() - started
         envs = list(Environment.objects.filter(public_id__in=ids))
         latencies = [
