@@ -17,6 +17,10 @@ so every score is an integer in [0, 10] (`MaxExtenderPriority`). Packing rewards
 filling the node and penalises stranding: half fill, half cpu/memory balance of
 what is left after placement, times the share of the node's GPUs in use when the
 pod asks for none (`packing_term`).
+
+These functions are the formulas and the reference. The extender's and the
+replay's hot paths run `scheduler/scoring_kernel.py`, which computes the same
+terms compiled, node by node; tests hold its scores equal to `score_nodes`.
 """
 
 from __future__ import annotations
@@ -312,57 +316,5 @@ def filter_matrix(rows: np.ndarray, pod: PodRequest) -> np.ndarray:
 def score_matrix(
     rows: np.ndarray, pod: PodRequest, weights: Weights, reasons: np.ndarray
 ) -> np.ndarray:
-    """`score_nodes` fused for speed over an (N, 9) matrix: the same formula in fewer array passes.
-
-    Used by the extender and the replay on every pod; tests hold it equal to
-    `score_nodes` over random clusters.
-    """
-    feasible = reasons == FIT
-    scores = np.zeros(rows.shape[0], dtype=np.int64)
-    if not feasible.any():
-        return scores
-    sub = rows if feasible.all() else rows[feasible]
-    # Feasible nodes have allocatable cpu and memory > 0 (zero capacity is filtered).
-    # Column by column: numpy reductions along a short axis are slow.
-    alloc_cpu, alloc_mem = sub[:, 0], sub[:, 1]
-    share = np.maximum(pod.cpu / alloc_cpu, pod.memory / alloc_mem)
-    if pod.gpu > 0:
-        share = np.maximum(share, pod.gpu / sub[:, 2])
-    price = sub[:, 6]
-    if np.isnan(price).any():
-        price = (
-            effective_prices(rows[:, 6])[feasible] if sub is not rows else effective_prices(price)
-        )
-    cost = price * share if (pod.cpu > 0 or pod.memory > 0 or pod.gpu > 0) else price.copy()
-    cheapest = cost.min()
-    if cheapest > 0:
-        cost_score = cheapest / cost
-    else:
-        cost_score = (cost <= 0).astype(np.float64)
-    f_cpu = np.minimum((sub[:, 3] + pod.cpu) / alloc_cpu, 1.0)
-    f_mem = np.minimum((sub[:, 4] + pod.memory) / alloc_mem, 1.0)
-    balance = balance_after(f_cpu, f_mem)
-    if pod.gpu > 0:
-        fill = (f_cpu + f_mem + np.minimum((sub[:, 5] + pod.gpu) / sub[:, 2], 1.0)) / 3.0
-        packing = 0.5 * fill + 0.5 * balance
-    else:
-        packing = 0.5 * ((f_cpu + f_mem) * 0.5) + 0.5 * balance
-        gpus = sub[:, 2]
-        if (gpus > 0).any():
-            has = gpus > 0
-            free = np.maximum(gpus - sub[:, 5], 0.0)
-            stranded = np.minimum(np.divide(free, gpus, out=np.zeros_like(free), where=has), 1.0)
-            packing = packing * (1.0 - stranded)
-    likelihood = sub[:, 7]
-    if np.isnan(likelihood).any():
-        likelihood = np.where(np.isnan(likelihood), UNKNOWN_SPOT_LIKELIHOOD, likelihood)
-    risk = np.minimum(np.maximum(likelihood, 0.0), 1.0) * (sub[:, 8] > 0.5)
-    risk *= RESTART_COST.get(pod.workload_class, RESTART_COST[LATENCY_SENSITIVE])
-    total = weights.cost * cost_score
-    total += weights.packing * np.maximum(packing, 0.0)
-    total += weights.risk * (1.0 - risk)
-    np.clip(total, 0.0, 1.0, out=total)
-    total *= MAX_EXTENDER_PRIORITY
-    total += 0.5
-    scores[feasible] = np.floor(total)
-    return scores
+    """`score_nodes` over an (N, 9) matrix in `NodeArrays.COLUMNS` order (same scores)."""
+    return score_nodes(NodeArrays.from_matrix(rows), pod, weights, reasons)

@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from scheduler import kubedefault, scoring
-from scheduler.replay import kernel
+from scheduler.replay import placement
 from scheduler.replay.prices import PriceModel, on_demand_price
 from scheduler.replay.trace import (
     END_EVENTS,
@@ -148,9 +148,9 @@ class Cluster:
         # Free capacity for the fit check; -1 marks an absent machine so nothing fits.
         self.free_cpu = np.full(n, -1.0)
         self.free_mem = np.full(n, -1.0)
-        # Upper bounds of each 64-machine block's largest free cpu and memory (kernel's scan).
-        self.block_cpu = np.full(kernel.block_count(n), -1.0)
-        self.block_mem = np.full(kernel.block_count(n), -1.0)
+        # Upper bounds of each 64-machine block's largest free cpu and memory (the placement scan).
+        self.block_cpu = np.full(placement.block_count(n), -1.0)
+        self.block_mem = np.full(placement.block_count(n), -1.0)
         self.active = np.zeros(n, dtype=bool)
         self.active_count = 0
         self.tasks = np.zeros(n, dtype=np.int64)
@@ -183,7 +183,7 @@ class Cluster:
 
     def _raise_block(self, m: int) -> None:
         """Keep m's block bounds at least its free capacity (after capacity came back)."""
-        b = m >> kernel.BLOCK_SHIFT
+        b = m >> placement.BLOCK_SHIFT
         if self.free_cpu[m] > self.block_cpu[b]:
             self.block_cpu[b] = self.free_cpu[m]
         if self.free_mem[m] > self.block_mem[b]:
@@ -253,8 +253,9 @@ class Placer:
         # Buffers of the compiled step, allocated once per run.
         self._state = np.zeros(2, dtype=np.int64)
         self._sample = np.empty(n, dtype=np.int64)
-        self._score = np.empty(n, dtype=np.float64)
-        self._feas = np.empty(n, dtype=np.bool_)
+        self._usable = np.ones(n, dtype=np.bool_)
+        self._reasons = np.empty(n, dtype=np.int8)
+        self._score = np.empty(n, dtype=np.int64)
         self._candidates = np.empty(n, dtype=np.int64)
         self._kiln = config.scheduler == KILN
         self._restart = [scoring.RESTART_COST[CLASS_NAMES[k]] for k in (LAT, STD, BAT)]
@@ -312,7 +313,7 @@ class Placer:
         state[0] = self.next_start
         state[1] = self.retries
         w = self.config.weights
-        count = kernel.choose(
+        count = placement.choose(
             c.free_cpu,
             c.free_mem,
             c.block_cpu,
@@ -334,8 +335,9 @@ class Placer:
             w.risk,
             self._restart[klass],
             self._sample,
+            self._usable,
+            self._reasons,
             self._score,
-            self._feas,
             self._candidates,
         )
         self.next_start = int(state[0])
@@ -347,7 +349,7 @@ class Placer:
         return int(self._candidates[0])
 
     def choose_reference(self, cpu: float, mem: float, klass: int) -> int:
-        """Machine index for a task, or -1 when nothing fits (numpy reference of `kernel.choose`).
+        """Machine index for a task, or -1 when nothing fits (numpy reference of `placement.choose`).
 
         When Kiln's filter rejects the whole sample, the pod goes back to the
         queue and kube-scheduler tries again from the next start index; the
@@ -372,7 +374,8 @@ class Placer:
                 )
             else:
                 pod = scoring.PodRequest(cpu=cpu, memory=mem, workload_class=CLASS_NAMES[klass])
-                reasons = scoring.filter_matrix(rows, pod)
+                nodes = scoring.NodeArrays.from_matrix(rows)
+                reasons = scoring.filter_nodes(nodes, pod)
                 feasible = reasons == scoring.FIT
                 if not feasible.any():
                     if sample.shape[0] < self.need or not self.any_on_demand_fits(cpu, mem):
@@ -380,7 +383,7 @@ class Placer:
                     self.retries += 1
                     continue
                 scores = np.where(
-                    feasible, scoring.score_matrix(rows, pod, self.config.weights, reasons), -1
+                    feasible, scoring.score_nodes(nodes, pod, self.config.weights, reasons), -1
                 )
             candidates = np.flatnonzero(scores == scores.max())
             if candidates.shape[0] > 1:

@@ -16,7 +16,7 @@ from scheduler.extender.protocol import ProtocolError, parse_args
 from scheduler.extender.snapshot import RESOLUTION_CACHE_SIZE, NodeSnapshot
 from scheduler.extender.verbs import filter_body, filter_result, prioritize_body, prioritize_result
 from scheduler.models import CapacityType, Node
-from scheduler.scoring import BATCH, LATENCY_SENSITIVE, STANDARD, PodRequest, Weights
+from scheduler.scoring import BATCH, LATENCY_SENSITIVE, STANDARD, NodeArrays, PodRequest, Weights
 from tests.scheduler.conftest import pod
 from tests.scheduler.test_scoring import cluster_from, row_strategy
 
@@ -233,7 +233,7 @@ def test_property_compiled_kernel_equals_the_numpy_reference(rows, pod, weights,
     compiled = scoring_kernel.filter_rows(matrix, pod, mask, scoring.REASON_ZERO_CAPACITY)
     masked = np.where(mask, reference, scoring.REASON_ZERO_CAPACITY).astype(np.int8)
     assert compiled.tolist() == masked.tolist()
-    expected = scoring.score_matrix(matrix, pod, weights, masked)
+    expected = scoring.score_nodes(NodeArrays.from_matrix(matrix), pod, weights, masked)
     assert scoring_kernel.score_rows(matrix, pod, weights, compiled).tolist() == expected.tolist()
 
 
@@ -254,12 +254,13 @@ def test_compiled_kernel_equals_the_reference_over_a_large_random_cluster():
     for cpu, mem, gpu in [(0.0, 0.0, 0.0), (0.5, 2.0, 0.0), (4.0, 16.0, 1.0), (0.1, 0.5, 2.0)]:
         for workload_class in (LATENCY_SENSITIVE, STANDARD, BATCH):
             pod = PodRequest(cpu, mem, gpu, workload_class)
-            reference = scoring.filter_matrix(matrix, pod)
+            nodes = NodeArrays.from_matrix(matrix)
+            reference = scoring.filter_nodes(nodes, pod)
             reference = np.where(usable, reference, scoring.REASON_ZERO_CAPACITY).astype(np.int8)
             reasons = scoring_kernel.filter_rows(matrix, pod, usable, scoring.REASON_ZERO_CAPACITY)
             assert reasons.tolist() == reference.tolist()
             for weights in (Weights(), Weights(0, 1, 0), Weights(0.2, 0.7, 0.1)):
-                expected = scoring.score_matrix(matrix, pod, weights, reference)
+                expected = scoring.score_nodes(nodes, pod, weights, reference)
                 got = scoring_kernel.score_rows(matrix, pod, weights, reasons)
                 assert got.tolist() == expected.tolist()
 

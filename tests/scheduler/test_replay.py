@@ -8,15 +8,16 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 from django.core.management import CommandError, call_command
 
 from audit.models import OutboxEvent
 from scheduler.models import ReplayReport
-from scheduler.replay import ReplayConfig, load_trace, parse_parts, run_replay
+from scheduler.replay import ReplayConfig, load_trace, parse_parts, run_many, run_replay
 from scheduler.replay.prices import PriceModel, on_demand_price
 from scheduler.replay.sim import BAT, LAT, STD, task_class
-from scheduler.replay.trace import SCHEDULE, TraceError
+from scheduler.replay.trace import SCHEDULE, MachineEvents, TaskEvents, Trace, TraceError
 from tests.scheduler.conftest import TRACE_DIR
 
 RUN_KEYS = {
@@ -196,10 +197,6 @@ def test_replay_command_rejects_bad_arguments_and_stores_nothing(trace_slice, ar
 
 def _synthetic_trace(seed: int, machines: int = 240, events: int = 2500):
     """A crowded random cluster: identical and odd machines, big tasks, removals and re-adds."""
-    import numpy as np
-
-    from scheduler.replay.trace import MachineEvents, TaskEvents, Trace
-
     rng = np.random.default_rng(seed)
     ids = np.arange(machines) * 7 + 3
     m_time = [0] * machines
@@ -272,8 +269,6 @@ def test_compiled_placement_matches_the_numpy_reference(seed):
 
 def test_parallel_runs_equal_sequential_runs():
     """run_many over two forked workers returns the sequential results in config order."""
-    from scheduler.replay import run_many
-
     trace = _synthetic_trace(4)
     configs = [ReplayConfig(s, f, "empty") for s in ("kiln", "default") for f in (0.1, 0.7)]
 
@@ -337,10 +332,6 @@ def test_kiln_keeps_machines_balanced_so_a_later_task_still_fits():
 
 def _machines_trace(capacities: list[tuple[float, float]], requests: list[tuple[float, float]]):
     """Machines added at time 0 and standard-class tasks (priority 5) scheduled one after another."""
-    import numpy as np
-
-    from scheduler.replay.trace import MachineEvents, TaskEvents, Trace
-
     n = len(capacities)
     machines = MachineEvents(
         time=np.zeros(n, dtype=np.int64),

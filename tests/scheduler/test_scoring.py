@@ -205,9 +205,8 @@ def test_balanced_node_beats_a_node_left_with_cpu_stranded_at_equal_price_and_ri
     assert scoring.packing_term(cluster, POD).tolist() == pytest.approx([0.4125, 0.75])
     reasons = scoring.filter_nodes(cluster, POD)
     reference = scoring.score_nodes(cluster, POD, Weights(), reasons)
-    fused = scoring.score_matrix(cluster.to_matrix(), POD, Weights(), reasons)
     compiled = scoring_kernel.score_rows(cluster.to_matrix(), POD, Weights(), reasons)
-    assert reference.tolist() == fused.tolist() == compiled.tolist() == [8, 9]
+    assert reference.tolist() == compiled.tolist() == [8, 9]
 
 
 @pytest.mark.parametrize(
@@ -268,14 +267,14 @@ def test_zero_capacity_is_guarded_without_floating_point_errors():
     with np.errstate(all="raise"):
         reasons = scoring.filter_nodes(cluster, pod)
         scores = scoring.score_nodes(cluster, pod, Weights(), reasons)
-        fused = scoring.score_matrix(cluster.to_matrix(), pod, Weights(), reasons)
         packing = scoring.packing_term(cluster, pod)
         share = scoring.dominant_share(cluster, pod)
     assert reasons.tolist() == [REASON_ZERO_CAPACITY, REASON_ZERO_CAPACITY, FIT]
     assert packing.tolist()[:2] == [0.0, 0.0]
     assert share.tolist()[:2] == [math.inf, math.inf]
+    compiled = scoring_kernel.score_rows(cluster.to_matrix(), pod, Weights(), reasons)
     # The one feasible node is the cheapest: 0.5 + 0.3*0.625 + 0.2 = 0.8875 -> 9.
-    assert scores.tolist() == fused.tolist() == [0, 0, 9]
+    assert scores.tolist() == compiled.tolist() == [0, 0, 9]
 
 
 def test_no_feasible_node_scores_all_zero():
@@ -332,7 +331,7 @@ def test_property_latency_or_unknown_pod_never_gets_a_spot_node(rows, pod, weigh
         pod.cpu, pod.memory, pod.gpu, scoring.workload_class_of({"x": pod.workload_class})
     )
     reasons = scoring.filter_nodes(cluster, latency_pod)
-    scores = scoring.score_matrix(matrix, latency_pod, weights, reasons)
+    scores = scoring.score_nodes(cluster, latency_pod, weights, reasons)
     assert (reasons[cluster.spot] == REASON_SPOT_LATENCY_SENSITIVE).all()
     assert (scores[cluster.spot] == 0).all()
     feasible = reasons == FIT
@@ -343,15 +342,15 @@ def test_property_latency_or_unknown_pod_never_gets_a_spot_node(rows, pod, weigh
 
 @settings(max_examples=120, deadline=None)
 @given(st.lists(row_strategy, min_size=1, max_size=40), pod_strategy, weights_strategy)
-def test_property_scores_are_integers_in_0_to_10_and_fused_equals_reference(rows, pod, weights):
+def test_property_scores_are_integers_in_0_to_10_and_compiled_equals_reference(rows, pod, weights):
     matrix = cluster_from(rows)
     cluster = NodeArrays.from_matrix(matrix)
     reasons = scoring.filter_nodes(cluster, pod)
     reference = scoring.score_nodes(cluster, pod, weights, reasons)
-    fused = scoring.score_matrix(matrix, pod, weights, reasons)
-    assert reference.dtype == np.int64
+    compiled = scoring_kernel.score_rows(matrix, pod, weights, reasons)
+    assert reference.dtype == compiled.dtype == np.int64
     assert ((reference >= 0) & (reference <= 10)).all()
-    assert reference.tolist() == fused.tolist()
+    assert reference.tolist() == compiled.tolist()
 
 
 @settings(max_examples=120, deadline=None)
@@ -373,3 +372,47 @@ def test_property_cheaper_node_never_scores_lower(rows, pick, discount, pod, wei
     reasons = scoring.filter_matrix(matrix, pod)
     scores = scoring.score_matrix(matrix, pod, weights, reasons)
     assert scores[-1] >= scores[i]
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    st.lists(row_strategy, min_size=1, max_size=40),
+    st.lists(st.integers(0, 39), min_size=1, max_size=60),
+    pod_strategy,
+    weights_strategy,
+)
+def test_property_kernel_over_chosen_positions_equals_the_reference_over_those_rows(
+    rows, picks, pod, weights
+):
+    """The replay hands the kernel its whole cluster and the sampled positions (repeats allowed):
+    the reasons and scores are the reference's over exactly those rows, in that order."""
+    matrix = cluster_from(rows)
+    at = np.array([p % len(rows) for p in picks], dtype=np.int64)
+    count = len(at)
+    latency = scoring_kernel.is_latency_sensitive(pod.workload_class)
+    reasons = np.empty(count, dtype=np.int8)
+    usable = np.ones(count, dtype=np.bool_)
+    scoring_kernel.filter_at(
+        matrix, at, count, usable, 0, pod.cpu, pod.memory, pod.gpu, latency, reasons
+    )
+    sampled = NodeArrays.from_matrix(matrix[at])
+    assert reasons.tolist() == scoring.filter_nodes(sampled, pod).tolist()
+    scores = np.empty(count, dtype=np.int64)
+    best = scoring_kernel.score_at(
+        matrix,
+        at,
+        count,
+        reasons,
+        pod.cpu,
+        pod.memory,
+        pod.gpu,
+        weights.cost,
+        weights.packing,
+        weights.risk,
+        scoring_kernel.restart_cost(pod.workload_class),
+        scores,
+    )
+    expected = scoring.score_nodes(sampled, pod, weights, reasons)
+    assert scores.tolist() == expected.tolist()
+    feasible = reasons == FIT
+    assert best == (int(expected[feasible].max()) if feasible.any() else -1)

@@ -1,11 +1,12 @@
-"""The replay's placement step compiled with numba: sampling, filter, score and best-score candidates.
+"""The replay's placement step compiled with numba: kube-scheduler's sampling, then the scorer under test.
 
-Same rules, same arithmetic and same order of floating-point operations as
-`Placer.choose_reference` (kube-scheduler's sampling plus `kubedefault.default_scores`
-or `scoring.filter_matrix`/`scoring.score_matrix`), one node at a time instead of
-one numpy call per step, and only over the sampled nodes. The replay has no GPUs,
-so the GPU columns are not read. Ties are returned as a candidate list so the
-caller draws from its own random generator exactly as before.
+Same rules and arithmetic as `Placer.choose_reference` (the numpy reference:
+kube-scheduler's sampling plus `kubedefault.default_scores` or
+`scoring.filter_nodes`/`scoring.score_nodes`), one node at a time and only over
+the sampled machines. Kiln's filter and score are not written here: `choose`
+calls the extender's compiled kernel (`scoring_kernel.filter_at`/`score_at`) on
+the sampled rows. Ties are returned as a candidate list so the caller draws from
+its own random generator.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import numpy as np
 from numba import njit
 
 from scheduler.kubedefault import MAX_NODE_SCORE
-from scheduler.scoring_kernel import balance_left, node_score
+from scheduler.scoring import FIT
+from scheduler.scoring_kernel import filter_at, score_at
 
 BLOCK_SHIFT = 6  # machines are grouped in blocks of 64 for the fit scan
 BLOCK = 1 << BLOCK_SHIFT
@@ -115,76 +117,15 @@ def _default_best(matrix, sample, count, cpu, mem, score):  # pragma: no cover -
 
 
 @njit(cache=True, nogil=True)
-def _kiln_best(
-    matrix, sample, count, cpu, mem, latency, w_cost, w_packing, w_risk, restart, score, feas
-):  # pragma: no cover - compiled
-    """Kiln's filter (spot guarantee, fit) and score per sampled machine; -> best score, -1 if none fits."""
-    nfeas = 0
-    cheapest = np.inf
-    fallback = -np.inf
-    any_nan = False
-    asks = cpu > 0 or mem > 0
-    for k in range(count):
-        m = sample[k]
-        p = matrix[m, 6]
-        if p != p:
-            any_nan = True
-        elif p > fallback:
-            fallback = p
-        ok = True
-        if latency and matrix[m, 8] > 0.5:
-            ok = False
-        elif matrix[m, 0] <= 0 or matrix[m, 1] <= 0:
-            ok = False
-        elif matrix[m, 3] + cpu > matrix[m, 0] or matrix[m, 4] + mem > matrix[m, 1]:
-            ok = False
-        feas[k] = ok
-        if ok:
-            nfeas += 1
-    if nfeas == 0:
-        return -1
-    if fallback == -np.inf:
-        fallback = 1.0
-    # pass 1: each feasible machine's pod cost (price of the share it takes); the cheapest
-    for k in range(count):
-        if not feas[k]:
+def _any_on_demand_fits(free_cpu, free_mem, bcpu, bmem, on_demand, n, cpu, mem):  # pragma: no cover
+    """Whether any on-demand machine of the whole cluster has the free cpu and memory asked for."""
+    for b in range(bcpu.shape[0]):
+        if bcpu[b] < cpu or bmem[b] < mem:
             continue
-        m = sample[k]
-        p = matrix[m, 6]
-        if any_nan and p != p:
-            p = fallback
-        if asks:
-            share = max(cpu / matrix[m, 0], mem / matrix[m, 1])
-            c = p * share
-        else:
-            c = p
-        score[k] = c  # cost kept here until pass 2
-        if c < cheapest:
-            cheapest = c
-    best = -1
-    for k in range(count):
-        if not feas[k]:
-            score[k] = -1
-            continue
-        m = sample[k]
-        f_cpu = min((matrix[m, 3] + cpu) / matrix[m, 0], 1.0)
-        f_mem = min((matrix[m, 4] + mem) / matrix[m, 1], 1.0)
-        packing = 0.5 * ((f_cpu + f_mem) * 0.5) + 0.5 * balance_left(f_cpu, f_mem)
-        s = node_score(
-            cheapest,
-            score[k],
-            packing,
-            matrix[m, 7],
-            matrix[m, 8],
-            restart,
-            w_cost,
-            w_packing,
-            w_risk,
-        )
-        score[k] = s
-        if s > best:
-            best = s
-    return best
+        for i in range(b << BLOCK_SHIFT, min((b + 1) << BLOCK_SHIFT, n)):
+            if on_demand[i] and free_cpu[i] >= cpu and free_mem[i] >= mem:
+                return True
+    return False
 
 
 @njit(cache=True, nogil=True)
@@ -210,14 +151,18 @@ def choose(
     w_risk,
     restart,
     sample,
+    usable,
+    reasons,
     score,
-    feas,
     candidates,
 ):  # pragma: no cover - compiled
     """One placement: -> number of best-scored candidates written to `candidates` (0: nothing fits).
 
     score_cpu/score_mem are what the default scorer counts (non-zero defaults applied);
     state[0] is the next start index, state[1] counts kiln's retries (both updated).
+    `usable` is all true (every sampled machine is a candidate for Kiln's filter).
+    When Kiln's filter rejects the whole sample, the pod is retried from the next
+    start index, unless every machine that fits was seen or none of them is on-demand.
     """
     if need <= 0:
         return 0
@@ -227,34 +172,25 @@ def choose(
         if count == 0:
             return 0
         if kiln:
-            best = _kiln_best(
+            filter_at(matrix, sample, count, usable, 0, cpu, mem, 0.0, latency, reasons)
+            best = score_at(
                 matrix,
                 sample,
                 count,
+                reasons,
                 cpu,
                 mem,
-                latency,
+                0.0,
                 w_cost,
                 w_packing,
                 w_risk,
                 restart,
                 score,
-                feas,
             )
             if best < 0:
                 if count < need:
                     return 0
-                found = False
-                for b in range(bcpu.shape[0]):
-                    if bcpu[b] < cpu or bmem[b] < mem:
-                        continue
-                    for i in range(b << BLOCK_SHIFT, min((b + 1) << BLOCK_SHIFT, n)):
-                        if on_demand[i] and free_cpu[i] >= cpu and free_mem[i] >= mem:
-                            found = True
-                            break
-                    if found:
-                        break
-                if not found:
+                if not _any_on_demand_fits(free_cpu, free_mem, bcpu, bmem, on_demand, n, cpu, mem):
                     return 0
                 state[1] += 1
                 continue
@@ -262,7 +198,7 @@ def choose(
             best = _default_best(matrix, sample, count, score_cpu, score_mem, score)
         c = 0
         for k in range(count):
-            if score[k] == best:
+            if score[k] == best and (not kiln or reasons[k] == FIT):
                 candidates[c] = sample[k]
                 c += 1
         return c
