@@ -2,6 +2,8 @@ from django.apps import AppConfig
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from scheduler import scoring
+
 
 class SchedulerConfig(AppConfig):
     """Pricing, inventory and the kube-scheduler extender."""
@@ -10,8 +12,6 @@ class SchedulerConfig(AppConfig):
     verbose_name = "Scheduler"
 
     def ready(self) -> None:
-        from scheduler import scoring
-
         try:
             scoring.Weights(
                 cost=settings.KILN_SCHEDULER_WEIGHT_COST,

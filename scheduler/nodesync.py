@@ -13,6 +13,8 @@ import random
 import threading
 from typing import Any
 
+from kubernetes import client, watch
+
 from kiln.identity.permissions import system_actor
 from scheduler import services
 from scheduler.extender.protocol import GPU_RESOURCE, ProtocolError, parse_quantity, pod_request
@@ -72,8 +74,6 @@ class KubernetesNodeSource:
     """Lists and watches nodes (and lists pods for requests) through a `kubernetes.client.ApiClient`."""
 
     def __init__(self, api_client: Any) -> None:
-        from kubernetes import client
-
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.resource_version: str | None = None
@@ -97,8 +97,6 @@ class KubernetesNodeSource:
 
     def watch(self, *, timeout_seconds: int = 300, stop: threading.Event | None = None) -> int:
         """Apply node watch events from the last resourceVersion until the server ends the stream."""
-        from kubernetes import watch
-
         applied = 0
         requested = requested_by_node(self._pods())
         watcher = watch.Watch()

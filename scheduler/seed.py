@@ -10,6 +10,7 @@ from django.utils import timezone
 import audit
 from kiln.identity.permissions import system_actor
 from scheduler.models import InstanceType, InterruptionBucket, Node, SpotPrice
+from scheduler.nodesync import simulated_sync
 
 # name, family, vCPU, memory GiB, GPUs, GPU model, on-demand $/h (Linux, us-east-1)
 INSTANCE_TYPES = (
@@ -86,8 +87,6 @@ def seed_demo() -> list[str]:
             {"created": len(created)},
         )
     if not Node.objects.exists():
-        from scheduler.nodesync import simulated_sync
-
         result = simulated_sync(0)
         created.extend(f"node {name}" for name in result.created)
     return created

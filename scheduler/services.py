@@ -21,19 +21,6 @@ from scheduler.models import (
     ReplayReport,
 )
 
-_SYNCED_FIELDS = (
-    "labels",
-    "capacity_type",
-    "instance_type",
-    "zone",
-    "allocatable_cpu_millis",
-    "allocatable_memory_bytes",
-    "allocatable_gpus",
-    "requested_cpu_millis",
-    "requested_memory_bytes",
-    "requested_gpus",
-)
-
 
 @dataclass(frozen=True)
 class ObservedNode:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -171,8 +172,6 @@ def load_trace(
     progress: Callable[[str], None] | None = None,
 ) -> Trace:
     """Read machine_events and the chosen task_events parts, timing the read and parse."""
-    import time
-
     trace_dir = Path(trace_dir)
     if not trace_dir.is_dir():
         raise TraceError(f"trace folder {trace_dir} does not exist")

@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
@@ -107,8 +108,6 @@ class Command(BaseCommand):
                 f"{result.placements} placements in {result.wall_seconds:.1f}s, "
                 f"latency on spot {result.latency_on_spot}, cost {result.cost:.0f}"
             )
-        import numpy as np
-
         report = {
             "trace": str(opts["trace"]),
             "parts": opts["parts"],
