@@ -32,22 +32,14 @@ def num_feasible_nodes_to_find(num_all_nodes: int, percentage: int = 0) -> int:
 
 
 def least_allocated_score(
-    alloc_cpu: np.ndarray,
-    alloc_mem: np.ndarray,
-    req_cpu: np.ndarray,
-    req_mem: np.ndarray,
-    pod_cpu: float,
-    pod_mem: float,
+    used_cpu: np.ndarray, used_mem: np.ndarray, alloc_cpu: np.ndarray, alloc_mem: np.ndarray
 ) -> np.ndarray:
     """LeastAllocated in [0, 100]: mean over cpu, memory of floor((cap - used) * 100 / cap).
 
     used = requested + pod; a resource with zero capacity or used > capacity scores 0
     (leastRequestedScore's guards).
     """
-    return (
-        _least_requested(req_cpu + pod_cpu, alloc_cpu)
-        + _least_requested(req_mem + pod_mem, alloc_mem)
-    ) // 2
+    return (_least_requested(used_cpu, alloc_cpu) + _least_requested(used_mem, alloc_mem)) // 2
 
 
 def _least_requested(used: np.ndarray, capacity: np.ndarray) -> np.ndarray:
@@ -58,29 +50,22 @@ def _least_requested(used: np.ndarray, capacity: np.ndarray) -> np.ndarray:
     return np.where(ok, value, 0.0).astype(np.int64)
 
 
+def _fraction(used: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """used / capacity capped at 1; zero capacity counts as fraction 1."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fraction = np.where(capacity > 0, used / np.where(capacity > 0, capacity, 1.0), 1.0)
+    return np.minimum(fraction, 1.0)
+
+
 def balanced_allocation_score(
-    alloc_cpu: np.ndarray,
-    alloc_mem: np.ndarray,
-    req_cpu: np.ndarray,
-    req_mem: np.ndarray,
-    pod_cpu: float,
-    pod_mem: float,
+    used_cpu: np.ndarray, used_mem: np.ndarray, alloc_cpu: np.ndarray, alloc_mem: np.ndarray
 ) -> np.ndarray:
     """BalancedAllocation in [0, 100]: floor((1 - std(cpu fraction, memory fraction)) * 100).
 
     Fractions are (requested + pod) / capacity capped at 1; for two resources the
-    standard deviation is |f_cpu - f_mem| / 2. Zero capacity counts as fraction 1.
+    standard deviation is |f_cpu - f_mem| / 2.
     """
-    with np.errstate(divide="ignore", invalid="ignore"):
-        f_cpu = np.where(
-            alloc_cpu > 0, (req_cpu + pod_cpu) / np.where(alloc_cpu > 0, alloc_cpu, 1.0), 1.0
-        )
-        f_mem = np.where(
-            alloc_mem > 0, (req_mem + pod_mem) / np.where(alloc_mem > 0, alloc_mem, 1.0), 1.0
-        )
-    f_cpu = np.minimum(f_cpu, 1.0)
-    f_mem = np.minimum(f_mem, 1.0)
-    std = np.abs(f_cpu - f_mem) / 2.0
+    std = np.abs(_fraction(used_cpu, alloc_cpu) - _fraction(used_mem, alloc_mem)) / 2.0
     return np.floor((1.0 - std) * MAX_NODE_SCORE).astype(np.int64)
 
 
@@ -93,6 +78,7 @@ def default_scores(
     pod_mem: float,
 ) -> np.ndarray:
     """The default profile's resource score: LeastAllocated + BalancedAllocation (weight 1 each)."""
+    used_cpu, used_mem = req_cpu + pod_cpu, req_mem + pod_mem
     return least_allocated_score(
-        alloc_cpu, alloc_mem, req_cpu, req_mem, pod_cpu, pod_mem
-    ) + balanced_allocation_score(alloc_cpu, alloc_mem, req_cpu, req_mem, pod_cpu, pod_mem)
+        used_cpu, used_mem, alloc_cpu, alloc_mem
+    ) + balanced_allocation_score(used_cpu, used_mem, alloc_cpu, alloc_mem)

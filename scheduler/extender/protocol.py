@@ -44,23 +44,12 @@ REASON_MALFORMED_NODE = "node object is malformed"
 _QUANTITY = re.compile(
     r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$"
 )
-_SUFFIX = {
+# Quantity suffixes (k8s.io/apimachinery resource.Quantity): decimal SI n..E, binary Ki..Ei.
+_DECIMAL_EXPONENTS = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_SUFFIX: dict[str | None, Decimal] = {
     None: Decimal(1),
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "k": Decimal(10) ** 3,
-    "M": Decimal(10) ** 6,
-    "G": Decimal(10) ** 9,
-    "T": Decimal(10) ** 12,
-    "P": Decimal(10) ** 15,
-    "E": Decimal(10) ** 18,
-    "Ki": Decimal(2) ** 10,
-    "Mi": Decimal(2) ** 20,
-    "Gi": Decimal(2) ** 30,
-    "Ti": Decimal(2) ** 40,
-    "Pi": Decimal(2) ** 50,
-    "Ei": Decimal(2) ** 60,
+    **{suffix: Decimal(10) ** e for suffix, e in _DECIMAL_EXPONENTS.items()},
+    **{suffix + "i": Decimal(2) ** (10 * k) for k, suffix in enumerate("KMGTPE", start=1)},
 }
 
 
@@ -99,17 +88,21 @@ def go_field(obj: dict[str, Any], key: str) -> Any:
     return None
 
 
+def _member(obj: dict[str, Any], key: str, kind: type, message: str) -> Any:
+    """obj[key], empty when missing or null; a ProtocolError(message) when it is not a `kind`."""
+    value = obj.get(key) or kind()
+    if not isinstance(value, kind):
+        raise ProtocolError(message)
+    return value
+
+
 def _requests(container: Any) -> tuple[Decimal, Decimal, Decimal]:
     """A container's requests (cores, bytes, GPUs); a missing request defaults to the limit."""
     if not isinstance(container, dict):
         raise ProtocolError("a container is not an object")
-    resources = container.get("resources") or {}
-    if not isinstance(resources, dict):
-        raise ProtocolError("container resources is not an object")
-    requests = resources.get("requests") or {}
-    limits = resources.get("limits") or {}
-    if not isinstance(requests, dict) or not isinstance(limits, dict):
-        raise ProtocolError("container requests/limits is not an object")
+    resources = _member(container, "resources", dict, "container resources is not an object")
+    requests = _member(resources, "requests", dict, "container requests/limits is not an object")
+    limits = _member(resources, "limits", dict, "container requests/limits is not an object")
     cpu = parse_quantity(requests.get("cpu", limits.get("cpu", "0")))
     mem = parse_quantity(requests.get("memory", limits.get("memory", "0")))
     gpu = parse_quantity(requests.get(GPU_RESOURCE, limits.get(GPU_RESOURCE, "0")))
@@ -124,17 +117,11 @@ def pod_request(pod: Any) -> scoring.PodRequest:
     """
     if not isinstance(pod, dict):
         raise ProtocolError("Pod is missing or not an object")
-    metadata = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
-    if not isinstance(metadata, dict) or not isinstance(spec, dict):
-        raise ProtocolError("Pod metadata/spec is not an object")
-    labels = metadata.get("labels") or {}
-    if not isinstance(labels, dict):
-        raise ProtocolError("Pod labels is not an object")
-    containers = spec.get("containers") or []
-    init = spec.get("initContainers") or []
-    if not isinstance(containers, list) or not isinstance(init, list):
-        raise ProtocolError("Pod containers is not a list")
+    metadata = _member(pod, "metadata", dict, "Pod metadata/spec is not an object")
+    spec = _member(pod, "spec", dict, "Pod metadata/spec is not an object")
+    labels = _member(metadata, "labels", dict, "Pod labels is not an object")
+    containers = _member(spec, "containers", list, "Pod containers is not a list")
+    init = _member(spec, "initContainers", list, "Pod containers is not a list")
     total = [Decimal(0)] * 3
     for container in containers:
         total = [a + b for a, b in zip(total, _requests(container), strict=True)]

@@ -45,7 +45,7 @@ def arr(*values: float) -> np.ndarray:
 def test_least_allocated(alloc, req, pod, expected):
     with np.errstate(all="raise"):
         score = kubedefault.least_allocated_score(
-            arr(alloc[0]), arr(alloc[1]), arr(req[0]), arr(req[1]), *pod
+            arr(req[0] + pod[0]), arr(req[1] + pod[1]), arr(alloc[0]), arr(alloc[1])
         )
     assert score.tolist() == [expected]
 
@@ -64,7 +64,7 @@ def test_least_allocated(alloc, req, pod, expected):
 )
 def test_balanced_allocation(alloc, req, pod, expected):
     score = kubedefault.balanced_allocation_score(
-        arr(alloc[0]), arr(alloc[1]), arr(req[0]), arr(req[1]), *pod
+        arr(req[0] + pod[0]), arr(req[1] + pod[1]), arr(alloc[0]), arr(alloc[1])
     )
     assert score.tolist() == [expected]
 
