@@ -15,8 +15,8 @@ from django.core.management import CommandError, call_command
 from audit.models import OutboxEvent
 from scheduler.models import ReplayReport
 from scheduler.replay import ReplayConfig, load_trace, parse_parts, run_many, run_replay
+from scheduler.replay.cluster import BAT, LAT, STD, task_class
 from scheduler.replay.prices import PriceModel, on_demand_price
-from scheduler.replay.sim import BAT, LAT, STD, task_class
 from scheduler.replay.trace import SCHEDULE, MachineEvents, TaskEvents, Trace, TraceError
 from tests.scheduler.conftest import TRACE_DIR
 

@@ -9,12 +9,12 @@ from django.conf import settings
 
 SCRIPT = """
 import signal
-from scheduler.replay import sim
+from scheduler.replay import ReplayConfig, run_many
 
 signal.signal(signal.SIGTERM, lambda *_: None)  # e.g. a server's graceful-stop handler
-configs = [sim.ReplayConfig(scheduler="nope", spot_fraction=0.1, start="empty")] * 4
+configs = [ReplayConfig(scheduler="nope", spot_fraction=0.1, start="empty")] * 4
 try:
-    list(sim.run_many(object(), configs, workers=2))
+    list(run_many(object(), configs, workers=2))
 except ValueError as exc:
     print("raised:", exc)
 """

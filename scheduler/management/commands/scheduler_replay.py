@@ -14,8 +14,9 @@ from django.core.management.base import BaseCommand, CommandError
 from kiln.identity.permissions import system_actor
 from scheduler import selectors, services
 from scheduler.replay import ReplayConfig, load_trace, parse_parts, run_many
-from scheduler.replay.sim import SCHEDULE, SCHEDULERS, STARTS, WINDOW_START_US
-from scheduler.replay.trace import TraceError
+from scheduler.replay.cluster import SCHEDULERS
+from scheduler.replay.sim import STARTS, WINDOW_START_US
+from scheduler.replay.trace import SCHEDULE, TraceError
 
 
 def _fractions(spec: str) -> list[float]:
