@@ -106,22 +106,22 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "kiln.middleware.ContentSecurityPolicyMiddleware",
+    "kiln.request_guard.RequestGuardMiddleware",  # NUL/over-long path or query values: a 400
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "kiln.identity.pages.RoleRequiredPagesMiddleware",  # no Kiln role: only the home page
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "kiln.middleware.RequestMetricsMiddleware",
 ]
-    "kiln.request_guard.RequestGuardMiddleware",  # NUL/over-long path or query values: a 400
 
 ROOT_URLCONF = "kiln.urls"
 ASGI_APPLICATION = "kiln.asgi.application"
 
 TEMPLATES = [
-    "kiln.identity.pages.RoleRequiredPagesMiddleware",  # no Kiln role: only the home page
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
         "DIRS": [BASE_DIR / "templates"],
@@ -225,6 +225,12 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "kiln.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    # Strict JSON (no NUL, no overflow to infinity, bounded depth and size); forms as DRF's.
+    "DEFAULT_PARSER_CLASSES": [
+        "kiln.parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
 
@@ -268,12 +274,6 @@ SECURE_HSTS_INCLUDE_SUBDOMAINS = not STANDALONE
 SECURE_SSL_REDIRECT = env_bool("KILN_SSL_REDIRECT", False)
 if env_bool("KILN_BEHIND_PROXY", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-    # Strict JSON (no NUL, no overflow to infinity, bounded depth and size); forms as DRF's.
-    "DEFAULT_PARSER_CLASSES": [
-        "kiln.parsers.JSONParser",
-        "rest_framework.parsers.FormParser",
-        "rest_framework.parsers.MultiPartParser",
-    ],
 
 # Scripts and styles come only from our own origin; no inline script anywhere.
 CONTENT_SECURITY_POLICY = env(
