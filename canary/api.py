@@ -10,26 +10,28 @@ from rest_framework.views import APIView
 from canary import api_schema as out
 from canary import selectors, services, steering
 from canary.models import MetricsSource, RolloutStatus
+from kiln.api_fields import StrictCharField, StrictSlugField, StrictURLField
 from kiln.errors import InvalidInput, NotFound
 from kiln.identity.permissions import actor_from_request
 from kiln.openapi import documented, errors
 from portal.models import Team
+from portal.validation import DNS_LABEL_RE
 
 
 class ServiceListCreateApi(APIView):
     """GET: services the caller may see. POST: register a service (team engineers)."""
 
     class InputSerializer(serializers.Serializer):
-        team = serializers.SlugField()
-        name = serializers.CharField(max_length=63)
-        namespace = serializers.CharField(max_length=63)
-        host = serializers.CharField(max_length=253, required=False, default="")
+        team = StrictSlugField()
+        name = documented(StrictCharField(max_length=63), pattern=DNS_LABEL_RE.pattern)
+        namespace = documented(StrictCharField(max_length=63), pattern=DNS_LABEL_RE.pattern)
+        host = StrictCharField(max_length=253, required=False, default="")
         metrics_source = serializers.ChoiceField(
             MetricsSource.values, default=MetricsSource.SIMULATED
         )
-        prometheus_url = serializers.URLField(required=False, default="")
-        queries = serializers.DictField(child=serializers.CharField(), required=False, default=dict)
-        sim_traffic_class = serializers.CharField(required=False, default="steady")
+        prometheus_url = StrictURLField(required=False, default="")
+        queries = serializers.DictField(child=StrictCharField(), required=False, default=dict)
+        sim_traffic_class = StrictCharField(required=False, default="steady")
 
         class Meta:
             ref_name = "CanaryServiceCreate"
@@ -73,8 +75,8 @@ class RolloutListCreateApi(APIView):
 
     class InputSerializer(serializers.Serializer):
         service = serializers.UUIDField()
-        baseline_version = serializers.CharField(max_length=63)
-        canary_version = serializers.CharField(max_length=63)
+        baseline_version = documented(StrictCharField(max_length=63), pattern=DNS_LABEL_RE.pattern)
+        canary_version = documented(StrictCharField(max_length=63), pattern=DNS_LABEL_RE.pattern)
         # Typed and checked by services.rollout_create (one 400 naming every field); documented:
         steps = documented(
             serializers.JSONField(required=False, default=None),
@@ -150,7 +152,7 @@ class RolloutDetailApi(APIView):
 
 
 class _ReasonSerializer(serializers.Serializer):
-    reason = serializers.CharField(required=False, default="", allow_blank=True, max_length=2000)
+    reason = StrictCharField(required=False, default="", allow_blank=True, max_length=2000)
 
     class Meta:
         ref_name = "RolloutReason"
@@ -194,8 +196,16 @@ class RolloutRetryApi(APIView):
     """POST: restart the analysis of an inconclusive rollout from its first step (team engineers)."""
 
     class InputSerializer(serializers.Serializer):
-        reason = serializers.CharField(max_length=2000)
+        reason = StrictCharField(max_length=2000)
 
+        class Meta:
+            ref_name = "RolloutRetry"
+
+    @extend_schema(
+        operation_id="rollouts_retry",
+        request=InputSerializer,
+        responses={200: out.RolloutOutput, **errors(409)},
+    )
     def post(self, request, rollout_id):
         actor = actor_from_request(request)
         data = self.InputSerializer(data=request.data)
@@ -209,11 +219,19 @@ class RolloutExtendApi(APIView):
     """POST: give an inconclusive rollout more ticks, keeping its evidence (team engineers)."""
 
     class InputSerializer(serializers.Serializer):
-        reason = serializers.CharField(max_length=2000)
+        reason = StrictCharField(max_length=2000)
         ticks = serializers.IntegerField(
             required=False, default=None, min_value=1, max_value=steering.MAX_EXTENSION_TICKS
         )
 
+        class Meta:
+            ref_name = "RolloutExtend"
+
+    @extend_schema(
+        operation_id="rollouts_extend",
+        request=InputSerializer,
+        responses={200: out.RolloutOutput, **errors(409)},
+    )
     def post(self, request, rollout_id):
         actor = actor_from_request(request)
         data = self.InputSerializer(data=request.data)

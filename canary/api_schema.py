@@ -58,6 +58,15 @@ class RolloutOutput(serializers.Serializer):
     weight = serializers.IntegerField(min_value=0, max_value=100, help_text="Canary traffic, %.")
     ticks_done = serializers.IntegerField(min_value=0)
     reason = serializers.CharField(allow_blank=True)
+    finished = serializers.BooleanField()
+    analysis = serializers.DictField(
+        child=serializers.JSONField(),
+        help_text="The latest analysis: bounds, CUSUM, per-channel sample sizes.",
+    )
+    requests_needed = serializers.FloatField(
+        allow_null=True, help_text="Requests per arm that would likely settle it (inconclusive)."
+    )
+    minutes_needed = serializers.FloatField(allow_null=True)
     created_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)
 
@@ -81,7 +90,13 @@ class TickOutput(serializers.Serializer):
     llr_lower = _stat()
     llr_upper = _stat()
     cusum = _stat("CUSUM statistic of latency")
+    cusum_median = _stat()
+    cusum_tail = _stat()
     cusum_threshold = _stat()
+    requests_needed = _stat()
+    minutes_needed = _stat()
+    settle = serializers.CharField(allow_blank=True)
+    empty = serializers.BooleanField(help_text="A window without traffic or metrics: no evidence.")
     canary_p50_ms = _stat()
     baseline_p50_ms = _stat()
     canary_p99_ms = _stat()

@@ -13,11 +13,13 @@ from rest_framework.views import APIView
 from canary import api_schema as out
 from canary import chaos_selectors, chaos_services
 from canary.models_chaos import ChaosExperiment, ExperimentStatus, FaultKind
+from kiln.api_fields import StrictCharField
 from kiln.errors import InvalidInput
 from kiln.identity.drf import role_required
 from kiln.identity.permissions import AUDITOR, ENGINEER, actor_from_request
 from kiln.openapi import PAGE_PARAMETERS, documented, errors
 from kiln.pagination import LimitOffsetPagination
+from portal.validation import DNS_LABEL_RE
 
 
 class StopConditionSerializer(serializers.Serializer):
@@ -97,14 +99,16 @@ class ExperimentListCreateApi(APIView):
     """GET: experiments the caller may see. POST: define and start an experiment (owning team's engineers)."""
 
     class InputSerializer(serializers.Serializer):
-        name = serializers.CharField(max_length=100)
-        namespace = serializers.CharField(max_length=63)
-        selector = serializers.DictField(
-            child=serializers.CharField(max_length=63), allow_empty=False
+        name = StrictCharField(max_length=100)
+        namespace = documented(StrictCharField(max_length=63), pattern=DNS_LABEL_RE.pattern)
+        selector = documented(
+            serializers.DictField(child=StrictCharField(max_length=63), allow_empty=False),
+            type="object",
+            additionalProperties={"type": "string", "minLength": 1, "maxLength": 63},
+            minProperties=1,
+            description="matchLabels of the target pods; never empty (never the whole namespace).",
         )
-        service = serializers.CharField(
-            max_length=253, required=False, allow_blank=True, default=""
-        )
+        service = StrictCharField(max_length=253, required=False, allow_blank=True, default="")
         fault = serializers.ChoiceField(choices=FaultKind.values)
         # chaos_services._validate checks these per fault kind (one 400 naming every field);
         # their ranges are documented here.
@@ -212,7 +216,7 @@ class ExperimentAbortApi(APIView):
     permission_classes = [role_required(ENGINEER)]
 
     class InputSerializer(serializers.Serializer):
-        reason = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+        reason = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
 
         class Meta:
             ref_name = "ExperimentAbort"

@@ -135,7 +135,8 @@ def _validate(data: dict[str, Any]) -> dict[str, str]:
     ns = data.get("namespace") or ""
     try:
         validate_slug(ns)
-        if not ns.islower() or len(ns) > 63 or "_" in ns:
+        # ns != ns.lower(), not `not ns.islower()`: an all-digit label ("0") has no case at all.
+        if ns != ns.lower() or len(ns) > 63 or "_" in ns:
             raise ValueError
     except Exception:  # noqa: BLE001 - any failure is the same answer
         errors["namespace"] = "a DNS-1123 label"
@@ -357,8 +358,8 @@ def experiment_abort(
         )
     if experiment.is_terminal:
         raise IllegalTransition(f"the experiment is already {experiment.status}")
-    ended = experiment_end(
     check_columns(ChaosExperiment, {"end_reason": reason})  # NUL, or past 300 characters
+    ended = experiment_end(
         experiment_id=experiment.pk,
         to=ExperimentStatus.ABORTED,
         actor=actor,

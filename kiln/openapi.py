@@ -102,7 +102,11 @@ OFFSET = OpenApiParameter(
 PAGE_PARAMETERS = [LIMIT, OFFSET]
 
 MOMENT_SCHEMA = {
-    "anyOf": [{"type": "string", "format": "date"}, {"type": "string", "format": "date-time"}],
+    "anyOf": [
+        {"type": "string", "format": "date"},
+        {"type": "string", "format": "date-time"},
+        {"type": "string", "maxLength": 0},  # empty: not set (an HTML form's blank field)
+    ],
 }
 
 

@@ -11,6 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from kiln.api_fields import StrictCharField
 from kiln.errors import InvalidInput
 from kiln.identity.drf import HasKilnRole
 from kiln.identity.permissions import actor_from_request
@@ -83,10 +84,8 @@ class StrictSerializerSchema(OpenApiSerializerExtension):
 class EnvironmentCreateInput(StrictSerializer):
     # The limits below are documented for clients; portal.validation.field_errors enforces them
     # (with the per-class TTL limit, which a schema cannot say) in the same response.
-    team = serializers.CharField(max_length=63)
-    name = documented(
-        serializers.CharField(max_length=63), maxLength=40, pattern=DNS_LABEL_RE.pattern
-    )
+    team = StrictCharField(max_length=63)
+    name = documented(StrictCharField(max_length=63), maxLength=40, pattern=DNS_LABEL_RE.pattern)
     env_class = serializers.ChoiceField(choices=ENV_CLASSES)
     ttl_hours = documented(
         StrictIntegerField(),
@@ -102,9 +101,7 @@ class EnvironmentCreateInput(StrictSerializer):
     tenant_control_plane = StrictBooleanField(default=False)
     spot_node_pool = StrictBooleanField(default=False)
     database = StrictBooleanField(default=False)
-    justification = serializers.CharField(
-        max_length=2000, required=False, allow_blank=True, default=""
-    )
+    justification = StrictCharField(max_length=2000, required=False, allow_blank=True, default="")
 
     def to_internal_value(self, data: Any) -> Any:
         try:
@@ -129,11 +126,11 @@ class EnvironmentCreateInput(StrictSerializer):
 
 
 class ReasonInput(StrictSerializer):
-    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+    reason = StrictCharField(max_length=2000, required=False, allow_blank=True, default="")
 
 
 class RejectInput(StrictSerializer):
-    reason = serializers.CharField(max_length=2000)
+    reason = StrictCharField(max_length=2000)
 
 
 class ExtendInput(StrictSerializer):
@@ -364,6 +361,15 @@ class EnvironmentExtendApi(APIView):
         return Response(environment_payload(env, detail=True))
 
 
+def _flag(value: str | None, name: str) -> bool:
+    """A boolean query parameter: `true` or `false` (absent is false); anything else is a 400."""
+    if value is None or value.lower() == "false":
+        return False
+    if value.lower() == "true":
+        return True
+    raise InvalidInput(f"{name} must be true or false", extra={"fields": {name: ["true or false"]}})
+
+
 class EnvironmentEstimateApi(APIView):
     """GET: the cost estimate for a prospective request (query parameters as the create body)."""
 
@@ -387,8 +393,7 @@ class EnvironmentEstimateApi(APIView):
         except ValueError as exc:
             raise InvalidInput("numbers expected", extra={"fields": {"query": [str(exc)]}}) from exc
         flags = {
-            k: p.get(k, "false").lower() in ("1", "true", "on")
-            for k in ("spot_node_pool", "tenant_control_plane", "database")
+            k: _flag(p.get(k), k) for k in ("spot_node_pool", "tenant_control_plane", "database")
         }
         errors = {
             k: v
