@@ -222,6 +222,7 @@ def test_leeway_setting_read_from_the_environment_is_capped(monkeypatch):
 
     env = {"KILN_JWT_LEEWAY_SECONDS": "300", "SECRET_KEY": "x", "PATH": "/usr/bin:/bin"}
     env["DATABASE_URL"] = "postgres://nobody@127.0.0.1:1/none"
+    env["REDIS_URL"] = "redis://127.0.0.1:1/0"  # outside standalone Redis is required
     out = subprocess.run(
         [sys.executable, "-c", "import kiln.settings as s; print(s.KILN_JWT_LEEWAY_SECONDS)"],
         env=env,
