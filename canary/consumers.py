@@ -10,7 +10,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from canary import selectors
 from canary.services import group_name
 from kiln.errors import NotFound
-from kiln.identity.permissions import actor_for_user
+from kiln.identity.permissions import actor_for_user, has_any_role
 
 
 class RolloutConsumer(AsyncJsonWebsocketConsumer):
@@ -37,7 +37,7 @@ class RolloutConsumer(AsyncJsonWebsocketConsumer):
     @database_sync_to_async
     def _authorised_snapshot(self) -> dict | None:
         actor = self._actor()
-        if actor is None:
+        if actor is None or not has_any_role(actor):  # a role-less caller sees no stream
             return None
         try:
             rollout = selectors.rollout_get(viewer=actor, rollout_id=self.rollout_id)

@@ -152,3 +152,29 @@ def test_engineer_session_still_reaches_the_pages(client):
     client.force_login(user)
     assert client.get("/environments/").status_code == 200
     assert client.get("/chaos/").status_code == 200
+
+
+@pytest.mark.django_db(transaction=True)
+def test_roleless_token_of_the_owning_team_gets_no_rollout_stream(make_token):
+    """A team member without a role may not watch the team's rollout over the websocket."""
+    from asgiref.sync import async_to_sync
+
+    from canary.models import Rollout, Service
+    from tests.canary.test_stream import Socket
+
+    team = Team.objects.create(slug="payments", name="Payments")
+    service = Service.objects.create(team=team, name="web", namespace="shop", host="web")
+    rollout = Rollout.objects.create(
+        service=service, baseline_version="v1", canary_version="v2", steps=[50, 100]
+    )
+
+    async def connect(token: str) -> tuple[bool, int | None]:
+        ws = Socket(f"/ws/rollouts/{rollout.pk}/?token={token}")
+        result = await ws.connect()
+        await ws.disconnect()
+        return result
+
+    roleless = make_token(sub="nobody", roles=[], team="payments")
+    assert async_to_sync(connect)(roleless) == (False, 4403)
+    engineer = make_token(sub="erin", roles=["engineer"], team="payments")
+    assert async_to_sync(connect)(engineer)[0] is True
