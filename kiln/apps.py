@@ -10,6 +10,7 @@ class KilnConfig(AppConfig):
 
     def ready(self) -> None:
         from kiln import observability
+        from kiln.identity import signals  # noqa: F401 - connects the login lockout receiver
 
         observability.setup()
 

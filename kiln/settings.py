@@ -9,6 +9,7 @@ overrides standalone's defaults.
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -58,7 +59,6 @@ VAR_DIR = Path(env("KILN_VAR_DIR", str(BASE_DIR / "var")))
 DATABASE_URL = env("DATABASE_URL")
 REDIS_URL = env("REDIS_URL")
 STANDALONE = env_bool("KILN_STANDALONE", DATABASE_URL is None and REDIS_URL is None)
-
 # Outside standalone the web, worker, relay and audit writer are separate processes that must
 # share one audit topic (a Redis stream). Without Redis each would get its own in-process
 # topic and a separate audit writer would never see an event, so refuse to start at all.
@@ -68,6 +68,7 @@ if not STANDALONE and REDIS_URL is None:
         "be shared by every process. Set REDIS_URL, or run standalone (KILN_STANDALONE=1, or "
         "neither DATABASE_URL nor REDIS_URL set)."
     )
+
 # --- core ------------------------------------------------------------------
 
 # Off everywhere by default (standalone too: same pages and error responses as production).
@@ -88,6 +89,7 @@ CSRF_TRUSTED_ORIGINS = [o.strip() for o in env("CSRF_TRUSTED_ORIGINS", "").split
 INSTALLED_APPS = [
     "kiln.apps.KilnAdminConfig",  # django.contrib.admin, its site asking kiln.identity.permissions
     "django.contrib.auth",
+    "axes",  # login throttling (below, "identity")
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
@@ -116,6 +118,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "kiln.middleware.RequestMetricsMiddleware",
+    "axes.middleware.AxesMiddleware",  # a locked-out sign-in gets the explained login page
 ]
 
 ROOT_URLCONF = "kiln.urls"
@@ -212,6 +215,37 @@ KILN_JWT_ISSUER = env("KILN_JWT_ISSUER", "https://kiln.local")
 KILN_JWT_AUDIENCE = env("KILN_JWT_AUDIENCE", "kiln-api")
 KILN_JWT_LEEWAY_SECONDS = min(env_int("KILN_JWT_LEEWAY_SECONDS", 10), 30)
 KILN_JWT_JWKS_CACHE_SECONDS = env_int("KILN_JWT_JWKS_CACHE_SECONDS", 300)
+
+# Login throttling (django-axes, kiln/identity/throttle.py, docs/identity.md): failed session
+# logins counted per username and per client address, each locked on its own at the limit
+# until the cool-off has passed. Bearer tokens never reach it.
+KILN_LOGIN_THROTTLE = env_bool("KILN_LOGIN_THROTTLE", True)
+KILN_LOGIN_FAILURE_LIMIT = env_int("KILN_LOGIN_FAILURE_LIMIT", 5)
+KILN_LOGIN_COOLOFF_MINUTES = env_float("KILN_LOGIN_COOLOFF_MINUTES", 15.0)
+KILN_LOGIN_PROXY_HOPS = env_int("KILN_LOGIN_PROXY_HOPS", 0)
+if KILN_LOGIN_FAILURE_LIMIT < 1:
+    raise ImproperlyConfigured("KILN_LOGIN_FAILURE_LIMIT must be at least 1")
+if not 0 < KILN_LOGIN_COOLOFF_MINUTES <= 7 * 24 * 60:
+    raise ImproperlyConfigured("KILN_LOGIN_COOLOFF_MINUTES must be above 0 and at most a week")
+if KILN_LOGIN_PROXY_HOPS < 0:
+    raise ImproperlyConfigured("KILN_LOGIN_PROXY_HOPS must be 0 or more")
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # refuses a locked-out login before the password
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_ENABLED = KILN_LOGIN_THROTTLE
+AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"  # SQLite and PostgreSQL alike
+AXES_FAILURE_LIMIT = KILN_LOGIN_FAILURE_LIMIT
+AXES_COOLOFF_TIME = timedelta(minutes=KILN_LOGIN_COOLOFF_MINUTES)
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # each one on its own, not the pair
+AXES_RESET_ON_SUCCESS = False  # one good password must not wipe an address's failures
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False  # the cool-off ends when it says
+AXES_DISABLE_ACCESS_LOG = True  # successful logins write nothing
+AXES_ENABLE_ADMIN = False  # unaudited edits; `manage.py axes_reset_username` unlocks early
+AXES_CLIENT_IP_CALLABLE = "kiln.identity.throttle.client_address"
+AXES_LOCKOUT_CALLABLE = "kiln.identity.throttle.lockout_response"
+AXES_VERBOSE = False
+AXES_SENSITIVE_PARAMETERS = ["csrfmiddlewaretoken"]  # kept masked in the stored attempt
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

@@ -182,3 +182,30 @@ def membership_remove(*, actor: Actor, membership: Membership) -> None:
         if deleted:  # not already gone with a token's claims a moment ago
             _audit_membership(actor, "kiln.membership.deleted", team, user, ADMIN_VIA)
 
+
+def login_lockout_record(
+    *, username: str, ip_address: str, failures: int | None, limit: int, cooloff_minutes: float
+) -> None:
+    """Audit that sign-in is now refused for a username or an address (`kiln.login.locked_out`).
+
+    Recorded once per lockout, when the failure that reaches the limit is counted
+    (`failures` is that count); a refusal during the cool-off (`failures` None, the
+    lockout is already on record) records nothing, so hammering a locked login
+    cannot flood the chain.
+    """
+    if failures is None:
+        return
+    username = (username or "")[:MAX_USERNAME]
+    with transaction.atomic():
+        audit.record(
+            system_actor("identity"),
+            "kiln.login.locked_out",
+            f"kiln.login:{username}",
+            {
+                "username": username,
+                "ip_address": ip_address,
+                "failures": failures,
+                "limit": limit,
+                "cooloff_minutes": cooloff_minutes,
+            },
+        )
