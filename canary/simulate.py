@@ -54,6 +54,8 @@ CLASSES: dict[str, TrafficClass] = {
         TrafficClass("low_traffic", volume=400.0, error_rate=0.02),
         TrafficClass("canary_warmup", warmup_ticks=1.5),
         TrafficClass("noisy_baseline", baseline_noise=0.35, baseline_latency_noise=0.06),
+        # 500 requests/s: enough evidence for a short rollout (demos, end-to-end benchmarks).
+        TrafficClass("high_volume", volume=30_000.0),
     )
 }
 
