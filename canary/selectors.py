@@ -119,6 +119,45 @@ def _tick_point(tick) -> dict[str, Any]:
     }
 
 
+CHANNEL_LABELS = {
+    "errors": "Error rate",
+    "median": "Median latency",
+    "tail": "Tail latency (p99.5)",
+}
+
+
+def rollout_analysis_view(rollout: Rollout) -> dict[str, Any]:
+    """The latest analysis in the shape the dashboard explains it: one row per channel."""
+    a = rollout.analysis or {}
+    rows = []
+    for ch, c in (a.get("channels") or {}).items():
+        rows.append(
+            {
+                "channel": ch,
+                "label": CHANNEL_LABELS.get(ch, ch),
+                "llr": c.get("llr"),
+                "accepted": c.get("accepted"),
+                "cusum": c.get("cusum"),
+                "ratio": c.get("ratio"),
+                "requests_needed": c.get("requests_needed"),
+                "minutes_needed": c.get("minutes_needed"),
+            }
+        )
+    return {
+        "present": bool(a),
+        "tick": a.get("tick"),
+        "llr_lower": a.get("llr_lower"),
+        "llr_upper": a.get("llr_upper"),
+        "cusum_threshold": a.get("cusum_threshold"),
+        "channels": rows,
+        "requests_needed": a.get("requests_needed"),
+        "minutes_needed": a.get("minutes_needed"),
+        "empty_ticks": a.get("empty_ticks"),
+        "max_ticks": a.get("max_ticks"),
+        "settle": a.get("settle") or "",
+    }
+
+
 def _decision_item(dec) -> dict[str, Any]:
     return {
         "id": dec.pk,

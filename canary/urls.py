@@ -9,7 +9,9 @@ app_name = "canary"
 # --- rollouts (canary/views.py, canary/api.py) ---
 urlpatterns: list = [
     path("rollouts/", views.rollout_list, name="rollout-list"),
+    path("rollouts/new/", views.rollout_new, name="rollout-new"),
     path("rollouts/<uuid:rollout_id>/", views.rollout_detail, name="rollout-detail"),
+    path("rollouts/<uuid:rollout_id>/action/", views.rollout_action, name="rollout-action"),
 ]
 api_urlpatterns: list = [
     path("canary/services/", api.ServiceListCreateApi.as_view(), name="service-list"),

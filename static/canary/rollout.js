@@ -34,7 +34,7 @@
       var def = defs[name];
       var el = document.getElementById(def.el);
       var opts = {
-        width: Math.max(320, el.clientWidth || 420),
+        width: Math.max(240, el.clientWidth || 420),
         height: 200,
         scales: { x: { time: false } },
         axes: [{ label: "tick" }, {}],
@@ -79,10 +79,30 @@
     });
   }
 
-  var STATUS_CLASS = { promoted: "ok", rolled_back: "bad", failed: "bad", running: "warn" };
+  var STATUS_CLASS = { promoted: "ok", rolled_back: "bad", failed: "bad", running: "warn", inconclusive: "held" };
+  var finished = root.dataset.finished === "true";
+  var leaving = false;  // a decision is being submitted: its own response redraws the page
+  document.querySelectorAll("form").forEach(function (f) {
+    f.addEventListener("submit", function () { leaving = true; });
+  });
 
   function showRollout(r) {
     if (!r) { return; }
+    var was = root.dataset.status;
+    if (leaving) { return; }
+    if (r.status !== was && (r.status === "inconclusive" || r.finished || was === "inconclusive")) {
+      // Held or finished brings other controls and an explanation: render the page afresh.
+      root.dataset.status = r.status;
+      window.location.reload();
+      return;
+    }
+    root.dataset.status = r.status;
+    if (r.finished) { finished = true; setStream("finished", "muted"); }
+    var needed = document.getElementById("rollout-needed");
+    if (needed && r.requests_needed) {
+      needed.textContent = "Requests still needed to promote: about " + Math.round(r.requests_needed) +
+        " canary requests (~" + r.minutes_needed + " min at current traffic).";
+    }
     var badge = document.querySelector("#rollout-status .badge");
     badge.textContent = r.status.replace("_", " ");
     badge.className = "badge " + (STATUS_CLASS[r.status] || "muted");
@@ -94,6 +114,8 @@
 
   function setStream(text, cls) {
     var el = document.getElementById("stream-state");
+    if (finished && text !== "finished") { return; }
+    if (text === "finished" && el.dataset.finished === "true") { return; }
     el.textContent = text;
     el.className = "badge " + cls;
   }
@@ -114,15 +136,24 @@
   function connect() {
     var proto = window.location.protocol === "https:" ? "wss://" : "ws://";
     var ws = new WebSocket(proto + window.location.host + root.dataset.wsPath);
-    ws.onopen = function () { retry = 500; setStream("live", "ok"); };
+    ws.onopen = function () { retry = 500; if (!finished) { setStream("live", "ok"); } };
     ws.onmessage = function (ev) { handle(JSON.parse(ev.data)); };
     ws.onclose = function () {
+      if (finished) { return; }  // nothing more will happen: no reconnecting
       setStream("reconnecting", "warn");
       setTimeout(connect, retry);
       retry = Math.min(retry * 2, 10000);
     };
   }
 
+  function fit() {
+    Object.keys(defs).forEach(function (name) {
+      var el = document.getElementById(defs[name].el);
+      charts[name].setSize({ width: Math.max(240, el.clientWidth || 320), height: 200 });
+    });
+  }
+
   build();
+  window.addEventListener("resize", fit);
   connect();
 })();

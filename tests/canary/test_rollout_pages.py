@@ -1,0 +1,167 @@
+"""Rollout pages: start from the portal, the dashboard explains the evidence, a person decides."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.urls import reverse
+
+from audit.models import OutboxEvent
+from canary import services
+from canary.models import Rollout, RolloutStatus
+from kiln.identity.permissions import PLATFORM_ADMIN, Actor
+from portal.models import Membership, Team
+from tests.canary.test_ownership_support import own_namespace
+
+pytestmark = pytest.mark.django_db
+
+ADMIN = Actor("root", roles=frozenset({PLATFORM_ADMIN}))
+
+
+@pytest.fixture
+def service():
+    team = Team.objects.create(slug="payments", name="Payments")
+    own_namespace("shop", "payments")
+    return services.service_create(
+        actor=ADMIN, team=team, name="checkout", namespace="shop", sim_traffic_class="low_traffic"
+    )
+
+
+def _login(client, name: str, role: str, team: str | None = None):
+    user = get_user_model().objects.create_user(name, password="pw-123456789")
+    user.groups.add(Group.objects.get_or_create(name=role)[0])
+    if team:
+        Membership.objects.create(user=user, team=Team.objects.get(slug=team))
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def alice(client, service):
+    return _login(client, "alice", "engineer", "payments")
+
+
+def _start_form(service, **kw):
+    form = {
+        "service": str(service.pk),
+        "baseline_version": "v1",
+        "canary_version": "v2",
+        "steps": "10, 100",
+        "ticks_per_step": 4,
+        "tick_seconds": 60,
+        "alpha": 0.001,
+        "beta": 0.05,
+        "error_ratio": 2.0,
+        "median_ratio": 1.3,
+        "tail_ratio": 1.5,
+        "max_ticks": 4,
+    }
+    form.update(kw)
+    return form
+
+
+def _held(rollout: Rollout) -> Rollout:
+    services.rollout_tick(rollout_id=rollout.pk, tick=0)
+    for tick in range(1, 5):
+        services.rollout_tick(rollout_id=rollout.pk, tick=tick)
+    rollout.refresh_from_db()
+    return rollout
+
+
+def test_an_engineer_starts_a_rollout_from_the_portal(alice, service):
+    page = alice.get(reverse("canary:rollout-new"))
+    assert page.status_code == 200 and b"Max duration" in page.content
+    response = alice.post(reverse("canary:rollout-new"), _start_form(service))
+    rollout = Rollout.objects.get()
+    assert response.status_code == 302 and response.url.endswith(f"/rollouts/{rollout.pk}/")
+    assert rollout.steps == [10, 100] and rollout.config == {"max_ticks": 4}
+    assert OutboxEvent.objects.filter(action="canary.rollout.created", actor="alice").exists()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"alpha": 0.7}, b"alpha"),
+        ({"error_ratio": 1.0}, b"design ratio"),
+        ({"max_ticks": 1, "ticks_per_step": 4}, b"max duration"),
+        ({"steps": "50, 25"}, b"increase"),
+    ],
+    ids=["alpha", "ratio", "max-duration", "steps"],
+)
+def test_impossible_settings_are_shown_on_the_form_and_nothing_starts(
+    alice, service, overrides, message
+):
+    response = alice.post(reverse("canary:rollout-new"), _start_form(service, **overrides))
+    assert response.status_code == 400 and message in response.content
+    assert Rollout.objects.count() == 0
+
+
+def test_an_inconclusive_rollout_is_shown_plainly_with_what_would_settle_it(alice, service):
+    rollout = _held(
+        services.rollout_create(actor=ADMIN, service=service, **_rollout_kwargs(service))
+    )
+    assert rollout.status == RolloutStatus.INCONCLUSIVE
+    page = alice.get(reverse("canary:rollout-detail", args=[rollout.pk])).content.decode()
+    assert "Inconclusive — held at 10%" in page
+    assert "What would settle it:" in page and "more canary requests" in page
+    for term in ("<strong>LLR</strong>", "<strong>Bounds</strong>", "<strong>CUSUM</strong>"):
+        assert term in page
+    assert "<strong>Requests still needed</strong>" in page
+    # The engineer of the team may extend, retry or abort, not promote anyway.
+    assert 'value="extend"' in page and 'value="retry"' in page and 'value="abort"' in page
+    assert 'value="promote"' not in page
+    assert 'data-finished="false"' in page
+
+
+def _rollout_kwargs(service) -> dict:
+    return {
+        "baseline_version": "v1",
+        "canary_version": "v2",
+        "steps": [10, 100],
+        "ticks_per_step": 4,
+        "config": {"max_ticks": 4},
+        "seed": 3,
+    }
+
+
+def test_the_dashboard_buttons_extend_with_a_reason_and_refuse_without(alice, service):
+    rollout = _held(
+        services.rollout_create(actor=ADMIN, service=service, **_rollout_kwargs(service))
+    )
+    url = reverse("canary:rollout-action", args=[rollout.pk])
+    alice.post(url, {"action": "extend", "reason": ""})
+    rollout.refresh_from_db()
+    assert rollout.status == RolloutStatus.INCONCLUSIVE
+    response = alice.post(url, {"action": "extend", "reason": "lunch peak", "ticks": 3})
+    assert response.status_code == 302
+    rollout.refresh_from_db()
+    assert rollout.status == RolloutStatus.RUNNING and rollout.extra_ticks == 3
+    event = OutboxEvent.objects.filter(action="canary.rollout.extended").get()
+    assert event.actor == "alice" and "lunch peak" in event.data["reason"]
+
+
+def test_an_auditor_cannot_steer_and_sees_no_buttons(client, service):
+    rollout = _held(
+        services.rollout_create(actor=ADMIN, service=service, **_rollout_kwargs(service))
+    )
+    auditor = _login(client, "dave", "auditor")
+    page = auditor.get(reverse("canary:rollout-detail", args=[rollout.pk])).content.decode()
+    assert 'id="steer"' not in page
+    auditor.post(
+        reverse("canary:rollout-action", args=[rollout.pk]), {"action": "abort", "reason": "x"}
+    )
+    rollout.refresh_from_db()
+    assert rollout.status == RolloutStatus.INCONCLUSIVE
+
+
+def test_a_finished_rollout_is_marked_finished_not_live(alice, service):
+    rollout = _held(
+        services.rollout_create(actor=ADMIN, service=service, **_rollout_kwargs(service))
+    )
+    services.rollout_abort(actor=ADMIN, rollout=rollout, reason="done")
+    page = alice.get(reverse("canary:rollout-detail", args=[rollout.pk])).content.decode()
+    assert 'data-finished="true"' in page and ">finished " in page
+    assert ">connecting<" not in page and 'id="steer"' not in page
+    listing = alice.get(reverse("canary:rollout-list") + "?status=aborted").content.decode()
+    assert "checkout" in listing
