@@ -376,17 +376,23 @@ def test_every_operation_answers_what_its_schema_says(
 @pytest.fixture(scope="module", autouse=True)
 def _summary():
     """Write the per-role summary when KILN_SCHEMATHESIS_SUMMARY names a file."""
+    started = time.perf_counter()
     yield
     target = os.environ.get("KILN_SCHEMATHESIS_SUMMARY")
     if not target or not SUMMARY:
         return
     summary = {
-        "command": "KILN_SCHEMATHESIS_SUMMARY=<file> pytest tests/kiln/test_schemathesis.py",
+        "command": "KILN_SCHEMATHESIS_SUMMARY=<file> python -m pytest tests/kiln/test_schemathesis.py",
         "schemathesis": version("schemathesis"),
         "max_examples": MAX_EXAMPLES,
         "seed": SEED,
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {"uname": " ".join(platform.uname()), "nproc": os.cpu_count()},
+        "machine": {
+            "uname": " ".join(platform.uname()),
+            "nproc": os.cpu_count(),
+            "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+        },
+        "module_seconds": round(time.perf_counter() - started, 1),
         "roles": {
             role: {
                 "operations": len(r["operations"]),
