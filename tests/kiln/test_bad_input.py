@@ -59,7 +59,10 @@ BAD_BODIES: dict[str, tuple[str | bytes, str]] = {
     "text": ("hello", "text/plain"),
     "xml": ("<a>1</a>", "application/xml"),
     "form-nul": ("reason=a%00b&name=x%00", "application/x-www-form-urlencoded"),
+    "multipart-no-boundary": ("--x\r\nbad", "multipart/form-data"),
 }
+# Odd but acceptable: Django ignores an unknown charset and reads UTF-8.
+ODD_BODIES = {"bogus-charset": ('{"reason": "x"}', "application/json; charset=no-such-codec")}
 BAD_QUERY_VALUES = {
     "huge-int": "99999999999999999999",
     "negative": "-1",
@@ -303,6 +306,10 @@ def test_no_bad_body_answers_500_on_any_api_route(route, world, admin_client):
         response = admin_client.generic("POST", path, text, content_type=content_type)
         _check(response, f"POST {path} body={label}", before, problems)
         assert response.status_code >= 400, (label, response.content[:200])
+    for label, (text, content_type) in ODD_BODIES.items():
+        before = _state()
+        response = admin_client.generic("POST", path, text, content_type=content_type)
+        _check(response, f"POST {path} body={label}", before, problems)
     for field in base:
         for label, value in BAD_VALUES.items():
             before = _state()
