@@ -11,6 +11,8 @@ from typing import Any
 
 def record(actor: Any, action: str, target: Any, data: dict[str, Any] | None = None):
     """Write an audit event to the outbox in the caller's transaction; see `audit.services.record`."""
+    # Imported here, not at the top: Django imports this package while it loads the apps,
+    # before models may be imported, and audit.services imports the models.
     from audit.services import record as _record
 
     return _record(actor, action, target, data)

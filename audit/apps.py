@@ -8,6 +8,7 @@ class AuditConfig(AppConfig):
     verbose_name = "Audit"
 
     def ready(self) -> None:
+        # Imported once the app registry is ready (the runtime imports models), as Django asks.
         from audit import runtime
         from kiln import health, standalone
 

@@ -8,25 +8,43 @@ starts after it, and a burst of commits costs one task instead of one each.
 Beat runs the same task every KILN_AUDIT_SWEEP_SECONDS, and the writer sweeps
 too, so an event whose wake-up was lost (broker down) is published by the next
 sweep.
+
+The task is enqueued by name (`send_task`): the task module calls the relay
+service, which records nothing, and this module is imported by `record()`, so
+naming the task keeps the recording path free of an import of the tasks.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 
+import redis
 from django.conf import settings
-from django.db import connection
+from django.db import transaction
 
-from audit.topic import TopicUnavailable
+from kiln.celery import app
 
 log = logging.getLogger("kiln.audit.relay")
 
+RELAY_TASK = "audit.tasks.relay_outbox"
 # A queued wake-up that never started (worker gone) stops suppressing new ones after this.
 WAKE_CLAIM_MS = 5000
 
 _wake = threading.Event()
 _inprocess = threading.Event()  # set while the in-process relay thread runs
+
+
+def wake_on_commit() -> None:
+    """Wake the relay once the caller's transaction commits: one wake-up per transaction.
+
+    A wake-up registered earlier in this transaction is still in the connection's
+    commit hooks unless a savepoint rollback discarded it; then it is registered again.
+    """
+    hooks = transaction.get_connection().run_on_commit
+    if not any(hook[1] is wake for hook in hooks):
+        transaction.on_commit(wake)
 
 
 def wake() -> None:
@@ -37,9 +55,7 @@ def wake() -> None:
     if not settings.KILN_AUDIT_RELAY_ON_COMMIT or not _claim_wake():
         return
     try:
-        from audit.tasks import relay_outbox
-
-        relay_outbox.apply_async(retry=False)
+        app.send_task(RELAY_TASK, retry=False)
     except Exception as exc:  # noqa: BLE001 - broker down: the periodic sweep publishes later
         log.warning("audit relay wake-up not enqueued (%s); the sweep will publish", exc)
 
@@ -48,20 +64,10 @@ def _wake_key() -> str:
     return f"{settings.KILN_AUDIT_STREAM}:relay-wake"
 
 
-def _redis():
-    global _client, _client_url
-    import redis
-
-    if _client is None or _client_url != settings.REDIS_URL:
-        _client = redis.Redis.from_url(
-            settings.REDIS_URL, socket_timeout=1, socket_connect_timeout=1
-        )
-        _client_url = settings.REDIS_URL
-    return _client
-
-
-_client = None
-_client_url: str | None = None
+@functools.cache
+def _redis(url: str) -> redis.Redis:
+    """One client per Redis URL (settings may change in tests)."""
+    return redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
 
 
 def _claim_wake() -> bool:
@@ -69,7 +75,7 @@ def _claim_wake() -> bool:
     if not settings.REDIS_URL:
         return True
     try:
-        return bool(_redis().set(_wake_key(), b"1", nx=True, px=WAKE_CLAIM_MS))
+        return bool(_redis(settings.REDIS_URL).set(_wake_key(), b"1", nx=True, px=WAKE_CLAIM_MS))
     except Exception:  # noqa: BLE001 - Redis trouble: enqueue anyway, the broker decides
         return True
 
@@ -79,34 +85,25 @@ def release_wake() -> None:
     if not settings.REDIS_URL:
         return
     try:
-        _redis().delete(_wake_key())
+        _redis(settings.REDIS_URL).delete(_wake_key())
     except Exception as exc:  # noqa: BLE001 - the claim expires by itself
         log.warning("audit relay wake-up claim not released (%s)", exc)
 
 
-def run_inprocess(stop: threading.Event) -> None:
-    """The relay loop of standalone mode: publish on wake-up or every sweep interval."""
-    from audit.services import relay_publish
-
+def inprocess_started() -> None:
+    """The in-process relay loop runs (standalone): wake-ups go to it instead of Celery."""
     _inprocess.set()
-    _wake.set()  # publish at once on start
-    first = True  # the in-process stream starts empty: what was published before a restart is gone
-    try:
-        while not stop.is_set():
-            _wake.wait(settings.KILN_AUDIT_SWEEP_SECONDS)
-            _wake.clear()
-            if stop.is_set():
-                break
-            try:
-                relay_publish(republish_all=first)
-                first = False
-            except TopicUnavailable as exc:
-                log.warning("audit topic unavailable: %s", exc)
-            except Exception:  # noqa: BLE001 - keep relaying; the error is logged with its trace
-                log.exception("audit relay failed; retrying at the next sweep")
-    finally:
-        _inprocess.clear()
-        connection.close()
+
+
+def wait_inprocess(timeout: float) -> None:
+    """The in-process relay loop waits here for a wake-up (or the sweep interval)."""
+    _wake.wait(timeout)
+    _wake.clear()
+
+
+def inprocess_stopped() -> None:
+    """The in-process relay loop ended: wake-ups go to Celery again."""
+    _inprocess.clear()
 
 
 def stop_inprocess() -> None:

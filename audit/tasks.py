@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from audit.relay import release_wake
+from audit.relay import RELAY_TASK, release_wake
 from audit.services import relay_publish
 from audit.topic import TopicUnavailable
 
 
 @shared_task(
-    name="audit.tasks.relay_outbox",
+    name=RELAY_TASK,
     autoretry_for=(TopicUnavailable,),
     retry_backoff=1,
     retry_backoff_max=60,

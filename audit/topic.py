@@ -11,6 +11,7 @@ import threading
 from collections import OrderedDict
 from typing import Protocol
 
+import redis
 from django.conf import settings
 
 
@@ -50,8 +51,6 @@ class RedisStreamTopic:
     """A Redis stream (XADD) read through a consumer group (XREADGROUP, XACK, XAUTOCLAIM)."""
 
     def __init__(self, url: str, name: str, group: str) -> None:
-        import redis
-
         self.name, self.group = name, group
         self._redis_errors = (redis.ConnectionError, redis.TimeoutError)
         self.client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=10)
@@ -60,8 +59,6 @@ class RedisStreamTopic:
     def _ensure_group(self) -> None:
         if self._group_ready:
             return
-        import redis
-
         try:
             self.client.xgroup_create(self.name, self.group, id="0", mkstream=True)
         except redis.ResponseError as exc:
@@ -70,8 +67,6 @@ class RedisStreamTopic:
         self._group_ready = True
 
     def _call(self, fn, *args, **kwargs):
-        import redis
-
         try:
             try:
                 return fn(*args, **kwargs)

@@ -19,6 +19,7 @@ from django.utils import timezone
 from audit import chain, notes
 from audit.anchors import configured_anchors
 from audit.models import ChainEvent, Checkpoint
+from audit.services import public_key_path, signing_key
 
 FETCH = 20000
 COPY_BATCH = 256  # COPY rows split at once: small enough to stay in the CPU cache
@@ -133,8 +134,6 @@ def _copy_batch(blocks: list[bytes]) -> tuple[list[list], bytes]:
 
 def load_public_key(path: str | Path | None = None) -> tuple[str, notes.Ed25519PublicKey]:
     """The checkpoint verifier key (file with a verifier key line or an Ed25519 PEM public key)."""
-    from audit.services import public_key_path, signing_key
-
     key_path = Path(path) if path else public_key_path()
     if path is None and not key_path.exists():
         signing_key()  # dev: create the key pair, which writes the public key file

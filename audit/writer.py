@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, connection, transaction
 
 from audit import services
 from audit.topic import Topic, TopicUnavailable, get_topic
@@ -124,8 +124,6 @@ class AuditWriter:
     def _append(self, messages) -> None:
         if self.batch_pause:
             # Fault drills: widen the window in which a killed writer has an uncommitted batch.
-            from django.db import transaction
-
             with transaction.atomic():
                 result = services.chain_append(messages, role=self.role)
                 time.sleep(self.batch_pause)

@@ -10,12 +10,8 @@ from audit.services.appending import (
     signing_key,
 )
 from audit.services.operations import export_create, roles_setup, verification_run_store
-from audit.services.recording import (
-    actor_name,
-    record,
-    relay_publish,
-    target_name,
-)
+from audit.services.recording import actor_name, record, target_name
+from audit.services.relaying import relay_publish
 
 __all__ = [
     "AppendResult",

@@ -16,6 +16,7 @@ from django.utils import timezone
 from prometheus_client import Counter
 
 from audit import chain, notes
+from audit.anchors import configured_anchors
 from audit.models import ChainEvent, Checkpoint, OutboxEvent
 from audit.topic import Message
 
@@ -201,8 +202,6 @@ def public_key_path() -> Path:
 
 def checkpoint_create(*, force: bool = False) -> Checkpoint | None:
     """Sign the current head and store it (and push it to the anchors), unless already covered."""
-    from audit.anchors import configured_anchors
-
     head_seq, head_hash = chain_head()
     if head_seq == 0:
         return None

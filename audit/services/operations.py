@@ -7,12 +7,15 @@ import re
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
 from audit.models import VerificationRun
+from audit.selectors import export_segment
 from audit.services.recording import record
 from kiln.errors import InvalidInput
+from kiln.identity.permissions import system_actor
 
 log = logging.getLogger("kiln.audit")
 
@@ -29,8 +32,6 @@ def verification_run_store(
     message: str,
 ) -> VerificationRun:
     """Store the outcome of a chain verification, audited."""
-    from kiln.identity.permissions import system_actor
-
     with transaction.atomic():
         run = VerificationRun.objects.create(
             started_at=started_at,
@@ -117,8 +118,6 @@ def roles_setup(*, writer_role: str, app_role: str) -> list[str]:
         done.append(
             f"{writer_role}: SELECT, INSERT on the chain; {app_role}: SELECT only (database {database})"
         )
-        from kiln.identity.permissions import system_actor
-
         record(
             system_actor("audit-setup"),
             "audit.roles.configured",
@@ -130,8 +129,6 @@ def roles_setup(*, writer_role: str, app_role: str) -> list[str]:
 
 def export_create(*, actor: Any, since: datetime | None, until: datetime | None, fmt: str):
     """Choose the segment to export and record who exported what (`audit.export.created`)."""
-    from audit.selectors import export_segment
-
     segment = export_segment(since, until)
     with transaction.atomic():
         record(
@@ -151,8 +148,6 @@ def export_create(*, actor: Any, since: datetime | None, until: datetime | None,
 
 def _roles_create_on_server(roles: tuple[str, ...]) -> list[str]:
     """Create missing roles through the server's `postgres` database (no grants)."""
-    import psycopg
-
     db = connection.settings_dict
     done = []
     with psycopg.connect(

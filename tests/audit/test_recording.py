@@ -161,9 +161,9 @@ def test_the_relay_sweep_is_scheduled_and_the_task_relays(settings):
 def _relay_hooks() -> int:
     from django.db import connection
 
-    from audit.services.recording import _notify_relay
+    from audit.relay import wake
 
-    return sum(1 for item in connection.run_on_commit if item[1] is _notify_relay)
+    return sum(1 for item in connection.run_on_commit if item[1] is wake)
 
 
 def test_one_relay_wake_up_per_transaction_and_again_after_a_savepoint_rollback():
@@ -213,7 +213,7 @@ def test_nul_in_actor_is_refused_by_the_database_and_records_nothing():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_prepared_insert_survives_rollbacks_and_reconnects(settings):
+def test_recording_survives_rollbacks_and_reconnects_and_maps_database_errors(settings):
     from django.db import IntegrityError, connection
 
     settings.KILN_AUDIT_RELAY_ON_COMMIT = False
@@ -235,3 +235,21 @@ def test_the_prepared_insert_survives_rollbacks_and_reconnects(settings):
         "env:after-rollback",
     ]
     OutboxEvent.objects.all().delete()
+
+
+def test_an_outbox_row_written_before_data_jcs_existed_is_chained_with_canonical_data():
+    from datetime import UTC, datetime
+
+    OutboxEvent.objects.create(
+        recorded_at=datetime(2026, 1, 1, tzinfo=UTC),
+        actor="alice",
+        action="portal.environment.approved",
+        target="env:old",
+        data={"b": [1, 2.5], "a": "ü"},
+    )
+    record("alice", "portal.environment.approved", "env:new", {"n": 1})
+    assert drain()["appended"] == 2
+    assert list(ChainEvent.objects.values_list("target", "data")) == [
+        ("env:old", '{"a":"ü","b":[1,2.5]}'),
+        ("env:new", '{"n":1}'),
+    ]

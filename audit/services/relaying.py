@@ -1,0 +1,84 @@
+"""Relaying: publishing committed outbox rows to the audit topic (the relay task and sweeps)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from audit import chain
+from audit.models import OutboxEvent
+from audit.topic import get_topic
+
+RELAY_BATCH = 1000
+
+
+def relay_publish(*, max_events: int | None = None, republish_all: bool = False) -> int:
+    """Publish pending outbox rows to the audit topic; returns how many were published.
+
+    A row is pending until published, and published rows are published again
+    after KILN_AUDIT_REPUBLISH_SECONDS if still not chained (the writer deletes
+    rows it chained), so a stream lost with Redis loses nothing. Raises
+    TopicUnavailable when Redis is down; the rows then stay pending. `republish_all`
+    publishes every unchained row now (an in-process topic that started empty).
+    """
+    topic = get_topic()
+    total = 0
+    # Fixed for the whole call, so rows published by this call are never picked up again by it.
+    cutoff = timezone.now() - timedelta(
+        seconds=0 if republish_all else settings.KILN_AUDIT_REPUBLISH_SECONDS
+    )
+    while max_events is None or total < max_events:
+        limit = RELAY_BATCH if max_events is None else min(RELAY_BATCH, max_events - total)
+        now = timezone.now()
+        with transaction.atomic():
+            rows = _pending_outbox(cutoff, limit)
+            if not rows:
+                break
+            topic.publish(_payloads(rows))
+            OutboxEvent.objects.filter(id__in=[row[0] for row in rows]).update(published_at=now)
+        total += len(rows)
+        if len(rows) < limit:
+            break
+    return total
+
+
+def _pending_outbox(cutoff: datetime, limit: int) -> list[tuple]:
+    """Rows to publish, oldest first, locked; concurrent relays skip each other's rows
+    (SKIP LOCKED on PostgreSQL; SQLite has one writer at a time anyway)."""
+    return list(
+        OutboxEvent.objects.select_for_update(skip_locked=True)
+        .filter(Q(published_at__isnull=True) | Q(published_at__lt=cutoff))
+        .order_by("id")
+        .values_list(
+            "id", "event_id", "recorded_at", "actor", "action", "target", "data_jcs", "trace_id"
+        )[:limit]
+    )
+
+
+def _payloads(rows: list[tuple]) -> list[bytes]:
+    """The rows as stream entries: each event's fields as the chain hashes them."""
+    # Rows recorded before `data_jcs` existed carry only `data`: canonicalise it here.
+    legacy = [row[0] for row in rows if not row[6]]
+    stored = (
+        dict(OutboxEvent.objects.filter(id__in=legacy).values_list("id", "data")) if legacy else {}
+    )
+    return [
+        json.dumps(
+            {
+                "event_id": str(event_id),
+                "recorded_at": chain.format_time(recorded_at),
+                "actor": actor,
+                "action": action,
+                "target": target,
+                "data": data_jcs or chain.canonical_data(stored[id_]),
+                "trace_id": trace_id,
+            },
+            ensure_ascii=False,
+        ).encode("utf-8")
+        for id_, event_id, recorded_at, actor, action, target, data_jcs, trace_id in rows
+    ]
