@@ -107,6 +107,29 @@ def test_audit_bench_gives_up_when_its_writer_never_chains(settings, tmp_path):
     assert elapsed < 60
 
 
+@pytest.mark.django_db(transaction=True)
+def test_audit_bench_still_reports_a_run_that_finishes_within_its_timeout(settings, tmp_path):
+    from json import loads
+
+    from tests.audit.conftest import subprocess_env, wipe_chain
+
+    settings.KILN_AUDIT_SIGNING_KEY = str(tmp_path / "audit" / "key.pem")
+    settings.KILN_AUDIT_ANCHORS = f"dir:{tmp_path / 'anchor'}"
+    env = subprocess_env(settings, KILN_VAR_DIR=str(tmp_path))
+    try:
+        result = subprocess.run(
+            [sys.executable, "manage.py", "audit_bench", "--events", "40", "--recorders", "1",
+             "--per-tx", "10", "--timeout", "60", "--json"],
+            env=env, cwd=ROOT, capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
+    finally:
+        wipe_chain()
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = loads(result.stdout.strip().splitlines()[-1])
+    assert report["events"] == 40 and report["verify_ok"] is True
+    assert report["chain_length"] >= 40
+
+
 def test_wait_until_fails_fast_when_the_awaited_process_is_gone():
     from django.core.management.base import CommandError
 
