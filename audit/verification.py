@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import re
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -12,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.conf import settings
-from django.db import DatabaseError, connection, transaction
+from django.db import connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
@@ -22,7 +21,6 @@ from audit.models import ChainEvent, Checkpoint
 from audit.services import public_key_path, signing_key
 
 FETCH = 20000
-COPY_BATCH = 256  # COPY rows split at once: small enough to stay in the CPU cache
 
 PG_SELECT = (
     "SELECT seq, event_id::text, "
@@ -48,88 +46,16 @@ def _sqlite_row(row: tuple) -> tuple:
 def iter_rows(first: int = 1, last: int | None = None) -> Iterator[list[tuple]]:
     """Chain rows in seq order, in chunks, as the tuples `chain.verify_rows` reads.
 
-    PostgreSQL reads through a server-side cursor; call inside transaction.atomic().
+    Read through Django's chunked (on PostgreSQL server-side) cursor, so a long chain
+    is never held in memory at once; call inside transaction.atomic().
     """
     where = " WHERE seq >= %s" + ("" if last is None else " AND seq <= %s") + " ORDER BY seq"
     params = [first] if last is None else [first, last]
-    if connection.vendor == "postgresql":
-        connection.ensure_connection()
-        with connection.connection.cursor(name=f"audit_rows_{uuid.uuid4().hex[:8]}") as cursor:
-            cursor.itersize = FETCH
-            cursor.execute(PG_SELECT + where, params)
-            while True:
-                chunk = cursor.fetchmany(FETCH)
-                if not chunk:
-                    return
-                yield chunk
-    else:
-        with connection.cursor() as cursor:
-            cursor.execute(SQLITE_SELECT + where, params)
-            while True:
-                chunk = cursor.fetchmany(FETCH)
-                if not chunk:
-                    return
-                yield [_sqlite_row(r) for r in chunk]
-
-
-_COPY_ESCAPE = re.compile(r"\\(?:([0-7]{1,3})|x([0-9a-fA-F]{1,2})|(.))")
-_COPY_CHARS = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v"}
-
-
-def _copy_unescape_match(m: re.Match) -> str:
-    if m.group(1):
-        return chr(int(m.group(1), 8))
-    if m.group(2):
-        return chr(int(m.group(2), 16))
-    return _COPY_CHARS.get(m.group(3), m.group(3))
-
-
-def copy_unescape(field: str) -> str:
-    """Undo PostgreSQL COPY text-format escaping (backslash sequences) of one field."""
-    return _COPY_ESCAPE.sub(_copy_unescape_match, field)
-
-
-def iter_rows_copy(first: int = 1, last: int | None = None) -> Iterator[list[tuple]]:
-    """Like `iter_rows`, streamed with COPY ... TO STDOUT on PostgreSQL: the cheapest way to move
-    a whole table to the client (text format: a row per line, tab-separated, and only fields
-    holding a backslash need unescaping). Other databases fall back to `iter_rows`."""
-    if connection.vendor != "postgresql":
-        yield from iter_rows(first, last)
-        return
-    where = f" WHERE seq >= {int(first)}" + ("" if last is None else f" AND seq <= {int(last)}")
-    sql = f"COPY ({PG_SELECT}{where} ORDER BY seq) TO STDOUT"
-    connection.ensure_connection()
-    with connection.connection.cursor() as cursor, cursor.copy(sql) as copy:
-        # COPY hands over about a row per block: gather FETCH blocks, then split them at once.
-        blocks: list[bytes] = [b""]  # what is left of the previous batch (a partial row)
-        for block in copy:
-            blocks.append(bytes(block))
-            if len(blocks) > COPY_BATCH:
-                batch, rest = _copy_batch(blocks)
-                blocks = [rest]
-                if batch:
-                    yield batch
-        batch, rest = _copy_batch(blocks)
-        if batch:
-            yield batch
-    if rest:
-        raise DatabaseError("COPY output ended inside a row")
-
-
-def _copy_batch(blocks: list[bytes]) -> tuple[list[list], bytes]:
-    """The whole COPY text lines among `blocks` as rows, and the bytes after the last line."""
-    data = b"".join(blocks)
-    cut = data.rfind(b"\n")  # split on bytes: a block may end inside a UTF-8 character
-    if cut < 0:
-        return [], data
-    text = data[:cut].decode("utf-8")
-    batch = [line.split("\t") for line in text.split("\n")]
-    escaped = "\\" in text
-    for fields in batch:
-        if escaped and any("\\" in f for f in fields):
-            fields[:] = [copy_unescape(f) for f in fields]
-        fields[0] = int(fields[0])
-    return batch, data[cut + 1 :]
+    postgresql = connection.vendor == "postgresql"
+    with connection.chunked_cursor() as cursor:
+        cursor.execute((PG_SELECT if postgresql else SQLITE_SELECT) + where, params)
+        while chunk := cursor.fetchmany(FETCH):
+            yield chunk if postgresql else [_sqlite_row(r) for r in chunk]
 
 
 def load_public_key(path: str | Path | None = None) -> tuple[str, notes.Ed25519PublicKey]:
@@ -213,7 +139,7 @@ def verify_segment(first: int, last: int | None, expected: dict[int, str]) -> Se
     first_seq = first_prev = None
     problem = None
     with transaction.atomic():
-        for chunk in iter_rows_copy(first, last):
+        for chunk in iter_rows(first, last):
             if first_seq is None and chunk:
                 first_seq, first_prev = chunk[0][0], chunk[0][8]
             state, problem = chain.verify_rows(

@@ -196,16 +196,3 @@ def test_canonical_data_of_the_standard_library_path_and_the_rest_agree_with_rfc
 def test_canonical_data_refuses_lone_surrogates_and_non_string_keys(data):
     with pytest.raises(chain.CanonicalError):
         chain.canonical_data(data)
-
-
-def test_copy_batches_split_rows_only_at_line_ends_even_inside_a_utf8_character():
-    from audit.verification import _copy_batch
-
-    row1 = "1\tid\tt\tbjörn\\ttab\ta\tx\t{}\t\tp\th\n".encode()
-    row2 = "2\tid\tt\tzoë\ta\tx\t{}\t\tp\th\n".encode()
-    cut = row2.index("ë".encode()) + 1  # inside the two-byte character
-    batch, rest = _copy_batch([b"", row1, row2[:cut]])
-    assert batch == [[1, "id", "t", "björn\ttab", "a", "x", "{}", "", "p", "h"]]
-    assert rest == row2[:cut]
-    batch, rest = _copy_batch([rest, row2[cut:]])
-    assert batch == [[2, "id", "t", "zoë", "a", "x", "{}", "", "p", "h"]] and rest == b""
