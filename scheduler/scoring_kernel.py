@@ -12,10 +12,12 @@ Kept for two measured targets (docs/scheduler.md): the extender's HTTP p99 <= 10
 at 12,477 nodes, and the replay of parts 0-13 of the Google trace in <= 120 s
 per run (about 560 s per run with numpy calls per placement).
 
-Callers name the rows to look at: `filter_at` and `score_at` take a matrix
-and positions into it. The extender passes its candidates' rows and every
-position (`filter_rows`, `score_rows`); the replay passes its whole cluster
-and the machines kube-scheduler's sampling picked (`scheduler/replay/placement.py`).
+Both callers hand over the rows to look at, one per node: the extender its
+candidates' rows (`filter_rows`, `score_rows`), the replay the machines
+kube-scheduler's sampling picked, gathered into a buffer inside its compiled
+placement step (`scheduler/replay/placement.py` calls `filter_all`/`score_all`).
+Gathering costs the replay a copy of 9 numbers per sampled machine; indexing
+through a positions array instead made the extender's score pass 1.5x slower.
 """
 
 from __future__ import annotations
@@ -42,9 +44,6 @@ from scheduler.scoring import (
     Weights,
 )
 
-# Columns of a row (scoring.NodeArrays.COLUMNS).
-ALLOC_CPU, ALLOC_MEM, ALLOC_GPU, REQ_CPU, REQ_MEM, REQ_GPU, PRICE, INTERRUPTION, SPOT = range(9)
-
 
 @njit(cache=True, nogil=True, inline="always")
 def _max(a, b):  # pragma: no cover - compiled
@@ -57,70 +56,27 @@ def _min(a, b):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _reason(rows, m, cpu, mem, gpu, latency):  # pragma: no cover - compiled
-    """`scoring.filter_nodes` for row m: the strongest reason wins (spot, zero capacity, cpu, memory, GPUs)."""
-    if latency and rows[m, SPOT] > 0.5:
-        return REASON_SPOT_LATENCY_SENSITIVE
-    if rows[m, ALLOC_CPU] <= 0 or rows[m, ALLOC_MEM] <= 0:
-        return REASON_ZERO_CAPACITY
-    if rows[m, REQ_CPU] + cpu > rows[m, ALLOC_CPU]:
-        return REASON_INSUFFICIENT_CPU
-    if rows[m, REQ_MEM] + mem > rows[m, ALLOC_MEM]:
-        return REASON_INSUFFICIENT_MEMORY
-    if gpu > 0 and rows[m, REQ_GPU] + gpu > rows[m, ALLOC_GPU]:
-        return REASON_INSUFFICIENT_GPU
-    return FIT
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _pod_cost(rows, m, price, cpu, mem, gpu):  # pragma: no cover - compiled
-    """`scoring.cost_term`'s pod cost on feasible row m: price times the pod's dominant share."""
-    if not (cpu > 0 or mem > 0 or gpu > 0):
-        return price  # a pod asking for nothing is compared on the node price alone
-    share = _max(cpu / rows[m, ALLOC_CPU], mem / rows[m, ALLOC_MEM])
-    if gpu > 0:
-        share = _max(share, gpu / rows[m, ALLOC_GPU])
-    return price * share
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _packing(rows, m, cpu, mem, gpu):  # pragma: no cover - compiled
-    """`scoring.packing_term` (with `balance_after` and the GPU-stranding factor) for feasible row m."""
-    f_cpu = _min((rows[m, REQ_CPU] + cpu) / rows[m, ALLOC_CPU], 1.0)
-    f_mem = _min((rows[m, REQ_MEM] + mem) / rows[m, ALLOC_MEM], 1.0)
+def _balance(f_cpu, f_mem):  # pragma: no cover - compiled
+    """`scoring.balance_after`: the smaller share left over the larger (1 when nothing is left)."""
     left_cpu = 1.0 - f_cpu
     left_mem = 1.0 - f_mem
     most = _max(left_cpu, left_mem)
-    balance = _min(left_cpu, left_mem) / most if most > 0 else 1.0
-    gpus = rows[m, ALLOC_GPU]
-    if gpu > 0:
-        fill = (f_cpu + f_mem + _min((rows[m, REQ_GPU] + gpu) / gpus, 1.0)) / 3.0
-        return 0.5 * fill + 0.5 * balance
-    packing = 0.5 * ((f_cpu + f_mem) * 0.5) + 0.5 * balance
-    if gpus > 0:
-        stranded = _min(_max(gpus - rows[m, REQ_GPU], 0.0) / gpus, 1.0)
-        packing = packing * (1.0 - stranded)
-    return packing
+    return _min(left_cpu, left_mem) / most if most > 0 else 1.0
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _risk(rows, m, restart):  # pragma: no cover - compiled
-    """`scoring.risk_term` for row m: interruption likelihood (worst if unknown) times restart cost."""
-    likelihood = rows[m, INTERRUPTION]
-    if likelihood != likelihood:
-        likelihood = UNKNOWN_SPOT_LIKELIHOOD
-    risk = _min(_max(likelihood, 0.0), 1.0) * (1.0 if rows[m, SPOT] > 0.5 else 0.0)
-    risk *= restart
-    return risk
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _node_score(cheapest, cost, packing, risk, w_cost, w_packing, w_risk):  # pragma: no cover
-    """`scoring.score_nodes` for one feasible node: the weighted terms as an integer in 0..10."""
+def _node_score(
+    cheapest, cost, packing, likelihood, spot, restart, w_cost, w_packing, w_risk
+):  # pragma: no cover - compiled
+    """`scoring.score_nodes` for one feasible node: cost, packing and risk weighted into 0..10."""
     if cheapest > 0:
         cost_score = cheapest / cost
     else:
         cost_score = 1.0 if cost <= 0 else 0.0  # free capacity: free nodes best, priced ones 0
+    if likelihood != likelihood:
+        likelihood = UNKNOWN_SPOT_LIKELIHOOD
+    risk = _min(_max(likelihood, 0.0), 1.0) * (1.0 if spot > 0.5 else 0.0)
+    risk *= restart
     total = w_cost * cost_score
     total += w_packing * _max(packing, 0.0)
     total += w_risk * (1.0 - risk)
@@ -131,72 +87,96 @@ def _node_score(cheapest, cost, packing, risk, w_cost, w_packing, w_risk):  # pr
 
 
 @njit(cache=True, nogil=True)
-def filter_at(rows, at, count, usable, unusable, cpu, mem, gpu, latency, out):  # pragma: no cover
-    """out[k] = the filter reason of row at[k] for k < count; `unusable` where usable[k] is false."""
-    for k in range(count):
-        out[k] = _reason(rows, at[k], cpu, mem, gpu, latency) if usable[k] else unusable
+def filter_all(rows, usable, unusable, cpu, mem, gpu, latency, out):  # pragma: no cover
+    """`scoring.filter_nodes` per row into out; the strongest reason wins; `unusable` where not usable."""
+    for i in range(rows.shape[0]):
+        alloc_cpu = rows[i, 0]
+        alloc_mem = rows[i, 1]
+        if not usable[i]:
+            reason = unusable
+        elif latency and rows[i, 8] > 0.5:
+            reason = REASON_SPOT_LATENCY_SENSITIVE
+        elif alloc_cpu <= 0 or alloc_mem <= 0:
+            reason = REASON_ZERO_CAPACITY
+        elif rows[i, 3] + cpu > alloc_cpu:
+            reason = REASON_INSUFFICIENT_CPU
+        elif rows[i, 4] + mem > alloc_mem:
+            reason = REASON_INSUFFICIENT_MEMORY
+        elif gpu > 0 and rows[i, 5] + gpu > rows[i, 2]:
+            reason = REASON_INSUFFICIENT_GPU
+        else:
+            reason = FIT
+        out[i] = reason
 
 
 @njit(cache=True, nogil=True)
-def score_at(
-    rows, at, count, reasons, cpu, mem, gpu, w_cost, w_packing, w_risk, restart, out
+def score_all(
+    rows, reasons, cpu, mem, gpu, w_cost, w_packing, w_risk, restart, out
 ):  # pragma: no cover - compiled
-    """out[k] = the score (0..10) of row at[k], 0 where reasons[k] is not FIT; -> best FIT score, -1 if none.
+    """`scoring.score_nodes` per row into out (0 where the reason is not FIT); -> best FIT score, -1 if none.
 
     Cost is compared over the feasible rows only; an unpriced row costs the
-    highest price among the rows looked at (1.0 if none is priced).
+    highest price among all rows (1.0 if none is priced), as `effective_prices`.
     """
+    n = rows.shape[0]
     feasible = 0
     fallback = -np.inf
-    for k in range(count):
-        out[k] = 0
-        price = rows[at[k], PRICE]
+    for i in range(n):
+        out[i] = 0
+        price = rows[i, 6]
         if price == price:
             fallback = _max(fallback, price)
-        if reasons[k] == FIT:
+        if reasons[i] == FIT:
             feasible += 1
     if feasible == 0:
         return -1
     if fallback == -np.inf:
         fallback = 1.0
+    asks = cpu > 0 or mem > 0 or gpu > 0
+    # Pass 1 (cost_term): each feasible node's pod cost, the price of the share it takes.
+    costs = np.empty(n)
     cheapest = np.inf
     first = True
-    for k in range(count):
-        if reasons[k] == FIT:
-            m = at[k]
-            price = rows[m, PRICE]
-            cost = _pod_cost(rows, m, price if price == price else fallback, cpu, mem, gpu)
-            cheapest = cost if first else _min(cheapest, cost)
-            first = False
+    for i in range(n):
+        if reasons[i] != FIT:
+            continue
+        price = rows[i, 6]
+        if price != price:
+            price = fallback
+        if asks:
+            share = _max(cpu / rows[i, 0], mem / rows[i, 1])
+            if gpu > 0:
+                share = _max(share, gpu / rows[i, 2])
+            cost = price * share
+        else:
+            cost = price  # a pod asking for nothing is compared on the node price alone
+        costs[i] = cost
+        cheapest = cost if first else _min(cheapest, cost)
+        first = False
+    # Pass 2 (packing_term, then the weighted score): half fill, half balance, GPU stranding.
     best = -1
-    for k in range(count):
-        if reasons[k] == FIT:
-            m = at[k]
-            price = rows[m, PRICE]
-            cost = _pod_cost(rows, m, price if price == price else fallback, cpu, mem, gpu)
-            score = _node_score(
-                cheapest,
-                cost,
-                _packing(rows, m, cpu, mem, gpu),
-                _risk(rows, m, restart),
-                w_cost,
-                w_packing,
-                w_risk,
-            )
-            out[k] = score
-            best = max(best, score)
+    for i in range(n):
+        if reasons[i] != FIT:
+            continue
+        f_cpu = _min((rows[i, 3] + cpu) / rows[i, 0], 1.0)
+        f_mem = _min((rows[i, 4] + mem) / rows[i, 1], 1.0)
+        balance = _balance(f_cpu, f_mem)
+        gpus = rows[i, 2]
+        if gpu > 0:
+            fill = (f_cpu + f_mem + _min((rows[i, 5] + gpu) / gpus, 1.0)) / 3.0
+            packing = 0.5 * fill + 0.5 * balance
+        else:
+            packing = 0.5 * ((f_cpu + f_mem) * 0.5) + 0.5 * balance
+            if gpus > 0:
+                stranded = _min(_max(gpus - rows[i, 5], 0.0) / gpus, 1.0)
+                packing = packing * (1.0 - stranded)
+        score = _node_score(
+            cheapest, costs[i], packing, rows[i, 7], rows[i, 8], restart, w_cost, w_packing, w_risk
+        )
+        out[i] = score
+        if score > best:
+            best = score
     return best
-
-
-_positions = np.arange(0, dtype=np.int64)
-
-
-def all_positions(n: int) -> np.ndarray:
-    """0, 1, ..., at least n-1: every row of a matrix, as positions for `filter_at`/`score_at`."""
-    global _positions
-    if _positions.shape[0] < n:
-        _positions = np.arange(max(n, 2 * _positions.shape[0]), dtype=np.int64)
-    return _positions
 
 
 def is_latency_sensitive(workload_class: str) -> bool:
@@ -218,9 +198,7 @@ def filter_rows(
     if usable is None:
         usable = np.ones(n, dtype=np.bool_)
     latency = is_latency_sensitive(pod.workload_class)
-    filter_at(
-        rows, all_positions(n), n, usable, unusable, pod.cpu, pod.memory, pod.gpu, latency, out
-    )
+    filter_all(rows, usable, unusable, pod.cpu, pod.memory, pod.gpu, latency, out)
     return out
 
 
@@ -230,10 +208,8 @@ def score_rows(
     """`scoring.score_nodes` over rows: int64 scores in [0, 10], 0 where the reason is not FIT."""
     n = rows.shape[0]
     out = np.empty(n, dtype=np.int64)
-    score_at(
+    score_all(
         rows,
-        all_positions(n),
-        n,
         reasons,
         pod.cpu,
         pod.memory,

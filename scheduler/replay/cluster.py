@@ -196,6 +196,7 @@ class Placer:
         # Buffers of the compiled step, allocated once per run.
         self._state = np.zeros(2, dtype=np.int64)
         self._sample = np.empty(n, dtype=np.int64)
+        self._rows = np.empty_like(cluster.matrix)
         self._usable = np.ones(n, dtype=np.bool_)
         self._reasons = np.empty(n, dtype=np.int8)
         self._score = np.empty(n, dtype=np.int64)
@@ -278,6 +279,7 @@ class Placer:
             w.risk,
             self._restart[klass],
             self._sample,
+            self._rows,
             self._usable,
             self._reasons,
             self._score,

@@ -4,8 +4,8 @@ Same rules and arithmetic as `Placer.choose_reference` (the numpy reference:
 kube-scheduler's sampling plus `kubedefault.default_scores` or
 `scoring.filter_nodes`/`scoring.score_nodes`), one node at a time and only over
 the sampled machines. Kiln's filter and score are not written here: `choose`
-calls the extender's compiled kernel (`scoring_kernel.filter_at`/`score_at`) on
-the sampled rows. Ties are returned as a candidate list so the caller draws from
+gathers the sampled machines' rows and calls the extender's compiled kernel
+(`scoring_kernel.filter_all`/`score_all`) on them. Ties are returned as a candidate list so the caller draws from
 its own random generator.
 """
 
@@ -18,7 +18,7 @@ from numba import njit
 
 from scheduler.kubedefault import MAX_NODE_SCORE
 from scheduler.scoring import FIT
-from scheduler.scoring_kernel import filter_at, score_at
+from scheduler.scoring_kernel import filter_all, score_all
 
 BLOCK_SHIFT = 6  # machines are grouped in blocks of 64 for the fit scan
 BLOCK = 1 << BLOCK_SHIFT
@@ -142,6 +142,7 @@ def choose(
     w_risk,
     restart,
     sample,
+    rows,
     usable,
     reasons,
     score,
@@ -151,7 +152,8 @@ def choose(
 
     score_cpu/score_mem are what the default scorer counts (non-zero defaults applied);
     state[0] is the next start index, state[1] counts kiln's retries (both updated).
-    `usable` is all true (every sampled machine is a candidate for Kiln's filter).
+    `rows` is a buffer for the sampled machines' rows; `usable` is all true (every
+    sampled machine is a candidate for Kiln's filter).
     When Kiln's filter rejects the whole sample, the pod is retried from the next
     start index, unless every machine that fits was seen or none of them is on-demand.
     """
@@ -163,20 +165,12 @@ def choose(
         if count == 0:
             return 0
         if kiln:
-            filter_at(matrix, sample, count, usable, 0, cpu, mem, 0.0, latency, reasons)
-            best = score_at(
-                matrix,
-                sample,
-                count,
-                reasons,
-                cpu,
-                mem,
-                0.0,
-                w_cost,
-                w_packing,
-                w_risk,
-                restart,
-                score,
+            for k in range(count):
+                rows[k] = matrix[sample[k]]
+            sampled = rows[:count]
+            filter_all(sampled, usable, 0, cpu, mem, 0.0, latency, reasons)
+            best = score_all(
+                sampled, reasons, cpu, mem, 0.0, w_cost, w_packing, w_risk, restart, score
             )
             if best < 0:
                 if count < need:

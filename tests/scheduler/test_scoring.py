@@ -381,27 +381,23 @@ def test_property_cheaper_node_never_scores_lower(rows, pick, discount, pod, wei
     pod_strategy,
     weights_strategy,
 )
-def test_property_kernel_over_chosen_positions_equals_the_reference_over_those_rows(
+def test_property_kernel_over_sampled_rows_equals_the_reference_and_names_the_best_score(
     rows, picks, pod, weights
 ):
-    """The replay hands the kernel its whole cluster and the sampled positions (repeats allowed):
-    the reasons and scores are the reference's over exactly those rows, in that order."""
-    matrix = cluster_from(rows)
-    at = np.array([p % len(rows) for p in picks], dtype=np.int64)
-    count = len(at)
+    """The replay gathers the machines its sampling picked (repeats allowed) and hands the kernel
+    those rows: reasons and scores are the reference's, and the best FIT score comes back
+    (-1 when nothing fits), which is what the replay's candidates are chosen by."""
+    cluster = cluster_from(rows)
+    sampled = cluster[[p % len(rows) for p in picks]]
     latency = scoring_kernel.is_latency_sensitive(pod.workload_class)
-    reasons = np.empty(count, dtype=np.int8)
-    usable = np.ones(count, dtype=np.bool_)
-    scoring_kernel.filter_at(
-        matrix, at, count, usable, 0, pod.cpu, pod.memory, pod.gpu, latency, reasons
-    )
-    sampled = NodeArrays.from_matrix(matrix[at])
-    assert reasons.tolist() == scoring.filter_nodes(sampled, pod).tolist()
-    scores = np.empty(count, dtype=np.int64)
-    best = scoring_kernel.score_at(
-        matrix,
-        at,
-        count,
+    reasons = np.empty(len(sampled), dtype=np.int8)
+    usable = np.ones(len(sampled), dtype=np.bool_)
+    scoring_kernel.filter_all(sampled, usable, 0, pod.cpu, pod.memory, pod.gpu, latency, reasons)
+    nodes = NodeArrays.from_matrix(sampled)
+    assert reasons.tolist() == scoring.filter_nodes(nodes, pod).tolist()
+    scores = np.empty(len(sampled), dtype=np.int64)
+    best = scoring_kernel.score_all(
+        sampled,
         reasons,
         pod.cpu,
         pod.memory,
@@ -412,7 +408,7 @@ def test_property_kernel_over_chosen_positions_equals_the_reference_over_those_r
         scoring_kernel.restart_cost(pod.workload_class),
         scores,
     )
-    expected = scoring.score_nodes(sampled, pod, weights, reasons)
+    expected = scoring.score_nodes(nodes, pod, weights, reasons)
     assert scores.tolist() == expected.tolist()
     feasible = reasons == FIT
     assert best == (int(expected[feasible].max()) if feasible.any() else -1)
