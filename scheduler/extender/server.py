@@ -30,6 +30,7 @@ class CoalescingTransport:
         self._held: bytes | None = None
 
     def write(self, data: bytes) -> None:
+        """Send data, together with a held write if there is one; hold it if it is small."""
         if self._held is not None:
             held, self._held = self._held, None
             self._transport.writelines((held, data))
@@ -40,6 +41,7 @@ class CoalescingTransport:
             self._transport.write(data)
 
     def writelines(self, chunks: Any) -> None:
+        """Send the chunks as one write."""
         self.write(b"".join(chunks))
 
     def flush(self) -> None:
@@ -50,10 +52,12 @@ class CoalescingTransport:
                 self._transport.write(held)
 
     def write_eof(self) -> None:
+        """Send a held write, then end the stream."""
         self.flush()
         self._transport.write_eof()
 
     def close(self) -> None:
+        """Send a held write, then close the transport."""
         self.flush()
         self._transport.close()
 
@@ -65,5 +69,6 @@ class ExtenderHttpProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol, sending each response with one socket write."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        """Set up the connection as uvicorn does, writing through a `CoalescingTransport`."""
         super().connection_made(transport)
         self.transport = CoalescingTransport(transport, self.loop)  # type: ignore[assignment]

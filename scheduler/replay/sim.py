@@ -134,6 +134,7 @@ def run_replay(
     next_report = progress_every
 
     def apply_machines_until(t: int) -> None:
+        """Apply the machine events up to time t (ADD, UPDATE, REMOVE), counting disrupted tasks."""
         nonlocal j
         changed = False
         while j < m_count and m_time[j] <= t:
