@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import update_wrapper
 
 from django.contrib import admin
+from django.contrib.admin import helpers
+from django.core.exceptions import BadRequest, ValidationError
 from django.http import HttpRequest
 
 from kiln.identity import permissions
 from kiln.identity.permissions import Actor
+from kiln.params import column_range
 
 
 def admin_actor(request: HttpRequest) -> Actor:
@@ -28,6 +32,34 @@ class KilnAdminSite(admin.AdminSite):
         if not (user.is_active and user.is_authenticated):
             return False
         return permissions.can_use_admin(admin_actor(request), is_staff=user.is_staff)
+
+    def admin_view(self, view, cacheable: bool = False):
+        """Every admin view, with the selected rows of a changelist action checked first:
+        Django filters `pk__in` with whatever was posted, and a value the primary key cannot
+        hold ("abc", 2**64) raised there, a 500. Here it is a 400."""
+        model_admin = getattr(view, "__self__", None)
+        model = getattr(model_admin, "model", None)
+
+        def checked(request: HttpRequest, *args, **kwargs):
+            if model is not None and request.method == "POST":
+                selected_pks_check(model, request.POST.getlist(helpers.ACTION_CHECKBOX_NAME))
+            return view(request, *args, **kwargs)
+
+        checked = update_wrapper(checked, view)
+        return super().admin_view(checked, cacheable)
+
+
+def selected_pks_check(model, values: list[str]) -> None:
+    """BadRequest unless every value is a primary key `model`'s column can hold."""
+    pk = model._meta.pk
+    bounds = column_range(pk.get_internal_type())
+    for value in values:
+        try:
+            key = pk.to_python(value)
+        except ValidationError as exc:
+            raise BadRequest(f"{value[:40]!r} is not an id of a {model._meta.verbose_name}") from exc
+        if bounds is not None and not bounds[0] <= key <= bounds[1]:
+            raise BadRequest(f"{value[:40]!r} is not an id of a {model._meta.verbose_name}")
 
 
 Predicate = Callable[[Actor], bool]

@@ -74,7 +74,7 @@ class ParamError(ValueError):
 
 def _check_text(value: str, name: str, max_length: int) -> None:
     if len(value) > max_length:
-        raise ParamError(name, f"at most {max_length} characters", allowed=f"≤{max_length} chars")
+        raise ParamError(name, f"is longer than {max_length} characters", allowed=f"≤{max_length} chars")
     if "\x00" in value:
         raise ParamError(name, "must not contain NUL characters")
     if any("\ud800" <= ch <= "\udfff" for ch in value):

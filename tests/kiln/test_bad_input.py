@@ -435,3 +435,33 @@ def test_no_bad_form_answers_500_on_any_page(route, world, admin_session):
             response = admin_session.post(path, {**valid, field: value})
             _check(response, f"POST {path} {field}={label}", before, problems)
     assert problems == []
+
+
+ADMIN_CHANGELISTS = [
+    "/admin/portal/environment/", "/admin/portal/team/", "/admin/portal/membership/",
+    "/admin/audit/chainevent/", "/admin/scheduler/node/", "/admin/auth/user/", "/admin/auth/group/",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("path", ADMIN_CHANGELISTS)
+def test_admin_changelists_refuse_bad_selected_ids_and_queries(path, world, admin_session):
+    """A changelist action posts `_selected_action` ids; ones no primary key can hold are a 400
+    (Django filtered with them and raised), and bad search or filter values are never a 500."""
+    problems: list[str] = []
+    for action in ("approve_selected", "reject_selected", "delete_selected"):
+        for bad in ("abc", "99999999999999999999", "\x00", "1.5"):
+            before = _state()
+            response = admin_session.post(
+                path, {"action": action, "_selected_action": [bad], "index": "0", "post": "yes"}
+            )
+            _check(response, f"POST {path} {action} {bad!r}", before, problems)
+            if response.status_code != 400:
+                problems.append(f"POST {path} {action} {bad!r}: {response.status_code}")
+    for query in (
+        {"q": "x" * 5000}, {"q": "a\x00"}, {"p": "99999999999999999999"}, {"o": "99"},
+        {"team__id__exact": "99999999999999999999"}, {"created_at__gte": "2026-02-30"},
+        {"id__in": "1,abc"}, {"e": "1"},
+    ):  # fmt: skip
+        response = admin_session.get(path, query)
+        _check(response, f"GET {path}?{query}", None, problems)
+    assert problems == []
