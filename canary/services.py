@@ -59,8 +59,6 @@ from kiln.errors import (
 )
 from kiln.identity.permissions import (
     Actor,
-    can_analyze_rollout,
-    can_decide_rollout,
     can_manage_rollout,
     can_promote_rollout,
     system_actor,
@@ -364,8 +362,6 @@ def _decide(
     statistics: dict[str, Any] | None = None,
 ) -> RolloutDecision:
     """Record a state-changing decision: route traffic, store it, audit it, broadcast it."""
-    if not can_decide_rollout(actor, kind):
-        raise Forbidden(f"{actor} may not record a {kind} decision on a rollout")
     from_weight = rollout.weight
     if to_weight != from_weight or kind == "started":
         _route(rollout, to_weight, subsets=kind == "started")
@@ -397,15 +393,12 @@ def _decide(
     return decision
 
 
-def rollout_tick(*, rollout_id: Any, tick: int, actor: Actor = ANALYZER) -> str:
+def rollout_tick(*, rollout_id: Any, tick: int) -> str:
     """Run analysis tick `tick` (0 starts the rollout); a repeat or stale tick is a no-op.
 
     Idempotent per tick number: the rollout row is locked and `ticks_done` must be
-    `tick - 1`, so a redelivered or duplicated task changes nothing. Only the canary
-    analyzer (`rollout.analyze`) runs ticks.
+    `tick - 1`, so a redelivered or duplicated task changes nothing.
     """
-    if not can_analyze_rollout(actor):
-        raise Forbidden(f"{actor} may not analyse rollouts")
     with tracer("kiln.canary").start_as_current_span(
         "canary.rollout.tick", attributes={"kiln.rollout": str(rollout_id), "kiln.tick": tick}
     ):
@@ -421,19 +414,19 @@ def rollout_tick(*, rollout_id: Any, tick: int, actor: Actor = ANALYZER) -> str:
             if tick == 0:
                 if rollout.status != RolloutStatus.PENDING:
                     return "duplicate"
-                return _start(rollout, actor)
+                return _start(rollout)
             if rollout.status != RolloutStatus.RUNNING or rollout.ticks_done != tick - 1:
                 return "duplicate"
-            return _analyse(rollout, tick, actor)
+            return _analyse(rollout, tick)
 
 
-def _start(rollout: Rollout, actor: Actor) -> str:
+def _start(rollout: Rollout) -> str:
     service = rollout.service
     refusal = ownership_refusal(service.team.slug, service.namespace, service.host)
     if refusal is not None:
         # The namespace changed hands since the rollout was created: route nothing there.
         _transition(rollout, RolloutStatus.FAILED)
-        _decide(rollout, actor=actor, kind="failed", to_weight=0, reason=refusal)
+        _decide(rollout, actor=ANALYZER, kind="failed", to_weight=0, reason=refusal)
         rollout.save()
         _after_commit(rollout, countdown=None)
         return "failed"
@@ -441,7 +434,7 @@ def _start(rollout: Rollout, actor: Actor) -> str:
     first = analysis_steps(rollout)[0][0]
     _decide(
         rollout,
-        actor=actor,
+        actor=ANALYZER,
         kind="started",
         to_weight=first,
         reason=f"canary {rollout.canary_version} receives {first}% of traffic",
@@ -452,7 +445,7 @@ def _start(rollout: Rollout, actor: Actor) -> str:
     return "started"
 
 
-def _analyse(rollout: Rollout, tick: int, actor: Actor) -> str:
+def _analyse(rollout: Rollout, tick: int) -> str:
     from canary.metrics import read_windows
 
     cfg = analysis_config(rollout)
@@ -485,7 +478,7 @@ def _analyse(rollout: Rollout, tick: int, actor: Actor) -> str:
     summary = _stat_summary(stats)
     rollout.analysis = summary
     record(
-        actor,
+        ANALYZER,
         "canary.tick.decided",
         rollout,
         {
@@ -503,7 +496,7 @@ def _analyse(rollout: Rollout, tick: int, actor: Actor) -> str:
         _transition(rollout, RolloutStatus.ROLLED_BACK)
         _decide(
             rollout,
-            actor=actor,
+            actor=ANALYZER,
             kind="rolled_back",
             to_weight=0,
             reason=decision.reason,
@@ -513,7 +506,7 @@ def _analyse(rollout: Rollout, tick: int, actor: Actor) -> str:
         _transition(rollout, RolloutStatus.PROMOTED)
         _decide(
             rollout,
-            actor=actor,
+            actor=ANALYZER,
             kind="promoted",
             to_weight=100,
             reason=decision.reason,
@@ -524,7 +517,7 @@ def _analyse(rollout: Rollout, tick: int, actor: Actor) -> str:
         _transition(rollout, RolloutStatus.INCONCLUSIVE)
         _decide(
             rollout,
-            actor=actor,
+            actor=ANALYZER,
             kind="inconclusive",
             to_weight=rollout.weight,
             reason=" ".join(p for p in (decision.reason + ".", decision.settle) if p),
@@ -536,7 +529,7 @@ def _analyse(rollout: Rollout, tick: int, actor: Actor) -> str:
         if next_weight != rollout.weight:
             _decide(
                 rollout,
-                actor=actor,
+                actor=ANALYZER,
                 kind="step_advanced",
                 to_weight=next_weight,
                 reason=f"no regression after {tick - rollout.analysis_start} ticks: "
