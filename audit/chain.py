@@ -25,6 +25,11 @@ import rfc8785
 
 GENESIS_HASH = "0" * 64
 KEYS = ("action", "actor", "data", "event_id", "recorded_at", "seq", "target", "trace_id")
+# A stored (and exported) entry, in this order: the tuples `verify_rows` reads.
+ROW_COLUMNS = (
+    "seq", "event_id", "recorded_at", "actor", "action", "target", "data", "trace_id",
+    "prev_hash", "hash",
+)  # fmt: skip
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 TRACE_ID = re.compile(r"^([0-9a-f]{32})?$")
 MAX_SAFE_INTEGER = 2**53 - 1  # RFC 8785 numbers are IEEE 754 doubles
@@ -113,19 +118,8 @@ def entry_bytes(
     ).encode()
 
 
-def entry_hash(
-    prev_hash: str,
-    seq: int,
-    event_id: str,
-    recorded_at: str,
-    actor: str,
-    action: str,
-    target: str,
-    data_jcs: str,
-    trace_id: str,
-) -> str:
-    """SHA-256(prev_hash hex ASCII || JCS(entry)) as 64 lowercase hex digits."""
-    body = entry_bytes(seq, event_id, recorded_at, actor, action, target, data_jcs, trace_id)
+def entry_hash(prev_hash: str, body: bytes) -> str:
+    """SHA-256(prev_hash hex ASCII || `body`, the entry's `entry_bytes`) as 64 lowercase hex digits."""
     return hashlib.sha256(prev_hash.encode("ascii") + body).hexdigest()
 
 
@@ -167,9 +161,8 @@ def build_entries(
     seq, prev = head_seq, head_hash
     for event_id, recorded_at, actor, action, target, data_jcs, trace_id in events:
         seq += 1
-        digest = entry_hash(
-            prev, seq, event_id, recorded_at, actor, action, target, data_jcs, trace_id
-        )
+        body = entry_bytes(seq, event_id, recorded_at, actor, action, target, data_jcs, trace_id)
+        digest = entry_hash(prev, body)
         yield Entry(
             seq, event_id, recorded_at, actor, action, target, data_jcs, trace_id, prev, digest
         )
@@ -250,10 +243,8 @@ def _row_problem(st: VerifyState, expected: dict[int, str], row: tuple) -> Probl
                 f"inserted: seq {seq} links to seq {seq - 2}, so seq {seq - 1} is not the original entry",
             )
         return Problem(seq, f"prev_hash does not link to the hash of seq {seq - 1}")
-    if (
-        entry_hash(prev_hash, seq, event_id, recorded_at, actor, action, target, data, trace_id)
-        != digest
-    ):
+    body = entry_bytes(seq, event_id, recorded_at, actor, action, target, data, trace_id)
+    if entry_hash(prev_hash, body) != digest:
         return Problem(seq, "contents do not match the stored hash (edited or swapped)")
     if seq in expected and expected[seq] != digest:
         return Problem(seq, f"hash differs from the checkpoint signed at size {seq}")

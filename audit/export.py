@@ -15,20 +15,7 @@ from audit import chain
 from audit.selectors import Segment
 from audit.verification import iter_rows
 
-CSV_COLUMNS = (
-    "type",
-    "seq",
-    "event_id",
-    "recorded_at",
-    "actor",
-    "action",
-    "target",
-    "data",
-    "trace_id",
-    "prev_hash",
-    "hash",
-    "note",
-)
+CSV_COLUMNS = ("type", *chain.ROW_COLUMNS, "note")
 
 
 def _header(segment: Segment | None, since: datetime | None, until: datetime | None) -> dict:

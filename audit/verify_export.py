@@ -31,6 +31,12 @@ class ExportReport:
         return str(self.problem) if self.problem else f"intact: {self.checked} entries"
 
 
+def _event_row(fields: dict, seq: int, data: str) -> tuple:
+    """An exported entry as the row `chain.verify_rows` reads; `data` is its canonical text."""
+    given = {**fields, "seq": seq, "data": data}
+    return tuple(given[column] for column in chain.ROW_COLUMNS)
+
+
 def _read(path: Path) -> tuple[dict, list[tuple], list[tuple[int, str]]]:
     """Header, entry rows and (size, note) checkpoints of a JSONL or CSV export."""
     text = path.read_text(encoding="utf-8")
@@ -46,39 +52,13 @@ def _read(path: Path) -> tuple[dict, list[tuple], list[tuple[int, str]]]:
             if kind == "header":
                 header = doc
             elif kind == "event":
-                rows.append(
-                    (
-                        doc["seq"],
-                        doc["event_id"],
-                        doc["recorded_at"],
-                        doc["actor"],
-                        doc["action"],
-                        doc["target"],
-                        chain.canonical_data(doc["data"]),
-                        doc["trace_id"],
-                        doc["prev_hash"],
-                        doc["hash"],
-                    )
-                )
+                rows.append(_event_row(doc, doc["seq"], chain.canonical_data(doc["data"])))
             elif kind == "checkpoint":
                 cps.append((int(doc["size"]), doc["note"]))
         return header, rows, cps
     for rec in csv.DictReader(text.splitlines(keepends=True)):
         if rec["type"] == "event":
-            rows.append(
-                (
-                    int(rec["seq"]),
-                    rec["event_id"],
-                    rec["recorded_at"],
-                    rec["actor"],
-                    rec["action"],
-                    rec["target"],
-                    rec["data"],
-                    rec["trace_id"],
-                    rec["prev_hash"],
-                    rec["hash"],
-                )
-            )
+            rows.append(_event_row(rec, int(rec["seq"]), rec["data"]))
         elif rec["type"] == "checkpoint":
             cps.append((int(rec["seq"]), rec["note"]))
     return header, rows, cps

@@ -171,10 +171,7 @@ def _insert(entries: list[chain.Entry]) -> None:
     )
 
 
-_COPY_CHAIN = (
-    "COPY audit_chainevent (seq, event_id, recorded_at, actor, action, target, data, trace_id, "
-    "prev_hash, hash) FROM STDIN"
-)
+_COPY_CHAIN = f"COPY audit_chainevent ({', '.join(chain.ROW_COLUMNS)}) FROM STDIN"
 
 
 # --- checkpoints ---------------------------------------------------------------------------
