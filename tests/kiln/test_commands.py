@@ -45,13 +45,45 @@ def test_kiln_token_prints_a_token_the_api_accepts(jwt_keys):
     assert abs(claims["iat"] - time.time()) < 5
 
 
+@pytest.mark.django_db
+def test_kiln_token_teams_puts_a_teams_list_that_becomes_memberships(jwt_keys):
+    from kiln.identity.services import user_from_claims
+
+    for slug in ("payments", "search"):
+        Team.objects.create(slug=slug, name=slug)
+    token = run_kiln_token(
+        "--sub", "dana", "--roles", "engineer", "--teams", "payments, search,payments"
+    )
+    claims = verify(token, jwt_keys["jwks_path"])
+    assert claims["teams"] == ["payments", "search"]  # order kept, the repeat dropped
+    assert "team" not in claims
+    user = user_from_claims(claims)
+    assert sorted(Membership.objects.filter(user=user).values_list("team__slug", flat=True)) == [
+        "payments",
+        "search",
+    ]
+
+
+def test_kiln_token_without_teams_has_no_teams_claim(jwt_keys):
+    token = run_kiln_token("--sub", "erin", "--roles", "engineer", "--team", "payments")
+    assert "teams" not in verify(token, jwt_keys["jwks_path"])
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--roles", "wizard"], "unknown role(s) wizard"),
+        (
+            ["--roles", "engineer", "--teams", "payments,Not_A_Slug"],
+            "Not_A_Slug is not a team slug",
+        ),
+        (
+            ["--roles", "engineer", "--teams", ",".join(f"t{i}" for i in range(101))],
+            "at most 100 teams",
+        ),
         (["--roles", "engineer", "--ttl", "0"], "ttl must be positive"),
     ],
-    ids=["unknown-role", "zero-ttl"],
+    ids=["unknown-role", "bad-team-slug", "too-many-teams", "zero-ttl"],
 )
 def test_kiln_token_refuses_bad_input(args, message):
     with pytest.raises(CommandError, match=message.replace("(", r"\(").replace(")", r"\)")):
