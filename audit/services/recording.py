@@ -81,17 +81,17 @@ def _insert_outbox(values: tuple) -> None:
     280 us an INSERT cost per event (docs/audit.md, "Measured choices").
     """
     with suppress_instrumentation(), connection.cursor() as cursor:
-        cursor.execute(_INSERT_OUTBOX, _db_values(values))
+        cursor.execute(INSERT_OUTBOX, outbox_values(values))
 
 
 _COLUMNS = ("event_id", "recorded_at", "actor", "action", "target", "data", "data_jcs", "trace_id")
-_INSERT_OUTBOX = (
+INSERT_OUTBOX = (
     f"INSERT INTO audit_outboxevent ({', '.join(_COLUMNS)}) "  # noqa: S608 - fixed column names
     f"VALUES ({', '.join(['%s'] * len(_COLUMNS))})"
 )
 
 
-def _db_values(values: tuple) -> list:
+def outbox_values(values: tuple) -> list:
     """The outbox row's values as the database takes them, adapted by the model's own fields.
 
     `data` is passed as its canonical JSON text, which both databases take for a JSON column.
