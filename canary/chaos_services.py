@@ -59,7 +59,13 @@ from kiln.errors import (
     KilnError,
     Unavailable,
 )
-from kiln.identity.permissions import Actor, can_run_chaos, system_actor
+from kiln.identity.permissions import (
+    Actor,
+    can_control_chaos,
+    can_revert_fault,
+    can_run_chaos,
+    system_actor,
+)
 
 log = logging.getLogger("kiln.chaos")
 
@@ -337,6 +343,8 @@ def experiment_end(
         # Lease first, then experiment: the same lock order as fault_inject.
         ChaosLease.objects.select_for_update().filter(pk=experiment_id).first()
         exp = ChaosExperiment.objects.select_related("team").get(pk=experiment_id)
+        if not can_revert_fault(actor, exp.team.slug):
+            raise Forbidden(f"{actor} may not end experiments of team {exp.team.slug}")
         if exp.is_terminal:
             return False
         _transition(exp, to, actor=actor, reason=reason)
@@ -374,6 +382,14 @@ def experiment_abort(
 
 # --- leases ----------------------------------------------------------------------------------
 
+CONTROLLER = system_actor("chaos-controller")
+
+
+def _need_control(actor: Actor) -> None:
+    """Leases and injection are the chaos controller's job alone (`chaos.control`)."""
+    if not can_control_chaos(actor):
+        raise Forbidden(f"{actor} may not hold chaos leases or inject faults")
+
 
 def _kube_lease(exp_id: Any) -> actuators.KubernetesLease | None:
     """The coordination.k8s.io/v1 Lease mirroring the database lease, on the kubernetes backend."""
@@ -405,9 +421,10 @@ def kube_api_client() -> Any:
 
 
 def fault_lease_acquire(
-    *, experiment_id: Any, holder: str, now: datetime | None = None
+    *, experiment_id: Any, holder: str, now: datetime | None = None, actor: Actor = CONTROLLER
 ) -> int | None:
     """Take the lease if free or lapsed (CAS on resource_version); returns the new term or None."""
+    _need_control(actor)
     now = now or timezone.now()
     exp = ChaosExperiment.objects.get(pk=experiment_id)
     timings = timings_of(exp)
@@ -445,7 +462,7 @@ def fault_lease_acquire(
                 transaction.set_rollback(True)
                 return None
         record(
-            system_actor("chaos-controller"),
+            actor,
             "canary.lease.acquired",
             exp,
             {"holder": holder, "previous_holder": lease.holder, "term": term},
@@ -454,9 +471,15 @@ def fault_lease_acquire(
 
 
 def fault_lease_renew(
-    *, experiment_id: Any, holder: str, term: int, now: datetime | None = None
+    *,
+    experiment_id: Any,
+    holder: str,
+    term: int,
+    now: datetime | None = None,
+    actor: Actor = CONTROLLER,
 ) -> bool:
     """Renew the lease if `holder` still holds term `term`; False once it is lost."""
+    _need_control(actor)
     now = now or timezone.now()
     with transaction.atomic():
         won = ChaosLease.objects.filter(pk=experiment_id, holder=holder, transitions=term).update(
@@ -483,8 +506,11 @@ def fault_lease_renew(
     return True
 
 
-def fault_lease_release(*, experiment_id: Any, holder: str, term: int) -> bool:
+def fault_lease_release(
+    *, experiment_id: Any, holder: str, term: int, actor: Actor = CONTROLLER
+) -> bool:
     """Give the lease up (after reverting); audited. False if it was not held."""
+    _need_control(actor)
     with transaction.atomic():
         won = ChaosLease.objects.filter(pk=experiment_id, holder=holder, transitions=term).update(
             holder="", renewed_at=None, resource_version=F("resource_version") + 1
@@ -499,7 +525,7 @@ def fault_lease_release(*, experiment_id: Any, holder: str, term: int) -> bool:
                 log.warning("could not delete the Kubernetes Lease of %s", experiment_id)
         exp = ChaosExperiment.objects.get(pk=experiment_id)
         record(
-            system_actor("chaos-controller"),
+            actor,
             "canary.lease.released",
             exp,
             {"holder": holder, "term": term},
@@ -529,9 +555,10 @@ def _planned_refs(spec: actuators.FaultSpec, token: int) -> list[dict[str, Any]]
 
 
 def fault_inject(
-    *, experiment_id: Any, holder: str, term: int, backend: Any = None
+    *, experiment_id: Any, holder: str, term: int, backend: Any = None, actor: Actor = CONTROLLER
 ) -> ChaosInjection:
     """Apply the fault under the lease term `term`; idempotent for the same holder and term."""
+    _need_control(actor)
     backend = delivery_backend(backend)
     with transaction.atomic():
         lease = ChaosLease.objects.select_for_update().get(pk=experiment_id)
@@ -568,7 +595,7 @@ def fault_inject(
     except Exception as exc:
         fault_revert(
             injection_id=injection.pk,
-            actor=system_actor("chaos-controller"),
+            actor=actor,
             reason="inject failed",
             backend=backend,
         )
@@ -585,7 +612,7 @@ def fault_inject(
         )
         if marked:
             record(
-                system_actor("chaos-controller"),
+                actor,
                 "canary.fault.injected",
                 exp,
                 {
@@ -608,7 +635,9 @@ def fault_inject(
 
 def fault_revert(*, injection_id: int, actor: Any, reason: str, backend: Any = None) -> bool:
     """Remove an injection's objects and mark it reverted; idempotent (False if already reverted)."""
-    injection = ChaosInjection.objects.select_related("experiment").get(pk=injection_id)
+    injection = ChaosInjection.objects.select_related("experiment__team").get(pk=injection_id)
+    if not can_revert_fault(actor, injection.experiment.team.slug):
+        raise Forbidden(f"{actor} may not revert faults of team {injection.experiment.team.slug}")
     if injection.reverted_at is not None:
         return False
     actuators.revert(delivery_backend(backend), injection.applied)

@@ -59,6 +59,8 @@ from kiln.errors import (
 )
 from kiln.identity.permissions import (
     Actor,
+    can_analyze_rollout,
+    can_decide_rollout,
     can_manage_rollout,
     can_promote_rollout,
     system_actor,
@@ -362,6 +364,8 @@ def _decide(
     statistics: dict[str, Any] | None = None,
 ) -> RolloutDecision:
     """Record a state-changing decision: route traffic, store it, audit it, broadcast it."""
+    if not can_decide_rollout(actor, kind):
+        raise Forbidden(f"{actor} may not record a {kind} decision on a rollout")
     from_weight = rollout.weight
     if to_weight != from_weight or kind == "started":
         _route(rollout, to_weight, subsets=kind == "started")
@@ -393,12 +397,15 @@ def _decide(
     return decision
 
 
-def rollout_tick(*, rollout_id: Any, tick: int) -> str:
+def rollout_tick(*, rollout_id: Any, tick: int, actor: Actor = ANALYZER) -> str:
     """Run analysis tick `tick` (0 starts the rollout); a repeat or stale tick is a no-op.
 
     Idempotent per tick number: the rollout row is locked and `ticks_done` must be
-    `tick - 1`, so a redelivered or duplicated task changes nothing.
+    `tick - 1`, so a redelivered or duplicated task changes nothing. Only the canary
+    analyzer (`rollout.analyze`) runs ticks.
     """
+    if not can_analyze_rollout(actor):
+        raise Forbidden(f"{actor} may not analyse rollouts")
     with tracer("kiln.canary").start_as_current_span(
         "canary.rollout.tick", attributes={"kiln.rollout": str(rollout_id), "kiln.tick": tick}
     ):
@@ -414,19 +421,19 @@ def rollout_tick(*, rollout_id: Any, tick: int) -> str:
             if tick == 0:
                 if rollout.status != RolloutStatus.PENDING:
                     return "duplicate"
-                return _start(rollout)
+                return _start(rollout, actor)
             if rollout.status != RolloutStatus.RUNNING or rollout.ticks_done != tick - 1:
                 return "duplicate"
-            return _analyse(rollout, tick)
+            return _analyse(rollout, tick, actor)
 
 
-def _start(rollout: Rollout) -> str:
+def _start(rollout: Rollout, actor: Actor) -> str:
     service = rollout.service
     refusal = ownership_refusal(service.team.slug, service.namespace, service.host)
     if refusal is not None:
         # The namespace changed hands since the rollout was created: route nothing there.
         _transition(rollout, RolloutStatus.FAILED)
-        _decide(rollout, actor=ANALYZER, kind="failed", to_weight=0, reason=refusal)
+        _decide(rollout, actor=actor, kind="failed", to_weight=0, reason=refusal)
         rollout.save()
         _after_commit(rollout, countdown=None)
         return "failed"
@@ -434,7 +441,7 @@ def _start(rollout: Rollout) -> str:
     first = analysis_steps(rollout)[0][0]
     _decide(
         rollout,
-        actor=ANALYZER,
+        actor=actor,
         kind="started",
         to_weight=first,
         reason=f"canary {rollout.canary_version} receives {first}% of traffic",
@@ -445,7 +452,7 @@ def _start(rollout: Rollout) -> str:
     return "started"
 
 
-def _analyse(rollout: Rollout, tick: int) -> str:
+def _analyse(rollout: Rollout, tick: int, actor: Actor) -> str:
     from canary.metrics import read_windows
 
     cfg = analysis_config(rollout)
@@ -478,7 +485,7 @@ def _analyse(rollout: Rollout, tick: int) -> str:
     summary = _stat_summary(stats)
     rollout.analysis = summary
     record(
-        ANALYZER,
+        actor,
         "canary.tick.decided",
         rollout,
         {
@@ -496,7 +503,7 @@ def _analyse(rollout: Rollout, tick: int) -> str:
         _transition(rollout, RolloutStatus.ROLLED_BACK)
         _decide(
             rollout,
-            actor=ANALYZER,
+            actor=actor,
             kind="rolled_back",
             to_weight=0,
             reason=decision.reason,
@@ -506,7 +513,7 @@ def _analyse(rollout: Rollout, tick: int) -> str:
         _transition(rollout, RolloutStatus.PROMOTED)
         _decide(
             rollout,
-            actor=ANALYZER,
+            actor=actor,
             kind="promoted",
             to_weight=100,
             reason=decision.reason,
@@ -517,7 +524,7 @@ def _analyse(rollout: Rollout, tick: int) -> str:
         _transition(rollout, RolloutStatus.INCONCLUSIVE)
         _decide(
             rollout,
-            actor=ANALYZER,
+            actor=actor,
             kind="inconclusive",
             to_weight=rollout.weight,
             reason=" ".join(p for p in (decision.reason + ".", decision.settle) if p),
@@ -529,7 +536,7 @@ def _analyse(rollout: Rollout, tick: int) -> str:
         if next_weight != rollout.weight:
             _decide(
                 rollout,
-                actor=ANALYZER,
+                actor=actor,
                 kind="step_advanced",
                 to_weight=next_weight,
                 reason=f"no regression after {tick - rollout.analysis_start} ticks: "

@@ -9,7 +9,8 @@ from django.db import transaction
 from django.utils import timezone
 
 import audit
-from kiln.errors import InvalidInput
+from kiln.errors import Forbidden, InvalidInput
+from kiln.identity.permissions import can_store_replay, can_sync_nodes
 from scheduler import selectors
 from scheduler.models import (
     CAPACITY_TYPE_LABEL,
@@ -94,6 +95,8 @@ def _upsert(
 
 def node_sync(*, actor: Any, source: str, observed: list[ObservedNode]) -> SyncResult:
     """Make the source's nodes match `observed` (create, update, delete) and audit what changed."""
+    if not can_sync_nodes(actor):
+        raise Forbidden(f"{actor} may not write the node inventory")
     _validate_source(source)
     names = [n.name for n in observed]
     if len(set(names)) != len(names) or not all(names):
@@ -125,6 +128,8 @@ def node_sync(*, actor: Any, source: str, observed: list[ObservedNode]) -> SyncR
 
 def node_apply_event(*, actor: Any, source: str, event: str, node: ObservedNode) -> SyncResult:
     """Apply one watch event (ADDED, MODIFIED, DELETED) for a node and audit it if it changed anything."""
+    if not can_sync_nodes(actor):
+        raise Forbidden(f"{actor} may not write the node inventory")
     _validate_source(source)
     if event not in {"ADDED", "MODIFIED", "DELETED"}:
         raise InvalidInput(f"unknown watch event {event!r}")
@@ -150,6 +155,8 @@ def node_apply_event(*, actor: Any, source: str, event: str, node: ObservedNode)
 
 def replay_report_store(*, actor: Any, report: dict[str, Any]) -> ReplayReport:
     """Store one replay report (the command's JSON) for the results page, audited."""
+    if not can_store_replay(actor):
+        raise Forbidden(f"{actor} may not store replay reports")
     required = ("parts", "seed", "nodes", "placements", "latency_class_placements", "runs")
     missing = [k for k in required if k not in report]
     if missing or not isinstance(report.get("runs"), list):

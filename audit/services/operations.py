@@ -14,8 +14,13 @@ from django.utils import timezone
 from audit.models import VerificationRun
 from audit.selectors import export_segment
 from audit.services.recording import record
-from kiln.errors import InvalidInput
-from kiln.identity.permissions import system_actor
+from kiln.errors import Forbidden, InvalidInput
+from kiln.identity.permissions import (
+    Actor,
+    can_set_up_audit,
+    can_store_verification,
+    system_actor,
+)
 
 log = logging.getLogger("kiln.audit")
 
@@ -30,8 +35,12 @@ def verification_run_store(
     checkpoints: int,
     first_bad_seq: int | None,
     message: str,
+    actor: Actor | None = None,
 ) -> VerificationRun:
-    """Store the outcome of a chain verification, audited."""
+    """Store the outcome of a chain verification, audited (the audit verifier, the default actor)."""
+    actor = actor or system_actor("audit-verifier")
+    if not can_store_verification(actor):
+        raise Forbidden(f"{actor} may not store verification runs")
     with transaction.atomic():
         run = VerificationRun.objects.create(
             started_at=started_at,
@@ -43,7 +52,7 @@ def verification_run_store(
             message=message[:2000],
         )
         record(
-            system_actor("audit-verifier"),
+            actor,
             "audit.chain.verified",
             run,
             {
@@ -61,13 +70,17 @@ def verification_run_store(
 ROLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
-def roles_setup(*, writer_role: str, app_role: str) -> list[str]:
+def roles_setup(*, writer_role: str, app_role: str, actor: Actor | None = None) -> list[str]:
     """Create the writer and application roles and grant them (PostgreSQL; idempotent).
 
     The writer role alone may INSERT into the chain; the application role may only
     SELECT it (and write the outbox). The connecting user becomes a member of the
-    writer role so the writer process can `SET ROLE` to it.
+    writer role so the writer process can `SET ROLE` to it. Platform admins and the audit
+    setup (`audit.setup`, the default actor) only.
     """
+    actor = actor or system_actor("audit-setup")
+    if not can_set_up_audit(actor):
+        raise Forbidden(f"{actor} may not create the audit chain's database roles")
     if connection.vendor != "postgresql":
         return ["no database roles on SQLite: the triggers keep the chain append-only"]
     for role in (writer_role, app_role):
@@ -119,7 +132,7 @@ def roles_setup(*, writer_role: str, app_role: str) -> list[str]:
             f"{writer_role}: SELECT, INSERT on the chain; {app_role}: SELECT only (database {database})"
         )
         record(
-            system_actor("audit-setup"),
+            actor,
             "audit.roles.configured",
             f"database:{database}",
             {"writer_role": writer_role, "app_role": app_role},

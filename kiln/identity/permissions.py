@@ -262,6 +262,30 @@ def can_analyze_rollout(actor: Actor) -> bool:
     return _has_capability(actor, c.ROLLOUT_ANALYZE)
 
 
+# Which rollout decisions each canary job records (canary.services._decide routes traffic for
+# each). A person's decision reaches _decide through a service that asked the person's own
+# predicate (can_manage_rollout, can_promote_rollout), so it passes there.
+ROLLOUT_DECISIONS: dict[str, frozenset[str]] = {
+    c.ROLLOUT_ANALYZE: frozenset(
+        {"started", "step_advanced", "promoted", "rolled_back", "inconclusive", "failed"}
+    ),
+    c.ROLLOUT_MANAGE: frozenset({"aborted", "retried", "extended"}),
+}
+
+
+def can_decide_rollout(actor: Actor, kind: str) -> bool:
+    """May this actor record a rollout decision of `kind` (and shift its traffic)?
+
+    A system component only the kinds of its job (ROLLOUT_DECISIONS): the analyzer
+    starts, steps, promotes, rolls back; nothing else moves traffic on its own.
+    """
+    if not actor.is_system:
+        return True
+    return any(
+        kind in kinds for job, kinds in ROLLOUT_DECISIONS.items() if _has_capability(actor, job)
+    )
+
+
 def can_promote_rollout(actor: Actor) -> bool:
     """A manual promotion overrides the analysis: approvers and platform admins only (no system actor)."""
     return has_role(actor, APPROVER)
@@ -288,6 +312,11 @@ def can_record_audit(actor: Actor) -> bool:
 def can_append_chain(actor: Actor) -> bool:
     """Append to the hash chain and sign checkpoints: the audit writer alone (`audit.chain`)."""
     return _has_capability(actor, c.AUDIT_CHAIN)
+
+
+def can_store_verification(actor: Actor) -> bool:
+    """Store the outcome of a chain verification: the audit verifier alone (`audit.verify`)."""
+    return _has_capability(actor, c.AUDIT_VERIFY)
 
 
 def can_set_up_audit(actor: Actor) -> bool:

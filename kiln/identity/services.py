@@ -12,8 +12,8 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
 import audit
-from kiln.errors import Conflict, InvalidInput
-from kiln.identity.permissions import Actor, system_actor
+from kiln.errors import Conflict, Forbidden, InvalidInput
+from kiln.identity.permissions import Actor, can_manage_teams, system_actor
 from portal.models import DNS_LABEL, Membership, Team
 
 MAX_USERNAME = 150
@@ -116,6 +116,7 @@ def _audit_membership(actor: Actor, action: str, team: Team, user, via: str) -> 
 
 def team_create(*, actor: Actor, slug: str, name: str) -> Team:
     """Create a team whose slug is a DNS-1123 label; 400 on a bad slug, 409 if it exists."""
+    _need_team_manager(actor)
     slug, name = slug.strip(), name.strip()
     try:
         DNS_LABEL(slug)
@@ -136,12 +137,19 @@ def team_create(*, actor: Actor, slug: str, name: str) -> Team:
     return team
 
 
+def _need_team_manager(actor: Actor) -> None:
+    """Teams and memberships: platform admins and `teams.manage` (seed, benchmarks)."""
+    if not can_manage_teams(actor):
+        raise Forbidden(f"{actor} may not manage teams or their members")
+
+
 def membership_add(*, actor: Actor, team: Team, username: str) -> Membership:
     """Grant `team` to an existing user (platform admins); 400 if unknown, 409 if already granted.
 
     A membership the user holds from a token claim becomes an admin grant (one row,
     the admin source wins), so it outlives the claim.
     """
+    _need_team_manager(actor)
     user = get_user_model().objects.filter(username=username).first()
     if user is None:
         raise InvalidInput(
@@ -175,6 +183,7 @@ def membership_add(*, actor: Actor, team: Team, username: str) -> Membership:
 
 def membership_remove(*, actor: Actor, membership: Membership) -> None:
     """Remove a person from a team (a claim membership comes back if the next token names it)."""
+    _need_team_manager(actor)
     team, user = membership.team, membership.user
     with transaction.atomic():
         _lock_user(user)

@@ -24,7 +24,7 @@ from canary.chaos_services import (
 )
 from canary.models_chaos import ChaosExperiment, ChaosInjection, ChaosLease
 from kiln.errors import Conflict, Forbidden, IllegalTransition
-from kiln.identity.permissions import ENGINEER, Actor
+from kiln.identity.permissions import ENGINEER, Actor, system_actor
 from tests.canary.test_chaos_support import (  # noqa: F401
     abort_data,
     admin,
@@ -141,9 +141,11 @@ def test_inject_applies_a_valid_virtual_service_and_revert_removes_it(engineer, 
     assert vs["metadata"]["labels"][actuators.LABEL_TOKEN] == str(term)
     # Idempotent for the same holder and term.
     assert fault_inject(experiment_id=exp.pk, holder="a", term=term, backend=backend).pk == inj.pk
-    assert fault_revert(injection_id=inj.pk, actor="system:test", reason="done", backend=backend)
+    assert fault_revert(
+        injection_id=inj.pk, actor=system_actor("chaos-controller"), reason="done", backend=backend
+    )
     assert not fault_revert(
-        injection_id=inj.pk, actor="system:test", reason="again", backend=backend
+        injection_id=inj.pk, actor=system_actor("chaos-controller"), reason="again", backend=backend
     )
     assert not actuators.in_effect(backend, inj.applied)
     assert audit_actions().count("canary.fault.reverted") == 1
