@@ -62,9 +62,10 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--events", type=int, default=2000, help="rows per database round")
+        parser.add_argument("--pure", type=int, default=20_000, help="calls per pure round")
 
     def handle(self, *args, **opts):
-        n, pure = opts["events"], 20_000
+        n, pure = opts["events"], opts["pure"]
         prev = "ab" * 32
         result: dict = {"database": connection.vendor, "events_per_round": n}
         result["canonical_data"] = {
