@@ -19,6 +19,7 @@ from kiln.identity.permissions import (
     Actor,
     can_set_up_audit,
     can_store_verification,
+    can_view_audit,
     system_actor,
 )
 
@@ -142,6 +143,8 @@ def roles_setup(*, writer_role: str, app_role: str, actor: Actor | None = None) 
 
 def export_create(*, actor: Any, since: datetime | None, until: datetime | None, fmt: str):
     """Choose the segment to export and record who exported what (`audit.export.created`)."""
+    if not can_view_audit(actor):
+        raise Forbidden(f"{actor} may not export the audit chain")
     segment = export_segment(since, until)
     with transaction.atomic():
         record(

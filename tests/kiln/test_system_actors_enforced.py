@@ -22,12 +22,14 @@ from audit.models import ChainEvent, Checkpoint, OutboxEvent, VerificationRun
 from audit.services import (
     chain_append,
     checkpoint_create,
+    export_create,
     relay_publish,
     roles_setup,
     verification_run_store,
 )
 from canary import services as canary_services
 from canary.chaos_services import (
+    experiment_abort,
     experiment_create,
     experiment_end,
     fault_inject,
@@ -41,8 +43,8 @@ from canary.models_chaos import ChaosExperiment, ChaosInjection, ChaosLease, Exp
 from kiln.errors import Forbidden
 from kiln.identity import components as c
 from kiln.identity.permissions import PLATFORM_ADMIN, Actor, system_actor
-from kiln.identity.services import team_create
-from portal.models import Team
+from kiln.identity.services import membership_add, membership_remove, team_create
+from portal.models import Membership, Team
 from scheduler import services as scheduler_services
 from scheduler.models import Node, NodeSource, ReplayReport
 from tests.audit.conftest import audit_settings  # noqa: F401 - own stream and key per test
@@ -170,6 +172,24 @@ OPERATIONS: dict[str, Operation] = {
         _rollout_state,
         lambda r, ctx: r == "started" and _rollout_state(ctx)[0] == RolloutStatus.RUNNING,
     ),
+    "canary.rollout_create": Operation(
+        frozenset({c.ROLLOUT_MANAGE}),
+        "rollout",
+        lambda a, ctx: canary_services.rollout_create(
+            actor=a, service=ctx["idle_service"], baseline_version="v1", canary_version="v2"
+        ),
+        lambda ctx: Rollout.objects.count(),
+        lambda r, ctx: r.status == RolloutStatus.PENDING,
+    ),
+    "canary.rollout_promote": Operation(
+        frozenset(),  # a promotion by hand is a person's call: no component's job
+        "rollout",
+        lambda a, ctx: canary_services.rollout_promote(
+            actor=a, rollout=ctx["rollout"], reason="test"
+        ),
+        _rollout_state,
+        lambda r, ctx: False,
+    ),
     "canary.rollout_abort": Operation(
         frozenset({c.ROLLOUT_MANAGE}),
         "rollout",
@@ -184,6 +204,20 @@ OPERATIONS: dict[str, Operation] = {
         lambda ctx: sorted(Team.objects.values_list("slug", flat=True)),
         lambda r, ctx: r.slug == "newteam",
     ),
+    "identity.membership_add": Operation(
+        frozenset({c.TEAMS_MANAGE}),
+        "members",
+        lambda a, ctx: membership_add(actor=a, team=ctx["team"], username="mallory"),
+        lambda ctx: sorted(Membership.objects.values_list("user__username", "team__slug")),
+        lambda r, ctx: r.user.username == "mallory",
+    ),
+    "identity.membership_remove": Operation(
+        frozenset({c.TEAMS_MANAGE}),
+        "members",
+        lambda a, ctx: membership_remove(actor=a, membership=ctx["membership"]),
+        lambda ctx: sorted(Membership.objects.values_list("user__username", "team__slug")),
+        lambda r, ctx: not Membership.objects.filter(pk=ctx["membership"].pk).exists(),
+    ),
     "chaos.experiment_create": Operation(
         frozenset({c.CHAOS_RUN}),
         "chaos",
@@ -192,6 +226,13 @@ OPERATIONS: dict[str, Operation] = {
         ),
         _experiments,
         lambda r, ctx: r.name == "second",
+    ),
+    "chaos.experiment_abort": Operation(
+        frozenset({c.CHAOS_RUN}),
+        "chaos",
+        lambda a, ctx: experiment_abort(actor=a, experiment=ctx["exp"], backend=ctx["backend"]),
+        _experiments,
+        lambda r, ctx: r.status == ExperimentStatus.ABORTED,
     ),
     "chaos.fault_lease_acquire": Operation(
         frozenset({c.CHAOS_CONTROL}),
@@ -281,6 +322,13 @@ OPERATIONS: dict[str, Operation] = {
         lambda ctx: VerificationRun.objects.count(),
         lambda r, ctx: r.ok,
     ),
+    "audit.export_create": Operation(
+        frozenset({c.AUDIT_VERIFY}),
+        "chained",
+        lambda a, ctx: export_create(actor=a, since=None, until=None, fmt="json"),
+        _chain,
+        lambda r, ctx: r is not None and r.last_seq == ChainEvent.objects.count(),
+    ),
     "audit.roles_setup": Operation(
         frozenset({c.AUDIT_SETUP}),
         "plain",
@@ -334,6 +382,18 @@ def context(request, db, chaos_settings):  # noqa: F811
         ctx["rollout"] = canary_services.rollout_create(
             actor=ADMIN, service=service, baseline_version="v1", canary_version="v2"
         )
+        ctx["idle_service"] = canary_services.service_create(
+            actor=ADMIN, team=team, name="cart", namespace="shop", sim_traffic_class="steady"
+        )
+    if op.setup == "members":
+        from django.contrib.auth import get_user_model
+
+        ctx["team"] = Team.objects.create(slug="payments", name="Payments")
+        users = get_user_model().objects
+        users.create_user("mallory")
+        ctx["membership"] = Membership.objects.create(
+            user=users.create_user("trent"), team=ctx["team"], source="admin"
+        )
     if op.setup in ("chaos", "leased", "injected"):
         ctx["exp"] = experiment_create(actor=engineer, data=abort_data(), backend=backend)
     if op.setup in ("leased", "injected"):
@@ -385,8 +445,48 @@ def test_each_service_still_works_for_the_components_whose_job_it_is(context, co
         assert f"system:{component}" in {actor for actor, _ in new}, new
 
 
-def test_every_operation_is_someones_job():
-    assert all(allowed(op) for op in OPERATIONS.values())
+def test_every_operation_is_someones_job_unless_it_is_for_people_only():
+    assert all(allowed(op) or not op.capabilities for op in OPERATIONS.values())
+
+
+# Services whose refusal is the same predicate as a row above (their setups need a rollout
+# that is inconclusive or fed by pushes); the check below reads that each asks it.
+SAME_PREDICATE_AS_A_ROW = {
+    "canary.services.observation_push": "can_manage_rollout(actor",
+    "canary.services.service_set_simulated_regression": "can_manage_rollout(actor",
+    "canary.steering.rollout_extend": "can_manage_rollout(actor",
+    "canary.steering.rollout_retry": "can_manage_rollout(actor",
+}
+SERVICE_MODULES = (
+    "scheduler.services",
+    "canary.services",
+    "canary.steering",
+    "canary.chaos_services",
+    "audit.services.appending",
+    "audit.services.operations",
+    "kiln.identity.services",
+)
+
+
+def test_every_service_that_takes_an_actor_has_a_row():
+    import importlib
+    import inspect
+
+    rows = {name.split(".")[-1] for name in OPERATIONS}
+    missing = []
+    for module_name in SERVICE_MODULES:
+        module = importlib.import_module(module_name)
+        for name, fn in inspect.getmembers(module, inspect.isfunction):
+            if fn.__module__ != module_name or name.startswith("_"):
+                continue
+            if "actor" not in inspect.signature(fn).parameters:
+                continue
+            asks = SAME_PREDICATE_AS_A_ROW.get(f"{module_name}.{name}")
+            if asks is not None:
+                assert asks in inspect.getsource(fn), f"{module_name}.{name} no longer asks {asks})"
+            elif name not in rows:
+                missing.append(f"{module_name}.{name}")
+    assert missing == []
 
 
 def test_every_capability_is_enforced_somewhere():
