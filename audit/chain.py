@@ -32,48 +32,19 @@ ROW_COLUMNS = (
 )  # fmt: skip
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 TRACE_ID = re.compile(r"^([0-9a-f]{32})?$")
-MAX_SAFE_INTEGER = 2**53 - 1  # RFC 8785 numbers are IEEE 754 doubles
 
 # A JSON string as RFC 8785 writes it (section 3.2.2.2): only `"`, `\\` and control characters
 # are escaped, controls without a short form as lowercase `\\u00xx`, everything else as is.
 _json_string = json.JSONEncoder(ensure_ascii=False).encode
-_plain_dumps = json.JSONEncoder(
-    ensure_ascii=False, separators=(",", ":"), sort_keys=True, allow_nan=False
-).encode
 
 
 class CanonicalError(ValueError):
     """A value that has no RFC 8785 canonical form (NaN, huge integers, lone surrogates...)."""
 
 
-def _plain(value: Any) -> bool:
-    """True when the standard library's sorted, compact JSON of `value` is already RFC 8785:
-    no floats (their formatting differs), integers within ±2^53, ASCII keys (so code-point
-    order is UTF-16 order)."""
-    if isinstance(value, str) or value is None or value is True or value is False:
-        return True
-    if isinstance(value, int):
-        return -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and k.isascii() and _plain(v) for k, v in value.items())
-    if isinstance(value, list):
-        return all(_plain(v) for v in value)
-    return False
-
-
 def canonical_data(data: Any) -> str:
-    """RFC 8785 canonical JSON text of an event's `data` (raises CanonicalError).
-
-    Data without floats or non-ASCII keys (almost every event) is written by the standard
-    library's C encoder, sorted and compact, which is RFC 8785 for such values; the rest goes
-    through the `rfc8785` package. Kept for the end-to-end target (>= 5,000 events/s): on a
-    typical event's data the `rfc8785` package alone costs about 14 us against 3 us.
-    """
+    """RFC 8785 canonical JSON text of an event's `data` (raises CanonicalError)."""
     try:
-        if _plain(data):
-            text = _plain_dumps(data)
-            text.encode("utf-8")  # lone surrogates have no canonical form
-            return text
         return rfc8785.dumps(data).decode("utf-8")
     except (
         rfc8785.CanonicalizationError,
@@ -107,8 +78,8 @@ def entry_bytes(
     The keys are fixed and written in RFC 8785 order, `data` is already canonical text and
     each string is written as RFC 8785 writes it, so the result is JCS of the whole entry
     without parsing `data` again. Kept for the verification target (>= 200,000 entries/s):
-    `rfc8785.dumps` over the parsed entry costs about 50 us an entry against 5 us for this
-    (hash included), which would cap verification near 20,000 entries/s a core.
+    with the hash, `rfc8785.dumps` over the parsed entry cost 55 us an entry against 5.4 us
+    for this (`audit_choices_bench`), which would cap verification near 18,000 entries/s a core.
     """
     s = _json_string
     return (

@@ -142,9 +142,10 @@ def insert_entries(entries: list[chain.Entry]) -> None:
     """Append the entries: COPY on PostgreSQL, a bulk INSERT elsewhere.
 
     COPY is kept for the end-to-end target (>= 5,000 events/s): the single writer's time
-    per entry caps the whole pipeline, and for a batch of 1,000 COPY cost about 3 us of
-    client CPU and 170-290 us of wall time an entry, against 28 us and 440-490 us for
-    `executemany` and 95 us and 470-510 us for `bulk_create` (docs/audit.md).
+    per entry caps the whole pipeline. Building and inserting a batch cost 99 us of wall
+    time an entry with COPY (19 us client CPU), against 230 us with `executemany` (46 us)
+    and 232 us with `bulk_create` (121 us), which would cap the writer near 4,300 entries/s
+    (`audit_choices_bench`, docs/audit.md).
     """
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor, cursor.cursor.copy(_COPY_CHAIN) as copy:

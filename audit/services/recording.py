@@ -76,9 +76,9 @@ def _insert_outbox(values: tuple) -> None:
     """The outbox INSERT, without a tracing span of its own.
 
     The event already carries the trace id of the request or task that recorded it, so a
-    span per INSERT tells nothing new. Kept for the end-to-end target (>= 5,000 events/s):
-    with tracing on, OpenTelemetry's span around each statement cost about 150 us of the
-    280 us an INSERT cost per event (docs/audit.md, "Measured choices").
+    span per INSERT tells nothing new. Kept for the end-to-end target (>= 5,000 events/s,
+    a budget of 400 us of CPU per event on two cores): with tracing on, the span cost 64 us
+    of the 297 us of client CPU an INSERT took (`audit_choices_bench`, docs/audit.md).
     """
     with suppress_instrumentation(), connection.cursor() as cursor:
         cursor.execute(INSERT_OUTBOX, outbox_values(values))
@@ -96,8 +96,9 @@ def outbox_values(values: tuple) -> list:
 
     `data` is passed as its canonical JSON text, which both databases take for a JSON column.
     One INSERT through Django's cursor instead of `OutboxEvent.objects.create()`: kept for the
-    end-to-end target (>= 5,000 events/s), it skips the model instance and the SQL compiler,
-    about 300 us of the 560 us a `create()` cost per event (tracing off, docs/audit.md).
+    end-to-end target (>= 5,000 events/s, 400 us of CPU per event on two cores), it skips the
+    model instance and the SQL compiler: 233 us of client CPU per event against 688 us
+    (`audit_choices_bench`, docs/audit.md).
     """
     fields = _outbox_fields()
     return [

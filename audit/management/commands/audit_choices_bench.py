@@ -1,7 +1,7 @@
 """Measure the audit spine's kept optimisations against their plain alternatives; prints JSON.
 
 Each figure is the client CPU (and wall) time per event or entry, the minimum of three
-rounds; the docstrings of `chain.canonical_data`, `chain.entry_bytes`, the outbox INSERT
+rounds; the docstrings of `chain.entry_bytes`, the outbox INSERT
 (`audit.services.recording`) and the chain COPY (`audit.services.appending`) cite them.
 Database rounds run in transactions that are rolled back: nothing is kept.
 """
@@ -25,7 +25,6 @@ from audit.services import chain_head
 from audit.services.appending import insert_entries
 from audit.services.recording import INSERT_OUTBOX, outbox_values
 
-DATA = {"i": 12345, "run": "abcdef12", "ok": True}
 EVENT = ("3f1c2a9e-0000-4000-8000-00000000abcd", "2026-11-30T06:00:00.123456Z", "bench",
          "audit.bench.recorded", "bench:12345", '{"i":12345,"run":"abcdef12"}', "")  # fmt: skip
 
@@ -68,10 +67,6 @@ class Command(BaseCommand):
         n, pure = opts["events"], opts["pure"]
         prev = "ab" * 32
         result: dict = {"database": connection.vendor, "events_per_round": n}
-        result["canonical_data"] = {
-            "standard_library": _per_item(lambda: [chain.canonical_data(DATA) for _ in range(pure)], pure),
-            "rfc8785_package": _per_item(lambda: [rfc8785.dumps(DATA) for _ in range(pure)], pure),
-        }  # fmt: skip
         result["entry_hash"] = {
             "entry_bytes": _per_item(
                 lambda: [chain.entry_hash(prev, chain.entry_bytes(7, *EVENT)) for _ in range(pure)], pure
