@@ -78,8 +78,8 @@ def entry_bytes(
     The keys are fixed and written in RFC 8785 order, `data` is already canonical text and
     each string is written as RFC 8785 writes it, so the result is JCS of the whole entry
     without parsing `data` again. Kept for the verification target (>= 200,000 entries/s):
-    with the hash, `rfc8785.dumps` over the parsed entry cost 55 us an entry against 5.4 us
-    for this (`audit_choices_bench`), which would cap verification near 18,000 entries/s a core.
+    with the hash, `rfc8785.dumps` over the parsed entry cost 51 us an entry against 5.2 us
+    for this (`audit_choices_bench`), which would cap verification near 20,000 entries/s a core.
     """
     s = _json_string
     return (

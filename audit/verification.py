@@ -198,6 +198,9 @@ def verify_chain(
 
     On PostgreSQL a large chain is split into seq ranges verified by `workers`
     processes (default: the CPU count, at most 4), then stitched at the boundaries.
+    Kept for the verification target (>= 200,000 entries/s): one process spent about
+    5 us of CPU and 20 us of wall time an entry reading and hashing 100,000 entries on the
+    shared two-core machine (about 50,000 entries/s), so one core cannot reach it.
     """
     started = timezone.now()
     name, key = load_public_key(public_key)

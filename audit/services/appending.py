@@ -142,10 +142,10 @@ def insert_entries(entries: list[chain.Entry]) -> None:
     """Append the entries: COPY on PostgreSQL, a bulk INSERT elsewhere.
 
     COPY is kept for the end-to-end target (>= 5,000 events/s): the single writer's time
-    per entry caps the whole pipeline. Building and inserting a batch cost 99 us of wall
-    time an entry with COPY (19 us client CPU), against 230 us with `executemany` (46 us)
-    and 232 us with `bulk_create` (121 us), which would cap the writer near 4,300 entries/s
-    (`audit_choices_bench`, docs/audit.md).
+    per entry caps the whole pipeline, and every process shares two cores (400 us of CPU per
+    event). Building and inserting a batch cost 92 us of wall time an entry with COPY (12.5 us
+    client CPU), against 143 us with `executemany` (31 us) and 326 us with `bulk_create`
+    (126 us) (`audit_choices_bench`, docs/audit.md).
     """
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor, cursor.cursor.copy(_COPY_CHAIN) as copy:

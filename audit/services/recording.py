@@ -77,8 +77,8 @@ def _insert_outbox(values: tuple) -> None:
 
     The event already carries the trace id of the request or task that recorded it, so a
     span per INSERT tells nothing new. Kept for the end-to-end target (>= 5,000 events/s,
-    a budget of 400 us of CPU per event on two cores): with tracing on, the span cost 64 us
-    of the 297 us of client CPU an INSERT took (`audit_choices_bench`, docs/audit.md).
+    a budget of 400 us of CPU per event on two cores): with tracing on, the span cost 173 us
+    of the 343 us of client CPU an INSERT took (`audit_choices_bench`, docs/audit.md).
     """
     with suppress_instrumentation(), connection.cursor() as cursor:
         cursor.execute(INSERT_OUTBOX, outbox_values(values))
@@ -97,7 +97,7 @@ def outbox_values(values: tuple) -> list:
     `data` is passed as its canonical JSON text, which both databases take for a JSON column.
     One INSERT through Django's cursor instead of `OutboxEvent.objects.create()`: kept for the
     end-to-end target (>= 5,000 events/s, 400 us of CPU per event on two cores), it skips the
-    model instance and the SQL compiler: 233 us of client CPU per event against 688 us
+    model instance and the SQL compiler: 171 us of client CPU per event against 684 us
     (`audit_choices_bench`, docs/audit.md).
     """
     fields = _outbox_fields()
