@@ -42,7 +42,7 @@ class AnalysisConfig:
     tail_quantile: float = 0.995  # the tail channel counts requests above the pooled p99.5
     cusum_threshold: float = 9.0
     dispersion_prior: float = 8.0  # pseudo-variance anchoring the dispersion at 1 early on
-    dispersion_ticks: float = 4.0  # ... and at least this many pseudo-ticks of it
+    dispersion_ticks: float = 8.0  # ... and at least this many pseudo-ticks of it
     warmup_ticks: int = 5
     horizon_ticks: int = 40
     max_ticks: int = 120  # max duration: undecided here, the rollout is inconclusive
