@@ -40,38 +40,41 @@ def _sample(free_cpu, free_mem, bcpu, bmem, n, need, start, cpu, mem, out):  # p
     count = 0
     i = start
     remaining = n
-    whole = False  # scanning block b from its first machine, all of it within `remaining`
-    b = 0
-    top_c = top_m = -np.inf
     while remaining > 0:
         if (i & (BLOCK - 1)) == 0:
             b = i >> BLOCK_SHIFT
-            size = min(i + BLOCK, n) - i
-            whole = size <= remaining
-            if whole and (bcpu[b] < cpu or bmem[b] < mem):
-                i += size
+            end = min(i + BLOCK, n)
+            size = end - i
+            if size <= remaining:
+                if bcpu[b] >= cpu and bmem[b] >= mem:
+                    top_c = -np.inf
+                    top_m = -np.inf
+                    for j in range(i, end):
+                        fc = free_cpu[j]
+                        fm = free_mem[j]
+                        if fc > top_c:
+                            top_c = fc
+                        if fm > top_m:
+                            top_m = fm
+                        if fc >= cpu and fm >= mem:
+                            out[count] = j
+                            count += 1
+                            if count == need:
+                                return count, (j + 1) % n
+                    bcpu[b] = top_c
+                    bmem[b] = top_m
+                i = end
                 remaining -= size
                 if i == n:
                     i = 0
                 continue
-            top_c = top_m = -np.inf
-        fc = free_cpu[i]
-        fm = free_mem[i]
-        if fc > top_c:
-            top_c = fc
-        if fm > top_m:
-            top_m = fm
-        if fc >= cpu and fm >= mem:
+        if free_cpu[i] >= cpu and free_mem[i] >= mem:
             out[count] = i
             count += 1
             if count == need:
                 return count, (i + 1) % n
         i += 1
         remaining -= 1
-        if whole and (i == n or (i & (BLOCK - 1)) == 0):
-            bcpu[b] = top_c
-            bmem[b] = top_m
-            whole = False
         if i == n:
             i = 0
     return count, start
