@@ -427,13 +427,33 @@ def rollout_tick(*, rollout_id: Any, tick: int, actor: Actor = ANALYZER) -> str:
             return _analyse(rollout, tick, actor)
 
 
-def _start(rollout: Rollout, actor: Actor) -> str:
+def _failed_if_not_owned(
+    rollout: Rollout, actor: Actor, statistics: dict[str, Any] | None = None
+) -> bool:
+    """Fail the rollout, routing nothing, if its namespace or host is no longer its team's.
+
+    Asked before every move of traffic (start, step, promotion): a namespace can change
+    hands between the rollout's creation and any later step. The weight stays as it is,
+    so nothing more is written into a namespace that is no longer the team's.
+    """
     service = rollout.service
     refusal = ownership_refusal(service.team.slug, service.namespace, service.host)
-    if refusal is not None:
-        # The namespace changed hands since the rollout was created: route nothing there.
-        _transition(rollout, RolloutStatus.FAILED)
-        _decide(rollout, actor=actor, kind="failed", to_weight=0, reason=refusal)
+    if refusal is None:
+        return False
+    _transition(rollout, RolloutStatus.FAILED)
+    _decide(
+        rollout,
+        actor=actor,
+        kind="failed",
+        to_weight=rollout.weight,
+        reason=refusal,
+        statistics=statistics,
+    )
+    return True
+
+
+def _start(rollout: Rollout, actor: Actor) -> str:
+    if _failed_if_not_owned(rollout, actor):
         rollout.save()
         _after_commit(rollout, countdown=None)
         return "failed"
@@ -509,6 +529,8 @@ def _analyse(rollout: Rollout, tick: int, actor: Actor) -> str:
             reason=decision.reason,
             statistics=summary,
         )
+    elif decision.action == PROMOTE and _failed_if_not_owned(rollout, actor, summary):
+        pass  # the namespace changed hands: the rollout failed where it stood
     elif decision.action == PROMOTE:
         _transition(rollout, RolloutStatus.PROMOTED)
         _decide(
@@ -533,6 +555,10 @@ def _analyse(rollout: Rollout, tick: int, actor: Actor) -> str:
     else:
         assert decision.action == CONTINUE
         next_weight = weight_at(analysis_steps(rollout), tick - rollout.analysis_start)
+        if next_weight != rollout.weight and _failed_if_not_owned(rollout, actor, summary):
+            rollout.save()
+            _after_commit(rollout, countdown=None, last_tick=tick_row)
+            return "failed"
         if next_weight != rollout.weight:
             _decide(
                 rollout,

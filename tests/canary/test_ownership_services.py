@@ -194,6 +194,35 @@ def test_a_rollout_whose_namespace_changed_hands_is_refused_or_fails_at_start(wo
     assert Rollout.objects.count() == 1
 
 
+def test_a_rollout_whose_namespace_changes_hands_midway_fails_and_moves_no_more_traffic(
+    world, backend  # noqa: F811
+):
+    service = services.service_create(actor=BOB, team=world["search"], name="api", namespace="lab")
+    rollout = services.rollout_create(
+        actor=BOB, service=service, baseline_version="v1", canary_version="v2"
+    )
+    assert services.rollout_tick(rollout_id=rollout.pk, tick=0) == "started"
+    rollout.refresh_from_db()
+    first = rollout.weight
+    assert first > 0 and rollout.status == RolloutStatus.RUNNING
+    own_namespace("lab", "payments", backend)  # relabelled: lab is payments' now
+    outcomes = []
+    for tick in range(1, 200):
+        outcomes.append(services.rollout_tick(rollout_id=rollout.pk, tick=tick))
+        rollout.refresh_from_db()
+        if rollout.status != RolloutStatus.RUNNING:
+            break
+    # The first move of traffic after the relabel (a step or a promotion) fails the rollout
+    # where it stood: nothing more is routed into payments' namespace.
+    assert outcomes[-1] == "failed" and rollout.status == RolloutStatus.FAILED, outcomes
+    assert rollout.weight == first
+    assert "does not belong to team search" in rollout.reason
+    live = backend.get(ISTIO_API, "VirtualService", "lab", "api")
+    weights = {r["destination"]["subset"]: r["weight"] for r in live["spec"]["http"][0]["route"]}
+    assert weights.get("canary", 0) == first, weights
+    assert rollout.decisions.order_by("-pk").first().kind == "failed"
+
+
 def test_a_chaos_fault_on_a_foreign_host_is_refused_and_changes_nothing(world, backend):  # noqa: F811
     for host, error in (
         ("checkout.shop.svc.cluster.local", ForeignHost),
