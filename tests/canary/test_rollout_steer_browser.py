@@ -8,6 +8,7 @@ import urllib.request
 import uuid
 
 import pytest
+from playwright.sync_api import Error as PlaywrightError
 
 from tests.e2e.conftest import browser, browser_page, kiln  # noqa: F401 - fixtures
 
@@ -28,9 +29,29 @@ def _post(server, path: str, body: dict, token: str) -> dict:
 def _wait_for(page, selector: str, timeout: float = 40.0) -> None:
     """Poll (the page reloads itself when the rollout changes state)."""
     deadline = time.monotonic() + timeout
-    while page.locator(selector).count() == 0:
+    while True:
+        try:
+            if page.locator(selector).count():
+                return
+        except PlaywrightError:  # the page was reloading: look again
+            pass
         assert time.monotonic() < deadline, f"{selector} did not appear"
         time.sleep(0.25)
+
+
+def _decision_kinds(page, *, until: str, timeout: float = 40.0) -> list[str]:
+    """The decisions table's kinds once `until` is among them; the page may reload meanwhile
+    (the extended rollout runs on and changes state), so a read cut short is read again."""
+    deadline = time.monotonic() + timeout
+    kinds: list[str] = []
+    while until not in kinds and time.monotonic() < deadline:
+        try:
+            kinds = page.locator("#decisions tr[data-decision-id] td:nth-child(2)").all_inner_texts()
+        except PlaywrightError:
+            kinds = []
+        if until not in kinds:
+            time.sleep(0.25)
+    return kinds
 
 
 def test_start_from_the_form_see_it_held_and_extend_it(kiln, browser_page):  # noqa: F811
@@ -81,8 +102,7 @@ def test_start_from_the_form_see_it_held_and_extend_it(kiln, browser_page):  # n
         page.focus("button[value=extend]")
         page.keyboard.press("Enter")
     assert "extend: done" in page.inner_text(".messages")
-    decisions = page.locator("#decisions tr[data-decision-id] td:nth-child(2)").all_inner_texts()
-    assert "extended" in decisions
+    assert "extended" in _decision_kinds(page, until="extended")
     # Still too little traffic: held again after the extension, then aborted: finished, not live.
     _wait_for(page, "#inconclusive")
     page.fill("#id_reason", "not worth the wait")
