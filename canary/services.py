@@ -529,18 +529,18 @@ def _analyse(rollout: Rollout, tick: int, actor: Actor) -> str:
             reason=decision.reason,
             statistics=summary,
         )
-    elif decision.action == PROMOTE and _failed_if_not_owned(rollout, actor, summary):
-        pass  # the namespace changed hands: the rollout failed where it stood
     elif decision.action == PROMOTE:
-        _transition(rollout, RolloutStatus.PROMOTED)
-        _decide(
-            rollout,
-            actor=actor,
-            kind="promoted",
-            to_weight=100,
-            reason=decision.reason,
-            statistics=summary,
-        )
+        # A namespace that changed hands fails the rollout where it stands instead.
+        if not _failed_if_not_owned(rollout, actor, summary):
+            _transition(rollout, RolloutStatus.PROMOTED)
+            _decide(
+                rollout,
+                actor=actor,
+                kind="promoted",
+                to_weight=100,
+                reason=decision.reason,
+                statistics=summary,
+            )
     elif decision.action == INCONCLUSIVE:
         # Held at its weight: a person promotes anyway, aborts, retries or extends.
         _transition(rollout, RolloutStatus.INCONCLUSIVE)
