@@ -9,10 +9,10 @@ PORT ?= 8000
 export DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/kiln
 export REDIS_URL ?= redis://127.0.0.1:6379/0
 
-.PHONY: run test dev lint services browser lock clean
+.PHONY: run test dev db bench lint services browser lock clean
 
 # Outside standalone SECRET_KEY is required; these two local targets use a throwaway one.
-test dev: export SECRET_KEY ?= insecure-local-test-and-dev-key-never-used-in-production
+test dev db bench bench-%: export SECRET_KEY ?= insecure-local-test-and-dev-key-never-used-in-production
 dev: export KILN_SECURE_COOKIES ?= 0
 
 $(VENV)/.installed: requirements.lock
@@ -51,12 +51,7 @@ test: $(VENV)/.installed services browser
 	$(PY) -m pytest -p no:cacheprovider
 
 ## dev: the production shape - web, worker, beat and audit writer as separate processes
-dev: $(VENV)/.installed services
-	@db=$${DATABASE_URL##*/}; db=$${db%%\?*}; \
-	  psql "$${DATABASE_URL%/*}/postgres" -tAc "SELECT 1 FROM pg_database WHERE datname='$$db'" | grep -q 1 || \
-	  { echo "creating database $$db"; psql "$${DATABASE_URL%/*}/postgres" -c "CREATE DATABASE \"$$db\"" >/dev/null; }
-	$(PY) manage.py migrate --noinput
-	$(PY) manage.py audit_setup_roles
+dev: $(VENV)/.installed services db
 	$(PY) manage.py seed_demo
 	@echo "web http://127.0.0.1:$(PORT), worker, beat (Ctrl-C stops all)"
 	@trap 'kill 0' INT TERM EXIT; \
@@ -65,6 +60,48 @@ dev: $(VENV)/.installed services
 	  $(VENV)/bin/celery -A kiln beat --loglevel INFO --schedule var/celerybeat-schedule & \
 	  $(PY) manage.py audit_writer & \
 	  wait
+
+## db: create the DATABASE_URL database if missing, migrate it, make the audit roles
+db: $(VENV)/.installed services
+	@db=$${DATABASE_URL##*/}; db=$${db%%\?*}; \
+	  psql "$${DATABASE_URL%/*}/postgres" -tAc "SELECT 1 FROM pg_database WHERE datname='$$db'" | grep -q 1 || \
+	  { echo "creating database $$db"; psql "$${DATABASE_URL%/*}/postgres" -c "CREATE DATABASE \"$$db\"" >/dev/null; }
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py audit_setup_roles
+
+## bench: rerun every benchmark (long: tens of minutes), one at a time under
+## /tmp/kiln-bench.lock, each writing bench/results/<name>-<date>.json stamped with its
+## command line, machine and date (kiln/benchjson.py). One alone: make bench-<name>.
+BENCH_DATE ?= $(shell date -u +%Y-%m-%d)
+BENCH_DIR ?= bench/results
+TRACE ?= ../shared/data/google-2011
+BENCH_audit_bench := audit_bench --events 100000 --json
+BENCH_audit_choices_bench := audit_choices_bench
+BENCH_canary_bench := canary_bench --seeds report --rollouts 300 --json
+BENCH_canary_bench-tune := canary_bench --seeds tune --tune-rollouts 150 --json
+BENCH_canary_promote_bench := canary_promote_bench --rollouts 1000 --json
+BENCH_chaos_crash_bench := chaos_crash_bench --trials 200 --json
+BENCH_extender_bench := extender_bench --nodes 12477 --requests 2000 --json
+BENCH_extender_bench-varied := extender_bench --nodes 12477 --requests 2000 --node-lists varied --json
+BENCH_scheduler_bench := scheduler_bench --nodes 5000 --requests 500
+BENCH_scheduler_replay := scheduler_replay --trace $(TRACE) --parts 0-13 \
+  --spot-fractions 0.1,0.3,0.5,0.7,0.9 --start trace,empty --schedulers kiln,default --seed 1 --workers 1
+BENCH_provision_bench := provision_bench --requests 100 --concurrency 20 --json
+BENCHMARKS := audit_bench audit_choices_bench canary_bench canary_bench-tune canary_promote_bench \
+  chaos_crash_bench extender_bench extender_bench-varied scheduler_bench scheduler_replay \
+  provision_bench schemathesis
+
+bench: $(addprefix bench-,$(BENCHMARKS))
+
+bench-%: $(VENV)/.installed db
+	@test -n '$(BENCH_$*)' || { echo "no benchmark named $*" >&2; exit 2; }
+	flock /tmp/kiln-bench.lock $(PY) -m kiln.benchjson $(BENCH_DIR)/$*-$(BENCH_DATE).json -- \
+	  $(PY) manage.py $(BENCH_$*)
+
+# The API fuzzing summary is written by the test module itself (tests/kiln/test_schemathesis.py).
+bench-schemathesis: $(VENV)/.installed db
+	flock /tmp/kiln-bench.lock env KILN_SCHEMATHESIS_SUMMARY=$(abspath $(BENCH_DIR))/schemathesis-$(BENCH_DATE).json \
+	  $(PY) -m pytest -p no:cacheprovider -q tests/kiln/test_schemathesis.py
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

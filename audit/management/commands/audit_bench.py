@@ -19,6 +19,7 @@ from audit import record
 from audit.models import ChainEvent
 from audit.services import chain_head, relay_publish, signing_key
 from audit.verification import verify_chain
+from kiln import benchjson
 from kiln.management.waiting import process_gone, wait_until
 
 
@@ -86,6 +87,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):
         n, per_tx, batch = opts["events"], opts["per_tx"], opts["batch_size"]
+        started_at = benchjson.now()
         tag = uuid.uuid4().hex[:8]
         stream, group = f"kiln:audit:bench:{tag}", f"bench-{tag}"
         settings.KILN_AUDIT_STREAM, settings.KILN_AUDIT_GROUP = stream, group
@@ -204,4 +206,5 @@ class Command(BaseCommand):
             "cpus": os.cpu_count(),
             "chain_length": total,
         }
+        result = benchjson.stamped(result, name="audit_bench", date=started_at)
         self.stdout.write(json.dumps(result, indent=None if opts["json"] else 2))

@@ -24,6 +24,7 @@ from audit.models import ChainEvent, OutboxEvent
 from audit.services import chain_head
 from audit.services.appending import insert_entries
 from audit.services.recording import INSERT_OUTBOX, outbox_values
+from kiln import benchjson
 
 EVENT = ("3f1c2a9e-0000-4000-8000-00000000abcd", "2026-11-30T06:00:00.123456Z", "bench",
          "audit.bench.recorded", "bench:12345", '{"i":12345,"run":"abcdef12"}', "")  # fmt: skip
@@ -65,6 +66,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):
         n, pure = opts["events"], opts["pure"]
+        started_at = benchjson.now()
         prev = "ab" * 32
         result: dict = {"database": connection.vendor, "events_per_round": n}
         result["entry_hash"] = {
@@ -130,4 +132,5 @@ class Command(BaseCommand):
             "executemany": _per_item(_rolled_back(executemany), n),
             "bulk_create": _per_item(_rolled_back(bulk_create), n),
         }
+        result = benchjson.stamped(result, name="audit_choices_bench", date=started_at)
         self.stdout.write(json.dumps(result))

@@ -44,6 +44,7 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from audit.models import ChainEvent, OutboxEvent
+from kiln import benchjson
 from kiln.identity import services as identity
 from kiln.identity.permissions import APPROVER, ENGINEER, system_actor
 from kiln.management.waiting import wait_until
@@ -109,6 +110,7 @@ class Command(BaseCommand):
     def handle(self, *args, **opts) -> None:
         from kiln.celery import app
 
+        started_at = benchjson.now()
         app.conf.task_always_eager = False
         shared = str(app.conf.broker_url or "").startswith(("redis://", "rediss://", "amqp://"))
         opts["worker"] = opts["worker"] or ("prefork" if shared else "threads")
@@ -183,6 +185,7 @@ class Command(BaseCommand):
         }
         if "zero" in results:
             report["target"]["met"] = results["zero"]["p95_seconds"] <= 1.0
+        report = benchjson.stamped(report, name="provision_bench", date=started_at)
         self.stdout.write(json.dumps(report, indent=None if opts["json"] else 2))
 
     def _worker(self, opts, profile: str) -> Service:

@@ -14,6 +14,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from kiln import benchjson
 from scheduler import bench, selectors
 
 
@@ -45,6 +46,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):
         nodes, requests = opts["nodes"], opts["requests"]
+        started_at = benchjson.now()
         if nodes <= 0 or requests <= 0:
             raise CommandError("--nodes and --requests must be positive")
         snapshot = bench.synthetic_snapshot(nodes)
@@ -66,6 +68,9 @@ class Command(BaseCommand):
             varied = bench.varied_bodies(snapshot, 40) if opts["node_lists"] == "varied" else None
             result["http"] = self._over_http(nodes, requests, snapshot.names, varied)
         result["machine"]["load_1m_after"] = os.getloadavg()[0]
+        # Named as invoked: this command or its alias extender_bench.
+        name = type(self).__module__.rsplit(".", 1)[-1]
+        result = benchjson.stamped(result, name=name, date=started_at)
         self.stdout.write(json.dumps(result, indent=2))
 
     def _over_http(self, nodes: int, requests: int, names: list[str], varied: list | None) -> dict:

@@ -11,6 +11,7 @@ import numpy as np
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from kiln import benchjson
 from kiln.identity.permissions import system_actor
 from scheduler import selectors, services
 from scheduler.replay import ReplayConfig, load_trace, parse_parts, run_many
@@ -68,6 +69,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **opts):
+        started_at = benchjson.now()
         try:
             parts = parse_parts(opts["parts"])
         except TraceError as exc:
@@ -129,7 +131,8 @@ class Command(BaseCommand):
             "savings_kiln_vs_default": _savings(runs),
             "runs": runs,
         }
-        text = json.dumps(report, indent=2)
+        printed = benchjson.stamped(report, name="scheduler_replay", date=started_at)
+        text = json.dumps(printed, indent=2)
         if opts["json_out"]:
             Path(opts["json_out"]).write_text(text + "\n")
         if opts["store"]:
