@@ -8,7 +8,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from canary import api_schema as out
-from canary import selectors, services, steering
+from canary import selectors, services
 from canary.models import MetricsSource, RolloutStatus
 from kiln.api_fields import StrictCharField, StrictSlugField, StrictURLField
 from kiln.errors import InvalidInput, NotFound
@@ -211,7 +211,7 @@ class RolloutRetryApi(APIView):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         rollout = selectors.rollout_get(viewer=actor, rollout_id=rollout_id)
-        rollout = steering.rollout_retry(actor=actor, rollout=rollout, **data.validated_data)
+        rollout = services.rollout_retry(actor=actor, rollout=rollout, **data.validated_data)
         return Response(selectors.rollout_summary(rollout))
 
 
@@ -221,7 +221,7 @@ class RolloutExtendApi(APIView):
     class InputSerializer(serializers.Serializer):
         reason = StrictCharField(max_length=2000)
         ticks = serializers.IntegerField(
-            required=False, default=None, min_value=1, max_value=steering.MAX_EXTENSION_TICKS
+            required=False, default=None, min_value=1, max_value=services.MAX_EXTENSION_TICKS
         )
 
         class Meta:
@@ -237,7 +237,7 @@ class RolloutExtendApi(APIView):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         rollout = selectors.rollout_get(viewer=actor, rollout_id=rollout_id)
-        rollout = steering.rollout_extend(actor=actor, rollout=rollout, **data.validated_data)
+        rollout = services.rollout_extend(actor=actor, rollout=rollout, **data.validated_data)
         return Response(selectors.rollout_summary(rollout))
 
 

@@ -15,7 +15,7 @@ from canary import promql
 from canary.actuators import FaultEffect, fault_effect
 from canary.models import MetricsSource, Observation, Rollout
 from canary.sequential import Window
-from canary.simulate import CLASSES, Simulator
+from canary.simulated_traffic import CLASSES, Simulator
 from canary.traffic import ISTIO_API, canary_weight_of
 from kiln.errors import InvalidInput, Unavailable
 

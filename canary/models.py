@@ -37,7 +37,7 @@ class Service(models.Model):
     # Prometheus: an allowlisted base URL ("" = KILN_PROMETHEUS_URL) and canary.promql templates.
     prometheus_url = models.URLField(blank=True, default="")
     queries = models.JSONField(default=dict, blank=True)
-    # Simulated cluster: the traffic class of `canary.simulate` and per-version regressions.
+    # Simulated cluster: the traffic class of `canary.simulated_traffic` and per-version regressions.
     sim_traffic_class = models.CharField(max_length=40, default="steady")
     sim_regressions = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

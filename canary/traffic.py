@@ -1,4 +1,4 @@
-"""Istio traffic shifting: the VirtualService and DestinationRule of a rollout (pure builders).
+"""Istio traffic shifting: a rollout's step schedule, its VirtualService and DestinationRule (pure).
 
 The DestinationRule names two subsets by the pods' `version` label; the
 VirtualService splits the service's host between them by weight, exported to its
@@ -74,6 +74,18 @@ def virtual_service(
             ],
         },
     }
+
+
+def weight_at(steps: tuple[tuple[int, int], ...], tick: int) -> int:
+    """Canary traffic percent at a 0-based tick of a step schedule ((weight, ticks), ...).
+
+    Past the last step the schedule holds its last weight.
+    """
+    for weight, ticks in steps:
+        if tick < ticks:
+            return weight
+        tick -= ticks
+    return steps[-1][0]
 
 
 def canary_weight_of(virtual_service_obj: dict[str, Any] | None) -> int:

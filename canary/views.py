@@ -8,7 +8,7 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
-from canary import selectors, services, steering
+from canary import selectors, services
 from canary.forms import RolloutActionForm, RolloutStartForm
 from canary.models import RolloutStatus
 from kiln.errors import KilnError, NotFound
@@ -102,8 +102,8 @@ def rollout_action(request, rollout_id):
             actor=actor, rollout=rollout, reason=d["reason"]
         ),
         "abort": lambda: services.rollout_abort(actor=actor, rollout=rollout, reason=d["reason"]),
-        "retry": lambda: steering.rollout_retry(actor=actor, rollout=rollout, reason=d["reason"]),
-        "extend": lambda: steering.rollout_extend(
+        "retry": lambda: services.rollout_retry(actor=actor, rollout=rollout, reason=d["reason"]),
+        "extend": lambda: services.rollout_extend(
             actor=actor, rollout=rollout, reason=d["reason"], ticks=d.get("ticks")
         ),
     }

@@ -30,7 +30,7 @@ from canary.bench.streams import (
     simulate,
 )
 from canary.sequential import CHANNELS, AnalysisConfig
-from canary.simulate import REGRESSIONS, Simulator
+from canary.simulated_traffic import REGRESSIONS, Simulator
 
 TARGETS = {
     "false_rollback_rate": 0.01,

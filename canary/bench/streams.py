@@ -18,7 +18,8 @@ from canary.sequential import (
     latency_counts,
     zero_counts,
 )
-from canary.simulate import CLASSES, REGRESSIONS, Simulator, TrafficClass
+from canary.simulated_traffic import CLASSES, REGRESSIONS, Simulator, TrafficClass
+from canary.traffic import weight_at
 
 # Canary weight (percent) and ticks of one minute each: the benchmark's rollout.
 BENCH_STEPS: tuple[tuple[int, int], ...] = ((10, 10), (25, 10), (50, 10))
@@ -29,15 +30,6 @@ TAIL_QUANTILE = 0.995
 
 # Seeds: constants are chosen on "tune", the table is reported on "report".
 SEED_SETS = {"tune": 1_000, "report": 20_261_201}
-
-
-def weight_at(steps: tuple[tuple[int, int], ...], tick: int) -> int:
-    """Canary traffic percent at a 0-based tick of a step schedule ((weight, ticks), ...)."""
-    for weight, ticks in steps:
-        if tick < ticks:
-            return weight
-        tick -= ticks
-    return steps[-1][0]
 
 
 @dataclass(frozen=True)

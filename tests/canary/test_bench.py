@@ -17,7 +17,7 @@ from canary.bench import (
     mann_whitney_p,
     weight_at,
 )
-from canary.simulate import CLASSES, Simulator, latency_quantile, norm_ppf, p99_stretch
+from canary.simulated_traffic import CLASSES, Simulator, latency_quantile, norm_ppf, p99_stretch
 
 
 def test_simulated_ticks_are_deterministic_per_seed_and_tick():

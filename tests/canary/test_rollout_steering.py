@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from audit.models import OutboxEvent
-from canary import services, steering
+from canary import services
 from canary.models import MetricsSource, Observation, Rollout, RolloutStatus
 from kiln.errors import Forbidden, IllegalTransition, InvalidInput
 from kiln.identity.permissions import APPROVER, AUDITOR, ENGINEER, PLATFORM_ADMIN, Actor
@@ -82,9 +82,9 @@ def test_extend_keeps_the_evidence_and_adds_ticks(service):
     rollout = _inconclusive(service)
     before = _events(rollout)
     with pytest.raises(InvalidInput) as exc:
-        steering.rollout_extend(actor=ALICE, rollout=rollout, reason="  ")
+        services.rollout_extend(actor=ALICE, rollout=rollout, reason="  ")
     assert "reason" in exc.value.extra["fields"] and _events(rollout) == before
-    rollout = steering.rollout_extend(
+    rollout = services.rollout_extend(
         actor=ALICE, rollout=rollout, reason="Friday traffic", ticks=6
     )
     assert rollout.status == RolloutStatus.RUNNING and rollout.extra_ticks == 6
@@ -100,7 +100,7 @@ def test_extend_keeps_the_evidence_and_adds_ticks(service):
 
 def test_retry_restarts_the_analysis_from_the_first_step(service):
     rollout = _inconclusive(service)
-    rollout = steering.rollout_retry(actor=ALICE, rollout=rollout, reason="metrics fixed")
+    rollout = services.rollout_retry(actor=ALICE, rollout=rollout, reason="metrics fixed")
     assert rollout.status == RolloutStatus.RUNNING
     assert rollout.analysis_start == 4 and rollout.weight == 10 and rollout.analysis == {}
     assert _events(rollout)[-1].action == "canary.rollout.retried"
@@ -132,7 +132,7 @@ def test_abort_sends_an_inconclusive_rollout_back_to_the_baseline(service):
     rollout = services.rollout_abort(actor=ALICE, rollout=rollout, reason="not worth the wait")
     assert rollout.status == RolloutStatus.ABORTED and rollout.weight == 0 and rollout.is_finished
     with pytest.raises(IllegalTransition):
-        steering.rollout_extend(actor=ALICE, rollout=rollout, reason="too late")
+        services.rollout_extend(actor=ALICE, rollout=rollout, reason="too late")
 
 
 @pytest.mark.parametrize("who", [DAVE, CAROL], ids=["auditor", "approver-not-of-team"])
@@ -140,9 +140,9 @@ def test_only_the_team_retries_or_extends(service, who):
     rollout = _inconclusive(service)
     before = _events(rollout)
     with pytest.raises(Forbidden):
-        steering.rollout_extend(actor=who, rollout=rollout, reason="x")
+        services.rollout_extend(actor=who, rollout=rollout, reason="x")
     with pytest.raises(Forbidden):
-        steering.rollout_retry(actor=who, rollout=rollout, reason="x")
+        services.rollout_retry(actor=who, rollout=rollout, reason="x")
     rollout.refresh_from_db()
     assert rollout.status == RolloutStatus.INCONCLUSIVE and _events(rollout) == before
 
@@ -153,7 +153,7 @@ def test_running_rollouts_cannot_be_retried_or_extended(service):
     )
     services.rollout_tick(rollout_id=rollout.pk, tick=0)
     with pytest.raises(IllegalTransition):
-        steering.rollout_retry(actor=ALICE, rollout=rollout, reason="x")
+        services.rollout_retry(actor=ALICE, rollout=rollout, reason="x")
 
 
 @pytest.fixture

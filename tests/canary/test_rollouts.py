@@ -15,6 +15,7 @@ from audit.models import OutboxEvent
 from canary import services
 from canary.metrics import simulated_windows
 from canary.models import Rollout, RolloutDecision, RolloutStatus, RolloutTick
+from canary.services import machine, stream
 from canary.traffic import ISTIO_API, canary_weight_of
 from kiln.errors import Conflict, IllegalTransition, InvalidInput
 from kiln.identity.permissions import PLATFORM_ADMIN, Actor, system_actor
@@ -165,7 +166,7 @@ def test_simulated_traffic_follows_the_applied_weight(service):
     share = canary.requests / (canary.requests + baseline.requests)
     assert weight == 5 and 0.03 < share < 0.07
     # Shift the VirtualService by hand: the simulated cluster routes by what is applied.
-    services._route(rollout, 50)
+    machine.route(rollout, 50)
     baseline, canary, weight = simulated_windows(rollout, 1)
     assert weight == 50 and 0.45 < canary.requests / (canary.requests + baseline.requests) < 0.55
 
@@ -262,11 +263,11 @@ def test_seed_shows_one_promotion_and_one_rollback():
 def test_rollout_state_machine(start, target, allowed):
     rollout = Rollout(status=start)
     if allowed:
-        services._transition(rollout, target)
+        machine.transition(rollout, target)
         assert rollout.status == target
     else:
         with pytest.raises(IllegalTransition):
-            services._transition(rollout, target)
+            machine.transition(rollout, target)
         assert rollout.status == start
 
 
@@ -284,7 +285,7 @@ def test_a_canary_that_never_got_traffic_is_held_inconclusive(service):
     rollout = _rollout(service, steps=[5, 100], ticks_per_step=6)
     services.rollout_tick(rollout_id=rollout.pk, tick=0)
     # The VirtualService is changed behind Kiln's back: the canary gets nothing.
-    services._route(rollout, 0)
+    machine.route(rollout, 0)
     rollout = _run(rollout)
     # Windows without canary traffic are no evidence: held for a person, never promoted.
     assert rollout.status == RolloutStatus.INCONCLUSIVE and rollout.finished_at is None
@@ -398,7 +399,7 @@ def test_the_start_broadcast_reads_no_ticks_and_shows_none(
 
     rollout = _rollout(service)
     sent = []
-    with mock.patch.object(services, "broadcast", lambda rid, payload: sent.append(payload)):
+    with mock.patch.object(stream, "broadcast", lambda rid, payload: sent.append(payload)):
         with CaptureQueriesContext(connection) as queries:
             with django_capture_on_commit_callbacks(execute=True):
                 assert services.rollout_tick(rollout_id=rollout.pk, tick=0) == "started"

@@ -23,7 +23,7 @@ from canary.sequential import (
     latency_counts,
     tick_llr,
 )
-from canary.simulate import CLASSES, Simulator, with_volume
+from canary.simulated_traffic import CLASSES, Simulator, with_volume
 
 
 def _counts(n_b, n_c, k, c) -> TickCounts:

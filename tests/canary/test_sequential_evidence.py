@@ -24,7 +24,7 @@ from canary.sequential import (
     error_counts,
     latency_counts,
 )
-from canary.simulate import CLASSES, Simulator, with_volume
+from canary.simulated_traffic import CLASSES, Simulator, with_volume
 
 
 def _batch_outcomes(sim: Simulator, cfg: AnalysisConfig, weight: float) -> np.ndarray:

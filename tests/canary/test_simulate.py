@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from canary.simulate import CLASSES, MAX_TICKS, Simulator
+from canary.simulated_traffic import CLASSES, MAX_TICKS, Simulator
 
 
 def _storm_tick_by_tick(seed: int, storm_prob: float, rollouts: int) -> np.ndarray:

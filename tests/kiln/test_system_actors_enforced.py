@@ -452,15 +452,17 @@ def test_every_operation_is_someones_job_unless_it_is_for_people_only():
 # Services whose refusal is the same predicate as a row above (their setups need a rollout
 # that is inconclusive or fed by pushes); the check below reads that each asks it.
 SAME_PREDICATE_AS_A_ROW = {
-    "canary.services.observation_push": "can_manage_rollout(actor",
-    "canary.services.service_set_simulated_regression": "can_manage_rollout(actor",
-    "canary.steering.rollout_extend": "can_manage_rollout(actor",
-    "canary.steering.rollout_retry": "can_manage_rollout(actor",
+    "canary.services.observations.observation_push": "can_manage_rollout(actor",
+    "canary.services.registry.service_set_simulated_regression": "can_manage_rollout(actor",
+    "canary.services.steering.rollout_extend": "can_manage_rollout(actor",
+    "canary.services.steering.rollout_retry": "can_manage_rollout(actor",
 }
 SERVICE_MODULES = (
     "scheduler.services",
-    "canary.services",
-    "canary.steering",
+    "canary.services.registry",
+    "canary.services.rollouts",
+    "canary.services.steering",
+    "canary.services.observations",
     "canary.chaos_services",
     "audit.services.appending",
     "audit.services.operations",

@@ -1,4 +1,4 @@
-"""Simulated canary traffic: the benchmark's traffic classes and the simulated cluster's metrics.
+"""Simulated canary traffic: the simulated cluster's traffic classes and metrics (the bench reuses them).
 
 Pure numpy, deterministic for a given seed and tick (each tick draws from its own
 generator seeded by (seed, tick), and episodes such as bursts and retry storms are
