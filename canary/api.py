@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from collections.abc import Callable
+
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+)
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from canary import api_schema as out
 from canary import selectors, services
-from canary.models import MetricsSource, RolloutStatus
+from canary.models import MetricsSource, Rollout, RolloutStatus
 from kiln.api_fields import StrictCharField, StrictSlugField, StrictURLField
 from kiln.errors import InvalidInput, NotFound
 from kiln.identity.permissions import actor_from_request
@@ -151,94 +158,90 @@ class RolloutDetailApi(APIView):
         return Response(selectors.rollout_series(rollout))
 
 
-class _ReasonSerializer(serializers.Serializer):
+class RolloutActionApi(APIView):
+    """POST: a person's decision on one rollout: validate, call its service, answer the rollout.
+
+    Subclasses name the decision's service and InputSerializer (the body; its fields are
+    the service's keyword arguments besides the actor and the rollout).
+    """
+
+    InputSerializer: type[serializers.Serializer]
+    decide: Callable[..., Rollout]
+
+    def post(self, request, rollout_id):
+        actor = actor_from_request(request)
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        rollout = selectors.rollout_get(viewer=actor, rollout_id=rollout_id)
+        rollout = type(self).decide(actor=actor, rollout=rollout, **data.validated_data)
+        return Response(selectors.rollout_summary(rollout))
+
+
+def _decision_schema(operation_id: str, request: type[serializers.Serializer]):
+    """The OpenAPI operation of a RolloutActionApi: its body, the rollout, or a 409."""
+    return extend_schema_view(
+        post=extend_schema(
+            operation_id=operation_id,
+            request=request,
+            responses={200: out.RolloutOutput, **errors(409)},
+        )
+    )
+
+
+class ReasonInput(serializers.Serializer):
     reason = StrictCharField(required=False, default="", allow_blank=True, max_length=2000)
 
     class Meta:
         ref_name = "RolloutReason"
 
 
-class RolloutAbortApi(APIView):
+class RequiredReasonInput(serializers.Serializer):
+    reason = StrictCharField(max_length=2000)
+
+    class Meta:
+        ref_name = "RolloutRetry"
+
+
+class ExtendInput(serializers.Serializer):
+    reason = StrictCharField(max_length=2000)
+    ticks = serializers.IntegerField(
+        required=False, default=None, min_value=1, max_value=services.MAX_EXTENSION_TICKS
+    )
+
+    class Meta:
+        ref_name = "RolloutExtend"
+
+
+@_decision_schema("rollouts_abort", ReasonInput)
+class RolloutAbortApi(RolloutActionApi):
     """POST: abort the rollout and send all traffic to the baseline (team engineers)."""
 
-    @extend_schema(
-        operation_id="rollouts_abort",
-        request=_ReasonSerializer,
-        responses={200: out.RolloutOutput, **errors(409)},
-    )
-    def post(self, request, rollout_id):
-        actor = actor_from_request(request)
-        data = _ReasonSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        rollout = selectors.rollout_get(viewer=actor, rollout_id=rollout_id)
-        rollout = services.rollout_abort(actor=actor, rollout=rollout, **data.validated_data)
-        return Response(selectors.rollout_summary(rollout))
+    InputSerializer = ReasonInput
+    decide = staticmethod(services.rollout_abort)
 
 
-class RolloutPromoteApi(APIView):
+@_decision_schema("rollouts_promote", ReasonInput)
+class RolloutPromoteApi(RolloutActionApi):
     """POST: promote by hand, overriding the analysis (approvers, platform admins)."""
 
-    @extend_schema(
-        operation_id="rollouts_promote",
-        request=_ReasonSerializer,
-        responses={200: out.RolloutOutput, **errors(409)},
-    )
-    def post(self, request, rollout_id):
-        actor = actor_from_request(request)
-        data = _ReasonSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        rollout = selectors.rollout_get(viewer=actor, rollout_id=rollout_id)
-        rollout = services.rollout_promote(actor=actor, rollout=rollout, **data.validated_data)
-        return Response(selectors.rollout_summary(rollout))
+    InputSerializer = ReasonInput
+    decide = staticmethod(services.rollout_promote)
 
 
-class RolloutRetryApi(APIView):
+@_decision_schema("rollouts_retry", RequiredReasonInput)
+class RolloutRetryApi(RolloutActionApi):
     """POST: restart the analysis of an inconclusive rollout from its first step (team engineers)."""
 
-    class InputSerializer(serializers.Serializer):
-        reason = StrictCharField(max_length=2000)
-
-        class Meta:
-            ref_name = "RolloutRetry"
-
-    @extend_schema(
-        operation_id="rollouts_retry",
-        request=InputSerializer,
-        responses={200: out.RolloutOutput, **errors(409)},
-    )
-    def post(self, request, rollout_id):
-        actor = actor_from_request(request)
-        data = self.InputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        rollout = selectors.rollout_get(viewer=actor, rollout_id=rollout_id)
-        rollout = services.rollout_retry(actor=actor, rollout=rollout, **data.validated_data)
-        return Response(selectors.rollout_summary(rollout))
+    InputSerializer = RequiredReasonInput
+    decide = staticmethod(services.rollout_retry)
 
 
-class RolloutExtendApi(APIView):
+@_decision_schema("rollouts_extend", ExtendInput)
+class RolloutExtendApi(RolloutActionApi):
     """POST: give an inconclusive rollout more ticks, keeping its evidence (team engineers)."""
 
-    class InputSerializer(serializers.Serializer):
-        reason = StrictCharField(max_length=2000)
-        ticks = serializers.IntegerField(
-            required=False, default=None, min_value=1, max_value=services.MAX_EXTENSION_TICKS
-        )
-
-        class Meta:
-            ref_name = "RolloutExtend"
-
-    @extend_schema(
-        operation_id="rollouts_extend",
-        request=InputSerializer,
-        responses={200: out.RolloutOutput, **errors(409)},
-    )
-    def post(self, request, rollout_id):
-        actor = actor_from_request(request)
-        data = self.InputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        rollout = selectors.rollout_get(viewer=actor, rollout_id=rollout_id)
-        rollout = services.rollout_extend(actor=actor, rollout=rollout, **data.validated_data)
-        return Response(selectors.rollout_summary(rollout))
+    InputSerializer = ExtendInput
+    decide = staticmethod(services.rollout_extend)
 
 
 class RolloutObservationApi(APIView):

@@ -10,7 +10,10 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from canary import selectors
 from canary.services import group_name
 from kiln.errors import NotFound
+from kiln.identity.authentication import verify_bearer
 from kiln.identity.permissions import actor_for_user, has_any_role
+from kiln.identity.services import user_from_claims
+from kiln.identity.tokens import TokenRejected
 
 
 class RolloutConsumer(AsyncJsonWebsocketConsumer):
@@ -49,10 +52,6 @@ class RolloutConsumer(AsyncJsonWebsocketConsumer):
     def _actor(self):
         token = (parse_qs(self.scope.get("query_string", b"").decode()).get("token") or [None])[0]
         if token:
-            from kiln.identity.authentication import verify_bearer
-            from kiln.identity.services import user_from_claims
-            from kiln.identity.tokens import TokenRejected
-
             try:
                 claims = verify_bearer(token)
             except TokenRejected:

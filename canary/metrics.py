@@ -10,6 +10,8 @@ import urllib.request
 from typing import Any
 
 import numpy as np
+from django.conf import settings
+from django.db.models import Q
 
 from canary import promql
 from canary.actuators import FaultEffect, fault_effect
@@ -18,6 +20,9 @@ from canary.sequential import Window
 from canary.simulated_traffic import CLASSES, Simulator
 from canary.traffic import ISTIO_API, canary_weight_of
 from kiln.errors import InvalidInput, Unavailable
+from portal.delivery import get_backend
+from portal.delivery.simulated import SimulatedBackend
+from portal.models import SimulatedObject
 
 # Latency samples kept per arm and tick. The tail channel counts the slowest 0.5% of the
 # pooled samples: 5,000 per arm give it ~50 events a tick at an even split.
@@ -84,8 +89,6 @@ def _normal_url(url: str) -> tuple[str, str, int, str] | None:
 
 def allowed_prometheus_urls() -> dict[tuple[str, str, int, str], str]:
     """The metrics servers of settings: KILN_PROMETHEUS_URL and KILN_PROMETHEUS_URL_ALLOWLIST."""
-    from django.conf import settings
-
     urls = [getattr(settings, "KILN_PROMETHEUS_URL", "") or ""]
     urls += list(getattr(settings, "KILN_PROMETHEUS_URL_ALLOWLIST", []) or [])
     allowed = {}
@@ -101,8 +104,6 @@ def check_prometheus_url(url: str, *, required: bool) -> str:
 
     `required`: the service reads Prometheus, so some server must be configured.
     """
-    from django.conf import settings
-
     if url:
         if _normal_url(url) not in allowed_prometheus_urls():
             raise MetricsConfigError(
@@ -121,8 +122,6 @@ def check_prometheus_url(url: str, *, required: bool) -> str:
 
 def prometheus_base_url(service_url: str) -> str:
     """The server to query for a service: its allowlisted URL (checked again now) or KILN_PROMETHEUS_URL."""
-    from django.conf import settings
-
     if service_url:
         allowed = allowed_prometheus_urls().get(_normal_url(service_url) or ("", "", 0, ""))
         if allowed is None:
@@ -153,8 +152,6 @@ def read_windows(rollout: Rollout, tick: int) -> tuple[Window, Window, int]:
 
 def simulated_windows(rollout: Rollout, tick: int) -> tuple[Window, Window, int]:
     """Traffic of the simulated cluster, split by the weight of the applied VirtualService."""
-    from portal.delivery import get_backend
-
     service = rollout.service
     live, routing = host_virtual_services(
         get_backend(), service.namespace, service.name, service.host
@@ -189,8 +186,6 @@ def host_virtual_services(
     starts with its first label) instead of every VirtualService of the namespace;
     `fault_effect` then applies the exact host match.
     """
-    from portal.delivery.simulated import SimulatedBackend
-
     if isinstance(backend, SimulatedBackend):
         items = _simulated_host_virtual_services(backend, namespace, name, host)
     else:
@@ -204,10 +199,6 @@ def host_virtual_services(
 def _simulated_host_virtual_services(
     backend: Any, namespace: str, name: str, host: str
 ) -> list[dict]:
-    from django.db.models import Q
-
-    from portal.models import SimulatedObject
-
     label = host.strip().lower().split(".", 1)[0]
     hosts = rf'"\s*{re.escape(label)}(\.|\s*")'
     rows = SimulatedObject.objects.filter(

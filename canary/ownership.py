@@ -22,6 +22,9 @@ from typing import Any
 
 from canary.hosts import FOREIGN, HostRefused, canonical_service_host
 from kiln.errors import Forbidden, InvalidInput
+from portal.delivery import get_backend
+from portal.lifecycle import LIVE
+from portal.models import Environment
 
 TEAM_LABEL = "kiln.dev/team"
 
@@ -45,11 +48,7 @@ class InvalidHost(InvalidInput):
 
 
 def _backend(backend: Any) -> Any:
-    if backend is not None:
-        return backend
-    from portal.delivery import get_backend
-
-    return get_backend()
+    return backend if backend is not None else get_backend()
 
 
 def namespace_owner(namespace: str, backend: Any = None) -> str | None:
@@ -59,9 +58,6 @@ def namespace_owner(namespace: str, backend: Any = None) -> str | None:
         labels = (obj.get("metadata") or {}).get("labels") or {}
         team = labels.get(TEAM_LABEL)
         return team if isinstance(team, str) and team else None
-    from portal.lifecycle import LIVE
-    from portal.models import Environment
-
     slugs = set(
         Environment.objects.filter(
             namespace=namespace, status__in=[s.value for s in LIVE]
