@@ -22,6 +22,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from audit import selectors, services
+from audit.chain import format_time
 from audit.export import csv_lines, jsonl_lines
 from audit.models import ChainEvent
 from kiln import params
@@ -101,8 +102,6 @@ class ChainEventSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(OpenApiTypes.DATETIME)
     def get_recorded_at(self, obj: ChainEvent) -> str:
-        from audit.chain import format_time
-
         return format_time(obj.recorded_at)
 
 

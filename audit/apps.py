@@ -1,5 +1,7 @@
 from django.apps import AppConfig
 
+from kiln import health, standalone
+
 
 class AuditConfig(AppConfig):
     """Audit events, outbox, relay, single writer, hash chain, checkpoints, export, verify."""
@@ -8,9 +10,10 @@ class AuditConfig(AppConfig):
     verbose_name = "Audit"
 
     def ready(self) -> None:
-        # Imported once the app registry is ready (the runtime imports models), as Django asks.
+        # Not at the top: Django imports this module before any model, and the runtime imports
+        # the models (through the writer, the relay and the selectors), so the import waits
+        # for ready(), where Django says to make it.
         from audit import runtime
-        from kiln import health, standalone
 
         health.register("audit_writer", runtime.writer_lag_check)
         standalone.add_service(runtime.relay_service)

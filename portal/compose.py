@@ -12,6 +12,7 @@ anything left behind stays attributable.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -413,6 +414,4 @@ def cordon(manifests: Sequence[dict]) -> list[dict]:
 
 
 def _copy(value: Any) -> Any:
-    import copy
-
     return copy.deepcopy(value)

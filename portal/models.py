@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import secrets
+
 from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
@@ -150,8 +152,7 @@ class WorkloadClass(models.TextChoices):
 
 
 def _new_public_id() -> str:
-    import secrets
-
+    """A new opaque environment id: `env_` and 16 lower-case letters and digits."""
     return "env_" + secrets.token_urlsafe(12).replace("-", "a").replace("_", "b").lower()
 
 

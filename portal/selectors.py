@@ -11,6 +11,7 @@ from typing import Any
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from audit.models import ChainEvent, OutboxEvent
 from kiln.errors import NotFound
 from kiln.identity.permissions import (
     APPROVER,
@@ -101,8 +102,6 @@ class TimelineEntry:
 
 def environment_timeline(env: Environment) -> list[TimelineEntry]:
     """Every audit event whose target is this environment, in order: chained first, then pending."""
-    from audit.models import ChainEvent, OutboxEvent
-
     target = f"portal.environment:{env.public_id}"
     entries: list[TimelineEntry] = []
     seen: set[str] = set()

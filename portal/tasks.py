@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
-from celery import shared_task
+from celery import Task, shared_task
 
 from portal import conf
 from portal.delivery import DeliveryError
+from portal.services.provisioning import (
+    PENDING,
+    environment_mark_failed,
+    environment_provision,
+)
+from portal.services.queueing import PROVISION_TASK, REAP_TASK, TEARDOWN_TASK
+from portal.services.teardown import environment_teardown, environments_reap_expired
 
 log = logging.getLogger("kiln.portal.tasks")
 MAX_DELIVERY_RETRIES = 8
@@ -23,49 +31,64 @@ def poll_delay(polls: int) -> float:
     return min(conf.poll_seconds() * (1.5**polls), max(conf.poll_seconds(), 3.0))
 
 
-@shared_task(
-    bind=True, acks_late=True, max_retries=MAX_DELIVERY_RETRIES, name="portal.provision_environment"
-)
+def _advance(
+    task: Task,
+    *,
+    service: Callable[..., str],
+    environment_id: int,
+    polls: int,
+    give_up: Callable[[DeliveryError], str],
+) -> str:
+    """One run of a re-entrant service: a retryable delivery error is retried with backoff (at
+    most MAX_DELIVERY_RETRIES times, then `give_up` decides), and PENDING re-queues the task."""
+    try:
+        result = service(environment_id=environment_id)
+    except DeliveryError as exc:
+        if exc.retryable and task.request.retries < MAX_DELIVERY_RETRIES:
+            raise task.retry(exc=exc, countdown=backoff(task.request.retries)) from exc
+        return give_up(exc)
+    if result == PENDING:
+        task.apply_async((environment_id, polls + 1), countdown=poll_delay(polls))
+    return result
+
+
+@shared_task(bind=True, acks_late=True, max_retries=MAX_DELIVERY_RETRIES, name=PROVISION_TASK)
 def provision_environment(self, environment_id: int, polls: int = 0) -> str:
     """Advance provisioning; re-queue itself while objects become ready; retry delivery errors with backoff."""
-    from portal.services.provisioning import PENDING, environment_mark_failed, environment_provision
 
-    try:
-        result = environment_provision(environment_id=environment_id)
-    except DeliveryError as exc:
-        if exc.retryable and self.request.retries < MAX_DELIVERY_RETRIES:
-            raise self.retry(exc=exc, countdown=backoff(self.request.retries)) from exc
+    def give_up(exc: DeliveryError) -> str:
         environment_mark_failed(
             environment_id=environment_id, reason=f"delivery failed: {exc.message}", step="apply"
         )
         return "failed"
-    if result == PENDING:
-        provision_environment.apply_async((environment_id, polls + 1), countdown=poll_delay(polls))
-    return result
+
+    return _advance(
+        self,
+        service=environment_provision,
+        environment_id=environment_id,
+        polls=polls,
+        give_up=give_up,
+    )
 
 
-@shared_task(
-    bind=True, acks_late=True, max_retries=MAX_DELIVERY_RETRIES, name="portal.teardown_environment"
-)
+@shared_task(bind=True, acks_late=True, max_retries=MAX_DELIVERY_RETRIES, name=TEARDOWN_TASK)
 def teardown_environment(self, environment_id: int, polls: int = 0) -> str:
     """Advance teardown; re-queue itself while finalizers clear (the deadline ends in QUARANTINED)."""
-    from portal.services.teardown import PENDING, environment_teardown
 
-    try:
-        result = environment_teardown(environment_id=environment_id)
-    except DeliveryError as exc:
-        if exc.retryable and self.request.retries < MAX_DELIVERY_RETRIES:
-            raise self.retry(exc=exc, countdown=backoff(self.request.retries)) from exc
+    def give_up(exc: DeliveryError) -> str:
         log.error("teardown of %s: delivery failed for good: %s", environment_id, exc.message)
-        raise
-    if result == PENDING:
-        teardown_environment.apply_async((environment_id, polls + 1), countdown=poll_delay(polls))
-    return result
+        raise exc
+
+    return _advance(
+        self,
+        service=environment_teardown,
+        environment_id=environment_id,
+        polls=polls,
+        give_up=give_up,
+    )
 
 
-@shared_task(name="portal.reap_expired")
+@shared_task(name=REAP_TASK)
 def reap_expired() -> dict:
     """Beat: start teardown of expired environments and resume stalled work."""
-    from portal.services.teardown import environments_reap_expired
-
     return environments_reap_expired(dry_run=False)

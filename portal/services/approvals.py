@@ -10,6 +10,7 @@ from kiln.identity.permissions import APPROVER, Actor, can_approve, has_role
 from portal.lifecycle import Status
 from portal.models import ApprovalDecision, Environment
 from portal.services.lifecycle import audit_target, environment_transition
+from portal.services.queueing import enqueue_provisioning
 
 
 class SelfApprovalForbidden(Forbidden):
@@ -84,9 +85,7 @@ def environment_approve(*, actor: Actor, environment: Environment, reason: str =
                     )
                 },
             )
-            from portal.services.provisioning import enqueue_provisioning
-
-            enqueue_provisioning(env)
+            enqueue_provisioning(environment=env)
     environment.refresh_from_db()
     return environment
 

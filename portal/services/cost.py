@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 
+from scheduler.models import InstanceType
+
 CENT = Decimal("0.0001")
 
 
@@ -53,10 +55,6 @@ def price_table() -> tuple[dict[str, Price], str]:
 
 def _scheduler_prices() -> dict[str, Price]:
     """The scheduler's InstanceType rows; spot = mean of the zones' current spot prices."""
-    try:
-        from scheduler.models import InstanceType
-    except ImportError:  # pragma: no cover - the scheduler app is part of Kiln
-        return {}
     table: dict[str, Price] = {}
     for it in InstanceType.objects.prefetch_related("spot_prices"):
         spots = [sp.hourly for sp in it.spot_prices.all()]

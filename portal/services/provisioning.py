@@ -29,16 +29,6 @@ STEPS = ("compose", "manifest-policy", "apply", "ready")
 READY, PENDING, FAILED, NOOP = "ready", "pending", "failed", "noop"
 
 
-def enqueue_provisioning(environment: Environment, countdown: float = 0) -> None:
-    """Queue the provisioning task once the surrounding transaction commits."""
-    from portal.tasks import provision_environment
-
-    env_id = environment.pk
-    transaction.on_commit(
-        lambda: provision_environment.apply_async((env_id,), countdown=countdown or None)
-    )
-
-
 def environment_spec(env: Environment) -> c.EnvironmentSpec:
     """The composition input of an environment."""
     req = env.request
@@ -263,7 +253,6 @@ __all__ = [
     "NOOP",
     "PENDING",
     "READY",
-    "enqueue_provisioning",
     "environment_mark_failed",
     "environment_provision",
     "environment_spec",

@@ -17,6 +17,7 @@ from portal.lifecycle import Status
 from portal.models import Environment, EnvironmentRequest, PolicyDecision, Team
 from portal.services import cost, gate
 from portal.services.lifecycle import audit_target, environment_transition
+from portal.services.queueing import enqueue_provisioning
 from portal.validation import FIELDS, field_errors, namespace_for
 
 
@@ -180,7 +181,5 @@ def _create(actor, team, data, key, digest, namespace, evaluation, estimate) -> 
             reason=f"{env.env_class} environments are approved automatically when every policy allows",
             created_in_this_transaction=True,
         )
-        from portal.services.provisioning import enqueue_provisioning
-
-        enqueue_provisioning(env)
+        enqueue_provisioning(environment=env)
     return env

@@ -12,6 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 import audit
+from audit.models import ChainEvent
 from kiln.errors import Forbidden, IllegalTransition, InvalidInput
 from kiln.identity.permissions import Actor, can_act_on_environment, system_actor
 from kiln.observability import tracer
@@ -22,6 +23,7 @@ from portal.delivery import get_backend as _get_backend
 from portal.lifecycle import Status
 from portal.models import Environment, ProvisioningStep
 from portal.services.lifecycle import audit_target, environment_transition
+from portal.services.queueing import enqueue_provisioning, enqueue_teardown
 from portal.services.steps import is_done, step_detail, step_done, step_started
 
 REAPER = "reaper"
@@ -34,16 +36,6 @@ TEARDOWN_STEPS = (
     "delete-namespace",
 )
 POSITION = {name: 10 + i for i, name in enumerate(TEARDOWN_STEPS)}
-
-
-def enqueue_teardown(environment: Environment, countdown: float = 0) -> None:
-    """Queue the teardown task once the surrounding transaction commits."""
-    from portal.tasks import teardown_environment
-
-    env_id = environment.pk
-    transaction.on_commit(
-        lambda: teardown_environment.apply_async((env_id,), countdown=countdown or None)
-    )
 
 
 def environment_teardown_request(
@@ -75,7 +67,7 @@ def environment_teardown_request(
                 f"an environment in {status} cannot be torn down",
                 extra={"from": status.value, "environment": environment.public_id},
             )
-        enqueue_teardown(environment)
+        enqueue_teardown(environment=environment)
     return environment
 
 
@@ -159,14 +151,12 @@ def environments_reap_expired(*, now=None, dry_run: bool = True) -> dict[str, li
                 to=Status.EXPIRING,
                 reason=f"TTL expired at {env.expires_at.isoformat()}",
             )
-            enqueue_teardown(env)
-    from portal.services.provisioning import enqueue_provisioning
-
+            enqueue_teardown(environment=env)
     with transaction.atomic():
         for env in stalled_teardown:
-            enqueue_teardown(env)
+            enqueue_teardown(environment=env)
         for env in stalled_provisioning:
-            enqueue_provisioning(env)
+            enqueue_provisioning(environment=env)
     return report
 
 
@@ -215,8 +205,6 @@ def _past_deadline(env: Environment) -> bool:
 
 def _audit_event_chained(event_id: str) -> bool:
     """True once the audit writer has put the event in the hash chain."""
-    from audit.models import ChainEvent
-
     return ChainEvent.objects.filter(event_id=event_id).exists()
 
 

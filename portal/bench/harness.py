@@ -1,0 +1,335 @@
+"""The provisioning benchmark's harness: the Celery worker it drives, its people and clients,
+and the loop that carries requests through the API to READY.
+
+The worker has the production shape when the broker is shared (Redis): a separate
+`celery -A kiln worker --pool prefork` process pool, as `make dev` runs it; on the memory
+transport (standalone) it is an in-process thread pool. Requests go through the API
+(Django's test client, in this process) from concurrent client threads, each keeping its
+database connection across its requests as a web server's threads do.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import secrets
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from amqp.exceptions import ChannelError
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.db import connection
+from rest_framework.test import APIClient
+
+from kiln.celery import app
+from kiln.identity import services as identity
+from kiln.identity.permissions import APPROVER, ENGINEER, system_actor
+from kiln.management.waiting import wait_until
+from kiln.standalone import (
+    Service,
+    audit_writer_service,
+    celery_worker_service,
+    prefork_worker_service,
+    services_together,
+)
+from portal.models import Environment, Membership, Team
+
+URL = "/api/v1/environments/"
+TEAM = "kiln-bench"
+SETTLED = ("READY", "FAILED", "DENIED")
+
+
+@dataclass
+class Observed:
+    """What one profile's run saw: when each measured request was sent (by public id), the
+    warm-up environments, the API's create times, the client errors and the wall time."""
+
+    run: str
+    submitted: dict[str, float] = field(default_factory=dict)
+    warmed: list[str] = field(default_factory=list)
+    api_ms: list[float] = field(default_factory=list)
+    errors: Counter = field(default_factory=Counter)
+    wall: float = 0.0
+
+
+def bench_people() -> list[Any]:
+    """The bench's engineer (a member of its team) and approver, made once."""
+    User = get_user_model()
+    actor = system_actor("provision-bench")
+    team = Team.objects.filter(slug=TEAM).first() or identity.team_create(
+        actor=actor, slug=TEAM, name="Provisioning benchmark"
+    )
+    people = []
+    for username, role in (("bench-engineer", ENGINEER), ("bench-approver", APPROVER)):
+        user, _ = User.objects.get_or_create(username=username)
+        user.groups.add(Group.objects.get_or_create(name=role)[0])
+        if role == ENGINEER and not Membership.objects.filter(user=user, team=team).exists():
+            identity.membership_add(actor=actor, team=team, username=username)
+        people.append(user)
+    return people
+
+
+def bench_worker(*, kind: str, workers: int, profile: str) -> Service:
+    """The Celery worker the bench drives: a separate prefork pool or in-process threads."""
+    if kind == "threads":
+        service = celery_worker_service(concurrency=workers)
+        start = service.start
+
+        def started() -> None:
+            start()
+            time.sleep(0.5)
+
+        return Service(service.name, started, service.stop)
+    return prefork_worker(workers, profile)
+
+
+def drive(
+    *,
+    engineer: Any,
+    approver: Any,
+    requests: int,
+    warmup: int,
+    concurrency: int,
+    closed: bool,
+    timeout: float,
+) -> Observed:
+    """Send `warmup + requests` environment requests from `concurrency` clients and wait until
+    every measured one is READY, FAILED or DENIED.
+
+    Every fifth request is staging and is approved over the API by the approver; one in ten is
+    retried with the same Idempotency-Key and must return the same environment. `closed`: each
+    client waits for its request to settle before it sends the next.
+    """
+    observed = Observed(run="b" + secrets.token_hex(3))
+    lock = threading.Lock()
+    local = threading.local()
+
+    def clients_of_this_thread() -> tuple[APIClient, APIClient]:
+        """The engineer's and the approver's client, made once per client thread: a client
+        loads the middleware stack when it is made, as a server process does once."""
+        if not hasattr(local, "clients"):
+            client, boss = APIClient(), APIClient()
+            client.force_authenticate(user=engineer)
+            boss.force_authenticate(user=approver)
+            local.clients = (client, boss)
+        return local.clients
+
+    def one(i: int) -> None:
+        client, boss = clients_of_this_thread()
+        staging = i % 5 == 4
+        body = {
+            "team": TEAM,
+            "name": f"{observed.run}-{i}",
+            "env_class": "staging" if staging else "dev",
+            "ttl_hours": 24,
+            "workload_class": "standard",
+            "cpu": 1,
+            "memory_gib": 1,
+        }
+        key = f"{observed.run}-{i}"
+        t0 = time.time()
+        response = client.post(URL, body, format="json", HTTP_IDEMPOTENCY_KEY=key)
+        elapsed = (time.time() - t0) * 1000
+        if response.status_code != 201:
+            with lock:
+                observed.errors[f"create {response.status_code}"] += 1
+            return
+        env_id = response.json()["id"]
+        if i % 10 == 3:  # a client retry: must return the same environment
+            retry = client.post(URL, body, format="json", HTTP_IDEMPOTENCY_KEY=key)
+            if retry.status_code != 200 or retry.json()["id"] != env_id:
+                with lock:
+                    observed.errors["idempotent retry mismatch"] += 1
+        if staging:
+            decided = boss.post(f"{URL}{env_id}/approve/", {"reason": "bench"}, format="json")
+            if decided.status_code != 200:
+                with lock:
+                    observed.errors[f"approve {decided.status_code}"] += 1
+        with lock:
+            if i < warmup:
+                observed.warmed.append(env_id)
+            else:
+                observed.submitted[env_id] = t0
+                observed.api_ms.append(elapsed)
+        if closed and not watcher.wait(env_id, timeout=max(0.0, deadline - time.time())):
+            with lock:
+                observed.errors["not settled in time"] += 1
+
+    watcher = SettledWatcher()
+    started = time.time()
+    deadline = started + timeout
+    watcher.start()
+    try:
+        run_clients(one, warmup + requests, concurrency)
+    finally:
+        watcher.stop()
+    ids = list(observed.submitted)
+    settled = Environment.objects.filter(public_id__in=ids, status__in=SETTLED)
+    wait_until(
+        lambda: settled.count() >= len(ids),
+        timeout=max(0.0, deadline - time.time()),
+        stated_timeout=timeout,
+        poll=0.1,
+        what=lambda: (
+            f"{len(ids) - settled.count()} of {len(ids)} environments reached neither READY "
+            "nor FAILED (is the worker consuming the broker?)"
+        ),
+    )
+    observed.wall = time.time() - started
+    return observed
+
+
+def hand_to_teardown(*, engineer: Any, public_ids: list[str]) -> None:
+    """Hand every bench environment to teardown over the API and give the worker a moment to
+    finish it (the reaper resumes whatever is left)."""
+    client = APIClient()
+    client.force_authenticate(user=engineer)
+    for env_id in public_ids:
+        client.delete(f"{URL}{env_id}/?reason=benchmark+finished")
+    wait_for_teardown(timeout=120.0)
+
+
+def run_clients(one: Callable[[int], None], n: int, concurrency: int) -> None:
+    """Call one(0..n-1) from `concurrency` threads. Each thread keeps its database connection
+    across its requests, as a web server's threads do (CONN_MAX_AGE), and closes it at the end."""
+    indexes = iter(range(n))
+    take = threading.Lock()
+    failures: list[BaseException] = []
+
+    def client() -> None:
+        try:
+            while True:
+                with take:
+                    i = next(indexes, None)
+                if i is None:
+                    return
+                one(i)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the calling thread
+            failures.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=client, name=f"client-{k}") for k in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise failures[0]
+
+
+def process_cpu_seconds() -> float:
+    """CPU time (user + system) of this process, every thread included."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def worker_cpu_seconds() -> float:
+    """CPU time of the bench's prefork worker processes (the parent and its pool), from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if b"provision-bench-" not in (entry / "cmdline").read_bytes():
+                continue
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the process exited meanwhile
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / tick
+
+
+class SettledWatcher:
+    """One thread that polls the database for environments that reached READY, FAILED or DENIED
+    and wakes the client waiting on each, so closed-loop clients cost one query per poll in all."""
+
+    SETTLED = SETTLED
+
+    def __init__(self, interval: float = 0.01) -> None:
+        self.interval = interval
+        self.waiting: dict[str, threading.Event] = {}
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._poll, name="settled-watcher", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.thread.join()
+
+    def wait(self, public_id: str, timeout: float) -> bool:
+        with self.lock:
+            event = self.waiting.setdefault(public_id, threading.Event())
+        return event.wait(timeout)
+
+    def _poll(self) -> None:
+        try:
+            while not self.stopped.wait(self.interval):
+                with self.lock:
+                    pending = [k for k, e in self.waiting.items() if not e.is_set()]
+                if not pending:
+                    continue
+                settled = Environment.objects.filter(
+                    public_id__in=pending, status__in=self.SETTLED
+                ).values_list("public_id", flat=True)
+                with self.lock:
+                    for public_id in settled:
+                        self.waiting[public_id].set()
+        finally:
+            connection.close()
+
+
+def wait_for_teardown(timeout: float) -> int:
+    """Wait until no bench environment is tearing down (the worker finishes what an earlier run
+    handed over); returns how many were tearing down at first."""
+    tearing = Environment.objects.filter(team__slug=TEAM, status="TEARING_DOWN")
+    first = tearing.count()
+    deadline = time.time() + timeout
+    while tearing.exists() and time.time() < deadline:
+        time.sleep(0.5)
+    return first
+
+
+def queue_length() -> int:
+    """Messages waiting in the default task queue of the broker (0 when it was never declared)."""
+    with app.connection_for_write() as conn:
+        try:
+            _, count, _ = conn.default_channel.queue_declare(
+                queue=app.conf.task_default_queue, passive=True
+            )
+        except ChannelError:  # Redis: an empty queue is no key at all
+            return 0
+    return int(count)
+
+
+def wait_for_empty_queue(timeout: float) -> int:
+    """Wait until the worker has drained whatever was queued before (returns what was queued),
+    so a run measures its own requests and not an earlier backlog."""
+    queued = queue_length()
+    deadline = time.time() + timeout
+    while queue_length() and time.time() < deadline:
+        time.sleep(0.5)
+    return queued
+
+
+def prefork_worker(concurrency: int, profile: str) -> Service:
+    """`celery -A kiln worker` (prefork, as `make dev` runs it) with the given delay profile."""
+    environment = {
+        "KILN_SIM_DELAY_PROFILE": profile,
+        "KILN_SIM_DELAY_SCALE": "1.0",
+        "KILN_DELIVERY_BACKEND": "simulated",
+    }
+    return services_together(
+        audit_writer_service("provision-bench"),
+        prefork_worker_service("provision-bench", concurrency, environment, loglevel="INFO"),
+    )
