@@ -1,4 +1,10 @@
-"""Rollout REST API: thin views that validate, call one service or selector, and serialise."""
+"""Rollout REST API: thin views that validate, call one service or selector, and serialise.
+
+The response serializers come first: they type every field of what the views answer
+(`canary.selectors` builds the rollout shapes, which the dashboard's stream shares);
+they describe and hold no rule. Services validate and answer 400 with the reason; the
+limits written here are theirs, documented for clients.
+"""
 
 from __future__ import annotations
 
@@ -14,15 +20,147 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from canary import api_schema as out
 from canary import selectors, services
-from canary.models import MetricsSource, Rollout, RolloutStatus
+from canary.models import Arm, MetricsSource, Rollout, RolloutStatus
 from kiln.api_fields import StrictCharField, StrictSlugField, StrictURLField
 from kiln.errors import InvalidInput, NotFound
 from kiln.identity.permissions import actor_from_request
 from kiln.openapi import documented, errors
 from portal.models import Team
 from portal.validation import DNS_LABEL_RE
+
+# --- responses ---------------------------------------------------------------------------
+
+
+class ServiceOutput(serializers.Serializer):
+    """A service that rollouts shift traffic for."""
+
+    id = serializers.UUIDField()
+    team = serializers.CharField(source="team.slug")
+    name = serializers.CharField()
+    namespace = serializers.CharField()
+    host = serializers.CharField()
+    metrics_source = serializers.ChoiceField(choices=MetricsSource.values)
+    sim_traffic_class = serializers.CharField()
+
+    class Meta:
+        ref_name = "CanaryService"
+
+
+class RolloutServiceOutput(serializers.Serializer):
+    id = serializers.UUIDField()
+    name = serializers.CharField()
+    namespace = serializers.CharField()
+    team = serializers.CharField()
+
+    class Meta:
+        ref_name = "RolloutService"
+
+
+class RolloutOutput(serializers.Serializer):
+    """A rollout's state (`canary.selectors.rollout_summary`)."""
+
+    id = serializers.UUIDField()
+    service = RolloutServiceOutput()
+    baseline_version = serializers.CharField()
+    canary_version = serializers.CharField()
+    steps = serializers.ListField(child=serializers.IntegerField(min_value=0, max_value=100))
+    ticks_per_step = serializers.IntegerField(min_value=1)
+    tick_seconds = serializers.FloatField()
+    status = serializers.ChoiceField(choices=RolloutStatus.values)
+    weight = serializers.IntegerField(min_value=0, max_value=100, help_text="Canary traffic, %.")
+    ticks_done = serializers.IntegerField(min_value=0)
+    reason = serializers.CharField(allow_blank=True)
+    finished = serializers.BooleanField()
+    analysis = serializers.DictField(
+        child=serializers.JSONField(),
+        help_text="The latest analysis: bounds, CUSUM, per-channel sample sizes.",
+    )
+    requests_needed = serializers.FloatField(
+        allow_null=True, help_text="Requests per arm that would likely settle it (inconclusive)."
+    )
+    minutes_needed = serializers.FloatField(allow_null=True)
+    created_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+
+    class Meta:
+        ref_name = "Rollout"
+
+
+def _stat(help_text: str = "") -> serializers.FloatField:
+    return serializers.FloatField(allow_null=True, help_text=help_text)
+
+
+class TickOutput(serializers.Serializer):
+    """One analysis tick's statistics (null where the window had no evidence)."""
+
+    tick = serializers.IntegerField(min_value=0)
+    weight = serializers.IntegerField(min_value=0, max_value=100)
+    action = serializers.CharField()
+    canary_error_rate = _stat()
+    baseline_error_rate = _stat()
+    llr = _stat("SPRT log-likelihood ratio")
+    llr_lower = _stat()
+    llr_upper = _stat()
+    cusum = _stat("CUSUM statistic of latency")
+    cusum_median = _stat()
+    cusum_tail = _stat()
+    cusum_threshold = _stat()
+    requests_needed = _stat()
+    minutes_needed = _stat()
+    settle = serializers.CharField(allow_blank=True)
+    empty = serializers.BooleanField(help_text="A window without traffic or metrics: no evidence.")
+    canary_p50_ms = _stat()
+    baseline_p50_ms = _stat()
+    canary_p99_ms = _stat()
+    baseline_p99_ms = _stat()
+    reason = serializers.CharField(allow_blank=True)
+
+    class Meta:
+        ref_name = "RolloutTick"
+
+
+class DecisionOutput(serializers.Serializer):
+    """A state-changing decision: who, which weight change, why."""
+
+    id = serializers.IntegerField()
+    tick = serializers.IntegerField(min_value=0)
+    kind = serializers.CharField()
+    actor = serializers.CharField()
+    from_weight = serializers.IntegerField(min_value=0, max_value=100)
+    to_weight = serializers.IntegerField(min_value=0, max_value=100)
+    reason = serializers.CharField(allow_blank=True)
+    at = serializers.DateTimeField()
+
+    class Meta:
+        ref_name = "RolloutDecision"
+
+
+class RolloutSeriesOutput(serializers.Serializer):
+    """A rollout with every tick's statistics and every decision (`rollout_series`)."""
+
+    rollout = RolloutOutput()
+    ticks = TickOutput(many=True)
+    decisions = DecisionOutput(many=True)
+
+    class Meta:
+        ref_name = "RolloutSeries"
+
+
+class ObservationOutput(serializers.Serializer):
+    """A pushed observation, queued for the next tick."""
+
+    id = serializers.IntegerField()
+    arm = serializers.ChoiceField(choices=Arm.values)
+    requests = serializers.IntegerField(min_value=0)
+    errors = serializers.IntegerField(min_value=0)
+    samples = serializers.IntegerField(min_value=0, help_text="Latency samples kept.")
+
+    class Meta:
+        ref_name = "Observation"
+
+
+# --- views -------------------------------------------------------------------------------
 
 
 class ServiceListCreateApi(APIView):
@@ -43,15 +181,15 @@ class ServiceListCreateApi(APIView):
         class Meta:
             ref_name = "CanaryServiceCreate"
 
-    @extend_schema(operation_id="canary_services_list", responses=out.ServiceOutput(many=True))
+    @extend_schema(operation_id="canary_services_list", responses=ServiceOutput(many=True))
     def get(self, request):
         actor = actor_from_request(request)
-        return Response([_service(s) for s in selectors.service_list(viewer=actor)])
+        return Response(ServiceOutput(selectors.service_list(viewer=actor), many=True).data)
 
     @extend_schema(
         operation_id="canary_services_create",
         request=InputSerializer,
-        responses={201: out.ServiceOutput, **errors(404, 409)},
+        responses={201: ServiceOutput, **errors(404, 409)},
     )
     def post(self, request):
         actor = actor_from_request(request)
@@ -62,19 +200,7 @@ class ServiceListCreateApi(APIView):
         if team is None:
             raise NotFound("no such team")
         service = services.service_create(actor=actor, team=team, **fields)
-        return Response(_service(service), status=201)
-
-
-def _service(s) -> dict:
-    return {
-        "id": str(s.pk),
-        "team": s.team.slug,
-        "name": s.name,
-        "namespace": s.namespace,
-        "host": s.host,
-        "metrics_source": s.metrics_source,
-        "sim_traffic_class": s.sim_traffic_class,
-    }
+        return Response(ServiceOutput(service).data, status=201)
 
 
 class RolloutListCreateApi(APIView):
@@ -121,7 +247,7 @@ class RolloutListCreateApi(APIView):
         operation_id="rollouts_list",
         description="The 200 newest rollouts the caller may see.",
         parameters=[OpenApiParameter("status", str, enum=RolloutStatus.values)],
-        responses=out.RolloutOutput(many=True),
+        responses=RolloutOutput(many=True),
     )
     def get(self, request):
         actor = actor_from_request(request)
@@ -137,7 +263,7 @@ class RolloutListCreateApi(APIView):
     @extend_schema(
         operation_id="rollouts_create",
         request=InputSerializer,
-        responses={201: out.RolloutOutput, **errors(404, 409)},
+        responses={201: RolloutOutput, **errors(404, 409)},
     )
     def post(self, request):
         actor = actor_from_request(request)
@@ -152,40 +278,10 @@ class RolloutListCreateApi(APIView):
 class RolloutDetailApi(APIView):
     """GET: one rollout with every tick's statistics and every decision."""
 
-    @extend_schema(operation_id="rollouts_retrieve", responses=out.RolloutSeriesOutput)
+    @extend_schema(operation_id="rollouts_retrieve", responses=RolloutSeriesOutput)
     def get(self, request, rollout_id):
         rollout = selectors.rollout_get(viewer=actor_from_request(request), rollout_id=rollout_id)
         return Response(selectors.rollout_series(rollout))
-
-
-class RolloutActionApi(APIView):
-    """POST: a person's decision on one rollout: validate, call its service, answer the rollout.
-
-    Subclasses name the decision's service and InputSerializer (the body; its fields are
-    the service's keyword arguments besides the actor and the rollout).
-    """
-
-    InputSerializer: type[serializers.Serializer]
-    decide: Callable[..., Rollout]
-
-    def post(self, request, rollout_id):
-        actor = actor_from_request(request)
-        data = self.InputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        rollout = selectors.rollout_get(viewer=actor, rollout_id=rollout_id)
-        rollout = type(self).decide(actor=actor, rollout=rollout, **data.validated_data)
-        return Response(selectors.rollout_summary(rollout))
-
-
-def _decision_schema(operation_id: str, request: type[serializers.Serializer]):
-    """The OpenAPI operation of a RolloutActionApi: its body, the rollout, or a 409."""
-    return extend_schema_view(
-        post=extend_schema(
-            operation_id=operation_id,
-            request=request,
-            responses={200: out.RolloutOutput, **errors(409)},
-        )
-    )
 
 
 class ReasonInput(serializers.Serializer):
@@ -202,8 +298,7 @@ class RequiredReasonInput(serializers.Serializer):
         ref_name = "RolloutRetry"
 
 
-class ExtendInput(serializers.Serializer):
-    reason = StrictCharField(max_length=2000)
+class ExtendInput(RequiredReasonInput):
     ticks = serializers.IntegerField(
         required=False, default=None, min_value=1, max_value=services.MAX_EXTENSION_TICKS
     )
@@ -212,36 +307,58 @@ class ExtendInput(serializers.Serializer):
         ref_name = "RolloutExtend"
 
 
-@_decision_schema("rollouts_abort", ReasonInput)
+class RolloutActionApi(APIView):
+    """POST: a person's decision on one rollout: validate, call its service, answer the rollout.
+
+    Each decision is a subclass made by `decision(...)`, which names its body (the
+    service's keyword arguments besides the actor and the rollout) and its service.
+    """
+
+    InputSerializer: type[serializers.Serializer]
+    decide: Callable[..., Rollout]
+
+    def post(self, request, rollout_id):
+        actor = actor_from_request(request)
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        rollout = selectors.rollout_get(viewer=actor, rollout_id=rollout_id)
+        rollout = type(self).decide(actor=actor, rollout=rollout, **data.validated_data)
+        return Response(selectors.rollout_summary(rollout))
+
+
+def decision(
+    operation_id: str, body: type[serializers.Serializer], service: Callable[..., Rollout]
+) -> Callable[[type[RolloutActionApi]], type[RolloutActionApi]]:
+    """Make a RolloutActionApi: its body, its service, and its OpenAPI operation (or a 409)."""
+
+    def make(api: type[RolloutActionApi]) -> type[RolloutActionApi]:
+        api.InputSerializer, api.decide = body, staticmethod(service)
+        responses = {200: RolloutOutput, **errors(409)}
+        return extend_schema_view(
+            post=extend_schema(operation_id=operation_id, request=body, responses=responses)
+        )(api)
+
+    return make
+
+
+@decision("rollouts_abort", ReasonInput, services.rollout_abort)
 class RolloutAbortApi(RolloutActionApi):
     """POST: abort the rollout and send all traffic to the baseline (team engineers)."""
 
-    InputSerializer = ReasonInput
-    decide = staticmethod(services.rollout_abort)
 
-
-@_decision_schema("rollouts_promote", ReasonInput)
+@decision("rollouts_promote", ReasonInput, services.rollout_promote)
 class RolloutPromoteApi(RolloutActionApi):
     """POST: promote by hand, overriding the analysis (approvers, platform admins)."""
 
-    InputSerializer = ReasonInput
-    decide = staticmethod(services.rollout_promote)
 
-
-@_decision_schema("rollouts_retry", RequiredReasonInput)
+@decision("rollouts_retry", RequiredReasonInput, services.rollout_retry)
 class RolloutRetryApi(RolloutActionApi):
     """POST: restart the analysis of an inconclusive rollout from its first step (team engineers)."""
 
-    InputSerializer = RequiredReasonInput
-    decide = staticmethod(services.rollout_retry)
 
-
-@_decision_schema("rollouts_extend", ExtendInput)
+@decision("rollouts_extend", ExtendInput, services.rollout_extend)
 class RolloutExtendApi(RolloutActionApi):
     """POST: give an inconclusive rollout more ticks, keeping its evidence (team engineers)."""
-
-    InputSerializer = ExtendInput
-    decide = staticmethod(services.rollout_extend)
 
 
 class RolloutObservationApi(APIView):
@@ -266,7 +383,7 @@ class RolloutObservationApi(APIView):
         operation_id="rollouts_observations_create",
         request=InputSerializer,
         responses={
-            202: OpenApiResponse(out.ObservationOutput, description="Queued for the next tick."),
+            202: OpenApiResponse(ObservationOutput, description="Queued for the next tick."),
             **errors(409),
         },
     )
@@ -276,13 +393,4 @@ class RolloutObservationApi(APIView):
         data.is_valid(raise_exception=True)
         rollout = selectors.rollout_get(viewer=actor, rollout_id=rollout_id)
         obs = services.observation_push(actor=actor, rollout=rollout, **data.validated_data)
-        return Response(
-            {
-                "id": obs.pk,
-                "arm": obs.arm,
-                "requests": obs.requests,
-                "errors": obs.errors,
-                "samples": len(obs.latencies_ms),
-            },
-            status=202,
-        )
+        return Response(ObservationOutput(obs).data, status=202)

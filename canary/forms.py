@@ -8,6 +8,7 @@ from django import forms
 
 from canary.models import Service
 from canary.sequential import AnalysisConfig
+from canary.services.validation import MAX_EXTENSION_TICKS
 
 DEFAULTS = AnalysisConfig()
 
@@ -80,4 +81,4 @@ class RolloutActionForm(forms.Form):
 
     action = forms.ChoiceField(choices=[(a, a) for a in ACTIONS])
     reason = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}))
-    ticks = forms.IntegerField(required=False, min_value=1, max_value=10_000)
+    ticks = forms.IntegerField(required=False, min_value=1, max_value=MAX_EXTENSION_TICKS)

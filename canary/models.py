@@ -229,5 +229,10 @@ class Observation(models.Model):
     def __str__(self) -> str:
         return f"{self.rollout_id} {self.arm} {self.errors}/{self.requests}"
 
+    @property
+    def samples(self) -> int:
+        """Latency samples kept for this window."""
+        return len(self.latencies_ms)
+
 
 from canary.models_chaos import *  # noqa: F401,F403,E402

@@ -5,22 +5,34 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 
 from canary.models import Rollout, Service
 from kiln.errors import NotFound
 from kiln.identity.permissions import APPROVER, AUDITOR, PLATFORM_ADMIN, Actor
 
 
-def _visible(actor: Actor) -> Q:
-    if actor.roles & {PLATFORM_ADMIN, APPROVER, AUDITOR}:
-        return Q()
-    return Q(service__team__slug__in=list(actor.teams))
+def _sees_every_team(viewer: Actor) -> bool:
+    return bool(viewer.roles & {PLATFORM_ADMIN, APPROVER, AUDITOR})
+
+
+def _one(rows: QuerySet, key: Any, what: str) -> Any:
+    """The row of `rows` with UUID `key`; a malformed key is the same 404 as a missing row."""
+    try:
+        pk = uuid.UUID(str(key))
+    except ValueError as exc:
+        raise NotFound(f"no such {what}") from exc
+    row = rows.filter(pk=pk).first()
+    if row is None:
+        raise NotFound(f"no such {what}")
+    return row
 
 
 def rollout_list(*, viewer: Actor, status: str | None = None) -> QuerySet[Rollout]:
     """Rollouts the viewer may see, newest first."""
-    qs = Rollout.objects.select_related("service__team").filter(_visible(viewer))
+    qs = Rollout.objects.select_related("service__team")
+    if not _sees_every_team(viewer):
+        qs = qs.filter(service__team__slug__in=list(viewer.teams))
     if status:
         qs = qs.filter(status=status)
     return qs.order_by("-created_at")
@@ -28,33 +40,37 @@ def rollout_list(*, viewer: Actor, status: str | None = None) -> QuerySet[Rollou
 
 def rollout_get(*, viewer: Actor, rollout_id: Any) -> Rollout:
     """One rollout; a hidden one is the same 404 as a missing one."""
-    try:
-        key = uuid.UUID(str(rollout_id))
-    except ValueError as exc:
-        raise NotFound("no such rollout") from exc
-    rollout = rollout_list(viewer=viewer).filter(pk=key).first()
-    if rollout is None:
-        raise NotFound("no such rollout")
-    return rollout
+    return _one(rollout_list(viewer=viewer), rollout_id, "rollout")
 
 
 def service_list(*, viewer: Actor) -> QuerySet[Service]:
     """Services the viewer may see."""
-    if viewer.roles & {PLATFORM_ADMIN, APPROVER, AUDITOR}:
-        return Service.objects.select_related("team").all()
-    return Service.objects.select_related("team").filter(team__slug__in=list(viewer.teams))
+    qs = Service.objects.select_related("team")
+    if _sees_every_team(viewer):
+        return qs.all()
+    return qs.filter(team__slug__in=list(viewer.teams))
 
 
 def service_get(*, viewer: Actor, service_id: Any) -> Service:
     """One service the viewer may see, else 404."""
-    try:
-        key = uuid.UUID(str(service_id))
-    except ValueError as exc:
-        raise NotFound("no such service") from exc
-    service = service_list(viewer=viewer).filter(pk=key).first()
-    if service is None:
-        raise NotFound("no such service")
-    return service
+    return _one(service_list(viewer=viewer), service_id, "service")
+
+
+# A rollout's plan and state as stored: the API, the dashboard and its audit events show them.
+ROLLOUT_FIELDS = (
+    "baseline_version",
+    "canary_version",
+    "steps",
+    "ticks_per_step",
+    "tick_seconds",
+    "status",
+    "weight",
+)
+
+
+def rollout_fields(rollout: Rollout) -> dict[str, Any]:
+    """The rollout's `ROLLOUT_FIELDS`, by name."""
+    return {name: getattr(rollout, name) for name in ROLLOUT_FIELDS}
 
 
 def rollout_summary(rollout: Rollout) -> dict[str, Any]:
@@ -67,13 +83,7 @@ def rollout_summary(rollout: Rollout) -> dict[str, Any]:
             "namespace": rollout.service.namespace,
             "team": rollout.service.team.slug,
         },
-        "baseline_version": rollout.baseline_version,
-        "canary_version": rollout.canary_version,
-        "steps": rollout.steps,
-        "ticks_per_step": rollout.ticks_per_step,
-        "tick_seconds": rollout.tick_seconds,
-        "status": rollout.status,
-        "weight": rollout.weight,
+        **rollout_fields(rollout),
         "ticks_done": rollout.ticks_done,
         "reason": rollout.reason,
         "finished": rollout.is_finished,

@@ -86,6 +86,15 @@ def rollout_detail(request, rollout_id):
     )
 
 
+# A person's decisions on a rollout (RolloutActionForm.ACTIONS), by name.
+STEERING = {
+    "promote": services.rollout_promote,
+    "abort": services.rollout_abort,
+    "retry": services.rollout_retry,
+    "extend": services.rollout_extend,
+}
+
+
 @login_required
 @require_POST
 def rollout_action(request, rollout_id):
@@ -97,18 +106,10 @@ def rollout_action(request, rollout_id):
         messages.error(request, "Say why: a decision on a rollout needs a reason.")
         return redirect("canary:rollout-detail", rollout_id=rollout.pk)
     d = form.cleaned_data
-    calls = {
-        "promote": lambda: services.rollout_promote(
-            actor=actor, rollout=rollout, reason=d["reason"]
-        ),
-        "abort": lambda: services.rollout_abort(actor=actor, rollout=rollout, reason=d["reason"]),
-        "retry": lambda: services.rollout_retry(actor=actor, rollout=rollout, reason=d["reason"]),
-        "extend": lambda: services.rollout_extend(
-            actor=actor, rollout=rollout, reason=d["reason"], ticks=d.get("ticks")
-        ),
-    }
+    steer = STEERING[d["action"]]
+    extra = {"ticks": d.get("ticks")} if d["action"] == "extend" else {}
     try:
-        calls[d["action"]]()
+        steer(actor=actor, rollout=rollout, reason=d["reason"], **extra)
     except KilnError as exc:
         messages.error(request, exc.message)
     else:

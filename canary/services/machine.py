@@ -2,8 +2,8 @@
 
 `ROLLOUT_TRANSITIONS` (canary.models) is the table; `transition` is the only code that
 changes a rollout's status, and `decide` the only code that shifts its traffic: it
-routes the VirtualService, stores the decision and audits it (`canary.rollout.<kind>`),
-inside the caller's transaction. Callers hold the rollout's row lock (`locked`) and end
+moves the status, routes the VirtualService, stores the decision and audits it
+(`canary.rollout.<kind>`), inside the caller's transaction. Callers hold the rollout's row lock (`locked`) and end
 with `save_and_stream`, which broadcasts the committed state and schedules the next tick.
 """
 
@@ -87,8 +87,14 @@ def decide(
     to_weight: int,
     reason: str,
     statistics: dict[str, Any] | None = None,
+    to: str | None = None,
 ) -> RolloutDecision:
-    """Record a state-changing decision: route traffic, store it, audit it (broadcast on save)."""
+    """Record a state-changing decision: move to status `to` (if given), route traffic, store, audit.
+
+    The broadcast follows when the caller saves (`save_and_stream`).
+    """
+    if to is not None:
+        transition(rollout, to)
     if not can_decide_rollout(actor, kind):
         raise Forbidden(f"{actor} may not record a {kind} decision on a rollout")
     from_weight = rollout.weight
@@ -122,28 +128,6 @@ def decide(
     return decision
 
 
-def move(
-    rollout: Rollout,
-    to: str,
-    *,
-    actor: Actor,
-    kind: str,
-    to_weight: int,
-    reason: str,
-    statistics: dict[str, Any] | None = None,
-) -> RolloutDecision:
-    """`transition` to `to`, then `decide`: a change of status and the traffic it means."""
-    transition(rollout, to)
-    return decide(
-        rollout,
-        actor=actor,
-        kind=kind,
-        to_weight=to_weight,
-        reason=reason,
-        statistics=statistics,
-    )
-
-
 def failed_if_not_owned(
     rollout: Rollout, actor: Actor, statistics: dict[str, Any] | None = None
 ) -> bool:
@@ -157,9 +141,9 @@ def failed_if_not_owned(
     refusal = ownership_refusal(service.team.slug, service.namespace, service.host)
     if refusal is None:
         return False
-    move(
+    decide(
         rollout,
-        RolloutStatus.FAILED,
+        to=RolloutStatus.FAILED,
         actor=actor,
         kind="failed",
         to_weight=rollout.weight,

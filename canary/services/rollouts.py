@@ -27,6 +27,7 @@ from canary.models import (
     Service,
 )
 from canary.ownership import require_namespace_of, require_service_host
+from canary.selectors import rollout_fields
 from canary.sequential import (
     CONTINUE,
     INCONCLUSIVE,
@@ -34,11 +35,12 @@ from canary.sequential import (
     ROLLBACK,
     Analyzer,
     ConfigError,
+    Decision,
     Evidence,
 )
 from canary.sequential import evidence as tick_evidence
 from canary.services.config import analysis_config, analysis_steps
-from canary.services.machine import decide, failed_if_not_owned, move, save_and_stream
+from canary.services.machine import decide, failed_if_not_owned, save_and_stream
 from canary.services.stream import enqueue_tick
 from canary.services.validation import dns_label_errors, rollout_errors
 from canary.traffic import weight_at
@@ -116,16 +118,7 @@ def rollout_create(
 
 
 def _rollout_data(rollout: Rollout) -> dict[str, Any]:
-    return {
-        "service": str(rollout.service),
-        "baseline_version": rollout.baseline_version,
-        "canary_version": rollout.canary_version,
-        "steps": rollout.steps,
-        "ticks_per_step": rollout.ticks_per_step,
-        "tick_seconds": rollout.tick_seconds,
-        "status": rollout.status,
-        "weight": rollout.weight,
-    }
+    return {"service": str(rollout.service), **rollout_fields(rollout)}
 
 
 def rollout_tick(*, rollout_id: Any, tick: int, actor: Actor = ANALYZER) -> str:
@@ -163,9 +156,9 @@ def _start(rollout: Rollout, actor: Actor) -> str:
         save_and_stream(rollout)
         return "failed"
     first = analysis_steps(rollout)[0][0]
-    move(
+    decide(
         rollout,
-        RolloutStatus.RUNNING,
+        to=RolloutStatus.RUNNING,
         actor=actor,
         kind="started",
         to_weight=first,
@@ -220,52 +213,58 @@ def _analyse(rollout: Rollout, tick: int, actor: Actor) -> str:
             "minutes_needed": stats["minutes_needed"],
         },
     )
-    # Every decision of this tick carries who decided and the statistics it was decided on.
-    on_evidence = {"actor": actor, "statistics": summary}
-    if decision.action == ROLLBACK:
-        move(
-            rollout,
-            RolloutStatus.ROLLED_BACK,
-            kind="rolled_back",
-            to_weight=0,
-            reason=decision.reason,
-            **on_evidence,
-        )
-    elif decision.action == PROMOTE:
-        # A namespace that changed hands fails the rollout where it stands instead.
-        if not failed_if_not_owned(rollout, actor, summary):
-            move(
+    return _act(rollout, decision, actor=actor, statistics=summary, tick_row=tick_row)
+
+
+# The verdicts that end the analysis or hold it for a person: status, kind, canary weight.
+_VERDICTS: dict[str, tuple[str, str, int | None]] = {
+    ROLLBACK: (RolloutStatus.ROLLED_BACK, "rolled_back", 0),
+    PROMOTE: (RolloutStatus.PROMOTED, "promoted", 100),
+    # Held at its weight (None): a person promotes anyway, aborts, retries or extends.
+    INCONCLUSIVE: (RolloutStatus.INCONCLUSIVE, "inconclusive", None),
+}
+
+
+def _act(
+    rollout: Rollout,
+    decision: Decision,
+    *,
+    actor: Actor,
+    statistics: dict[str, Any],
+    tick_row: RolloutTick,
+) -> str:
+    """Carry out the tick's decision: settle or hold the rollout, or step its traffic on."""
+    tick = rollout.ticks_done - rollout.analysis_start
+    if decision.action in _VERDICTS:
+        to, kind, weight = _VERDICTS[decision.action]
+        reason = decision.reason
+        if decision.action == INCONCLUSIVE:
+            reason = " ".join(p for p in (decision.reason + ".", decision.settle) if p)
+        # A namespace that changed hands fails a promotion where it stands instead.
+        if decision.action != PROMOTE or not failed_if_not_owned(rollout, actor, statistics):
+            decide(
                 rollout,
-                RolloutStatus.PROMOTED,
-                kind="promoted",
-                to_weight=100,
-                reason=decision.reason,
-                **on_evidence,
+                to=to,
+                actor=actor,
+                kind=kind,
+                to_weight=rollout.weight if weight is None else weight,
+                reason=reason,
+                statistics=statistics,
             )
-    elif decision.action == INCONCLUSIVE:
-        # Held at its weight: a person promotes anyway, aborts, retries or extends.
-        move(
-            rollout,
-            RolloutStatus.INCONCLUSIVE,
-            kind="inconclusive",
-            to_weight=rollout.weight,
-            reason=" ".join(p for p in (decision.reason + ".", decision.settle) if p),
-            **on_evidence,
-        )
     else:
         assert decision.action == CONTINUE
-        next_weight = weight_at(analysis_steps(rollout), tick - rollout.analysis_start)
-        if next_weight != rollout.weight and failed_if_not_owned(rollout, actor, summary):
+        next_weight = weight_at(analysis_steps(rollout), tick)
+        if next_weight != rollout.weight and failed_if_not_owned(rollout, actor, statistics):
             save_and_stream(rollout, last_tick=tick_row)
             return "failed"
         if next_weight != rollout.weight:
             decide(
                 rollout,
+                actor=actor,
                 kind="step_advanced",
                 to_weight=next_weight,
-                reason=f"no regression after {tick - rollout.analysis_start} ticks: "
-                f"canary to {next_weight}%",
-                **on_evidence,
+                reason=f"no regression after {tick} ticks: canary to {next_weight}%",
+                statistics=statistics,
             )
     save_and_stream(rollout, last_tick=tick_row)
     return decision.action

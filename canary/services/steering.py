@@ -22,7 +22,7 @@ from django.db import transaction
 
 from canary.models import Rollout, RolloutStatus
 from canary.services.config import analysis_config, analysis_steps
-from canary.services.machine import locked, move, save_and_stream
+from canary.services.machine import decide, locked, save_and_stream
 from canary.services.validation import require_extension, required_reason
 from kiln.errors import Forbidden, IllegalTransition, InvalidInput
 from kiln.identity.permissions import Actor, can_manage_rollout, can_promote_rollout
@@ -44,9 +44,9 @@ def _steer(
     with transaction.atomic():
         rollout = locked(rollout)
         to_weight, reason, statistics = decision(rollout)
-        move(
+        decide(
             rollout,
-            to,
+            to=to,
             actor=actor,
             kind=kind,
             to_weight=to_weight,
