@@ -129,7 +129,7 @@ def decide(
 
 
 def failed_if_not_owned(
-    rollout: Rollout, actor: Actor, statistics: dict[str, Any] | None = None
+    rollout: Rollout, *, actor: Actor, statistics: dict[str, Any] | None = None
 ) -> bool:
     """Fail the rollout, routing nothing, if its namespace or host is no longer its team's.
 

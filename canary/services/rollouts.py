@@ -152,7 +152,7 @@ def rollout_tick(*, rollout_id: Any, tick: int, actor: Actor = ANALYZER) -> str:
 
 
 def _start(rollout: Rollout, actor: Actor) -> str:
-    if failed_if_not_owned(rollout, actor):
+    if failed_if_not_owned(rollout, actor=actor):
         save_and_stream(rollout)
         return "failed"
     first = analysis_steps(rollout)[0][0]
@@ -241,7 +241,10 @@ def _act(
         if decision.action == INCONCLUSIVE:
             reason = " ".join(p for p in (decision.reason + ".", decision.settle) if p)
         # A namespace that changed hands fails a promotion where it stands instead.
-        if decision.action != PROMOTE or not failed_if_not_owned(rollout, actor, statistics):
+        failed = decision.action == PROMOTE and failed_if_not_owned(
+            rollout, actor=actor, statistics=statistics
+        )
+        if not failed:
             decide(
                 rollout,
                 to=to,
@@ -254,10 +257,11 @@ def _act(
     else:
         assert decision.action == CONTINUE
         next_weight = weight_at(analysis_steps(rollout), tick)
-        if next_weight != rollout.weight and failed_if_not_owned(rollout, actor, statistics):
+        stepping = next_weight != rollout.weight
+        if stepping and failed_if_not_owned(rollout, actor=actor, statistics=statistics):
             save_and_stream(rollout, last_tick=tick_row)
             return "failed"
-        if next_weight != rollout.weight:
+        if stepping:
             decide(
                 rollout,
                 actor=actor,
