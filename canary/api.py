@@ -24,9 +24,9 @@ from canary import selectors, services
 from canary.models import Arm, MetricsSource, Rollout, RolloutStatus
 from kiln.api_fields import StrictCharField, StrictSlugField, StrictURLField
 from kiln.errors import InvalidInput, NotFound
+from kiln.identity.models import Team
 from kiln.identity.permissions import actor_from_request
 from kiln.openapi import documented, errors
-from portal.models import Team
 from portal.validation import DNS_LABEL_RE
 
 # --- responses ---------------------------------------------------------------------------

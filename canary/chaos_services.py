@@ -213,7 +213,7 @@ def experiment_create(
     *, actor: Actor, data: dict[str, Any], start: bool = True, backend: Any = None
 ) -> ChaosExperiment:
     """Define (and by default start) an experiment on a namespace the actor's team owns; audited."""
-    from portal.models import Team
+    from kiln.identity.models import Team
 
     # Values past their columns' ranges (max_pods > 2**31-1, ...) are field errors too.
     columns = column_errors(ChaosExperiment, data)

@@ -10,7 +10,8 @@ import uuid
 from django.conf import settings
 from django.db import models
 
-from portal.models import DNS_LABEL, Team
+from kiln.identity.models import Team
+from kiln.validators import DNS_LABEL
 
 
 class MetricsSource(models.TextChoices):

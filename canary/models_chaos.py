@@ -50,7 +50,7 @@ class ChaosExperiment(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     name = models.CharField(max_length=100)
     team = models.ForeignKey(
-        "portal.Team", on_delete=models.PROTECT, related_name="chaos_experiments"
+        "kiln.Team", on_delete=models.PROTECT, related_name="chaos_experiments"
     )
     namespace = models.CharField(max_length=63)
     selector = models.JSONField(default=dict, help_text="matchLabels of the target pods")

@@ -12,7 +12,7 @@ from django.db import transaction
 import audit
 from kiln.admin_site import KilnModelAdmin, ReadOnlyInline, admin_actor
 from kiln.identity import permissions, services
-from portal.models import Membership, Team
+from kiln.identity.models import Membership, Team
 
 
 def _can_view_teams(actor: permissions.Actor) -> bool:

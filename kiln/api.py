@@ -16,7 +16,7 @@ from kiln.api_fields import StrictCharField
 from kiln.identity import permissions, selectors, services
 from kiln.identity.drf import role_required
 from kiln.openapi import errors
-from portal.models import DNS_LABEL
+from kiln.validators import DNS_LABEL
 
 HasAnyRole = role_required(*permissions.ROLES)
 

@@ -15,6 +15,7 @@ from django.contrib.auth.models import Group
 from django.db import transaction
 
 import audit
+from kiln.identity.models import Membership, Team
 from kiln.identity.permissions import (
     APPROVER,
     AUDITOR,
@@ -23,7 +24,6 @@ from kiln.identity.permissions import (
     ROLES,
     system_actor,
 )
-from portal.models import Membership, Team
 
 SEED_APPS = ("scheduler", "portal", "canary", "audit")
 

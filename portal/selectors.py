@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from audit.models import ChainEvent, OutboxEvent
 from kiln.errors import NotFound
+from kiln.identity.models import Team
 from kiln.identity.permissions import (
     APPROVER,
     AUDITOR,
@@ -22,7 +23,7 @@ from kiln.identity.permissions import (
 )
 from portal.delivery import AppliedRef, get_backend
 from portal.lifecycle import Status
-from portal.models import Environment, ProvisioningStep, Team
+from portal.models import Environment, ProvisioningStep
 
 
 def _sees_everything(viewer: Actor) -> bool:

@@ -13,8 +13,8 @@ from canary.ownership import require_namespace_of, require_service_host
 from canary.services.validation import require_dns_labels
 from canary.simulated_traffic import CLASSES, REGRESSIONS
 from kiln.errors import Conflict, Forbidden, InvalidInput
+from kiln.identity.models import Team
 from kiln.identity.permissions import Actor, can_manage_rollout
-from portal.models import Team
 
 
 def service_create(

@@ -14,7 +14,7 @@ from django.core.exceptions import ValidationError
 from canary.models import Arm
 from canary.sequential import AnalysisConfig
 from kiln.errors import InvalidInput
-from portal.models import DNS_LABEL
+from kiln.validators import DNS_LABEL
 
 # AnalysisConfig fields a rollout may override; the horizon and tick length follow its steps.
 CONFIG_KEYS = {f.name for f in dataclasses.fields(AnalysisConfig)} - {

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kiln.identity import components as c
+from kiln.identity.models import Membership
 
 ENGINEER = "engineer"
 APPROVER = "approver"
@@ -109,8 +110,6 @@ def _membership_teams(user: Any) -> Iterable[str]:
     cached = getattr(user, "_kiln_membership_teams", None)
     if cached is not None:  # reconciled with the token's claims moments ago, same request
         return cached
-    from portal.models import Membership
-
     return Membership.objects.filter(user=user).values_list("team__slug", flat=True)
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.db.models import QuerySet
 
 from kiln.errors import NotFound
+from kiln.identity.models import Team
 from kiln.identity.permissions import Actor, can_see_all_teams
-from portal.models import Team
 
 
 def team_list(*, viewer: Actor) -> QuerySet[Team]:

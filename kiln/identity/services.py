@@ -13,8 +13,9 @@ from django.db import IntegrityError, transaction
 
 import audit
 from kiln.errors import Conflict, Forbidden, InvalidInput
+from kiln.identity.models import Membership, Team
 from kiln.identity.permissions import Actor, can_manage_teams, system_actor
-from portal.models import DNS_LABEL, Membership, Team
+from kiln.validators import DNS_LABEL
 
 MAX_USERNAME = 150
 

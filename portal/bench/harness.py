@@ -29,6 +29,7 @@ from rest_framework.test import APIClient
 
 from kiln.celery import app
 from kiln.identity import services as identity
+from kiln.identity.models import Membership, Team
 from kiln.identity.permissions import APPROVER, ENGINEER, system_actor
 from kiln.management.waiting import wait_until
 from kiln.standalone import (
@@ -38,7 +39,7 @@ from kiln.standalone import (
     prefork_worker_service,
     services_together,
 )
-from portal.models import Environment, Membership, Team
+from portal.models import Environment
 
 URL = "/api/v1/environments/"
 TEAM = "kiln-bench"

@@ -10,11 +10,12 @@ from django.db import IntegrityError, transaction
 
 import audit
 from kiln.errors import Conflict, Forbidden, InvalidInput, KilnError
+from kiln.identity.models import Team
 from kiln.identity.permissions import Actor, can_request_environment, system_actor
 from kiln.observability import tracer
 from portal import conf
 from portal.lifecycle import Status
-from portal.models import Environment, EnvironmentRequest, PolicyDecision, Team
+from portal.models import Environment, EnvironmentRequest, PolicyDecision
 from portal.services import cost, gate
 from portal.services.lifecycle import audit_target, environment_transition
 from portal.services.queueing import enqueue_provisioning

@@ -13,8 +13,8 @@ from rest_framework.test import APIClient
 from audit.models import OutboxEvent
 from canary import services
 from canary.models import MetricsSource, Observation, Rollout, RolloutStatus, RolloutTick
+from kiln.identity.models import Team
 from kiln.identity.permissions import PLATFORM_ADMIN, Actor
-from portal.models import Team
 from tests.canary.test_ownership_support import own_namespace
 
 pytestmark = pytest.mark.django_db

@@ -106,7 +106,7 @@ def test_platform_admin_may_run_chaos_anywhere(api_client_for, shop):
 def alice_browser(client, shop):
     from django.contrib.auth.models import Group
 
-    from portal.models import Membership, Team
+    from kiln.identity.models import Membership, Team
 
     user = get_user_model().objects.create_user("alice", password="pw-123456789")
     user.groups.add(Group.objects.get_or_create(name="engineer")[0])

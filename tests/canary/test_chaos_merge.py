@@ -25,9 +25,10 @@ from canary.chaos_services import (
 from canary.models_chaos import ChaosInjection, ChaosLease
 from canary.traffic import ISTIO_API, canary_weight_of, virtual_service
 from kiln.errors import Conflict
+from kiln.identity.models import Team
 from kiln.identity.permissions import PLATFORM_ADMIN, Actor
 from portal.delivery.kubernetes import KubernetesBackend
-from portal.models import SimulatedObject, Team
+from portal.models import SimulatedObject
 from tests.canary.test_chaos_actuators import _validate
 from tests.canary.test_chaos_support import (  # noqa: F401
     abort_data,

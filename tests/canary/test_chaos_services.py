@@ -260,7 +260,7 @@ def test_a_namespace_unknown_to_the_cluster_is_owned_by_its_live_environments_te
     engineer, shop, backend
 ):
     from canary.models import Service
-    from portal.models import Team
+    from kiln.identity.models import Team
     from tests.canary.test_ownership_support import environment_in
 
     environment_in("payments-prod", "payments", status="PROVISIONING")

@@ -44,7 +44,7 @@ def backend(chaos_settings):
 @pytest.fixture
 def shop(backend):
     """Team payments owning namespace `shop` with four `app=web` pods; team search owning `lab`."""
-    from portal.models import Team
+    from kiln.identity.models import Team
 
     Team.objects.get_or_create(slug="payments", defaults={"name": "Payments"})
     Team.objects.get_or_create(slug="search", defaults={"name": "Search"})

@@ -16,8 +16,8 @@ from canary.models import ChaosExperiment, Rollout, RolloutStatus, Service
 from canary.ownership import ForeignHost, InvalidHost, NamespaceNotOwned, namespace_owner
 from canary.traffic import ISTIO_API, virtual_service
 from kiln.errors import Conflict, InvalidInput, KilnError
+from kiln.identity.models import Team
 from kiln.identity.permissions import ENGINEER, PLATFORM_ADMIN, Actor
-from portal.models import Team
 from tests.canary.test_chaos_support import abort_data, backend, chaos_settings  # noqa: F401
 from tests.canary.test_ownership_support import environment_in, own_namespace
 

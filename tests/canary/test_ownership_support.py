@@ -29,7 +29,8 @@ def environment_in(namespace: str, team_slug: str, status: str = "READY") -> Any
     """A portal environment of team `team_slug` whose namespace is `namespace` (rows only, no cluster)."""
     from django.contrib.auth import get_user_model
 
-    from portal.models import Environment, EnvironmentRequest, Team
+    from kiln.identity.models import Team
+    from portal.models import Environment, EnvironmentRequest
 
     team, _ = Team.objects.get_or_create(slug=team_slug, defaults={"name": team_slug})
     user, _ = get_user_model().objects.get_or_create(username=f"{team_slug}-requester")

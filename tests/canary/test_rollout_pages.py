@@ -10,8 +10,8 @@ from django.urls import reverse
 from audit.models import OutboxEvent
 from canary import services
 from canary.models import Rollout, RolloutStatus
+from kiln.identity.models import Membership, Team
 from kiln.identity.permissions import PLATFORM_ADMIN, Actor
-from portal.models import Membership, Team
 from tests.canary.test_ownership_support import own_namespace
 
 pytestmark = pytest.mark.django_db

@@ -11,8 +11,8 @@ from audit.models import OutboxEvent
 from canary import services
 from canary.models import MetricsSource, Observation, Rollout, RolloutStatus
 from kiln.errors import Forbidden, IllegalTransition, InvalidInput
+from kiln.identity.models import Team
 from kiln.identity.permissions import APPROVER, AUDITOR, ENGINEER, PLATFORM_ADMIN, Actor
-from portal.models import Team
 from tests.canary.test_ownership_support import own_namespace
 
 pytestmark = pytest.mark.django_db

@@ -11,8 +11,8 @@ from channels.db import database_sync_to_async
 
 from canary import services
 from kiln.asgi import application
+from kiln.identity.models import Team
 from kiln.identity.permissions import PLATFORM_ADMIN, Actor
-from portal.models import Team
 from tests.canary.test_ownership_support import own_namespace
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -125,7 +125,7 @@ def test_admin_renders_for_a_platform_admin_within_the_csp(browser_page: Watched
     page = browser_page.page
     assert response.status == 200
     assert page.locator("#site-name").inner_text() == "Kiln administration"
-    assert page.locator("a[href='/admin/portal/team/']").count() >= 1
+    assert page.locator("a[href='/admin/kiln/team/']").count() >= 1
     browser_page.assert_clean()
 
 

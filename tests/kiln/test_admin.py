@@ -9,8 +9,8 @@ from django.contrib.auth.models import Group
 
 from audit.models import OutboxEvent
 from kiln.admin_site import KilnAdminSite
+from kiln.identity.models import Membership, Team
 from kiln.identity.permissions import Actor, can_use_admin
-from portal.models import Membership, Team
 
 pytestmark = pytest.mark.django_db
 
@@ -85,11 +85,11 @@ def test_admin_index_follows_the_permission_module(client, role, staff, superuse
 def test_approver_sees_teams_but_cannot_add_one(client):
     Team.objects.create(slug="payments", name="Payments")
     client.force_login(person("carol", role="approver", staff=True))
-    listing = client.get("/admin/portal/team/")
+    listing = client.get("/admin/kiln/team/")
     assert listing.status_code == 200
     assert "payments" in listing.content.decode()
-    assert client.get("/admin/portal/team/add/").status_code == 403
-    response = client.post("/admin/portal/team/add/", {"slug": "sneaky", "name": "Sneaky"})
+    assert client.get("/admin/kiln/team/add/").status_code == 403
+    response = client.post("/admin/kiln/team/add/", {"slug": "sneaky", "name": "Sneaky"})
     assert response.status_code == 403
     assert not Team.objects.filter(slug="sneaky").exists()
 
@@ -97,7 +97,7 @@ def test_approver_sees_teams_but_cannot_add_one(client):
 def test_platform_admin_adds_a_team_through_the_audited_service(client):
     client.force_login(person("root", role="platform-admin", staff=True))
     response = client.post(
-        "/admin/portal/team/add/",
+        "/admin/kiln/team/add/",
         {
             "slug": "ml-infra",
             "name": "ML infra",
@@ -108,13 +108,13 @@ def test_platform_admin_adds_a_team_through_the_audited_service(client):
     assert response.status_code == 302, response.content.decode()[:2000]
     team = Team.objects.get(slug="ml-infra")
     event = OutboxEvent.objects.get(action="kiln.team.created")
-    assert (event.actor, event.target) == ("root", f"portal.team:{team.pk}")
+    assert (event.actor, event.target) == ("root", f"kiln.team:{team.pk}")
 
 
 def test_admin_team_with_a_bad_slug_is_a_form_error_and_changes_nothing(client):
     client.force_login(person("root", role="platform-admin", staff=True))
     response = client.post(
-        "/admin/portal/team/add/",
+        "/admin/kiln/team/add/",
         {
             "slug": "Not_DNS",
             "name": "Bad",
@@ -133,12 +133,12 @@ def test_platform_admin_adds_and_removes_a_member_audited(client):
     bob = person("bob", role="engineer", staff=False)
     client.force_login(person("root", role="platform-admin", staff=True))
 
-    added = client.post("/admin/portal/membership/add/", {"user": bob.pk, "team": team.pk})
+    added = client.post("/admin/kiln/membership/add/", {"user": bob.pk, "team": team.pk})
     assert added.status_code == 302
     membership = Membership.objects.get(user=bob, team=team)
     assert OutboxEvent.objects.filter(action="kiln.membership.created", actor="root").exists()
 
-    removed = client.post(f"/admin/portal/membership/{membership.pk}/delete/", {"post": "yes"})
+    removed = client.post(f"/admin/kiln/membership/{membership.pk}/delete/", {"post": "yes"})
     assert removed.status_code == 302
     assert not Membership.objects.exists()
     deleted = OutboxEvent.objects.get(action="kiln.membership.deleted")
@@ -153,7 +153,7 @@ def test_bulk_delete_of_memberships_is_audited_per_row(client):
     ]
     client.force_login(person("root", role="platform-admin", staff=True))
     response = client.post(
-        "/admin/portal/membership/",
+        "/admin/kiln/membership/",
         {"action": "delete_selected", "_selected_action": ids, "post": "yes"},
     )
     assert response.status_code == 302
@@ -165,7 +165,7 @@ def test_approver_cannot_delete_a_membership(client):
     team = Team.objects.create(slug="payments", name="Payments")
     membership = Membership.objects.create(user=person("bob", role=None, staff=False), team=team)
     client.force_login(person("carol", role="approver", staff=True))
-    response = client.post(f"/admin/portal/membership/{membership.pk}/delete/", {"post": "yes"})
+    response = client.post(f"/admin/kiln/membership/{membership.pk}/delete/", {"post": "yes"})
     assert response.status_code == 403
     assert Membership.objects.filter(pk=membership.pk).exists()
 
@@ -237,7 +237,7 @@ def test_approvers_cannot_see_people_or_groups(client, path):
     client.force_login(person("carol", role="approver", staff=True))
     assert client.get(path).status_code == 403
     index = client.get("/admin/").content.decode()
-    assert "/admin/auth/user/" not in index and "/admin/portal/team/" in index
+    assert "/admin/auth/user/" not in index and "/admin/kiln/team/" in index
 
 
 def test_approver_cannot_grant_themselves_a_role(client):

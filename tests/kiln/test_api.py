@@ -8,7 +8,7 @@ from django.contrib.auth.models import Group
 from rest_framework.test import APIClient
 
 from audit.models import OutboxEvent
-from portal.models import Membership, Team
+from kiln.identity.models import Membership, Team
 
 pytestmark = pytest.mark.django_db
 
@@ -122,7 +122,7 @@ def test_team_create_by_platform_admin_stores_and_audits(api_client_for):
     assert team.name == "Data platform"
     event = OutboxEvent.objects.get(action="kiln.team.created")
     assert event.actor == "root"
-    assert event.target == f"portal.team:{team.pk}"
+    assert event.target == f"kiln.team:{team.pk}"
     assert event.data == {"slug": "data-platform", "name": "Data platform"}
 
 

@@ -25,9 +25,9 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from audit.models import OutboxEvent
 from canary.models import MetricsSource, Rollout, Service
 from canary.models_chaos import ChaosExperiment
+from kiln.identity.models import Membership, Team
 from kiln.identity.permissions import ENGINEER, PLATFORM_ADMIN, Actor
 from portal import services as portal_services
-from portal.models import Membership, Team
 from tests.canary.test_chaos_support import abort_data, backend, chaos_settings, shop  # noqa: F401
 
 pytestmark = pytest.mark.django_db
@@ -438,7 +438,7 @@ def test_no_bad_form_answers_500_on_any_page(route, world, admin_session):
 
 
 ADMIN_CHANGELISTS = [
-    "/admin/portal/environment/", "/admin/portal/team/", "/admin/portal/membership/",
+    "/admin/portal/environment/", "/admin/kiln/team/", "/admin/kiln/membership/",
     "/admin/audit/chainevent/", "/admin/scheduler/node/", "/admin/auth/user/", "/admin/auth/group/",
 ]  # fmt: skip
 

@@ -15,8 +15,8 @@ from django.core.management import CommandError, call_command
 
 from audit.models import OutboxEvent
 from kiln.identity import keys, tokens
+from kiln.identity.models import Membership, Team
 from kiln.management.commands.standalone import Command as StandaloneCommand
-from portal.models import Membership, Team
 
 
 def verify(token: str, jwks_path) -> dict:

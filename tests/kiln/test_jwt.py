@@ -19,7 +19,7 @@ from rest_framework.test import APIClient
 
 from audit.models import OutboxEvent
 from kiln.identity import keys
-from portal.models import Membership, Team
+from kiln.identity.models import Membership, Team
 
 pytestmark = pytest.mark.django_db
 

@@ -6,7 +6,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 
-from portal.models import Membership, Team
+from kiln.identity.models import Membership, Team
 
 pytestmark = pytest.mark.django_db
 

@@ -10,8 +10,8 @@ from rest_framework.test import APIClient
 
 from audit.models import OutboxEvent
 from kiln.identity import services, tokens
+from kiln.identity.models import Membership, Team
 from kiln.identity.permissions import PLATFORM_ADMIN, Actor
-from portal.models import Membership, Team
 
 pytestmark = pytest.mark.django_db
 
@@ -203,16 +203,16 @@ def test_the_admin_site_shows_the_source_and_grants_over_a_claim(client, make_to
     admin_user = get_user_model().objects.create_user("root", is_staff=True, is_superuser=True)
     admin_user.groups.add(Group.objects.create(name=PLATFORM_ADMIN))
     client.force_login(admin_user)
-    listing = client.get("/admin/portal/membership/").content.decode()
+    listing = client.get("/admin/kiln/membership/").content.decode()
     assert "token claim" in listing
     mover = get_user_model().objects.get(username="mover")
     added = client.post(
-        "/admin/portal/membership/add/", {"user": mover.pk, "team": teams["payments"].pk}
+        "/admin/kiln/membership/add/", {"user": mover.pk, "team": teams["payments"].pk}
     )
     assert added.status_code == 302, added.content.decode()[:2000]
     assert memberships() == {"payments": Membership.ADMIN}
     again = client.post(
-        "/admin/portal/membership/add/", {"user": mover.pk, "team": teams["payments"].pk}
+        "/admin/kiln/membership/add/", {"user": mover.pk, "team": teams["payments"].pk}
     )
     assert again.status_code == 200
     assert "already a member of payments" in again.content.decode()

@@ -10,7 +10,7 @@ from django.db import connections
 
 from audit.models import OutboxEvent
 from kiln.identity import services
-from portal.models import Membership, Team
+from kiln.identity.models import Membership, Team
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -14,7 +14,7 @@ from django.contrib.auth.models import Group
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from audit.models import OutboxEvent
-from portal.models import Membership, Team
+from kiln.identity.models import Membership, Team
 
 pytestmark = pytest.mark.django_db
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from canary.models import Rollout, RolloutStatus, Service
-from portal.models import Team
+from kiln.identity.models import Team
 
 pytestmark = pytest.mark.django_db
 

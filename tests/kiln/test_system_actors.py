@@ -10,8 +10,8 @@ from django.contrib.auth import get_user_model
 from audit.models import OutboxEvent
 from kiln.errors import Forbidden
 from kiln.identity import components, permissions
+from kiln.identity.models import Membership, Team
 from kiln.identity.permissions import ENGINEER, Actor, system_actor
-from portal.models import Membership, Team
 
 TEAM = "payments"
 STATES = (

@@ -42,9 +42,9 @@ from canary.models import Rollout, RolloutStatus, Service
 from canary.models_chaos import ChaosExperiment, ChaosInjection, ChaosLease, ExperimentStatus
 from kiln.errors import Forbidden
 from kiln.identity import components as c
+from kiln.identity.models import Membership, Team
 from kiln.identity.permissions import PLATFORM_ADMIN, Actor, system_actor
 from kiln.identity.services import membership_add, membership_remove, team_create
-from portal.models import Membership, Team
 from scheduler import services as scheduler_services
 from scheduler.models import Node, NodeSource, ReplayReport
 from tests.audit.conftest import audit_settings  # noqa: F401 - own stream and key per test

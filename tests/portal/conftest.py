@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from django.contrib.auth import get_user_model
 
+from kiln.identity.models import Membership, Team
 from kiln.identity.permissions import APPROVER, ENGINEER, PLATFORM_ADMIN, Actor
-from portal.models import Membership, Team
 
 
 @pytest.fixture(autouse=True)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from audit.models import OutboxEvent
-from portal.models import Environment, EnvironmentRequest, Team
+from kiln.identity.models import Team
+from portal.models import Environment, EnvironmentRequest
 
 pytestmark = pytest.mark.django_db
 URL = "/api/v1/environments/"

@@ -8,7 +8,8 @@ from django.contrib.auth.models import Group
 from django.test import Client
 from django.urls import reverse
 
-from portal.models import Environment, Membership, Team
+from kiln.identity.models import Membership, Team
+from portal.models import Environment
 
 pytestmark = pytest.mark.django_db
 

@@ -59,8 +59,8 @@ def bench_timings(lease: float = 1.0) -> dict[str, float]:
 def ensure_target(backend: Any, *, team: str = TEAM, namespace: str = NAMESPACE) -> None:
     """The bench's team and its namespace in the cluster (idempotent)."""
     from audit import record
+    from kiln.identity.models import Team
     from kiln.identity.permissions import system_actor
-    from portal.models import Team
 
     with transaction.atomic():
         obj, created = Team.objects.get_or_create(slug=team, defaults={"name": "Chaos bench"})

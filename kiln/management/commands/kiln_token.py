@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 from kiln.identity.keys import KeysUnavailable
 from kiln.identity.signing import issue_token
 
-# The slug rule of portal.models.Team (DNS-1123 label); memberships read at most 100 teams.
+# The slug rule of kiln.identity.models.Team (DNS-1123 label); memberships read at most 100 teams.
 TEAM_SLUG = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 MAX_TEAMS = 100
 
