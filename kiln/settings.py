@@ -1,4 +1,4 @@
-"""Kiln settings, read from the environment (README "Configuration" lists every variable).
+"""Kiln settings, read from the environment (docs/configuration.md lists every variable).
 
 Standalone mode (the default when neither DATABASE_URL nor REDIS_URL is set, or
 when KILN_STANDALONE=1) swaps only transports: SQLite under var/, the in-memory
@@ -354,7 +354,7 @@ LOGGING = {
     },
 }
 
-# --- audit chain (README "Audit chain") ------------------------------------------
+# --- audit chain (docs/audit.md) -------------------------------------------------
 
 KILN_AUDIT_STREAM = env("KILN_AUDIT_STREAM", "kiln:audit")
 KILN_AUDIT_GROUP = env("KILN_AUDIT_GROUP", "kiln-audit-writer")
@@ -437,7 +437,7 @@ KILN_SIM_DELAY_PROFILE = env("KILN_SIM_DELAY_PROFILE", "fast")
 KILN_SIM_DELAY_SCALE = env_float("KILN_SIM_DELAY_SCALE", 1.0)
 KILN_SIM_FINALIZER_SECONDS = env_float("KILN_SIM_FINALIZER_SECONDS", 1.0)
 
-# --- chaos (README "Chaos"): leader-election timings of fault leases, in seconds --------------
+# --- chaos (docs/chaos.md): leader-election timings of fault leases, in seconds --------------
 
 KILN_CHAOS_LEASE_DURATION = env_float("KILN_CHAOS_LEASE_DURATION", 15.0)
 KILN_CHAOS_RENEW_DEADLINE = env_float("KILN_CHAOS_RENEW_DEADLINE", 10.0)
@@ -454,7 +454,7 @@ CELERY_BEAT_SCHEDULE["canary-chaos-reaper"] = {
     "schedule": KILN_CHAOS_REAPER_PERIOD,
 }
 
-# --- canary rollouts (README "Canary rollouts") ---------------------------------------------
+# --- canary rollouts (docs/canary.md) -------------------------------------------------------
 # Each rollout re-enqueues its next tick; this beat sweep enqueues any tick that is due, so a
 # killed worker (or a lost countdown task) delays a rollout by at most one sweep.
 KILN_CANARY_SWEEP_SECONDS = env_float("KILN_CANARY_SWEEP_SECONDS", 2.0)

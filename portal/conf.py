@@ -1,4 +1,4 @@
-"""The portal's settings with their defaults, read in one place (README "Configuration" lists them)."""
+"""The portal's settings with their defaults, read in one place (docs/configuration.md lists them)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """provision_bench end to end in its production shape (a prefork worker and an audit writer on
 Redis), small: every request reaches READY, nothing is lost or duplicated, and the report holds
-the figures the README quotes."""
+the figures docs/portal.md describes."""
 
 from __future__ import annotations
 
