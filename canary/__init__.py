@@ -1,1 +1,1 @@
-"""Rollouts, sequential analysis (SPRT + CUSUM), traffic shifting, live dashboard, leased chaos."""
+"""Rollouts, sequential analysis (SPRT + CUSUM), traffic shifting, live dashboard; chaos/ is its own app."""

@@ -2,7 +2,7 @@ from django.apps import AppConfig
 
 
 class CanaryConfig(AppConfig):
-    """Canary rollouts and chaos experiments."""
+    """Canary rollouts: services, traffic steps, sequential analysis; chaos is its own app."""
 
     name = "canary"
-    verbose_name = "Canary and chaos"
+    verbose_name = "Canary"

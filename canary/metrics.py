@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db.models import Q
 
 from canary import promql
-from canary.actuators import FaultEffect, fault_effect
+from canary.chaos.actuators import FaultEffect, fault_effect
 from canary.models import MetricsSource, Observation, Rollout
 from canary.sequential import Window
 from canary.simulated_traffic import CLASSES, Simulator

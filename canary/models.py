@@ -1,6 +1,6 @@
 """Canary tables: services, rollouts with their traffic steps, analysis ticks and decisions.
 
-Chaos tables live in `canary.models_chaos` and are re-exported at the end.
+Chaos tables belong to the `chaos` app (`canary/chaos/models.py`).
 """
 
 from __future__ import annotations
@@ -234,6 +234,3 @@ class Observation(models.Model):
     def samples(self) -> int:
         """Latency samples kept for this window."""
         return len(self.latencies_ms)
-
-
-from canary.models_chaos import *  # noqa: F401,F403,E402

@@ -12,7 +12,7 @@ A namespace belongs to a team when
 A Namespace in the cluster without the label belongs to nobody, and nothing
 else (a canary service row, an experiment) ever confers ownership: those are
 what these checks guard. Callers: `canary.services` (service registration,
-rollout creation and start) and `canary.chaos_services` (experiments), which the
+rollout creation and start) and `canary.chaos.services` (experiments), which the
 API, the portal pages and the admin all go through.
 """
 

@@ -1,4 +1,7 @@
-"""URL routes of the canary app: `urlpatterns` (pages) and `api_urlpatterns` (under /api/v1/)."""
+"""URL routes of the canary app: `urlpatterns` (pages) and `api_urlpatterns` (under /api/v1/).
+
+Chaos experiments have their own routes in canary/chaos/urls.py.
+"""
 
 from django.urls import path
 
@@ -6,7 +9,6 @@ from canary import api, views
 
 app_name = "canary"
 
-# --- rollouts (canary/views.py, canary/api.py) ---
 urlpatterns: list = [
     path("rollouts/", views.rollout_list, name="rollout-list"),
     path("rollouts/new/", views.rollout_new, name="rollout-new"),
@@ -30,20 +32,4 @@ api_urlpatterns: list = [
         api.RolloutObservationApi.as_view(),
         name="rollout-observations",
     ),
-]
-
-# --- chaos experiments (canary/chaos_views.py, canary/chaos_api.py) ---
-from canary import chaos_api, chaos_views  # noqa: E402
-
-urlpatterns += [
-    path("chaos/", chaos_views.experiment_list, name="experiment-list"),
-    path("chaos/new/", chaos_views.experiment_create, name="experiment-create"),
-    path("chaos/<uuid:experiment_id>/", chaos_views.experiment_detail, name="experiment-detail"),
-    path("chaos/<uuid:experiment_id>/lease/", chaos_views.experiment_lease, name="experiment-lease"),
-    path("chaos/<uuid:experiment_id>/abort/", chaos_views.experiment_abort, name="experiment-abort"),
-]
-api_urlpatterns += [
-    path("chaos/experiments/", chaos_api.ExperimentListCreateApi.as_view(), name="experiment-list"),
-    path("chaos/experiments/<uuid:experiment_id>/", chaos_api.ExperimentDetailApi.as_view(), name="experiment-detail"),
-    path("chaos/experiments/<uuid:experiment_id>/abort/", chaos_api.ExperimentAbortApi.as_view(), name="experiment-abort"),
 ]

@@ -30,7 +30,7 @@ NAVIGATION: tuple[tuple[str, str, Callable[[Actor], bool]], ...] = (
     ("Environments", "portal:environment-list", _anyone),
     ("Approvals", "portal:approval-queue", _approvers),
     ("Rollouts", "canary:rollout-list", _anyone),
-    ("Chaos", "canary:experiment-list", _anyone),
+    ("Chaos", "chaos:experiment-list", _anyone),
     ("Scheduler", "scheduler:overview", _anyone),
     ("Audit", "audit:explorer", can_view_audit),
 )

@@ -103,6 +103,7 @@ INSTALLED_APPS = [
     "portal",
     "scheduler",
     "canary",
+    "canary.chaos.apps.ChaosConfig",  # label "chaos"
 ]
 
 MIDDLEWARE = [
@@ -283,7 +284,7 @@ SPECTACULAR_SETTINGS = {
         "EnvironmentStatusEnum": "portal.api_schema.ENVIRONMENT_STATUSES",
         "StepStatusEnum": "portal.api_schema.STEP_STATUSES",
         "RolloutStatusEnum": "canary.models.RolloutStatus",
-        "ExperimentStatusEnum": "canary.api_schema.EXPERIMENT_STATUSES",
+        "ExperimentStatusEnum": "canary.chaos.api_schema.EXPERIMENT_STATUSES",
     },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
@@ -448,9 +449,9 @@ KILN_CHAOS_REAPER_PERIOD = env_float("KILN_CHAOS_REAPER_PERIOD", 5.0)
 KILN_CHAOS_LEASE_NAMESPACE = env("KILN_CHAOS_LEASE_NAMESPACE", "kiln-system")
 # Start a controller task when an experiment starts (off for the crash benchmark, which runs its own).
 KILN_CHAOS_AUTORUN = env_bool("KILN_CHAOS_AUTORUN", True)
-CELERY_IMPORTS = ("canary.chaos_tasks",)
-CELERY_BEAT_SCHEDULE["canary-chaos-reaper"] = {
-    "task": "canary.chaos_tasks.chaos_reap",
+CELERY_IMPORTS = ("canary.chaos.tasks",)
+CELERY_BEAT_SCHEDULE["chaos-reaper"] = {
+    "task": "chaos.tasks.chaos_reap",
     "schedule": KILN_CHAOS_REAPER_PERIOD,
 }
 

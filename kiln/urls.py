@@ -7,6 +7,7 @@ from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView
 
 import audit.urls
+import canary.chaos.urls
 import canary.urls
 import kiln.api_urls
 import portal.urls
@@ -18,7 +19,7 @@ handler403 = "kiln.views.permission_denied"
 handler404 = "kiln.views.not_found"
 handler500 = "kiln.views.server_error"
 
-APPS = (portal.urls, scheduler.urls, canary.urls, audit.urls)
+APPS = (portal.urls, scheduler.urls, canary.urls, canary.chaos.urls, audit.urls)
 
 api_v1 = [
     path("", views.ApiRootView.as_view(), name="api-root"),

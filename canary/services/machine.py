@@ -15,7 +15,7 @@ from typing import Any
 from django.utils import timezone
 
 from audit import record
-from canary.actuators import apply_keeping_faults
+from canary.chaos.actuators import apply_keeping_faults
 from canary.models import (
     ACTIVE_STATUSES,
     ROLLOUT_TERMINAL_STATUSES,

@@ -14,7 +14,7 @@ from django.http import HttpRequest, HttpResponse
 from kiln.identity import permissions
 
 # Page namespaces the rule covers (the admin asks can_use_admin, the API asks HasKilnRole).
-APP_PAGE_NAMESPACES = frozenset({"portal", "scheduler", "canary", "audit"})
+APP_PAGE_NAMESPACES = frozenset({"portal", "scheduler", "canary", "chaos", "audit"})
 # Called by kube-scheduler, not by people: protected by the extender token instead.
 MACHINE_ROUTES = frozenset({"scheduler:extender-filter", "scheduler:extender-prioritize"})
 

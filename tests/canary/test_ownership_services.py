@@ -8,8 +8,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from audit.models import OutboxEvent
-from canary import actuators, services
-from canary.chaos_services import experiment_create, fault_inject, fault_lease_acquire
+from canary import services
+from canary.chaos import actuators
+from canary.chaos.services import experiment_create, fault_inject, fault_lease_acquire
 from canary.hosts import HostRefused, canonical_service_host
 from canary.metrics import MetricsConfigError
 from canary.models import ChaosExperiment, Rollout, RolloutStatus, Service
@@ -18,8 +19,8 @@ from canary.traffic import ISTIO_API, virtual_service
 from kiln.errors import Conflict, InvalidInput, KilnError
 from kiln.identity.models import Team
 from kiln.identity.permissions import ENGINEER, PLATFORM_ADMIN, Actor
-from tests.canary.test_chaos_support import abort_data, backend, chaos_settings  # noqa: F401
 from tests.canary.test_ownership_support import environment_in, own_namespace
+from tests.chaos.test_chaos_support import abort_data, backend, chaos_settings  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 

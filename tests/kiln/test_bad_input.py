@@ -23,12 +23,12 @@ from django.db import connection
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from audit.models import OutboxEvent
+from canary.chaos.models import ChaosExperiment
 from canary.models import MetricsSource, Rollout, Service
-from canary.models_chaos import ChaosExperiment
 from kiln.identity.models import Membership, Team
 from kiln.identity.permissions import ENGINEER, PLATFORM_ADMIN, Actor
 from portal import services as portal_services
-from tests.canary.test_chaos_support import abort_data, backend, chaos_settings, shop  # noqa: F401
+from tests.chaos.test_chaos_support import abort_data, backend, chaos_settings, shop  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 
@@ -142,7 +142,7 @@ def world(shop, backend, settings):
     rollout = Rollout.objects.create(
         service=service, baseline_version="v1", canary_version="v2", steps=[50, 100], status="running"
     )
-    from canary.chaos_services import experiment_create
+    from canary.chaos.services import experiment_create
 
     exp = experiment_create(
         actor=Actor("root", roles=frozenset({PLATFORM_ADMIN})), data=abort_data(), start=False

@@ -62,7 +62,7 @@ APP_PAGES = sorted(
     {
         _concrete(route)
         for route, _pattern, ns in _walk(get_resolver())
-        if ns in {"portal", "scheduler", "canary", "audit"}
+        if ns in {"portal", "scheduler", "canary", "chaos", "audit"}
         and not route.startswith("scheduler/filter")
         and not route.startswith("scheduler/prioritize")
     }

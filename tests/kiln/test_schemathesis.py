@@ -116,8 +116,8 @@ def world(fuzz_settings) -> dict[str, str]:
     from django.contrib.auth import get_user_model
 
     from audit.writer import AuditWriter
-    from canary import chaos_services
     from canary import services as canary_services
+    from canary.chaos import services as chaos_services
     from kiln.identity.models import Membership, Team
     from kiln.identity.permissions import ENGINEER, Actor
     from portal.delivery import get_backend

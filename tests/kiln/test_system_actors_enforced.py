@@ -28,7 +28,8 @@ from audit.services import (
     verification_run_store,
 )
 from canary import services as canary_services
-from canary.chaos_services import (
+from canary.chaos.models import ChaosExperiment, ChaosInjection, ChaosLease, ExperimentStatus
+from canary.chaos.services import (
     experiment_abort,
     experiment_create,
     experiment_end,
@@ -39,7 +40,6 @@ from canary.chaos_services import (
     fault_revert,
 )
 from canary.models import Rollout, RolloutStatus, Service
-from canary.models_chaos import ChaosExperiment, ChaosInjection, ChaosLease, ExperimentStatus
 from kiln.errors import Forbidden
 from kiln.identity import components as c
 from kiln.identity.models import Membership, Team
@@ -48,14 +48,14 @@ from kiln.identity.services import membership_add, membership_remove, team_creat
 from scheduler import services as scheduler_services
 from scheduler.models import Node, NodeSource, ReplayReport
 from tests.audit.conftest import audit_settings  # noqa: F401 - own stream and key per test
-from tests.canary.test_chaos_support import (  # noqa: F401
+from tests.canary.test_ownership_support import own_namespace
+from tests.chaos.test_chaos_support import (  # noqa: F401
     abort_data,
     backend,
     chaos_settings,
     engineer,
     shop,
 )
-from tests.canary.test_ownership_support import own_namespace
 
 pytestmark = pytest.mark.django_db
 
@@ -463,7 +463,7 @@ SERVICE_MODULES = (
     "canary.services.rollouts",
     "canary.services.steering",
     "canary.services.observations",
-    "canary.chaos_services",
+    "canary.chaos.services",
     "audit.services.appending",
     "audit.services.operations",
     "kiln.identity.services",

@@ -1,0 +1,238 @@
+"""Chaos REST API: create, list, detail (with the live lease) and abort experiments. Thin: services do the work."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from canary.chaos import api_schema as out
+from canary.chaos import selectors as chaos_selectors
+from canary.chaos import services as chaos_services
+from canary.chaos.models import ChaosExperiment, ExperimentStatus, FaultKind
+from kiln.api_fields import StrictCharField
+from kiln.errors import InvalidInput
+from kiln.identity.drf import role_required
+from kiln.identity.permissions import AUDITOR, ENGINEER, actor_from_request
+from kiln.openapi import PAGE_PARAMETERS, documented, errors
+from kiln.pagination import LimitOffsetPagination
+from portal.validation import DNS_LABEL_RE
+
+
+class StopConditionSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=chaos_services.STOP_CONDITION_KINDS)
+    threshold = serializers.FloatField(required=False, min_value=0)
+
+    class Meta:
+        ref_name = "ExperimentStopConditionInput"
+
+
+def experiment_payload(exp: ChaosExperiment, *, with_injections: bool = False) -> dict[str, Any]:
+    """The API's representation of an experiment, its lease and (on detail) its injections."""
+    lease = chaos_selectors.lease_state(exp)
+    body: dict[str, Any] = {
+        "id": str(exp.pk),
+        "name": exp.name,
+        "team": exp.team.slug,
+        "namespace": exp.namespace,
+        "selector": exp.selector,
+        "service": exp.service,
+        "fault": exp.fault,
+        "magnitude": {
+            "delay_ms": exp.delay_ms,
+            "abort_http_status": exp.abort_http_status,
+            "percent": exp.percent,
+        },
+        "duration_seconds": exp.duration_seconds,
+        "max_duration_seconds": exp.max_duration_seconds,
+        "blast_radius": {"max_pods": exp.max_pods, "max_percent": exp.max_percent},
+        "stop_conditions": exp.stop_conditions,
+        "status": exp.status,
+        "end_reason": exp.end_reason,
+        "created_by": exp.created_by_name,
+        "created_at": exp.created_at,
+        "started_at": exp.started_at,
+        "ended_at": exp.ended_at,
+        "timings": {
+            "lease_duration": exp.lease_duration,
+            "renew_deadline": exp.renew_deadline,
+            "retry_period": exp.retry_period,
+            "max_clock_skew": exp.max_clock_skew,
+            "revert_budget": exp.revert_budget,
+        },
+        "lease": {
+            "holder": lease.holder,
+            "held": lease.held,
+            "term": lease.term,
+            "resource_version": lease.resource_version,
+            "renewals": lease.renewals,
+            "acquired_at": lease.acquired_at,
+            "renewed_at": lease.renewed_at,
+            "expires_at": lease.expires_at,
+            "seconds_left": lease.seconds_left,
+        },
+    }
+    if with_injections:
+        body["injections"] = [
+            {
+                "id": i.pk,
+                "holder": i.holder,
+                "term": i.fencing_token,
+                "state": i.state,
+                "objects": i.applied,
+                "targets": i.targets,
+                "created_at": i.created_at,
+                "injected_at": i.injected_at,
+                "reverted_at": i.reverted_at,
+                "reverted_by": i.reverted_by,
+                "revert_reason": i.revert_reason,
+            }
+            for i in chaos_selectors.injection_list(exp)
+        ]
+    return body
+
+
+class ExperimentListCreateApi(APIView):
+    """GET: experiments the caller may see. POST: define and start an experiment (owning team's engineers)."""
+
+    class InputSerializer(serializers.Serializer):
+        name = StrictCharField(max_length=100)
+        namespace = documented(StrictCharField(max_length=63), pattern=DNS_LABEL_RE.pattern)
+        selector = documented(
+            serializers.DictField(child=StrictCharField(max_length=63), allow_empty=False),
+            type="object",
+            additionalProperties={"type": "string", "minLength": 1, "maxLength": 63},
+            minProperties=1,
+            description="matchLabels of the target pods; never empty (never the whole namespace).",
+        )
+        service = StrictCharField(max_length=253, required=False, allow_blank=True, default="")
+        fault = serializers.ChoiceField(choices=FaultKind.values)
+        # chaos_services._validate checks these per fault kind (one 400 naming every field);
+        # their ranges are documented here.
+        delay_ms = documented(
+            serializers.IntegerField(required=False, allow_null=True),
+            minimum=1,
+            maximum=600_000,
+            description="http-delay: milliseconds added.",
+        )
+        abort_http_status = documented(
+            serializers.IntegerField(required=False, allow_null=True),
+            minimum=400,
+            maximum=599,
+            description="http-abort: the status answered.",
+        )
+        percent = documented(
+            serializers.FloatField(required=False, default=100.0),
+            minimum=0,
+            exclusiveMinimum=True,
+            maximum=100,
+            default=100.0,
+            description="HTTP faults: share of requests faulted.",
+        )
+        duration_seconds = documented(
+            serializers.IntegerField(),
+            minimum=1,
+            maximum=chaos_services.MAX_HARD_SECONDS,
+            description="Seconds; at most max_duration_seconds.",
+        )
+        max_duration_seconds = documented(
+            serializers.IntegerField(), minimum=1, maximum=chaos_services.MAX_HARD_SECONDS
+        )
+        max_pods = documented(
+            serializers.IntegerField(required=False, allow_null=True),
+            minimum=1,
+            description="Blast radius: set max_pods, max_percent or both.",
+        )
+        max_percent = documented(
+            serializers.FloatField(required=False, allow_null=True),
+            minimum=0,
+            exclusiveMinimum=True,
+            maximum=100,
+        )
+        stop_conditions = StopConditionSerializer(many=True, required=False, default=list)
+        start = serializers.BooleanField(required=False, default=True)
+
+        class Meta:
+            ref_name = "ExperimentCreate"
+
+    def get_permissions(self):
+        if self.request.method == "POST":
+            return [role_required(ENGINEER)()]
+        return [role_required(ENGINEER, AUDITOR)()]
+
+    @extend_schema(
+        operation_id="chaos_experiment_list",
+        parameters=[
+            OpenApiParameter("status", str, enum=ExperimentStatus.values),
+            *PAGE_PARAMETERS,
+        ],
+        responses=out.ExperimentPageOutput,
+    )
+    def get(self, request: Request) -> Response:
+        status = request.query_params.get("status") or None
+        if status and status not in ExperimentStatus.values:
+            raise InvalidInput(f"status must be one of {', '.join(ExperimentStatus.values)}")
+        qs = chaos_selectors.experiment_list(viewer=actor_from_request(request), status=status)
+        paginator = LimitOffsetPagination()
+        page = paginator.paginate_queryset(qs, request, view=self)
+        return paginator.get_paginated_response([experiment_payload(e) for e in page])
+
+    @extend_schema(
+        operation_id="chaos_experiment_create",
+        request=InputSerializer,
+        responses={201: out.ExperimentDetailOutput, **errors(409, 503)},
+    )
+    def post(self, request: Request) -> Response:
+        serializer = self.InputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = dict(serializer.validated_data)
+        start = data.pop("start")
+        data["stop_conditions"] = [dict(c) for c in data.get("stop_conditions") or []]
+        exp = chaos_services.experiment_create(
+            actor=actor_from_request(request), data=data, start=start
+        )
+        return Response(experiment_payload(exp, with_injections=True), status=201)
+
+
+class ExperimentDetailApi(APIView):
+    """One experiment with its live lease state and injections."""
+
+    permission_classes = [role_required(ENGINEER, AUDITOR)]
+
+    @extend_schema(operation_id="chaos_experiment_detail", responses=out.ExperimentDetailOutput)
+    def get(self, request: Request, experiment_id) -> Response:
+        exp = chaos_selectors.experiment_get(
+            viewer=actor_from_request(request), experiment_id=experiment_id
+        )
+        return Response(experiment_payload(exp, with_injections=True))
+
+
+class ExperimentAbortApi(APIView):
+    """Abort an experiment now: its fault is reverted before the response."""
+
+    permission_classes = [role_required(ENGINEER)]
+
+    class InputSerializer(serializers.Serializer):
+        reason = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
+
+        class Meta:
+            ref_name = "ExperimentAbort"
+
+    @extend_schema(
+        operation_id="chaos_experiment_abort",
+        request=InputSerializer,
+        responses={200: out.ExperimentDetailOutput, **errors(409, 503)},
+    )
+    def post(self, request: Request, experiment_id) -> Response:
+        actor = actor_from_request(request)
+        serializer = self.InputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        exp = chaos_selectors.experiment_get(viewer=actor, experiment_id=experiment_id)
+        exp = chaos_services.experiment_abort(
+            actor=actor, experiment=exp, reason=serializer.validated_data["reason"]
+        )
+        return Response(experiment_payload(exp, with_injections=True))

@@ -1,0 +1,129 @@
+"""Documented shapes of the chaos API (canary/chaos/api.py): what `experiment_payload` returns,
+as serializers so the OpenAPI document types every field.
+
+They describe; they hold no rule. Services validate (and answer 400 with the reason); the
+limits written here are theirs, documented for clients.
+"""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from canary.chaos.models import ExperimentStatus, FaultKind, InjectionState
+from kiln.openapi import paginated
+
+EXPERIMENT_STATUSES = ExperimentStatus.values
+
+
+class MagnitudeOutput(serializers.Serializer):
+    delay_ms = serializers.IntegerField(allow_null=True)
+    abort_http_status = serializers.IntegerField(allow_null=True)
+    percent = serializers.FloatField()
+
+    class Meta:
+        ref_name = "ExperimentMagnitude"
+
+
+class BlastRadiusOutput(serializers.Serializer):
+    max_pods = serializers.IntegerField(allow_null=True)
+    max_percent = serializers.FloatField(allow_null=True)
+
+    class Meta:
+        ref_name = "ExperimentBlastRadius"
+
+
+class StopConditionOutput(serializers.Serializer):
+    kind = serializers.CharField()
+    threshold = serializers.FloatField(required=False, allow_null=True)
+
+    class Meta:
+        ref_name = "ExperimentStopCondition"
+
+
+class TimingsOutput(serializers.Serializer):
+    """Lease timings fixed at creation, in seconds."""
+
+    lease_duration = serializers.FloatField()
+    renew_deadline = serializers.FloatField()
+    retry_period = serializers.FloatField()
+    max_clock_skew = serializers.FloatField()
+    revert_budget = serializers.FloatField()
+
+    class Meta:
+        ref_name = "ExperimentTimings"
+
+
+class LeaseOutput(serializers.Serializer):
+    """The live lease: a fault exists only while it is held."""
+
+    holder = serializers.CharField(allow_blank=True)
+    held = serializers.BooleanField()
+    term = serializers.IntegerField(min_value=0)
+    resource_version = serializers.IntegerField(min_value=0)
+    renewals = serializers.IntegerField(min_value=0)
+    acquired_at = serializers.DateTimeField(allow_null=True)
+    renewed_at = serializers.DateTimeField(allow_null=True)
+    expires_at = serializers.DateTimeField(allow_null=True)
+    seconds_left = serializers.FloatField(allow_null=True)
+
+    class Meta:
+        ref_name = "ExperimentLease"
+
+
+class InjectionOutput(serializers.Serializer):
+    """One application of the fault, fenced by the lease term that applied it."""
+
+    id = serializers.IntegerField()
+    holder = serializers.CharField()
+    term = serializers.IntegerField(min_value=0)
+    state = serializers.ChoiceField(choices=InjectionState.values)
+    objects = serializers.ListField(child=serializers.JSONField())
+    targets = serializers.ListField(child=serializers.JSONField())
+    created_at = serializers.DateTimeField()
+    injected_at = serializers.DateTimeField(allow_null=True)
+    reverted_at = serializers.DateTimeField(allow_null=True)
+    reverted_by = serializers.CharField(allow_blank=True)
+    revert_reason = serializers.CharField(allow_blank=True)
+
+    class Meta:
+        ref_name = "ExperimentInjection"
+
+
+class ExperimentOutput(serializers.Serializer):
+    """A chaos experiment with its lease (`experiment_payload`)."""
+
+    id = serializers.UUIDField()
+    name = serializers.CharField()
+    team = serializers.CharField()
+    namespace = serializers.CharField()
+    selector = serializers.DictField(child=serializers.CharField())
+    service = serializers.CharField(allow_blank=True)
+    fault = serializers.ChoiceField(choices=FaultKind.values)
+    magnitude = MagnitudeOutput()
+    duration_seconds = serializers.IntegerField(min_value=1)
+    max_duration_seconds = serializers.IntegerField(min_value=1)
+    blast_radius = BlastRadiusOutput()
+    stop_conditions = StopConditionOutput(many=True)
+    status = serializers.ChoiceField(choices=EXPERIMENT_STATUSES)
+    end_reason = serializers.CharField(allow_blank=True)
+    created_by = serializers.CharField(allow_blank=True)
+    created_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    ended_at = serializers.DateTimeField(allow_null=True)
+    timings = TimingsOutput()
+    lease = LeaseOutput()
+
+    class Meta:
+        ref_name = "Experiment"
+
+
+class ExperimentDetailOutput(ExperimentOutput):
+    """An experiment with its injections."""
+
+    injections = InjectionOutput(many=True)
+
+    class Meta:
+        ref_name = "ExperimentDetail"
+
+
+ExperimentPageOutput = paginated(ExperimentOutput, "ExperimentPage")

@@ -1,0 +1,340 @@
+"""`python manage.py chaos_crash_bench --trials 200 --json`: kill controllers holding faults, time the revert.
+
+Each trial starts an experiment, runs its controller in a child process (a
+fork of this one, or `manage.py chaos_controller` with --spawn), waits until
+the fault is applied, kills the child with SIGKILL at a random point of its
+renew cycle, and measures the time from the kill until the fault is reverted
+by an independent `manage.py chaos_reaper` process. The target is 100%
+reverted, the worst within lease_duration + reaper_period.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+from django.db import connections, transaction
+from django.test.utils import override_settings
+
+TEAM = "chaos-bench"
+NAMESPACE = "chaos-bench"
+FAULTS = ("http-abort", "http-delay", "pod-kill")
+
+
+@dataclass
+class TrialResult:
+    """One crash trial: was the fault reverted, and how long after the kill."""
+
+    fault: str
+    reverted: bool
+    kill_to_revert_s: float | None
+    reverted_by: str
+    in_effect_after: bool
+    held_at_kill: bool = True
+    starved_terms: int = 0
+
+
+def bench_timings(lease: float = 1.0) -> dict[str, float]:
+    """Short, valid lease settings scaled from the lease duration (renew 50%, retry 10%, skew 10%, revert 15%)."""
+    return {
+        "KILN_CHAOS_LEASE_DURATION": lease,
+        "KILN_CHAOS_RENEW_DEADLINE": round(lease * 0.5, 3),
+        "KILN_CHAOS_RETRY_PERIOD": round(lease * 0.1, 3),
+        "KILN_CHAOS_MAX_CLOCK_SKEW": round(lease * 0.1, 3),
+        "KILN_CHAOS_REVERT_BUDGET": round(lease * 0.15, 3),
+    }
+
+
+def ensure_target(backend: Any, *, team: str = TEAM, namespace: str = NAMESPACE) -> None:
+    """The bench's team and its namespace in the cluster (idempotent)."""
+    from audit import record
+    from kiln.identity.models import Team
+    from kiln.identity.permissions import system_actor
+
+    with transaction.atomic():
+        obj, created = Team.objects.get_or_create(slug=team, defaults={"name": "Chaos bench"})
+        if created:
+            record(system_actor("chaos-bench"), "portal.team.created", obj, {"slug": team})
+    backend.apply(
+        [
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": namespace, "labels": {"kiln.dev/team": team}},
+            }
+        ]
+    )
+
+
+def ensure_pods(backend: Any, *, namespace: str = NAMESPACE, count: int = 4) -> None:
+    """Pods for pod-kill trials (a kill deletes them; re-applied each trial)."""
+    backend.apply(
+        [
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"web-{i}", "namespace": namespace, "labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "web", "image": "web:1"}]},
+            }
+            for i in range(count)
+        ]
+    )
+
+
+def experiment_data(fault: str, *, namespace: str = NAMESPACE) -> dict[str, Any]:
+    """A long experiment (the trial ends it) with a small blast radius."""
+    data: dict[str, Any] = {
+        "name": f"crash {fault}",
+        "namespace": namespace,
+        "selector": {"app": "web"},
+        "service": "web",
+        "fault": fault,
+        "duration_seconds": 120,
+        "max_duration_seconds": 300,
+        "max_pods": 1,
+        "max_percent": 50,
+    }
+    if fault == "http-delay":
+        data["delay_ms"] = 250
+    if fault == "http-abort":
+        data["abort_http_status"] = 503
+    return data
+
+
+def _db_env() -> dict[str, str]:
+    """Environment for child processes: the same database (the test database under pytest)."""
+    env = dict(os.environ)
+    db = connections["default"].settings_dict
+    if db["ENGINE"].endswith("postgresql"):
+        user = db.get("USER") or ""
+        password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
+        host = db.get("HOST") or "127.0.0.1"
+        port = db.get("PORT") or "5432"
+        env["DATABASE_URL"] = f"postgres://{user}{password}@{host}:{port}/{db['NAME']}"
+    env.setdefault("SECRET_KEY", settings.SECRET_KEY)
+    env["KILN_CHAOS_AUTORUN"] = "0"
+    return env
+
+
+def start_reaper(period: float, *, ready_timeout: float = 60.0) -> subprocess.Popen:
+    """Start `manage.py chaos_reaper --period P` as its own process; return once it made a pass."""
+    manage = os.path.join(settings.BASE_DIR, "manage.py")
+    fd, ready = tempfile.mkstemp(prefix="chaos-reaper-", suffix=".ready")
+    os.close(fd)
+    os.unlink(ready)
+    proc = subprocess.Popen(
+        [sys.executable, manage, "chaos_reaper", "--period", str(period), "--ready-file", ready],
+        env=_db_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + ready_timeout
+    while not os.path.exists(ready):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_process(proc)
+            raise CommandError("the chaos reaper process did not start")
+        time.sleep(0.05)
+    os.unlink(ready)
+    return proc
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    """Terminate a child we started and reap it."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _fork_controller(experiment_id: str) -> int:
+    """Fork a child running the controller; the parent gets its pid."""
+    from canary.chaos.controller import chaos_controller_run, controller_identity
+
+    connections.close_all()
+    pid = os.fork()
+    if pid == 0:  # child: its own database connection, never returns
+        code = 0
+        try:
+            chaos_controller_run(experiment_id=experiment_id, holder=controller_identity("fork"))
+        except BaseException:  # noqa: BLE001 - the child reports by exit code only
+            code = 1
+        finally:
+            os._exit(code)
+    return pid
+
+
+def _spawn_controller(experiment_id: str) -> int:
+    manage = os.path.join(settings.BASE_DIR, "manage.py")
+    proc = subprocess.Popen(
+        [sys.executable, manage, "chaos_controller", "--experiment", experiment_id],
+        env=_db_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    return proc.pid
+
+
+def crash_trial(
+    fault: str,
+    *,
+    backend: Any,
+    spawn: bool = False,
+    rng: random.Random | None = None,
+    timeout: float = 30.0,
+) -> TrialResult:
+    """Start a controller holding `fault`, SIGKILL it once injected, wait for the reaper's revert."""
+    from canary.chaos import actuators
+    from canary.chaos.models import ChaosInjection, InjectionState
+    from canary.chaos.services import experiment_create, experiment_end
+    from kiln.identity.permissions import system_actor
+
+    rng = rng or random.Random()
+    retried = 0
+    if fault == "pod-kill":
+        ensure_pods(backend)
+    exp = experiment_create(
+        actor=system_actor("chaos-bench"), data=experiment_data(fault), backend=backend
+    )
+    pid = _spawn_controller(str(exp.pk)) if spawn else _fork_controller(str(exp.pk))
+    try:
+        deadline = time.monotonic() + timeout
+        injection = None
+        while time.monotonic() < deadline:
+            candidate = ChaosInjection.objects.filter(
+                experiment=exp, state=InjectionState.ACTIVE, reverted_at__isnull=True
+            ).first()
+            if candidate is not None:
+                # Kill at a random point of the renew cycle, while the fault is still held.
+                time.sleep(rng.uniform(0, exp.retry_period * 2))
+                candidate.refresh_from_db()
+                if candidate.reverted_at is None:
+                    injection = candidate
+                    break
+                retried += 1  # the controller was starved past its deadline and reverted: next term
+            time.sleep(0.02)
+        if injection is None:
+            raise CommandError(f"the controller never held {fault} (experiment {exp.pk})")
+        killed_at = time.time()
+        os.kill(pid, signal.SIGKILL)
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+    reverted_at = None
+    reverted_by = ""
+    limit = time.monotonic() + exp.lease_duration * 10 + 10
+    while time.monotonic() < limit:
+        injection.refresh_from_db()
+        if injection.reverted_at is not None:
+            reverted_at = injection.reverted_at.timestamp()
+            reverted_by = injection.reverted_by
+            break
+        time.sleep(0.01)
+    still = actuators.in_effect(backend, injection.applied)
+    experiment_end(
+        experiment_id=exp.pk,
+        to="aborted",
+        actor=system_actor("chaos-bench"),
+        reason="crash trial over",
+        backend=backend,
+    )
+    return TrialResult(
+        fault=fault,
+        reverted=reverted_at is not None and not still,
+        kill_to_revert_s=None if reverted_at is None else round(reverted_at - killed_at, 4),
+        reverted_by=reverted_by,
+        in_effect_after=still,
+        held_at_kill=reverted_at is None or reverted_at >= killed_at,
+        starved_terms=retried,
+    )
+
+
+def summarize(results: list[TrialResult], *, lease: float, reaper_period: float) -> dict[str, Any]:
+    """Fraction reverted, worst and median kill-to-revert, against the lease + reaper bound."""
+    times = [r.kill_to_revert_s for r in results if r.kill_to_revert_s is not None]
+    bound = lease + reaper_period
+    return {
+        "trials": len(results),
+        "reverted": sum(r.reverted for r in results),
+        "fraction_reverted": round(sum(r.reverted for r in results) / len(results), 4)
+        if results
+        else 0.0,
+        "kill_to_revert_worst_s": max(times) if times else None,
+        "kill_to_revert_median_s": round(statistics.median(times), 4) if times else None,
+        "kill_to_revert_best_s": min(times) if times else None,
+        "bound_s": bound,
+        "within_bound": sum(1 for t in times if t <= bound),
+        "reverted_by_reaper": sum(1 for r in results if r.reverted_by == "system:chaos-reaper"),
+        "lease_duration_s": lease,
+        "reaper_period_s": reaper_period,
+        "by_fault": {f: sum(1 for r in results if r.fault == f) for f in FAULTS},
+        "reverted_before_kill": sum(1 for r in results if not r.held_at_kill),
+        "starved_terms": sum(r.starved_terms for r in results),
+    }
+
+
+class Command(BaseCommand):
+    help = "Kill chaos controllers with SIGKILL while they hold faults; report how fast the reaper reverts."
+    requires_system_checks: list = []  # a runtime process: start fast, checks belong to deploys
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--trials", type=int, default=50)
+        parser.add_argument("--lease", type=float, default=1.0, help="lease duration in seconds")
+        parser.add_argument("--reaper-period", type=float, default=0.25)
+        parser.add_argument(
+            "--spawn", action="store_true", help="`manage.py chaos_controller` children, not forks"
+        )
+        parser.add_argument("--seed", type=int, default=7)
+        parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+    def handle(self, *args, **opts) -> None:
+        from portal.delivery import get_backend
+
+        if opts["trials"] < 1:
+            raise CommandError("--trials must be at least 1")
+        timings = bench_timings(opts["lease"])
+        os.environ.update({k: str(v) for k, v in timings.items()})
+        rng = random.Random(opts["seed"])
+        backend = get_backend()
+        results: list[TrialResult] = []
+        started = time.monotonic()
+        load_start = os.getloadavg()[0]
+        with override_settings(KILN_CHAOS_AUTORUN=False, **timings):
+            ensure_target(backend)
+            reaper = start_reaper(opts["reaper_period"])
+            try:
+                for i in range(opts["trials"]):
+                    results.append(
+                        crash_trial(
+                            FAULTS[i % len(FAULTS)], backend=backend, spawn=opts["spawn"], rng=rng
+                        )
+                    )
+                    if not opts["json"]:
+                        self.stdout.write(json.dumps(asdict(results[-1])))
+            finally:
+                stop_process(reaper)
+        summary = summarize(results, lease=opts["lease"], reaper_period=opts["reaper_period"])
+        summary["wall_seconds"] = round(time.monotonic() - started, 1)
+        # The bound assumes the reaper runs on time; on a shared machine the load says how fair that was.
+        summary["load_average_1m_start_end"] = [round(load_start, 2), round(os.getloadavg()[0], 2)]
+        summary["cpus"] = os.cpu_count()
+        self.stdout.write(json.dumps(summary, indent=None if opts["json"] else 2))

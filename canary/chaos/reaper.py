@@ -1,0 +1,152 @@
+"""The chaos reaper: revert every fault whose holder must have reverted, end overdue experiments.
+
+Runs as the beat task `chaos.tasks.chaos_reap` and as the process
+`manage.py chaos_reaper`; idempotent, so any number of reapers may run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.utils import timezone
+
+from canary.chaos import actuators
+from canary.chaos.leases import reap_due
+from canary.chaos.models import ChaosExperiment, ChaosInjection, ChaosLease, ExperimentStatus
+from canary.chaos.selectors import lease_state, live_injections, timings_of
+from canary.chaos.services import delivery_backend, experiment_end, fault_revert
+from kiln.identity.permissions import system_actor
+
+
+@dataclass
+class ReapResult:
+    """What one reaper pass did."""
+
+    reverted: list[int] = field(default_factory=list)
+    strays: list[dict[str, Any]] = field(default_factory=list)
+    ended: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"reverted": self.reverted, "strays": self.strays, "ended": self.ended}
+
+
+def _reap_reason(injection: ChaosInjection, now: datetime) -> str | None:
+    exp = injection.experiment
+    lease = ChaosLease.objects.filter(pk=exp.pk).first()
+    if exp.is_terminal:
+        return f"experiment {exp.status}"
+    if exp.started_at and now >= exp.started_at + timedelta(seconds=exp.max_duration_seconds):
+        return "hard maximum duration reached"
+    if (
+        lease is None
+        or lease.holder != injection.holder
+        or lease.transitions != injection.fencing_token
+    ):
+        return "lease term ended"
+    if reap_due(lease.renewed_at, now, timings_of(exp)):
+        return "lease lapsed"
+    return None
+
+
+def chaos_reap(
+    *, backend: Any = None, dry_run: bool = False, now: datetime | None = None
+) -> ReapResult:
+    """Revert every fault whose lease lapsed or whose experiment ended; end overdue experiments. Idempotent."""
+    backend = delivery_backend(backend)
+    now = now or timezone.now()
+    actor = system_actor("chaos-reaper")
+    result = ReapResult()
+    for injection in list(live_injections()):
+        reason = _reap_reason(injection, now)
+        if reason is None:
+            continue
+        if dry_run:
+            result.reverted.append(injection.pk)
+        elif fault_revert(injection_id=injection.pk, actor=actor, reason=reason, backend=backend):
+            result.reverted.append(injection.pk)
+    # Experiments nobody finishes: past the hard maximum, or past their duration with the lease lapsed.
+    for exp in ChaosExperiment.objects.filter(
+        status=ExperimentStatus.RUNNING, started_at__isnull=False
+    ):
+        to, reason = None, ""
+        if now >= exp.started_at + timedelta(seconds=exp.max_duration_seconds):
+            to, reason = ExperimentStatus.EXPIRED, "hard maximum duration reached"
+        elif (
+            now >= exp.started_at + timedelta(seconds=exp.duration_seconds)
+            and not lease_state(exp, now=now).held
+        ):
+            to, reason = (
+                ExperimentStatus.COMPLETED,
+                "duration elapsed with no controller holding the lease",
+            )
+        if to is not None:
+            if not dry_run:
+                experiment_end(
+                    experiment_id=exp.pk, to=to, actor=actor, reason=reason, backend=backend
+                )
+            result.ended.append(str(exp.pk))
+    result.strays = _sweep_strays(backend, dry_run=dry_run)
+    return result
+
+
+def _sweep_strays(backend: Any, *, dry_run: bool) -> list[dict[str, Any]]:
+    """Delete fault objects no live injection accounts for (a lost holder's late write)."""
+    from portal.delivery import AppliedRef
+
+    objects: list[dict] = []
+    for api_version, kind in (
+        (actuators.CHAOS_API_VS, "VirtualService"),
+        (actuators.CHAOS_API_PODCHAOS, "PodChaos"),
+    ):
+        objects.extend(
+            backend.list(
+                api_version,
+                kind,
+                None,
+                f"{actuators.LABEL_MANAGED}=kiln,{actuators.LABEL_EXPERIMENT}",
+            )
+        )
+    merged = [
+        vs
+        for vs in backend.list(
+            actuators.CHAOS_API_VS, "VirtualService", None, actuators.LABEL_MERGED
+        )
+        if actuators.fault_entries(vs)
+    ]
+    if not objects and not merged:
+        return []
+    # Read the live set after listing: an object listed had its row written before it was applied.
+    live = {
+        (str(e), t)
+        for e, t in ChaosInjection.objects.filter(reverted_at__isnull=True).values_list(
+            "experiment_id", "fencing_token"
+        )
+    }
+    strays = actuators.sweep_merged(backend, live, merged, dry_run=dry_run) if merged else []
+    for obj in objects:
+        meta = obj.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            continue
+        labels = meta.get("labels") or {}
+        key = (labels.get(actuators.LABEL_EXPERIMENT, ""), _int(labels.get(actuators.LABEL_TOKEN)))
+        if key in live:
+            continue
+        ref = {
+            "apiVersion": obj["apiVersion"],
+            "kind": obj["kind"],
+            "namespace": meta.get("namespace") or "",
+            "name": meta["name"],
+        }
+        strays.append(ref)
+        if not dry_run:
+            backend.delete(AppliedRef.from_dict(ref))
+    return strays
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return -1

@@ -1,0 +1,32 @@
+"""URL routes of the chaos app: `urlpatterns` (pages) and `api_urlpatterns` (under /api/v1/).
+
+The paths are those chaos had while it lived inside canary: `/chaos/...` pages and
+`/api/v1/chaos/experiments/...`.
+"""
+
+from django.urls import path
+
+from canary.chaos import api, views
+
+app_name = "chaos"
+
+urlpatterns: list = [
+    path("chaos/", views.experiment_list, name="experiment-list"),
+    path("chaos/new/", views.experiment_create, name="experiment-create"),
+    path("chaos/<uuid:experiment_id>/", views.experiment_detail, name="experiment-detail"),
+    path("chaos/<uuid:experiment_id>/lease/", views.experiment_lease, name="experiment-lease"),
+    path("chaos/<uuid:experiment_id>/abort/", views.experiment_abort, name="experiment-abort"),
+]
+api_urlpatterns: list = [
+    path("chaos/experiments/", api.ExperimentListCreateApi.as_view(), name="experiment-list"),
+    path(
+        "chaos/experiments/<uuid:experiment_id>/",
+        api.ExperimentDetailApi.as_view(),
+        name="experiment-detail",
+    ),
+    path(
+        "chaos/experiments/<uuid:experiment_id>/abort/",
+        api.ExperimentAbortApi.as_view(),
+        name="experiment-abort",
+    ),
+]

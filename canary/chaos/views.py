@@ -1,0 +1,183 @@
+"""Chaos pages: list, create, detail with the live lease (htmx polling), abort. Thin: services do the work."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_http_methods, require_POST
+
+from canary.chaos import actuators
+from canary.chaos import selectors as chaos_selectors
+from canary.chaos import services as chaos_services
+from canary.chaos.models import ExperimentStatus, FaultKind
+from kiln.errors import KilnError, NotFound
+from kiln.identity.permissions import ENGINEER, actor_from_request, can_run_chaos, has_role
+
+
+class ExperimentForm(forms.Form):
+    """The create page's form; the service validates the experiment itself."""
+
+    name = forms.CharField(max_length=100)
+    namespace = forms.CharField(max_length=63, help_text="owned by your team")
+    selector = forms.CharField(max_length=500, help_text="matchLabels, e.g. app=web,tier=front")
+    service = forms.CharField(max_length=253, required=False, help_text="host, for HTTP faults")
+    fault = forms.ChoiceField(choices=FaultKind.choices)
+    delay_ms = forms.IntegerField(required=False, min_value=1, label="Delay (ms)")
+    abort_http_status = forms.IntegerField(required=False, label="Abort HTTP status")
+    percent = forms.FloatField(initial=100.0, label="Requests affected (%)")
+    duration_seconds = forms.IntegerField(min_value=1, initial=300)
+    max_duration_seconds = forms.IntegerField(min_value=1, initial=600, label="Hard maximum (s)")
+    max_pods = forms.IntegerField(required=False, min_value=1, label="Blast radius: max pods")
+    max_percent = forms.FloatField(required=False, label="Blast radius: max %")
+    stop_error_rate = forms.FloatField(
+        required=False, min_value=0, label="Stop when error rate above"
+    )
+    stop_p99_ms = forms.FloatField(required=False, min_value=0, label="Stop when p99 (ms) above")
+    stop_on_rollback = forms.BooleanField(
+        required=False, initial=True, label="Stop when a canary on the target rolls back"
+    )
+
+    def clean_selector(self) -> dict[str, str]:
+        pairs: dict[str, str] = {}
+        for part in self.cleaned_data["selector"].split(","):
+            if not part.strip():
+                continue
+            key, sep, value = part.partition("=")
+            if not sep or not key.strip() or not value.strip():
+                raise forms.ValidationError("write key=value pairs separated by commas")
+            pairs[key.strip()] = value.strip()
+        if not pairs:
+            raise forms.ValidationError("at least one label")
+        return pairs
+
+    def experiment_data(self) -> dict[str, Any]:
+        d = self.cleaned_data
+        conds: list[dict[str, Any]] = []
+        if d.get("stop_error_rate") is not None:
+            conds.append({"kind": "error-rate-above", "threshold": d["stop_error_rate"]})
+        if d.get("stop_p99_ms") is not None:
+            conds.append({"kind": "latency-p99-above-ms", "threshold": d["stop_p99_ms"]})
+        if d.get("stop_on_rollback"):
+            conds.append({"kind": "canary-rolled-back"})
+        keys = (
+            "name namespace selector service fault delay_ms abort_http_status percent "
+            "duration_seconds max_duration_seconds max_pods max_percent"
+        ).split()
+        data = {k: d.get(k) for k in keys}
+        data["stop_conditions"] = conds
+        return data
+
+
+def _status_badge(status: str) -> str:
+    return {
+        ExperimentStatus.RUNNING: "warn",
+        ExperimentStatus.COMPLETED: "ok",
+        ExperimentStatus.ABORTED: "bad",
+        ExperimentStatus.EXPIRED: "bad",
+    }.get(status, "muted")
+
+
+@login_required
+def experiment_list(request: HttpRequest) -> HttpResponse:
+    """Every experiment the viewer may see, newest first."""
+    actor = actor_from_request(request)
+    status = request.GET.get("status") or None
+    if status not in ExperimentStatus.values:
+        status = None
+    rows = [
+        {"exp": e, "badge": _status_badge(e.status), "lease": chaos_selectors.lease_state(e)}
+        for e in chaos_selectors.experiment_list(viewer=actor, status=status)[:200]
+    ]
+    return render(
+        request,
+        "chaos/list.html",
+        {
+            "rows": rows,
+            "status": status or "",
+            "statuses": ExperimentStatus.choices,
+            "can_create": has_role(actor, ENGINEER),
+        },
+    )
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def experiment_create(request: HttpRequest) -> HttpResponse:
+    """Define and start an experiment on a namespace the viewer's team owns."""
+    actor = actor_from_request(request)
+    if not has_role(actor, ENGINEER):
+        raise PermissionDenied("Only engineers and platform admins run chaos experiments.")
+    form = ExperimentForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            exp = chaos_services.experiment_create(actor=actor, data=form.experiment_data())
+        except KilnError as exc:
+            for field, message in (exc.extra.get("fields") or {}).items():
+                form.add_error(field if field in form.fields else None, message)
+            if not exc.extra.get("fields"):
+                form.add_error(None, exc.message)
+        else:
+            messages.success(request, f"Experiment {exp.name} started.")
+            return redirect("chaos:experiment-detail", experiment_id=exp.pk)
+    return render(request, "chaos/create.html", {"form": form}, status=400 if form.errors else 200)
+
+
+def _visible(request: HttpRequest, experiment_id: Any):
+    """The experiment, or a 404 page when it is missing or not the viewer's to see (same answer)."""
+    try:
+        return chaos_selectors.experiment_get(
+            viewer=actor_from_request(request), experiment_id=experiment_id
+        )
+    except NotFound as exc:
+        raise Http404(exc.message) from exc
+
+
+def _detail_context(request: HttpRequest, experiment_id: Any) -> dict[str, Any]:
+    actor = actor_from_request(request)
+    exp = _visible(request, experiment_id)
+    return {
+        "exp": exp,
+        "badge": _status_badge(exp.status),
+        "lease": chaos_selectors.lease_state(exp),
+        "injections": list(chaos_selectors.injection_list(exp)),
+        "can_abort": can_run_chaos(actor, exp.team.slug) and not exp.is_terminal,
+        "effective_percent": actuators.effective_percent(chaos_services.fault_spec(exp)),
+        "now": timezone.now(),
+    }
+
+
+@login_required
+def experiment_detail(request: HttpRequest, experiment_id) -> HttpResponse:
+    """An experiment with its live lease state and injection timeline."""
+    return render(request, "chaos/detail.html", _detail_context(request, experiment_id))
+
+
+@login_required
+def experiment_lease(request: HttpRequest, experiment_id) -> HttpResponse:
+    """The live lease or injections panel (`?part=injections`), polled by htmx."""
+    part = "_injections.html" if request.GET.get("part") == "injections" else "_lease.html"
+    return render(request, f"chaos/{part}", _detail_context(request, experiment_id))
+
+
+@login_required
+@require_POST
+def experiment_abort(request: HttpRequest, experiment_id) -> HttpResponse:
+    """Abort now; the fault is reverted before the page comes back."""
+    actor = actor_from_request(request)
+    exp = _visible(request, experiment_id)
+    try:
+        chaos_services.experiment_abort(
+            actor=actor, experiment=exp, reason=request.POST.get("reason", "")[:200]
+        )
+    except KilnError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, "Experiment aborted; its fault is reverted.")
+    return redirect("chaos:experiment-detail", experiment_id=exp.pk)

@@ -1,0 +1,71 @@
+# ruff: noqa: F811 - fixtures are imported from test_chaos_support and requested by name
+"""A real crash: a controller process holding a fault is killed with SIGKILL; the reaper process reverts it.
+
+Bound: the fault is gone within lease_duration + reaper_period of the kill.
+The controller is a forked child (10 runs) or `manage.py chaos_controller` (1 run);
+the reaper is `manage.py chaos_reaper` in its own process.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from canary.chaos.management.commands.chaos_crash_bench import (
+    FAULTS,
+    crash_trial,
+    ensure_target,
+    start_reaper,
+    stop_process,
+)
+
+from canary.chaos.models import ChaosInjection
+from tests.chaos.test_chaos_support import (  # noqa: F401
+    REAPER_PERIOD,
+    SHORT_TIMINGS,
+    backend,
+    chaos_settings,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+BOUND = SHORT_TIMINGS["KILN_CHAOS_LEASE_DURATION"] + REAPER_PERIOD
+
+
+@pytest.fixture(scope="module")
+def reaper_process(django_db_setup, django_db_blocker):
+    """One independent `manage.py chaos_reaper` process for the module (the test database)."""
+    with django_db_blocker.unblock():
+        proc = start_reaper(REAPER_PERIOD)
+    yield proc
+    stop_process(proc)
+
+
+@pytest.fixture
+def reaper(reaper_process, backend):
+    """The bench's team and namespace (the database is flushed between tests) and the live reaper."""
+    assert reaper_process.poll() is None, "the reaper process died"
+    ensure_target(backend)
+    return reaper_process
+
+
+def _assert_reverted(result) -> None:
+    assert result.reverted, result
+    assert not result.in_effect_after
+    assert result.reverted_by == "system:chaos-reaper"
+    assert result.kill_to_revert_s <= BOUND, result
+    live = ChaosInjection.objects.filter(reverted_at__isnull=True).count()
+    assert live == 0
+
+
+@pytest.mark.parametrize("run", range(10), ids=[f"kill-{i}" for i in range(10)])
+def test_sigkilled_forked_controller_fault_is_reverted_within_lease_plus_reaper_period(
+    run, backend, reaper
+):
+    result = crash_trial(FAULTS[run % len(FAULTS)], backend=backend, rng=random.Random(run))
+    _assert_reverted(result)
+
+
+def test_sigkilled_manage_py_controller_fault_is_reverted(backend, reaper):
+    result = crash_trial("http-delay", backend=backend, spawn=True, rng=random.Random(1))
+    _assert_reverted(result)

@@ -1,0 +1,222 @@
+# ruff: noqa: F811 - fixtures are imported from test_chaos_support and requested by name
+"""With the kubernetes backend the lease is also a coordination.k8s.io/v1 Lease.
+
+The real `kubernetes` client (the kubernetes delivery backend's ApiClient,
+configured by KILN_KUBE_API_URL) talks to a small local API server (below) that
+keeps Leases with Kubernetes' optimistic concurrency: a PUT whose
+metadata.resourceVersion is stale is a 409 Conflict.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from canary.chaos.models import ChaosLease
+from canary.chaos.services import (
+    experiment_create,
+    fault_lease_acquire,
+    fault_lease_release,
+    fault_lease_renew,
+)
+from tests.chaos.test_chaos_support import (  # noqa: F401
+    abort_data,
+    admin,
+    backend,
+    chaos_settings,
+    shop,
+)
+
+pytestmark = pytest.mark.django_db
+
+PATH = re.compile(r"^/apis/coordination\.k8s\.io/v1/namespaces/([^/]+)/leases(?:/([^/?]+))?")
+
+
+class LeaseServer(ThreadingHTTPServer):
+    """A tiny API server for coordination.k8s.io/v1 Leases (GET, POST, PUT, DELETE)."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), LeaseHandler)
+        self.leases: dict[tuple[str, str], dict] = {}
+        self.rv = 0
+        self.lock = threading.Lock()
+        self.requests: list[tuple[str, str]] = []
+        self.bump_before_next_put = False
+
+    def next_rv(self) -> str:
+        self.rv += 1
+        return str(self.rv)
+
+
+class LeaseHandler(BaseHTTPRequestHandler):
+    server: LeaseServer
+
+    def log_message(self, *args) -> None:  # keep test output quiet
+        pass
+
+    def _send(self, code: int, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _status(self, code: int, reason: str) -> None:
+        self._send(
+            code,
+            {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "status": "Failure",
+                "reason": reason,
+                "code": code,
+            },
+        )
+
+    def _body(self) -> dict:
+        return json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+
+    def _route(self):
+        m = PATH.match(self.path)
+        if not m:
+            self._status(404, "NotFound")
+            return None
+        return m.group(1), m.group(2)
+
+    def do_GET(self) -> None:
+        self.server.requests.append(("GET", self.path))
+        route = self._route()
+        if route is None:
+            return
+        with self.server.lock:
+            lease = self.server.leases.get(route)
+        self._send(200, lease) if lease else self._status(404, "NotFound")
+
+    def do_POST(self) -> None:
+        self.server.requests.append(("POST", self.path))
+        route = self._route()
+        if route is None:
+            return
+        body = self._body()
+        key = (route[0], body["metadata"]["name"])
+        with self.server.lock:
+            if key in self.server.leases:
+                return self._status(409, "AlreadyExists")
+            body["metadata"]["resourceVersion"] = self.server.next_rv()
+            body["metadata"]["namespace"] = route[0]
+            body.setdefault("apiVersion", "coordination.k8s.io/v1")
+            body.setdefault("kind", "Lease")
+            self.server.leases[key] = body
+        self._send(201, body)
+
+    def do_PUT(self) -> None:
+        self.server.requests.append(("PUT", self.path))
+        route = self._route()
+        if route is None:
+            return
+        body = self._body()
+        with self.server.lock:
+            current = self.server.leases.get(route)
+            if current is None:
+                return self._status(404, "NotFound")
+            if self.server.bump_before_next_put:  # someone else wrote between our GET and PUT
+                self.server.bump_before_next_put = False
+                current["metadata"]["resourceVersion"] = self.server.next_rv()
+            if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+                return self._status(409, "Conflict")
+            body["metadata"]["resourceVersion"] = self.server.next_rv()
+            self.server.leases[route] = body
+        self._send(200, body)
+
+    def do_DELETE(self) -> None:
+        self.server.requests.append(("DELETE", self.path))
+        route = self._route()
+        if route is None:
+            return
+        with self.server.lock:
+            existed = self.server.leases.pop(route, None)
+        self._send(200, {"kind": "Status", "status": "Success"}) if existed else self._status(
+            404, "NotFound"
+        )
+
+
+def _serve() -> LeaseServer:
+    server = LeaseServer()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.fixture
+def api_server(settings):
+    """The local API server, reached through the kubernetes delivery backend's own ApiClient."""
+    server = _serve()
+    settings.KILN_KUBE_API_URL = f"http://127.0.0.1:{server.server_port}"
+    settings.KILN_KUBE_TOKEN_FILE = None
+    settings.KILN_KUBE_CA_FILE = None
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def exp_on_kubernetes(admin, shop, backend, chaos_settings, api_server):
+    exp = experiment_create(actor=admin, data=abort_data(), backend=backend)
+    chaos_settings.KILN_DELIVERY_BACKEND = "kubernetes"
+    chaos_settings.KILN_CHAOS_LEASE_NAMESPACE = "kiln-system"
+    return exp
+
+
+def _lease(server: LeaseServer, exp) -> dict | None:
+    return server.leases.get(("kiln-system", f"kiln-chaos-{exp.pk}"))
+
+
+def test_acquire_renew_release_mirror_a_coordination_lease(exp_on_kubernetes, api_server):
+    exp = exp_on_kubernetes
+    assert fault_lease_acquire(experiment_id=exp.pk, holder="controller-a") == 1
+    lease = _lease(api_server, exp)
+    assert lease["spec"]["holderIdentity"] == "controller-a"
+    assert lease["spec"]["leaseDurationSeconds"] == 1 and lease["spec"]["leaseTransitions"] == 1
+    first_rv, first_renew = lease["metadata"]["resourceVersion"], lease["spec"]["renewTime"]
+
+    assert fault_lease_renew(experiment_id=exp.pk, holder="controller-a", term=1)
+    lease = _lease(api_server, exp)
+    assert int(lease["metadata"]["resourceVersion"]) > int(first_rv)
+    assert lease["spec"]["renewTime"] >= first_renew
+    assert (
+        "PUT",
+        f"/apis/coordination.k8s.io/v1/namespaces/kiln-system/leases/kiln-chaos-{exp.pk}",
+    ) in api_server.requests
+
+    assert fault_lease_release(experiment_id=exp.pk, holder="controller-a", term=1)
+    assert _lease(api_server, exp) is None and ChaosLease.objects.get(pk=exp.pk).holder == ""
+
+
+def test_a_lease_held_by_someone_else_in_the_cluster_blocks_the_renewal(
+    exp_on_kubernetes, api_server
+):
+    exp = exp_on_kubernetes
+    fault_lease_acquire(experiment_id=exp.pk, holder="controller-a")
+    _lease(api_server, exp)["spec"]["holderIdentity"] = "controller-elsewhere"
+    before = ChaosLease.objects.get(pk=exp.pk)
+    assert not fault_lease_renew(experiment_id=exp.pk, holder="controller-a", term=1)
+    after = ChaosLease.objects.get(pk=exp.pk)
+    # The database write rolled back with the refused Kubernetes write.
+    assert (after.renewals, after.resource_version) == (before.renewals, before.resource_version)
+
+
+def test_a_stale_resource_version_is_a_conflict_and_changes_nothing(exp_on_kubernetes, api_server):
+    exp = exp_on_kubernetes
+    fault_lease_acquire(experiment_id=exp.pk, holder="controller-a")
+    before = ChaosLease.objects.get(pk=exp.pk)
+    api_server.bump_before_next_put = True
+    assert not fault_lease_renew(experiment_id=exp.pk, holder="controller-a", term=1)
+    after = ChaosLease.objects.get(pk=exp.pk)
+    assert (after.renewals, after.resource_version) == (before.renewals, before.resource_version)
+    assert _lease(api_server, exp)["spec"]["holderIdentity"] == "controller-a"
