@@ -10,10 +10,11 @@ from hypothesis import strategies as st
 from audit.models import OutboxEvent
 from canary import services
 from canary.chaos import actuators
+from canary.chaos.models import ChaosExperiment
 from canary.chaos.services import experiment_create, fault_inject, fault_lease_acquire
 from canary.hosts import HostRefused, canonical_service_host
 from canary.metrics import MetricsConfigError
-from canary.models import ChaosExperiment, Rollout, RolloutStatus, Service
+from canary.models import Rollout, RolloutStatus, Service
 from canary.ownership import ForeignHost, InvalidHost, NamespaceNotOwned, namespace_owner
 from canary.traffic import ISTIO_API, virtual_service
 from kiln.errors import Conflict, InvalidInput, KilnError
