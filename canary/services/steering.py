@@ -17,6 +17,7 @@ RUNNING, schedule its next tick).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from django.db import transaction
 
@@ -27,6 +28,9 @@ from canary.services.validation import require_extension, required_reason
 from kiln.errors import Forbidden, IllegalTransition, InvalidInput
 from kiln.identity.permissions import Actor, can_manage_rollout, can_promote_rollout
 
+# What a person's decision comes to: the canary weight it leaves, why, the statistics it rests on.
+Outcome = tuple[int, str, dict[str, Any]]
+
 
 def _steer(
     rollout: Rollout,
@@ -34,7 +38,7 @@ def _steer(
     actor: Actor,
     to: str,
     kind: str,
-    decision: Callable[[Rollout], tuple[int, str, dict]],
+    decision: Callable[[Rollout], Outcome],
 ) -> Rollout:
     """Lock the rollout, move it to `to` with the (weight, reason, statistics) `decision` gives, save.
 
@@ -75,7 +79,7 @@ def rollout_promote(*, actor: Actor, rollout: Rollout, reason: str = "") -> Roll
     if not can_promote_rollout(actor):
         raise Forbidden("only approvers and platform admins promote by hand")
 
-    def decision(r: Rollout) -> tuple[int, str, dict]:
+    def decision(r: Rollout) -> Outcome:
         if r.status == RolloutStatus.PENDING:
             raise IllegalTransition(
                 "the rollout has not started yet",
@@ -100,7 +104,7 @@ def rollout_retry(*, actor: Actor, rollout: Rollout, reason: str) -> Rollout:
         raise Forbidden("only engineers of the owning team retry its rollouts")
     reason = required_reason(reason)
 
-    def decision(r: Rollout) -> tuple[int, str, dict]:
+    def decision(r: Rollout) -> Outcome:
         # The evidence so far stays on record with the decision; the analysis starts afresh.
         evidence, r.analysis = r.analysis, {}
         r.analysis_start, r.extra_ticks = r.ticks_done, 0
@@ -118,7 +122,7 @@ def rollout_extend(
     reason = required_reason(reason)
     require_extension(ticks)
 
-    def decision(r: Rollout) -> tuple[int, str, dict]:
+    def decision(r: Rollout) -> Outcome:
         added = analysis_config(r).horizon_ticks if ticks is None else ticks
         r.extra_ticks += added
         max_ticks = analysis_config(r).max_ticks
