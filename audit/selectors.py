@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Max, Min, QuerySet
+from django.db.models import Max, Min, Q, QuerySet
 from django.utils import timezone
 
+from audit import renamed
 from audit.models import ChainEvent, Checkpoint, OutboxEvent, VerificationRun
 from kiln.errors import InvalidInput
 from kiln.params import BIGINT_MAX
@@ -60,14 +61,16 @@ def event_list(filters: EventFilter) -> QuerySet[ChainEvent]:
         qs = qs.filter(recorded_at__lt=filters.until)
     if filters.actor:
         qs = qs.filter(actor=filters.actor)
-    if filters.action:
-        qs = (
-            qs.filter(action__startswith=filters.action)
-            if filters.action.endswith(".")
-            else qs.filter(action=filters.action)
-        )
+    # Renamed actions and targets (audit.renamed) match under their old and new names.
+    if filters.action and filters.action.endswith("."):
+        prefixes = Q()
+        for prefix in renamed.action_prefixes(filters.action):
+            prefixes |= Q(action__startswith=prefix)
+        qs = qs.filter(prefixes)
+    elif filters.action:
+        qs = qs.filter(action__in=renamed.action_names(filters.action))
     if filters.target:
-        qs = qs.filter(target=filters.target)
+        qs = qs.filter(target__in=renamed.target_names(filters.target))
     return qs.order_by("-seq")
 
 

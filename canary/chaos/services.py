@@ -265,7 +265,7 @@ def experiment_create(
             created_by_name=actor.username,
         )
         ChaosLease.objects.create(experiment=exp)
-        record(actor, "canary.experiment.created", exp, _experiment_data(exp))
+        record(actor, "chaos.experiment.created", exp, _experiment_data(exp))
         if start:
             _transition(exp, ExperimentStatus.RUNNING, actor=actor, reason="started at creation")
     return exp
@@ -318,7 +318,7 @@ def _transition(exp: ChaosExperiment, to: str, *, actor: Any, reason: str) -> No
     ChaosExperiment.objects.filter(pk=exp.pk).update(**fields)
     for k, v in fields.items():
         setattr(exp, k, v)
-    record(actor, f"canary.experiment.{_VERBS[to]}", exp, {"from": current, "reason": reason})
+    record(actor, f"chaos.experiment.{_VERBS[to]}", exp, {"from": current, "reason": reason})
     if to == ExperimentStatus.RUNNING:
         exp_id = str(exp.pk)
         transaction.on_commit(lambda: _enqueue_controller(exp_id))
@@ -463,7 +463,7 @@ def fault_lease_acquire(
                 return None
         record(
             actor,
-            "canary.lease.acquired",
+            "chaos.lease.acquired",
             exp,
             {"holder": holder, "previous_holder": lease.holder, "term": term},
         )
@@ -526,7 +526,7 @@ def fault_lease_release(
         exp = ChaosExperiment.objects.get(pk=experiment_id)
         record(
             actor,
-            "canary.lease.released",
+            "chaos.lease.released",
             exp,
             {"holder": holder, "term": term},
         )
@@ -613,7 +613,7 @@ def fault_inject(
         if marked:
             record(
                 actor,
-                "canary.fault.injected",
+                "chaos.fault.injected",
                 exp,
                 {
                     "injection": injection.pk,
@@ -652,7 +652,7 @@ def fault_revert(*, injection_id: int, actor: Any, reason: str, backend: Any = N
         if marked:
             record(
                 actor,
-                "canary.fault.reverted",
+                "chaos.fault.reverted",
                 injection.experiment,
                 {
                     "injection": injection.pk,

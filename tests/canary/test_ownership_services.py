@@ -237,7 +237,7 @@ def test_a_chaos_fault_on_a_foreign_host_is_refused_and_changes_nothing(world, b
                 actor=BOB, data=abort_data(namespace="lab", service=host), backend=backend
             )
     assert not ChaosExperiment.objects.exists()
-    assert not OutboxEvent.objects.filter(action__startswith="canary.experiment").exists()
+    assert not OutboxEvent.objects.filter(action__startswith="chaos.experiment").exists()
 
 
 def test_a_fault_is_not_merged_into_a_virtual_service_exported_beyond_its_namespace(world, backend):  # noqa: F811

@@ -85,7 +85,7 @@ def test_engineer_creates_lists_reads_and_aborts(api_client_for, shop, backend):
     assert resp.status_code == 200 and resp.json()["status"] == "aborted"
     inj.refresh_from_db()
     assert inj.reverted_at is not None and not actuators.in_effect(backend, inj.applied)
-    event = OutboxEvent.objects.get(action="canary.experiment.aborted")
+    event = OutboxEvent.objects.get(action="chaos.experiment.aborted")
     assert event.actor == "alice" and event.data["reason"] == "seen enough"
     again = client.post(f"{LIST}{exp_id}/abort/", {}, format="json")
     assert again.status_code == 409 and again.json()["code"] == "illegal_transition"

@@ -49,7 +49,7 @@ def test_create_stores_experiment_lease_and_audits(engineer, shop, backend):
     assert exp.status == "running" and exp.team.slug == "payments"
     assert exp.lease_duration == 1.0 and exp.renew_deadline == 0.4
     assert ChaosLease.objects.get(pk=exp.pk).holder == ""
-    assert audit_actions() == ["canary.experiment.created", "canary.experiment.started"]
+    assert audit_actions() == ["chaos.experiment.created", "chaos.experiment.started"]
 
 
 @pytest.mark.parametrize(
@@ -148,7 +148,7 @@ def test_inject_applies_a_valid_virtual_service_and_revert_removes_it(engineer, 
         injection_id=inj.pk, actor=system_actor("chaos-controller"), reason="again", backend=backend
     )
     assert not actuators.in_effect(backend, inj.applied)
-    assert audit_actions().count("canary.fault.reverted") == 1
+    assert audit_actions().count("chaos.fault.reverted") == 1
 
 
 def test_inject_without_the_lease_is_refused(engineer, shop, backend):
@@ -238,7 +238,7 @@ def test_reaper_expires_experiments_past_their_hard_maximum(engineer, shop, back
     exp.refresh_from_db()
     inj.refresh_from_db()
     assert exp.status == "expired" and inj.reverted_at is not None
-    assert str(exp.pk) in result.ended and "canary.experiment.expired" in audit_actions()
+    assert str(exp.pk) in result.ended and "chaos.experiment.expired" in audit_actions()
 
 
 def test_abort_reverts_now_and_is_audited(engineer, shop, backend):
@@ -249,7 +249,7 @@ def test_abort_reverts_now_and_is_audited(engineer, shop, backend):
     inj.refresh_from_db()
     assert exp.status == "aborted" and inj.reverted_at is not None
     assert not actuators.in_effect(backend, inj.applied)
-    assert audit_actions()[-2:] == ["canary.experiment.aborted", "canary.fault.reverted"]
+    assert audit_actions()[-2:] == ["chaos.experiment.aborted", "chaos.fault.reverted"]
     with pytest.raises(IllegalTransition):
         experiment_abort(actor=engineer, experiment=exp, backend=backend)
     with pytest.raises(IllegalTransition):

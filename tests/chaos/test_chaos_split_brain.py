@@ -92,16 +92,16 @@ def test_partitioned_holder_reverts_before_the_new_holder_injects(admin, shop, b
     timeline = [
         (e.action, e.data.get("holder"))
         for e in OutboxEvent.objects.filter(
-            action__in=["canary.fault.injected", "canary.fault.reverted", "canary.lease.acquired"]
+            action__in=["chaos.fault.injected", "chaos.fault.reverted", "chaos.lease.acquired"]
         ).order_by("id")
     ]
     assert timeline[:4] == [
-        ("canary.lease.acquired", "controller-a"),
-        ("canary.fault.injected", "controller-a"),
-        ("canary.fault.reverted", "controller-a"),
-        ("canary.lease.acquired", "controller-b"),
+        ("chaos.lease.acquired", "controller-a"),
+        ("chaos.fault.injected", "controller-a"),
+        ("chaos.fault.reverted", "controller-a"),
+        ("chaos.lease.acquired", "controller-b"),
     ]
-    assert timeline[4] == ("canary.fault.injected", "controller-b")
+    assert timeline[4] == ("chaos.fault.injected", "controller-b")
     _assert_never_overlapping()
 
 

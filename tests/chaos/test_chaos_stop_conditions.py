@@ -61,9 +61,9 @@ def test_error_rate_condition_trips_on_the_injected_abort_and_the_abort_is_audit
     )
     inj = ChaosInjection.objects.get(experiment=exp)
     assert inj.reverted_at is not None and not actuators.in_effect(backend, inj.applied)
-    aborted = OutboxEvent.objects.get(action="canary.experiment.aborted")
+    aborted = OutboxEvent.objects.get(action="chaos.experiment.aborted")
     assert aborted.actor == "system:chaos-controller" and "error rate" in aborted.data["reason"]
-    assert OutboxEvent.objects.filter(action="canary.fault.reverted").count() == 1
+    assert OutboxEvent.objects.filter(action="chaos.fault.reverted").count() == 1
 
 
 def test_condition_below_threshold_lets_the_experiment_complete(engineer, shop, backend):
@@ -79,7 +79,7 @@ def test_condition_below_threshold_lets_the_experiment_complete(engineer, shop, 
     assert _run_to_end(exp, backend) == "completed"
     exp.refresh_from_db()
     assert exp.status == "completed"
-    assert not OutboxEvent.objects.filter(action="canary.experiment.aborted").exists()
+    assert not OutboxEvent.objects.filter(action="chaos.experiment.aborted").exists()
     assert ChaosInjection.objects.get(experiment=exp).reverted_at is not None
 
 
@@ -102,4 +102,4 @@ def test_a_canary_rolling_back_on_the_target_aborts_the_experiment(engineer, sho
         ChaosExperiment.objects.get(pk=exp.pk).end_reason
         == "stop condition: a canary on the target rolled back"
     )
-    assert OutboxEvent.objects.filter(action="canary.experiment.aborted").count() == 1
+    assert OutboxEvent.objects.filter(action="chaos.experiment.aborted").count() == 1
