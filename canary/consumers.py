@@ -56,7 +56,7 @@ class RolloutConsumer(AsyncJsonWebsocketConsumer):
                 claims = verify_bearer(token)
             except TokenRejected:
                 return None
-            user = user_from_claims(claims)
+            user = user_from_claims(claims=claims)
             return actor_for_user(user, claims) if user.is_active else None
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:

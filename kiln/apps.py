@@ -1,6 +1,8 @@
 from django.apps import AppConfig
 from django.contrib.admin import apps as admin_apps
 
+from kiln import observability
+
 
 class KilnConfig(AppConfig):
     """The project package as an app: commands, identity, observability."""
@@ -9,7 +11,8 @@ class KilnConfig(AppConfig):
     verbose_name = "Kiln"
 
     def ready(self) -> None:
-        from kiln import observability
+        # Here, not at the top: this module is imported while Django builds the app registry,
+        # and the receivers call identity services, which import models (not loadable yet).
         from kiln.identity import signals  # noqa: F401 - connects the login lockout receiver
 
         observability.setup()

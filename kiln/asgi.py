@@ -1,6 +1,11 @@
-"""ASGI entry point: Django for HTTP, Channels for websockets (session or bearer-token auth)."""
+"""ASGI entry point: Django for HTTP, Channels for websockets (session or bearer-token auth).
+
+Websocket routes come from the modules named in `settings.KILN_WEBSOCKET_ROUTES`
+(each has `websocket_urlpatterns`), so the project package imports no app.
+"""
 
 import os
+from importlib import import_module
 
 from django.core.asgi import get_asgi_application
 
@@ -10,8 +15,13 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402 - after Django is set up
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.conf import settings  # noqa: E402
 
-from canary.routing import websocket_urlpatterns  # noqa: E402
+websocket_urlpatterns = [
+    route
+    for name in settings.KILN_WEBSOCKET_ROUTES
+    for route in import_module(name).websocket_urlpatterns
+]
 
 application = ProtocolTypeRouter(
     {

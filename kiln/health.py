@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import redis as redis_lib
 from django.conf import settings
 from django.db import connection
 
@@ -33,8 +34,6 @@ def database() -> dict[str, Any]:
 def redis() -> dict[str, Any]:
     if not settings.REDIS_URL:
         return {"ok": True, "mode": "standalone (in-process transports)"}
-    import redis as redis_lib
-
     started = time.perf_counter()
     client = redis_lib.Redis.from_url(
         settings.REDIS_URL, socket_timeout=1, socket_connect_timeout=1

@@ -6,6 +6,8 @@ import json
 import logging
 from datetime import UTC, datetime
 
+from kiln.observability import current_trace_id
+
 _RESERVED = set(vars(logging.makeLogRecord({})).keys()) | {"message", "asctime"}
 
 
@@ -13,8 +15,6 @@ class JSONFormatter(logging.Formatter):
     """Format a record as JSON: time, level, logger, message, trace_id and any `extra=` fields."""
 
     def format(self, record: logging.LogRecord) -> str:
-        from kiln.observability import current_trace_id
-
         payload = {
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(),

@@ -12,9 +12,14 @@ import threading
 
 from django.conf import settings
 from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.instrumentation.celery import CeleryInstrumentor
+from opentelemetry.instrumentation.django import DjangoInstrumentor
+from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
+from opentelemetry.instrumentation.redis import RedisInstrumentor
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import Counter, Histogram
 
@@ -45,16 +50,8 @@ def setup() -> None:
             resource=Resource.create({"service.name": settings.OTEL_SERVICE_NAME})
         )
         if settings.OTEL_EXPORTER_OTLP_ENDPOINT:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-            from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
             provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
         trace.set_tracer_provider(provider)
-
-        from opentelemetry.instrumentation.celery import CeleryInstrumentor
-        from opentelemetry.instrumentation.django import DjangoInstrumentor
-        from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
-        from opentelemetry.instrumentation.redis import RedisInstrumentor
 
         DjangoInstrumentor().instrument(is_sql_commentor_enabled=False)
         CeleryInstrumentor().instrument()

@@ -2,17 +2,20 @@
 
 Idempotent: a second run changes nothing and records nothing. Apps add their
 demo data (pricing, services) in `<app>/seed.py` with `seed_demo() -> list[str]`,
-returning what they created.
+returning what they created; kiln finds them through django.apps (`app_seeds`).
 """
 
 from __future__ import annotations
 
-import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import import_module
 
+from django.apps import apps
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db import transaction
+from django.utils.module_loading import module_has_submodule
 
 import audit
 from kiln.identity.models import Membership, Team
@@ -24,8 +27,6 @@ from kiln.identity.permissions import (
     ROLES,
     system_actor,
 )
-
-SEED_APPS = ("scheduler", "portal", "canary", "audit")
 
 
 @dataclass(frozen=True)
@@ -76,14 +77,23 @@ def seed_demo() -> list[str]:
         if demo.team and not Membership.objects.filter(user=user, team=teams[demo.team]).exists():
             Membership.objects.create(user=user, team=teams[demo.team])
             created.append(f"membership {demo.username}@{demo.team}")
-    for app in SEED_APPS:
-        try:
-            module = importlib.import_module(f"{app}.seed")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{app}.seed":
-                raise
-            continue
-        created.extend(module.seed_demo())
+    for app_seed in app_seeds():
+        created.extend(app_seed())
     if created:
         audit.record(system_actor("seed"), "kiln.demo.seeded", "kiln:demo", {"created": created})
     return created
+
+
+def app_seeds() -> list[Callable[[], list[str]]]:
+    """Each installed app's `<app>.seed.seed_demo`, in INSTALLED_APPS order (kiln's own is above).
+
+    Discovered by app label through django.apps, as the admin discovers `admin`
+    modules, so kiln imports no app; an app whose seed needs another's data is
+    listed after it in INSTALLED_APPS (scheduler's prices before portal's cost estimates).
+    """
+    seeds = []
+    for config in apps.get_app_configs():
+        if config.name == "kiln" or not module_has_submodule(config.module, "seed"):
+            continue
+        seeds.append(import_module(f"{config.name}.seed").seed_demo)
+    return seeds

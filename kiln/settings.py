@@ -99,9 +99,11 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "channels",
     "kiln",
+    # Kiln's apps, each after the ones it stands on: kiln.seed runs their demo seeds in this
+    # order (scheduler's prices before portal's cost estimates).
     "audit",
-    "portal",
     "scheduler",
+    "portal",
     "canary",
     "canary.chaos.apps.ChaosConfig",  # label "chaos"
 ]
@@ -124,6 +126,16 @@ MIDDLEWARE = [
 
 ROOT_URLCONF = "kiln.urls"
 ASGI_APPLICATION = "kiln.asgi.application"
+# The apps' URL modules kiln/urls.py mounts (pages at /, APIs under /api/v1/), and the modules
+# whose websocket_urlpatterns kiln/asgi.py routes: named, never imported by the project package.
+KILN_APP_URLCONFS = (
+    "portal.urls",
+    "scheduler.urls",
+    "canary.urls",
+    "canary.chaos.urls",
+    "audit.urls",
+)
+KILN_WEBSOCKET_ROUTES = ("canary.routing",)
 
 TEMPLATES = [
     {

@@ -8,12 +8,23 @@ in-process services (the audit relay and writer) register with `add_service`.
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from celery.beat import EmbeddedService
 from django.conf import settings
+from django.core.management.base import CommandError
+
+from kiln.celery import app
 
 log = logging.getLogger("kiln.standalone")
 
@@ -56,8 +67,6 @@ def add_service(factory: Callable[[], Service]) -> None:
 
 
 def celery_worker_service(concurrency: int = 4) -> Service:
-    from kiln.celery import app
-
     app.conf.broker_transport_options = {"polling_interval": 0.1}
     worker = app.WorkController(
         pool_cls="threads",
@@ -78,10 +87,6 @@ def celery_worker_service(concurrency: int = 4) -> Service:
 
 
 def celery_beat_service() -> Service:
-    from celery.beat import EmbeddedService
-
-    from kiln.celery import app
-
     beat = EmbeddedService(
         app, thread=True, schedule_filename=str(settings.VAR_DIR / "celerybeat-schedule")
     )
@@ -92,21 +97,8 @@ def prefork_worker_service(
     name: str, concurrency: int, environment: dict[str, str], loglevel: str = "WARNING"
 ) -> Service:
     """A separate `celery -A kiln worker --pool prefork` process, as `make dev` runs it (benchmarks)."""
-    import os
-    import signal
-    import socket
-    import subprocess
-    import sys
-    import tempfile
-    import time
-    from pathlib import Path
-
-    from django.core.management.base import CommandError
-
-    from kiln.celery import app
-
     hostname = f"{name}-{os.getpid()}@{socket.gethostname()}"
-    log = tempfile.NamedTemporaryFile(prefix=f"{name}-worker-", suffix=".log", delete=False)
+    log_file = tempfile.NamedTemporaryFile(prefix=f"{name}-worker-", suffix=".log", delete=False)
     command = [
         str(Path(sys.executable).with_name("celery")),
         "-A",
@@ -132,18 +124,18 @@ def prefork_worker_service(
                 command,
                 env={**os.environ, **environment},
                 cwd=settings.BASE_DIR,
-                stdout=log,
-                stderr=log,
+                stdout=log_file,
+                stderr=log_file,
             )
         )
         deadline = time.time() + 60
         while time.time() < deadline:
             if process[0].poll() is not None:
-                raise CommandError(f"the bench worker exited; see {log.name}")
+                raise CommandError(f"the bench worker exited; see {log_file.name}")
             if app.control.ping(destination=[hostname], timeout=0.5):
                 return
         stop()
-        raise CommandError(f"the bench worker did not start; see {log.name}")
+        raise CommandError(f"the bench worker did not start; see {log_file.name}")
 
     def stop() -> None:
         if not process:
@@ -154,7 +146,7 @@ def prefork_worker_service(
         except subprocess.TimeoutExpired:
             process[0].kill()
             process[0].wait()
-        Path(log.name).unlink(missing_ok=True)
+        Path(log_file.name).unlink(missing_ok=True)
 
     return Service(f"celery worker (prefork x{concurrency})", start, stop)
 
@@ -162,11 +154,6 @@ def prefork_worker_service(
 def audit_writer_service(name: str, environment: dict[str, str] | None = None) -> Service:
     """`manage.py audit_writer` as its own process, as `make dev` runs it (benchmarks): events
     reach the chain, and the outbox does not grow behind a bench that runs no writer."""
-    import os
-    import signal
-    import subprocess
-    import sys
-
     process: list[subprocess.Popen] = []
 
     def start() -> None:

@@ -57,7 +57,7 @@ class JWTAuthentication(authentication.BaseAuthentication):
             claims = verify_bearer(token)
         except tokens.TokenRejected as exc:
             raise exceptions.AuthenticationFailed(exc.reason) from exc
-        user = user_from_claims(claims)
+        user = user_from_claims(claims=claims)
         if not user.is_active:
             raise exceptions.AuthenticationFailed("user is deactivated")
         return user, claims

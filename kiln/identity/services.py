@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
@@ -20,7 +21,7 @@ from kiln.validators import DNS_LABEL
 MAX_USERNAME = 150
 
 
-def user_from_claims(claims: dict[str, Any]):
+def user_from_claims(*, claims: dict[str, Any]) -> AbstractBaseUser:
     """Return the user for a verified token's `sub`, created on first sight, its claim memberships reconciled."""
     User = get_user_model()
     username = claims["sub"]
@@ -60,7 +61,7 @@ def claimed_teams(claims: dict[str, Any]) -> frozenset[str]:
     return frozenset(slugs)
 
 
-def membership_reconcile(*, user, claimed: frozenset[str]) -> frozenset[str]:
+def membership_reconcile(*, user: AbstractBaseUser, claimed: frozenset[str]) -> frozenset[str]:
     """Make `user`'s claim memberships exactly the existing teams in `claimed`; return all their teams.
 
     Admin-granted memberships are never touched. The common case, nothing changed,
@@ -81,7 +82,9 @@ def membership_reconcile(*, user, claimed: frozenset[str]) -> frozenset[str]:
     return teams
 
 
-def _membership_reconcile_locked(*, user, claimed: frozenset[str]) -> dict[str, str]:
+def _membership_reconcile_locked(
+    *, user: AbstractBaseUser, claimed: frozenset[str]
+) -> dict[str, str]:
     actor = system_actor("identity")
     with transaction.atomic():
         _lock_user(user)
@@ -91,17 +94,23 @@ def _membership_reconcile_locked(*, user, claimed: frozenset[str]) -> dict[str, 
                 membership.delete()
                 del rows[slug]
                 _audit_membership(
-                    actor, "kiln.membership.deleted", membership.team, user, CLAIM_VIA
+                    actor=actor,
+                    action="kiln.membership.deleted",
+                    team=membership.team,
+                    user=user,
+                    via=CLAIM_VIA,
                 )
         for team in Team.objects.filter(slug__in=claimed - rows.keys()).order_by("slug"):
             rows[team.slug] = Membership.objects.create(
                 user=user, team=team, source=Membership.CLAIM
             )
-            _audit_membership(actor, "kiln.membership.created", team, user, CLAIM_VIA)
+            _audit_membership(
+                actor=actor, action="kiln.membership.created", team=team, user=user, via=CLAIM_VIA
+            )
     return {slug: m.source for slug, m in rows.items()}
 
 
-def _lock_user(user) -> None:
+def _lock_user(user: AbstractBaseUser) -> None:
     """Lock the user's row: one membership writer per user at a time (a no-op on SQLite,
     whose IMMEDIATE transactions already serialise writers)."""
     get_user_model().objects.select_for_update().only("pk").get(pk=user.pk)
@@ -111,7 +120,9 @@ CLAIM_VIA = "jwt"  # audit `via` of claim reconciliation; an admin's grant or re
 ADMIN_VIA = "admin"
 
 
-def _audit_membership(actor: Actor, action: str, team: Team, user, via: str) -> None:
+def _audit_membership(
+    *, actor: Actor, action: str, team: Team, user: AbstractBaseUser, via: str
+) -> None:
     audit.record(actor, action, team, {"user": user.get_username(), "team": team.slug, "via": via})
 
 
@@ -163,7 +174,9 @@ def membership_add(*, actor: Actor, team: Team, username: str) -> Membership:
             raise Conflict(f"{username} is already a member of {team.slug}.")
         if membership is None:
             membership = Membership.objects.create(user=user, team=team, source=Membership.ADMIN)
-            _audit_membership(actor, "kiln.membership.created", team, user, ADMIN_VIA)
+            _audit_membership(
+                actor=actor, action="kiln.membership.created", team=team, user=user, via=ADMIN_VIA
+            )
         else:
             membership.source = Membership.ADMIN
             membership.save(update_fields=["source"])
@@ -190,7 +203,9 @@ def membership_remove(*, actor: Actor, membership: Membership) -> None:
         _lock_user(user)
         deleted, _ = Membership.objects.filter(pk=membership.pk).delete()
         if deleted:  # not already gone with a token's claims a moment ago
-            _audit_membership(actor, "kiln.membership.deleted", team, user, ADMIN_VIA)
+            _audit_membership(
+                actor=actor, action="kiln.membership.deleted", team=team, user=user, via=ADMIN_VIA
+            )
 
 
 def login_lockout_record(

@@ -57,7 +57,7 @@ def test_kiln_token_teams_puts_a_teams_list_that_becomes_memberships(jwt_keys):
     claims = verify(token, jwt_keys["jwks_path"])
     assert claims["teams"] == ["payments", "search"]  # order kept, the repeat dropped
     assert "team" not in claims
-    user = user_from_claims(claims)
+    user = user_from_claims(claims=claims)
     assert sorted(Membership.objects.filter(user=user).values_list("team__slug", flat=True)) == [
         "payments",
         "search",

@@ -32,7 +32,7 @@ def authenticate_at_once(*claim_sets: dict) -> list[BaseException]:
     def run(c: dict) -> None:
         try:
             barrier.wait(timeout=10)
-            services.user_from_claims(c)
+            services.user_from_claims(claims=c)
         except BaseException as exc:  # noqa: BLE001 - reported to the test below
             errors.append(exc)
         finally:

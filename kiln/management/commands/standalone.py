@@ -6,6 +6,7 @@ import signal
 import socket
 import sys
 
+import uvicorn
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
@@ -41,8 +42,6 @@ class Command(BaseCommand):
         parser.add_argument("--no-seed", action="store_true", help="skip the demo data")
 
     def handle(self, *args, **opts):
-        import uvicorn
-
         host, port = opts["host"], opts["port"]
         with socket.socket() as probe:
             if probe.connect_ex((host, port)) == 0:
