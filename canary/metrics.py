@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db.models import Q
 
 from canary import promql
-from canary.chaos.actuators import FaultEffect, fault_effect
+from canary.extensions import FaultEffect, traffic_faults
 from canary.models import MetricsSource, Observation, Rollout
 from canary.sequential import Window
 from canary.simulated_traffic import CLASSES, Simulator
@@ -167,7 +167,7 @@ def simulated_windows(rollout: Rollout, tick: int) -> tuple[Window, Window, int]
     data = sim.tick(tick - 1, weight)
     baseline = Window(int(data.req_b[0]), int(data.err_b[0]), data.lat_b[0])
     canary = Window(int(data.req_c[0]), int(data.err_c[0]), data.lat_c[0])
-    effect = fault_effect(routing, service.host)
+    effect = traffic_faults(routing, service.host)
     if effect.error_rate or effect.added_latency_ms:
         # Injected faults hit the host's traffic before the split: both arms see them.
         rng = np.random.default_rng([rollout.seed, tick, 7])

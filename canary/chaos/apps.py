@@ -7,3 +7,13 @@ class ChaosConfig(AppConfig):
     name = "canary.chaos"
     label = "chaos"
     verbose_name = "Chaos"
+
+    def ready(self) -> None:
+        # Rollouts write the VirtualServices faults live in, and the simulated cluster's
+        # traffic suffers them: canary asks through canary.extensions, since it cannot import
+        # this app back (chaos stands on canary). Not at the top: Django imports this module
+        # before the apps are ready, and ready() is where Django says to do such imports.
+        from canary import extensions
+        from canary.chaos.actuators import apply_keeping_faults, fault_effect
+
+        extensions.install(writer=apply_keeping_faults, faults=fault_effect)

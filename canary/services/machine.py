@@ -15,7 +15,7 @@ from typing import Any
 from django.utils import timezone
 
 from audit import record
-from canary.chaos.actuators import apply_keeping_faults
+from canary.extensions import write_virtual_services
 from canary.models import (
     ACTIVE_STATUSES,
     ROLLOUT_TERMINAL_STATUSES,
@@ -75,8 +75,9 @@ def route(rollout: Rollout, weight: int, *, subsets: bool = False) -> None:
                 canary_version=rollout.canary_version,
             ),
         )
-    # An injected chaos fault lives in this VirtualService's route: keep it across the re-apply.
-    apply_keeping_faults(get_backend(), manifests)
+    # An injected chaos fault may live in this VirtualService's route: the installed writer
+    # keeps it across the re-apply (canary.extensions).
+    write_virtual_services(get_backend(), manifests)
 
 
 def decide(
