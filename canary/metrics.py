@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -11,7 +10,6 @@ from typing import Any
 
 import numpy as np
 from django.conf import settings
-from django.db.models import Q
 
 from canary import promql
 from canary.extensions import FaultEffect, traffic_faults
@@ -19,10 +17,8 @@ from canary.models import MetricsSource, Observation, Rollout
 from canary.sequential import Window
 from canary.simulated_traffic import CLASSES, Simulator
 from canary.traffic import ISTIO_API, canary_weight_of
+from kiln.cluster.backends import get_backend
 from kiln.errors import InvalidInput, Unavailable
-from portal.delivery import get_backend
-from portal.delivery.simulated import SimulatedBackend
-from portal.models import SimulatedObject
 
 # Latency samples kept per arm and tick. The tail channel counts the slowest 0.5% of the
 # pooled samples: 5,000 per arm give it ~50 events a tick at an even split.
@@ -181,33 +177,18 @@ def host_virtual_services(
 ) -> tuple[dict | None, list[dict]]:
     """The live VirtualService `name` and every VirtualService in `namespace` that may route `host`.
 
-    One read of the namespace's VirtualServices per tick. On the simulated cluster the
-    database returns only the ones whose hosts can resolve to `host` (any form of it
-    starts with its first label) instead of every VirtualService of the namespace;
-    `fault_effect` then applies the exact host match.
+    One read of the namespace's live VirtualServices whose hosts can resolve to `host`
+    (any form of it starts with its first label: the backend's `routing_host`), not every
+    VirtualService of the namespace; `fault_effect` then applies the exact host match.
+    A second read happens only when `name` is not among them (deleting, or not routing).
     """
-    if isinstance(backend, SimulatedBackend):
-        items = _simulated_host_virtual_services(backend, namespace, name, host)
-    else:
-        items = backend.list(ISTIO_API, "VirtualService", namespace)
+    items = backend.list(
+        ISTIO_API, "VirtualService", namespace, include_deleting=False, routing_host=host
+    )
     live = next((vs for vs in items if (vs.get("metadata") or {}).get("name") == name), None)
-    if live is not None and (live.get("metadata") or {}).get("deletionTimestamp"):
+    if live is None:
         live = backend.get(ISTIO_API, "VirtualService", namespace, name)
     return live, items
-
-
-def _simulated_host_virtual_services(
-    backend: Any, namespace: str, name: str, host: str
-) -> list[dict]:
-    label = host.strip().lower().split(".", 1)[0]
-    hosts = rf'"\s*{re.escape(label)}(\.|\s*")'
-    rows = SimulatedObject.objects.filter(
-        Q(name=name) | Q(manifest__spec__hosts__iregex=hosts),
-        api_version=ISTIO_API,
-        kind="VirtualService",
-        namespace=namespace,
-    ).order_by("name")
-    return [backend._render(o) for o in rows]
 
 
 def _with_fault(window: Window, effect: FaultEffect, rng: np.random.Generator) -> Window:

@@ -21,8 +21,8 @@ from __future__ import annotations
 from typing import Any
 
 from canary.hosts import FOREIGN, HostRefused, canonical_service_host
+from kiln.cluster.backends import get_backend
 from kiln.errors import Forbidden, InvalidInput
-from portal.delivery import get_backend
 from portal.lifecycle import LIVE
 from portal.models import Environment
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from canary import services
 from canary.models import Service
 from canary.ownership import TEAM_LABEL, namespace_owner
+from kiln.cluster.backends import get_backend
 from kiln.identity.models import Team
 from kiln.identity.permissions import system_actor
-from portal.delivery import get_backend
 
 DEMO = (
     # team, service, namespace, traffic class, canary regression (None: healthy), traffic seed

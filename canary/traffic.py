@@ -3,7 +3,7 @@
 The DestinationRule names two subsets by the pods' `version` label; the
 VirtualService splits the service's host between them by weight, exported to its
 own namespace only (`exportTo: ["."]`). Services apply
-them through the delivery backend (`portal.delivery.get_backend().apply`); the
+them through the delivery backend (`kiln.cluster.backends.get_backend().apply`); the
 simulated cluster routes simulated traffic by the weights it stores.
 """
 

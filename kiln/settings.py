@@ -99,6 +99,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "channels",
     "kiln",
+    "kiln.cluster",  # the cluster interface; owns the simulated cluster's tables
     # Kiln's apps, each after the ones it stands on: kiln.seed runs their demo seeds in this
     # order (scheduler's prices before portal's cost estimates).
     "audit",

@@ -12,6 +12,8 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from audit.models import ChainEvent, OutboxEvent
+from kiln.cluster import AppliedRef
+from kiln.cluster.backends import get_backend
 from kiln.errors import NotFound
 from kiln.identity.models import Team
 from kiln.identity.permissions import (
@@ -21,7 +23,6 @@ from kiln.identity.permissions import (
     Actor,
     can_view_environment,
 )
-from portal.delivery import AppliedRef, get_backend
 from portal.lifecycle import Status
 from portal.models import Environment, ProvisioningStep
 

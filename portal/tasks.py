@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 from celery import Task, shared_task
 
+from kiln.cluster import DeliveryError
 from portal import conf
-from portal.delivery import DeliveryError
 from portal.services.provisioning import (
     PENDING,
     environment_mark_failed,

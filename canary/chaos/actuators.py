@@ -13,12 +13,10 @@
 Every standalone object carries the experiment id and the lease's fencing
 token in its name and labels, and every merged fault is listed with both in
 the annotation, so a late write by a holder that lost its lease is a
-different object or entry, found and removed by the reaper's sweep. On the simulated
-backend a pod kill also deletes the selected simulated pods, and the
-VirtualService's fault is what simulated traffic sees.
-
-`KubernetesLease` mirrors the database lease as a `coordination.k8s.io/v1`
-Lease with optimistic concurrency on `metadata.resourceVersion`.
+different object or entry, found and removed by the reaper's sweep. A pod kill
+asks the backend to carry it out (`carry_out_pod_kill`: Chaos Mesh does it in a
+real cluster, the simulated cluster deletes the pods), and the VirtualService's
+fault is what simulated traffic sees.
 """
 
 from __future__ import annotations
@@ -26,13 +24,13 @@ from __future__ import annotations
 import copy
 import json
 import math
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from canary.traffic import EXPORT_TO, MANAGED_BY
+from kiln.cluster import AppliedRef, Conflict
 
 CHAOS_API_VS = "networking.istio.io/v1"
 CHAOS_API_PODCHAOS = "chaos-mesh.org/v1alpha1"
@@ -182,8 +180,6 @@ def _ref(obj: dict[str, Any]) -> dict[str, Any]:
 
 def inject(backend: Any, spec: FaultSpec, token: int) -> Injected:
     """Apply the fault for one lease term and return what was applied; re-applying is a no-op."""
-    from portal.delivery import AppliedRef
-
     if spec.fault == POD_KILL:
         pods = [
             p
@@ -194,10 +190,7 @@ def inject(backend: Any, spec: FaultSpec, token: int) -> Injected:
         manifest = pod_chaos(spec, token, max(count, 0))
         backend.apply([manifest], field_manager=FIELD_MANAGER)
         victims = [p["metadata"]["name"] for p in pods[:count]]
-        if getattr(backend, "name", "") == "simulated":
-            # The simulated cluster has no Chaos Mesh: do what its controller would.
-            for name in victims:
-                backend.delete(AppliedRef("v1", "Pod", spec.namespace, name))
+        backend.carry_out_pod_kill(namespace=spec.namespace, pods=victims)
         return Injected(applied=[_ref(manifest)], targets=victims)
     owner = {"experiment": spec.experiment_id, "token": int(token)}
     targets = merge_targets(backend, spec.namespace, spec.service)
@@ -226,8 +219,6 @@ def revert(backend: Any, applied: list[dict[str, Any]]) -> int:
     also takes that owner's merged faults out of every VirtualService of its
     namespace, and only those: faults of other terms or experiments stay.
     """
-    from portal.delivery import AppliedRef
-
     removed = 0
     for ref in applied:
         owner = _owner_of(ref)
@@ -378,7 +369,8 @@ def simulated_fault_effect(backend: Any, namespace: str, host: str) -> FaultEffe
 # key (route, delay|abort) by experiment id and fencing token: a revert removes only the keys its
 # own term owns, so an old term never removes a newer term's fault, and the reaper strips keys
 # no live injection accounts for. Writes are read-modify-write with the object's resourceVersion
-# as a precondition (retried on 409); the simulated cluster locks the namespace row instead.
+# as a precondition (retried on a Conflict), inside the backend's `lock_namespace` (the simulated
+# cluster serialises the namespace's writers there, so they rarely conflict at all).
 
 ANNOTATION_FAULTS = "kiln.dev/chaos-faults"
 LABEL_MERGED = "kiln.dev/chaos-merged"  # set while ANNOTATION_FAULTS lists any fault
@@ -593,42 +585,13 @@ def _as_int(value: Any) -> int:
         return -1
 
 
-@contextmanager
-def _namespace_guard(backend: Any, namespace: str) -> Iterator[None]:
-    """Serialise VirtualService read-modify-writes of one namespace on the simulated cluster.
-
-    The simulated backend ignores resourceVersion preconditions, so its writers lock the
-    namespace's row for the read and the write; other backends check resourceVersion instead.
-    """
-    if getattr(backend, "name", "") != "simulated":
-        yield
-        return
-    from django.db import transaction
-
-    from portal.models import SimulatedObject
-
-    with transaction.atomic():
-        list(
-            SimulatedObject.objects.select_for_update()
-            .filter(api_version="v1", kind="Namespace", name=namespace)
-            .values_list("pk", flat=True)
-        )
-        yield
-
-
-def _is_conflict(exc: Exception) -> bool:
-    from portal.delivery import DeliveryError
-
-    return isinstance(exc, DeliveryError) and (exc.extra or {}).get("status") == 409
-
-
 def _read_modify_write(
     backend: Any, namespace: str, name: str, change: Callable[[dict[str, Any]], dict | None]
 ) -> dict[str, Any] | None:
     """Apply `change(live)` with the live resourceVersion as precondition; retry on conflict."""
     for attempt in range(MERGE_ATTEMPTS):
         try:
-            with _namespace_guard(backend, namespace):
+            with backend.lock_namespace(namespace):
                 live = backend.get(CHAOS_API_VS, "VirtualService", namespace, name)
                 if not _is_live(live):
                     return None
@@ -637,8 +600,8 @@ def _read_modify_write(
                     return None
                 backend.apply([manifest], field_manager=MERGE_FIELD_MANAGER)
                 return manifest
-        except Exception as exc:
-            if not _is_conflict(exc) or attempt == MERGE_ATTEMPTS - 1:
+        except Conflict:
+            if attempt == MERGE_ATTEMPTS - 1:
                 raise
     return None
 
@@ -706,8 +669,6 @@ def apply_keeping_faults(backend: Any, manifests: list[dict[str, Any]]) -> list[
     the same experiment and term, and the standalone object is deleted, so the host
     is never routed by two VirtualServices.
     """
-    from portal.delivery import AppliedRef
-
     namespaces = sorted(
         {
             (m.get("metadata") or {}).get("namespace") or ""
@@ -719,7 +680,7 @@ def apply_keeping_faults(backend: Any, manifests: list[dict[str, Any]]) -> list[
         try:
             with ExitStack() as stack:
                 for namespace in namespaces:
-                    stack.enter_context(_namespace_guard(backend, namespace))
+                    stack.enter_context(backend.lock_namespace(namespace))
                 prepared: list[dict[str, Any]] = []
                 adopted: list[dict[str, Any]] = []
                 for manifest in manifests:
@@ -730,8 +691,8 @@ def apply_keeping_faults(backend: Any, manifests: list[dict[str, Any]]) -> list[
                 for standalone in adopted:
                     backend.delete(AppliedRef.from_dict(_ref(standalone)))
                 return refs
-        except Exception as exc:
-            if not _is_conflict(exc) or attempt == MERGE_ATTEMPTS - 1:
+        except Conflict:
+            if attempt == MERGE_ATTEMPTS - 1:
                 raise
     return []
 
@@ -771,25 +732,19 @@ def _carry_faults(
 
 
 def standalone_fault_candidates(backend: Any, namespace: str) -> list[dict[str, Any]]:
-    """VirtualServices of `namespace` carrying Kiln's experiment label (not deleting on the simulated cluster).
+    """Live VirtualServices of `namespace` carrying Kiln's experiment label.
 
-    On the simulated cluster this is one indexed read of the labelled rows: a list through
-    the backend would first sweep the whole cluster for finalized objects (`_reconcile`),
-    which costs a scan of every simulated object on each traffic shift. Deleting objects
-    are never adopted, so skipping that sweep changes nothing here.
+    Deleting objects are never adopted, so the list leaves them out
+    (`include_deleting=False`); on the simulated cluster that also spares the sweep
+    for finalized objects, a scan of every deleting object on each traffic shift.
     """
-    if getattr(backend, "name", "") == "simulated":
-        from portal.models import SimulatedObject
-
-        rows = SimulatedObject.objects.filter(
-            api_version=CHAOS_API_VS,
-            kind="VirtualService",
-            namespace=namespace,
-            labels__has_key=LABEL_EXPERIMENT,
-            deletion_timestamp__isnull=True,
-        ).order_by("name")
-        return [backend._render(o) for o in rows]
-    return backend.list(CHAOS_API_VS, "VirtualService", namespace, label_selector=LABEL_EXPERIMENT)
+    return backend.list(
+        CHAOS_API_VS,
+        "VirtualService",
+        namespace,
+        label_selector=LABEL_EXPERIMENT,
+        include_deleting=False,
+    )
 
 
 def carry_faults(manifest: dict[str, Any], live: dict[str, Any]) -> dict[str, Any]:
@@ -810,98 +765,3 @@ def carry_faults(manifest: dict[str, Any], live: dict[str, Any]) -> dict[str, An
     if version:
         out["metadata"]["resourceVersion"] = str(version)
     return out
-
-
-# --- coordination.k8s.io/v1 Lease ---------------------------------------------------------
-
-
-def _micro_time(value: datetime) -> str:
-    """Kubernetes MicroTime: RFC 3339 with microseconds, UTC."""
-    return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-class LeaseConflict(Exception):
-    """The Kubernetes Lease changed under us (409) or is held by someone else."""
-
-
-class KubernetesLease:
-    """A `coordination.k8s.io/v1` Lease written with optimistic concurrency (resourceVersion)."""
-
-    def __init__(self, api_client: Any, namespace: str, name: str) -> None:
-        from kubernetes import client
-
-        self.api = client.CoordinationV1Api(api_client)
-        self.namespace = namespace
-        self.name = name
-
-    def read(self) -> Any | None:
-        """The live Lease or None."""
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            return self.api.read_namespaced_lease(self.name, self.namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-
-    def write(
-        self,
-        *,
-        holder: str,
-        lease_duration: float,
-        acquire_time: datetime,
-        renew_time: datetime,
-        transitions: int,
-        expected_holder: str | None,
-    ) -> str:
-        """Create or replace the Lease if it still names `expected_holder`; returns the new resourceVersion."""
-        from kubernetes import client
-        from kubernetes.client.exceptions import ApiException
-
-        spec = client.V1LeaseSpec(
-            holder_identity=holder or None,
-            lease_duration_seconds=max(1, math.ceil(lease_duration)),
-            acquire_time=_micro_time(acquire_time),
-            renew_time=_micro_time(renew_time),
-            lease_transitions=transitions,
-        )
-        current = self.read()
-        try:
-            if current is None:
-                body = client.V1Lease(
-                    metadata=client.V1ObjectMeta(
-                        name=self.name, namespace=self.namespace, labels={LABEL_MANAGED: "kiln"}
-                    ),
-                    spec=spec,
-                )
-                created = self.api.create_namespaced_lease(self.namespace, body)
-                return created.metadata.resource_version
-            current_holder = (current.spec.holder_identity if current.spec else None) or ""
-            if expected_holder is not None and current_holder not in ("", expected_holder, holder):
-                raise LeaseConflict(f"Lease {self.name} is held by {current_holder}")
-            body = client.V1Lease(
-                metadata=client.V1ObjectMeta(
-                    name=self.name,
-                    namespace=self.namespace,
-                    resource_version=current.metadata.resource_version,
-                    labels=current.metadata.labels,
-                ),
-                spec=spec,
-            )
-            replaced = self.api.replace_namespaced_lease(self.name, self.namespace, body)
-            return replaced.metadata.resource_version
-        except ApiException as exc:
-            if exc.status == 409:
-                raise LeaseConflict(f"Lease {self.name} changed concurrently") from exc
-            raise
-
-    def delete(self) -> None:
-        """Remove the Lease (idempotent)."""
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            self.api.delete_namespaced_lease(self.name, self.namespace)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise

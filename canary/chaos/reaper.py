@@ -93,7 +93,7 @@ def chaos_reap(
 
 def _sweep_strays(backend: Any, *, dry_run: bool) -> list[dict[str, Any]]:
     """Delete fault objects no live injection accounts for (a lost holder's late write)."""
-    from portal.delivery import AppliedRef
+    from kiln.cluster import AppliedRef
 
     objects: list[dict] = []
     for api_version, kind in (

@@ -202,27 +202,25 @@ register_signal("canary-rolled-back", _rollback_from_audit)
 
 
 def _simulated_error_rate(exp: ChaosExperiment) -> float | None:
-    """On the simulated cluster: the share of the target's requests the faults in the cluster fail."""
-    from django.conf import settings
-
-    if getattr(settings, "KILN_DELIVERY_BACKEND", "simulated") != "simulated" or not exp.service:
-        return None
+    """Where traffic is simulated: the share of the target's requests the faults in the cluster fail."""
     from canary.chaos.actuators import simulated_fault_effect
-    from portal.delivery import get_backend
+    from kiln.cluster.backends import get_backend
 
-    return simulated_fault_effect(get_backend("simulated"), exp.namespace, exp.service).error_rate
+    backend = get_backend()
+    if not backend.simulates_traffic or not exp.service:
+        return None
+    return simulated_fault_effect(backend, exp.namespace, exp.service).error_rate
 
 
 def _simulated_latency_p99(exp: ChaosExperiment) -> float | None:
-    """On the simulated cluster: added latency at p99 (a delayed share of 1% or more shows in p99)."""
-    from django.conf import settings
-
-    if getattr(settings, "KILN_DELIVERY_BACKEND", "simulated") != "simulated" or not exp.service:
-        return None
+    """Where traffic is simulated: added latency at p99 (a delayed share of 1% or more shows in p99)."""
     from canary.chaos.actuators import simulated_fault_effect
-    from portal.delivery import get_backend
+    from kiln.cluster.backends import get_backend
 
-    effect = simulated_fault_effect(get_backend("simulated"), exp.namespace, exp.service)
+    backend = get_backend()
+    if not backend.simulates_traffic or not exp.service:
+        return None
+    effect = simulated_fault_effect(backend, exp.namespace, exp.service)
     if effect.delayed_share >= 0.01 and effect.delayed_share > 0:
         return effect.added_latency_ms / effect.delayed_share
     return 0.0

@@ -20,7 +20,6 @@ every fault whose holder must have reverted, is canary/chaos/reaper.py.
 from __future__ import annotations
 
 import logging
-import os
 from datetime import datetime
 from typing import Any
 
@@ -50,13 +49,13 @@ from canary.chaos.models import (
 )
 from canary.chaos.selectors import live_injection_of, timings_of
 from canary.ownership import InvalidHost, namespace_owner, require_service_host
+from kiln.cluster import LeaseConflict, LeaseMirror
 from kiln.columns import check_columns, column_errors
 from kiln.errors import (
     Conflict,
     Forbidden,
     IllegalTransition,
     InvalidInput,
-    KilnError,
     Unavailable,
 )
 from kiln.identity.permissions import (
@@ -108,7 +107,7 @@ def delivery_backend(backend: Any = None) -> Any:
     """The backend passed in, or the configured delivery backend."""
     if backend is not None:
         return backend
-    from portal.delivery import get_backend
+    from kiln.cluster.backends import get_backend
 
     return get_backend()
 
@@ -391,33 +390,11 @@ def _need_control(actor: Actor) -> None:
         raise Forbidden(f"{actor} may not hold chaos leases or inject faults")
 
 
-def _kube_lease(exp_id: Any) -> actuators.KubernetesLease | None:
-    """The coordination.k8s.io/v1 Lease mirroring the database lease, on the kubernetes backend."""
-    if getattr(settings, "KILN_DELIVERY_BACKEND", "simulated") != "kubernetes":
-        return None
-    return actuators.KubernetesLease(
-        kube_api_client(), settings.KILN_CHAOS_LEASE_NAMESPACE, f"kiln-chaos-{exp_id}"
+def _cluster_lease(exp_id: Any) -> LeaseMirror | None:
+    """The cluster-side Lease mirroring the database lease, where the backend keeps one."""
+    return delivery_backend().lease_mirror(
+        namespace=settings.KILN_CHAOS_LEASE_NAMESPACE, name=f"kiln-chaos-{exp_id}"
     )
-
-
-def kube_api_client() -> Any:
-    """The delivery backend's ApiClient (same cluster and credentials), else in-cluster or KUBECONFIG."""
-    from kubernetes import client, config
-    from kubernetes.config.config_exception import ConfigException
-
-    try:
-        backend = delivery_backend()
-    except (ImportError, KilnError, ConfigException):  # no usable backend: the client's own config
-        backend = None
-    for attr in ("api_client", "api"):
-        candidate = getattr(backend, attr, None)
-        if isinstance(candidate, client.ApiClient):
-            return candidate
-    if os.environ.get("KUBERNETES_SERVICE_HOST"):
-        config.load_incluster_config()
-        return client.ApiClient()
-    # The client reads KUBECONFIG once at import; read it now so the current value counts.
-    return config.new_client_from_config(config_file=os.environ.get("KUBECONFIG") or None)
 
 
 def fault_lease_acquire(
@@ -447,7 +424,7 @@ def fault_lease_acquire(
         )
         if not won:
             return None
-        kube = _kube_lease(experiment_id)
+        kube = _cluster_lease(experiment_id)
         if kube is not None:
             try:
                 kube.write(
@@ -458,7 +435,7 @@ def fault_lease_acquire(
                     transitions=term,
                     expected_holder=lease.holder or None,
                 )
-            except actuators.LeaseConflict:
+            except LeaseConflict:
                 transaction.set_rollback(True)
                 return None
         record(
@@ -487,7 +464,7 @@ def fault_lease_renew(
         )
         if not won:
             return False
-        kube = _kube_lease(experiment_id)
+        kube = _cluster_lease(experiment_id)
         if kube is not None:
             lease = ChaosLease.objects.get(pk=experiment_id)
             exp = ChaosExperiment.objects.get(pk=experiment_id)
@@ -500,7 +477,7 @@ def fault_lease_renew(
                     transitions=term,
                     expected_holder=holder,
                 )
-            except actuators.LeaseConflict:
+            except LeaseConflict:
                 transaction.set_rollback(True)
                 return False
     return True
@@ -517,7 +494,7 @@ def fault_lease_release(
         )
         if not won:
             return False
-        kube = _kube_lease(experiment_id)
+        kube = _cluster_lease(experiment_id)
         if kube is not None:
             try:
                 kube.delete()

@@ -28,9 +28,9 @@ from canary.models import (
 from canary.ownership import ownership_refusal
 from canary.services.stream import after_commit
 from canary.traffic import destination_rule, virtual_service
+from kiln.cluster.backends import get_backend
 from kiln.errors import Forbidden, IllegalTransition
 from kiln.identity.permissions import Actor, can_decide_rollout
-from portal.delivery import get_backend
 
 
 def locked(rollout: Rollout) -> Rollout:

@@ -12,12 +12,13 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from kiln.cluster import AppliedRef, DeliveryError, HealthStatus
+from kiln.cluster.backends import get_backend
 from kiln.errors import IllegalTransition
 from kiln.identity.permissions import system_actor
 from kiln.observability import tracer
 from portal import compose as c
 from portal import conf
-from portal.delivery import AppliedRef, DeliveryError, HealthStatus, get_backend
 from portal.lifecycle import LIVE, Status
 from portal.models import Environment, PolicyDecision, ProvisioningStep
 from portal.services import gate
@@ -185,8 +186,7 @@ def environment_provision(*, environment_id: int) -> str:
             step_done(actor, env, "apply", 2, f"{len(refs)} objects applied with {backend.name}")
 
         refs = [AppliedRef.from_dict(r) for r in env.applied_refs]
-        many = getattr(backend, "health_many", None)
-        healths = many(refs) if many else [backend.health(r) for r in refs]
+        healths = backend.health_many(refs)
         degraded = [
             f"{r['kind']} {r['name']}: {h.message}"
             for r, h in zip(env.applied_refs, healths, strict=True)

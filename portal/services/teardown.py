@@ -13,13 +13,13 @@ from django.utils import timezone
 
 import audit
 from audit.models import ChainEvent
+from kiln.cluster import AppliedRef, ref_of
+from kiln.cluster.backends import get_backend as _get_backend
 from kiln.errors import Forbidden, IllegalTransition, InvalidInput
 from kiln.identity.permissions import Actor, can_act_on_environment, system_actor
 from kiln.observability import tracer
 from portal import compose as c
 from portal import conf
-from portal.delivery import AppliedRef, ref_of
-from portal.delivery import get_backend as _get_backend
 from portal.lifecycle import Status
 from portal.models import Environment, ProvisioningStep
 from portal.services.lifecycle import audit_target, environment_transition

@@ -10,7 +10,7 @@ from canary.ownership import TEAM_LABEL
 def own_namespace(namespace: str, team_slug: str, backend: Any = None) -> str:
     """Apply Namespace `namespace` labelled `kiln.dev/team=<team_slug>` (the simulated cluster by default)."""
     if backend is None:
-        from portal.delivery import get_backend
+        from kiln.cluster.backends import get_backend
 
         backend = get_backend()
     backend.apply(

@@ -17,10 +17,10 @@ from canary.metrics import simulated_windows
 from canary.models import Rollout, RolloutDecision, RolloutStatus, RolloutTick
 from canary.services import machine, stream
 from canary.traffic import ISTIO_API, canary_weight_of
+from kiln.cluster.backends import get_backend
 from kiln.errors import Conflict, IllegalTransition, InvalidInput
 from kiln.identity.models import Team
 from kiln.identity.permissions import PLATFORM_ADMIN, Actor, system_actor
-from portal.delivery import get_backend
 from tests.canary.test_ownership_support import own_namespace
 
 pytestmark = pytest.mark.django_db

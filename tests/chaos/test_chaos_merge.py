@@ -25,11 +25,11 @@ from canary.chaos.services import (
     fault_revert,
 )
 from canary.traffic import ISTIO_API, canary_weight_of, virtual_service
+from kiln.cluster.kubernetes import KubernetesBackend
+from kiln.cluster.models import SimulatedObject
 from kiln.errors import Conflict
 from kiln.identity.models import Team
 from kiln.identity.permissions import PLATFORM_ADMIN, Actor
-from portal.delivery.kubernetes import KubernetesBackend
-from portal.models import SimulatedObject
 from tests.chaos.test_chaos_actuators import _validate
 from tests.chaos.test_chaos_support import (  # noqa: F401
     abort_data,
@@ -38,7 +38,7 @@ from tests.chaos.test_chaos_support import (  # noqa: F401
     engineer,
     shop,
 )
-from tests.portal.fake_kube import FakeKube
+from tests.cluster.fake_kube import FakeKube
 
 pytestmark = pytest.mark.django_db
 

@@ -36,7 +36,7 @@ def chaos_settings(settings):
 @pytest.fixture
 def backend(chaos_settings):
     """The simulated cluster (DB-backed: every process sees it)."""
-    from portal.delivery import get_backend
+    from kiln.cluster.backends import get_backend
 
     return get_backend("simulated")
 

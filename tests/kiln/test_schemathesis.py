@@ -118,9 +118,9 @@ def world(fuzz_settings) -> dict[str, str]:
     from audit.writer import AuditWriter
     from canary import services as canary_services
     from canary.chaos import services as chaos_services
+    from kiln.cluster.backends import get_backend
     from kiln.identity.models import Membership, Team
     from kiln.identity.permissions import ENGINEER, Actor
-    from portal.delivery import get_backend
     from portal.services import environment_request_submit
 
     payments = Team.objects.create(slug="payments", name="Payments")

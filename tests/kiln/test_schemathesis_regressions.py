@@ -13,7 +13,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def cluster(settings):
     """The simulated cluster with namespace `shop` of team payments and its service `checkout`."""
-    from portal.delivery import get_backend
+    from kiln.cluster.backends import get_backend
 
     settings.KILN_DELIVERY_BACKEND = "simulated"
     settings.KILN_SIM_DELAY_PROFILE = "zero"

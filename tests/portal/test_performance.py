@@ -7,9 +7,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from audit.models import OutboxEvent
-from portal.delivery.simulated import SimulatedBackend
+from kiln.cluster.models import SimulatedObject
+from kiln.cluster.simulated import SimulatedBackend
 from portal.lifecycle import Status
-from portal.models import Environment, PolicyDecision, ProvisioningStep, SimulatedObject
+from portal.models import Environment, PolicyDecision, ProvisioningStep
 from portal.services import environment_request_submit
 from portal.services.provisioning import READY, environment_provision
 from tests.portal.conftest import request_data

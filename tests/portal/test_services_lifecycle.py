@@ -8,11 +8,13 @@ import pytest
 from django.utils import timezone
 
 from audit.models import OutboxEvent
+from kiln.cluster import DeliveryError, ref_of
+from kiln.cluster.models import SimulatedObject
+from kiln.cluster.simulated import SimulatedBackend
+from kiln.cluster.simulated_failures import inject_failure
 from kiln.errors import Forbidden, IllegalTransition, InvalidInput
-from portal.delivery import DeliveryError, ref_of
-from portal.delivery.simulated import SimulatedBackend, inject_failure
 from portal.lifecycle import Status
-from portal.models import Environment, ProvisioningStep, SimulatedObject
+from portal.models import Environment, ProvisioningStep
 from portal.services import (
     environment_extend,
     environment_provision,

@@ -21,6 +21,7 @@ from rest_framework.test import APIClient
 
 from canary.models import Rollout, RolloutStatus, RolloutTick
 from canary.ownership import TEAM_LABEL
+from kiln.cluster.backends import get_backend
 from kiln.identity.permissions import system_actor
 from kiln.identity.services import team_create
 from kiln.management.waiting import wait_until
@@ -31,7 +32,6 @@ from kiln.standalone import (
     prefork_worker_service,
     services_together,
 )
-from portal.delivery import get_backend
 
 # Promotion needs evidence: the simulated services serve 500 requests/s (30,000 a tick, 5,000
 # latency samples per arm), and the analysis judges the tail at the pooled p95 instead of the

@@ -307,7 +307,7 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="print one JSON object")
 
     def handle(self, *args, **opts) -> None:
-        from portal.delivery import get_backend
+        from kiln.cluster.backends import get_backend
 
         if opts["trials"] < 1:
             raise CommandError("--trials must be at least 1")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from kubernetes import client as k8s
 
+from kiln.cluster import AppliedRef, DeliveryError, HealthStatus
+from kiln.cluster.kubernetes import KubernetesBackend
 from portal import compose as c
-from portal.delivery import AppliedRef, DeliveryError, HealthStatus
-from portal.delivery.kubernetes import KubernetesBackend
-from tests.portal.fake_kube import FakeKube
+from tests.cluster.fake_kube import FakeKube
 
 
 @pytest.fixture
@@ -108,32 +108,3 @@ def test_unknown_kinds_and_unreachable_servers_are_delivery_errors(kube):
     with pytest.raises(DeliveryError) as err:
         down.get("v1", "Namespace", None, "x")
     assert err.value.retryable
-
-
-@pytest.mark.django_db
-def test_provisioning_and_teardown_through_the_kubernetes_backend(
-    kube, people, settings, django_capture_on_commit_callbacks
-):
-    from portal.models import Environment
-    from portal.services import (
-        environment_request_submit,
-        environment_teardown,
-        environment_teardown_request,
-    )
-    from tests.portal.conftest import drain_audit, request_data
-
-    settings.KILN_DELIVERY_BACKEND = "kubernetes"
-    settings.KILN_KUBE_API_URL = kube.url
-    with django_capture_on_commit_callbacks(execute=True):
-        env, _ = environment_request_submit(
-            actor=people["alice"], data=request_data(tenant_control_plane=True)
-        )
-    env.refresh_from_db()
-    assert env.status == "READY", env.status_reason
-    assert len(kube.objects) == len(env.manifests)
-    environment_teardown_request(actor=people["alice"], environment=env)
-    assert environment_teardown(environment_id=env.pk) == "pending"
-    drain_audit()
-    assert environment_teardown(environment_id=env.pk) == "deleted"
-    assert kube.objects == {}
-    assert Environment.objects.get(pk=env.pk).status == "DELETED"

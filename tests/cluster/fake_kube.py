@@ -1,5 +1,8 @@
 """A small real Kubernetes API server for tests: discovery, server-side apply, get, list, watch, delete.
 
+Server-side apply honours a `metadata.resourceVersion` precondition (stale or on a
+missing object: 409 Conflict).
+
 It speaks HTTP on 127.0.0.1 so the official `kubernetes` client is exercised end to end.
 Objects become Ready `ready_after` seconds after they are applied (unless named in
 `never_ready`); deletion waits for finalizers, which clear after `finalizer_seconds`
@@ -214,10 +217,12 @@ class FakeKube:
                     ]
                 selector = query.get("labelSelector")
                 if selector:
-                    from portal.delivery.base import match_labels
+                    from kiln.cluster.base import match_labels
 
                     # Equality and existence terms, as the API server accepts them.
-                    items = [i for i in items if match_labels(i["metadata"].get("labels"), selector)]
+                    items = [
+                        i for i in items if match_labels(i["metadata"].get("labels"), selector)
+                    ]
                 field = query.get("fieldSelector", "")
                 if field.startswith("metadata.name="):
                     items = [i for i in items if i["metadata"]["name"] == field.split("=", 1)[1]]
@@ -291,6 +296,17 @@ class FakeKube:
                     if key in fake.deleted_at:
                         return self._status(409, "Conflict", "object is being deleted")
                     old = fake.objects.get(key)
+                    # A resourceVersion in the body is a precondition, as the API server reads it.
+                    expected = (body.get("metadata") or {}).get("resourceVersion")
+                    if expected not in (None, "") and (
+                        old is None or old["metadata"]["resourceVersion"] != str(expected)
+                    ):
+                        return self._status(
+                            409,
+                            "Conflict",
+                            "the object has been modified; please apply your changes to the "
+                            "latest version and try again",
+                        )
                     spec = {k: v for k, v in body.items() if k not in ("metadata", "status")}
                     meta = copy.deepcopy(body["metadata"])
                     if old is None:

@@ -23,18 +23,19 @@ import hashlib
 import os
 import subprocess
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 
 import yaml
 from django.conf import settings
 
-from portal.delivery.base import (
+from kiln.cluster.base import (
     AppliedRef,
     DeliveryBackend,
     DeliveryError,
     Health,
     HealthStatus,
+    LeaseMirror,
     desired_state,
     ref_of,
 )
@@ -48,6 +49,8 @@ class GitOpsBackend:
     """Delivery backend committing to Git; see the module docstring."""
 
     name = "gitops"
+    syncs_gitops = False  # it is the repository: nothing to sync from
+    simulates_traffic = False  # Argo CD delivers; traffic is the cluster's own
 
     def __init__(
         self,
@@ -62,17 +65,16 @@ class GitOpsBackend:
         digest = hashlib.sha256(repo.encode()).hexdigest()[:12]
         self.work_dir = Path(work_dir or Path(settings.VAR_DIR) / "gitops-work" / digest)
         self.observer = observer
-        self.syncs = observer is not None and getattr(observer, "name", "") == "simulated"
+        # An observer without Argo CD (the simulated cluster) gets each commit applied here.
+        self.syncs = observer is not None and not observer.syncs_gitops
 
     @classmethod
-    def from_settings(cls) -> GitOpsBackend:
-        observer_name = getattr(settings, "KILN_GITOPS_OBSERVER", "simulated")
-        from portal.delivery import get_backend
-
+    def from_settings(cls, *, observer: DeliveryBackend | None) -> GitOpsBackend:
+        """KILN_GITOPS_REPO (default: a bare repository under VAR_DIR) and KILN_GITOPS_BRANCH."""
         return cls(
             str(getattr(settings, "KILN_GITOPS_REPO", "") or Path(settings.VAR_DIR) / "gitops.git"),
             branch=getattr(settings, "KILN_GITOPS_BRANCH", "main"),
-            observer=get_backend(observer_name),
+            observer=observer,
         )
 
     # --- git plumbing -------------------------------------------------------------
@@ -226,11 +228,21 @@ class GitOpsBackend:
         kind: str,
         namespace: str | None = None,
         label_selector: str | None = None,
+        *,
+        include_deleting: bool = True,
+        routing_host: str | None = None,
     ) -> list[dict]:
-        """Live objects as the observer sees them."""
+        """Live objects as the observer sees them (none without an observer)."""
         if self.observer is None:
             return []
-        return self.observer.list(api_version, kind, namespace, label_selector)
+        return self.observer.list(
+            api_version,
+            kind,
+            namespace,
+            label_selector,
+            include_deleting=include_deleting,
+            routing_host=routing_host,
+        )
 
     def health(self, ref: AppliedRef) -> Health:
         """Health read back from the cluster; Progressing while committed but not yet synced."""
@@ -242,3 +254,19 @@ class GitOpsBackend:
         if health.status == HealthStatus.MISSING and self.desired(ref) is not None:
             return Health(HealthStatus.PROGRESSING, "committed; waiting for Argo CD to sync")
         return health
+
+    def health_many(self, refs: list[AppliedRef]) -> list[Health]:
+        """Health of each object, as `health` reads it."""
+        return [self.health(ref) for ref in refs]
+
+    def lock_namespace(self, namespace: str) -> AbstractContextManager[None]:
+        """Nothing to hold: writes that reach a cluster are checked there by resourceVersion."""
+        return nullcontext()
+
+    def carry_out_pod_kill(self, *, namespace: str, pods: list[str]) -> list[str]:
+        """Nothing: Argo CD syncs the PodChaos and the cluster's Chaos Mesh kills the pods."""
+        return []
+
+    def lease_mirror(self, *, namespace: str, name: str) -> LeaseMirror | None:
+        """None: a Lease is live coordination, not desired state to commit; the database lease holds."""
+        return None

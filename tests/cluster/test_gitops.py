@@ -6,9 +6,9 @@ import subprocess
 
 import pytest
 
-from portal.delivery import HealthStatus
-from portal.delivery.gitops import GitOpsBackend
-from portal.delivery.simulated import SimulatedBackend
+from kiln.cluster import HealthStatus
+from kiln.cluster.gitops import GitOpsBackend
+from kiln.cluster.simulated import SimulatedBackend
 
 pytestmark = pytest.mark.django_db
 
@@ -87,19 +87,3 @@ def test_without_a_syncing_observer_health_is_progressing(repo, tmp_path):
     [ns, _] = gitops.apply(manifests())
     assert gitops.health(ns).status == HealthStatus.PROGRESSING
     assert gitops.get(*ns.key)["metadata"]["name"] == "payments-web"
-
-
-def test_provisioning_through_gitops_reaches_ready(
-    people, settings, django_capture_on_commit_callbacks
-):
-    from portal.services import environment_request_submit
-    from tests.portal.conftest import request_data
-
-    settings.KILN_DELIVERY_BACKEND = "gitops"
-    with django_capture_on_commit_callbacks(execute=True):
-        env, _ = environment_request_submit(actor=people["alice"], data=request_data())
-    env.refresh_from_db()
-    assert env.status == "READY", env.status_reason
-    files = git(settings.KILN_GITOPS_REPO, "ls-tree", "-r", "--name-only", "main").split()
-    assert files and all(f.startswith("environments/payments-checkout/platform/") for f in files)
-    assert len(files) == len(env.manifests)

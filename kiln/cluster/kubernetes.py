@@ -5,12 +5,19 @@ kubectl does, so any kind the cluster serves works (CRDs included). Apply is a
 PATCH with `application/apply-patch+yaml`, `fieldManager=kiln` and
 `force=true` (Kiln owns these fields). Readiness is awaited with a watch
 (`wait_ready`); `health` reads the object once.
+
+A manifest carrying `metadata.resourceVersion` is a conditional write: the API
+server answers 409 when the object moved on, raised here as `Conflict`. Label
+selectors go to the server; `include_deleting` and `routing_host` are applied to
+the listed objects (the API server cannot select on spec fields).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from django.conf import settings
@@ -18,8 +25,19 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
-from portal.delivery.base import AppliedRef, DeliveryError, Health, HealthStatus, ref_of
-from portal.delivery.simulated import health_of
+from kiln.cluster.base import (
+    AppliedRef,
+    Conflict,
+    DeliveryError,
+    Health,
+    HealthStatus,
+    LeaseMirror,
+    health_of,
+    is_deleting,
+    may_route_host,
+    ref_of,
+)
+from kiln.cluster.lease import KubernetesLease
 
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 RETRYABLE = {408, 409, 429, 500, 502, 503, 504}
@@ -29,6 +47,8 @@ class KubernetesBackend:
     """Delivery backend over a real API server (see module docstring)."""
 
     name = "kubernetes"
+    syncs_gitops = True  # Argo CD runs in the cluster and syncs the repository itself
+    simulates_traffic = False  # real traffic: its effect is measured, not derived
 
     def __init__(self, api_client: k8s.ApiClient, *, timeout: float = 30.0) -> None:
         self.api = api_client
@@ -53,7 +73,8 @@ class KubernetesBackend:
         try:
             k8s_config.load_incluster_config()
         except k8s_config.ConfigException:
-            k8s_config.load_kube_config()
+            # The client reads KUBECONFIG once, at import; pass it now so the current value counts.
+            k8s_config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None)
         return cls(k8s.ApiClient())
 
     # --- HTTP ---------------------------------------------------------------------
@@ -90,6 +111,8 @@ class KubernetesBackend:
                 _request_timeout=timeout or self.timeout,
             )
         except ApiException as exc:
+            if exc.status == 409:
+                raise Conflict(f"{method} {path}: {exc.reason}") from exc
             raise DeliveryError(
                 f"{method} {path}: {exc.status} {exc.reason}", retryable=exc.status in RETRYABLE
             ) from exc
@@ -109,6 +132,8 @@ class KubernetesBackend:
                 message = self._json(response).get("message", "")
             except ValueError:
                 message = ""
+            if response.status == 409:
+                raise Conflict(f"{what}: HTTP 409 {message}".strip())
             raise DeliveryError(
                 f"{what}: HTTP {response.status} {message}".strip(),
                 retryable=response.status in RETRYABLE,
@@ -199,8 +224,11 @@ class KubernetesBackend:
         kind: str,
         namespace: str | None = None,
         label_selector: str | None = None,
+        *,
+        include_deleting: bool = True,
+        routing_host: str | None = None,
     ) -> list[dict]:
-        """Objects of one kind (optionally one namespace, a label selector)."""
+        """Objects of one kind (optionally one namespace, a label selector, live ones, a routed host)."""
         query = [("labelSelector", label_selector)] if label_selector else []
         try:
             path = self._path(api_version, kind, namespace)
@@ -214,6 +242,12 @@ class KubernetesBackend:
         for item in items:
             item.setdefault("apiVersion", api_version)
             item.setdefault("kind", kind)
+        items = [
+            o
+            for o in items
+            if (include_deleting or not is_deleting(o))
+            and (routing_host is None or may_route_host(o, routing_host))
+        ]
         return sorted(
             items, key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"])
         )
@@ -221,6 +255,22 @@ class KubernetesBackend:
     def health(self, ref: AppliedRef) -> Health:
         """Health from the live object's conditions."""
         return health_of(self.get(*ref.key))
+
+    def health_many(self, refs: list[AppliedRef]) -> list[Health]:
+        """Health of each object, one read each."""
+        return [self.health(ref) for ref in refs]
+
+    def lock_namespace(self, namespace: str) -> AbstractContextManager[None]:
+        """Nothing to hold: the API server's resourceVersion preconditions decide every write."""
+        return nullcontext()
+
+    def carry_out_pod_kill(self, *, namespace: str, pods: list[str]) -> list[str]:
+        """Nothing: Chaos Mesh in the cluster kills the pods of the applied PodChaos."""
+        return []
+
+    def lease_mirror(self, *, namespace: str, name: str) -> LeaseMirror | None:
+        """A coordination.k8s.io/v1 Lease on this API server, with this backend's credentials."""
+        return KubernetesLease(self.api, namespace, name)
 
     def wait_ready(self, ref: AppliedRef, timeout: float = 60.0) -> Health:
         """Watch one object until it is healthy, degraded or `timeout` passes."""

@@ -3,120 +3,65 @@
 State lives in `SimulatedObject` rows, so the web process, Celery workers and
 commands all see one cluster. Controllers are simulated lazily: readiness and
 finalizer clearing are derived from timestamps whenever an object is read, so
-no background loop is needed and a crashed process loses nothing.
+no background loop is needed and a crashed process loses nothing. Timing and
+failure injection are in `simulated_failures`, reading a row back in
+`simulated_render`.
+
+It honours `metadata.resourceVersion` preconditions as the API server does (a
+stale one is a `Conflict`), and `lock_namespace` serialises writers of one
+namespace on the namespace's row so that, under the lock, they do not conflict.
 """
 
 from __future__ import annotations
 
-import copy
+import re
 import uuid
-from datetime import datetime, timedelta
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from portal.delivery.base import (
+from kiln.cluster.base import (
     AppliedRef,
+    Conflict,
     DeliveryError,
     Health,
-    HealthStatus,
+    LeaseMirror,
     desired_state,
+    health_of,
+    host_label,
     match_labels,
+    may_route_host,
     parse_label_selector,
+    precondition_of,
     ref_of,
 )
-from portal.models import SimulatedFailure, SimulatedObject
+from kiln.cluster.models import SimulatedFailure, SimulatedObject
+from kiln.cluster.simulated_failures import (
+    STUCK_FINALIZER,
+    active_failures,
+    consume,
+    failures_for,
+    finalizer_delay,
+    ready_delay,
+)
+from kiln.cluster.simulated_render import render
 
-# Seconds until an object reports Ready, per kind, in the "realistic" profile.
-REALISTIC_READY_SECONDS: dict[str, float] = {
-    "Namespace": 0.5,
-    "ResourceQuota": 0.2,
-    "LimitRange": 0.2,
-    "NetworkPolicy": 0.3,
-    "RoleBinding": 0.2,
-    "TenantControlPlane": 20.0,
-    "NodePool": 12.0,
-    "Application": 5.0,
-    "VirtualService": 1.0,
-    "DestinationRule": 1.0,
-    "PodChaos": 2.0,
-}
-REALISTIC_DEFAULT_SECONDS = 8.0  # Crossplane claims and anything else
-PROFILE_FACTOR = {"zero": 0.0, "fast": 0.05, "realistic": 1.0}
-STUCK_FINALIZER = "kiln.dev/simulated-stuck"
 NAMESPACE_FINALIZER = "kubernetes"
 
-
-def ready_delay(kind: str) -> float:
-    """Seconds until an object of `kind` is ready under the configured profile and scale."""
-    profile = getattr(settings, "KILN_SIM_DELAY_PROFILE", "fast")
-    factor = PROFILE_FACTOR.get(profile, 1.0) * float(
-        getattr(settings, "KILN_SIM_DELAY_SCALE", 1.0)
-    )
-    return REALISTIC_READY_SECONDS.get(kind, REALISTIC_DEFAULT_SECONDS) * factor
-
-
-def finalizer_delay() -> float:
-    """Seconds until a deleted object's finalizers clear (unless one is stuck)."""
-    if getattr(settings, "KILN_SIM_DELAY_PROFILE", "fast") == "zero":
-        return 0.0
-    return float(getattr(settings, "KILN_SIM_FINALIZER_SECONDS", 1.0))
-
-
-def inject_failure(
-    mode: str,
-    *,
-    kind: str = "",
-    name: str = "",
-    namespace: str = "",
-    api_version: str = "",
-    times: int | None = None,
-) -> SimulatedFailure:
-    """Make matching objects fail in `mode` (never_ready, stuck_finalizer, apply_error, degraded)."""
-    if mode not in dict(SimulatedFailure.MODES):
-        raise ValueError(f"unknown failure mode {mode!r}")
-    return SimulatedFailure.objects.create(
-        mode=mode,
-        kind=kind,
-        name=name,
-        namespace=namespace,
-        api_version=api_version,
-        remaining=times,
-    )
-
-
-def clear_failures() -> None:
-    """Remove every injected failure."""
-    SimulatedFailure.objects.all().delete()
-
-
-def _active_failures() -> list[SimulatedFailure]:
-    return list(SimulatedFailure.objects.filter(Q(remaining__isnull=True) | Q(remaining__gt=0)))
-
-
-def _failures_for(ref: AppliedRef, active: list[SimulatedFailure]) -> list[SimulatedFailure]:
-    fields = ("api_version", "kind", "namespace", "name")
-    return [f for f in active if all(getattr(f, k) in ("", getattr(ref, k)) for k in fields)]
-
-
-def _consume(failure: SimulatedFailure) -> None:
-    if failure.remaining is not None:
-        SimulatedFailure.objects.filter(pk=failure.pk, remaining__gt=0).update(
-            remaining=failure.remaining - 1
-        )
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.strftime("%Y-%m-%dT%H:%M:%SZ") if value else None
+Batch = list[tuple[AppliedRef, dict, list[SimulatedFailure], str | None]]
 
 
 class SimulatedBackend:
     """Delivery backend over the simulated cluster (see module docstring)."""
 
     name = "simulated"
+    syncs_gitops = False  # no Argo CD here: the gitops backend applies its commits itself
+    simulates_traffic = True  # its traffic is drawn from its VirtualServices
 
     # --- writes --------------------------------------------------------------
 
@@ -127,18 +72,18 @@ class SimulatedBackend:
         the rest are not, as when a real apply dies half-way through.
         """
         refs = [ref_of(m) for m in manifests]  # validate all before applying any
-        active = _active_failures()
-        batch: list[tuple[AppliedRef, dict, list[SimulatedFailure]]] = []
+        active = active_failures()
+        batch: Batch = []
         error: tuple[AppliedRef, SimulatedFailure] | None = None
         for ref, manifest in zip(refs, manifests, strict=True):
-            failures = _failures_for(ref, active)
+            failures = failures_for(ref, active)
             apply_error = next(
                 (f for f in failures if f.mode == SimulatedFailure.APPLY_ERROR), None
             )
             if apply_error is not None:
                 error = (ref, apply_error)
                 break
-            batch.append((ref, desired_state(manifest), failures))
+            batch.append((ref, desired_state(manifest), failures, precondition_of(manifest)))
         out: list[AppliedRef] = []
         for attempt in range(2):
             try:
@@ -149,17 +94,15 @@ class SimulatedBackend:
                 if attempt:
                     raise
         if error is not None:
-            _consume(error[1])
+            consume(error[1])
             raise DeliveryError(f"simulated apply error for {error[0]}", retryable=True)
         return out
 
-    def _apply_batch(
-        self, batch: list[tuple[AppliedRef, dict, list[SimulatedFailure]]], field_manager: str
-    ) -> list[AppliedRef]:
+    def _apply_batch(self, batch: Batch, field_manager: str) -> list[AppliedRef]:
         if not batch:
             return []
         keys = Q()
-        for ref, _, _ in batch:
+        for ref, _, _, _ in batch:
             keys |= Q(
                 api_version=ref.api_version, kind=ref.kind, namespace=ref.namespace, name=ref.name
             )
@@ -167,7 +110,16 @@ class SimulatedBackend:
             (o.api_version, o.kind, o.namespace, o.name): o
             for o in SimulatedObject.objects.select_for_update().filter(keys)
         }
-        namespaces = {ref.namespace for ref, _, _ in batch if ref.namespace}
+        # Preconditions are checked on the locked rows before anything is written: a stale
+        # one fails the whole batch, as the API server would fail that object's write.
+        for ref, _, _, expected in batch:
+            if expected is None:
+                continue
+            obj = existing.get(ref.key)
+            if obj is None or str(obj.resource_version) != expected:
+                found = "is gone" if obj is None else f"is at {obj.resource_version}"
+                raise Conflict(f"{ref} {found}, not resourceVersion {expected}")
+        namespaces = {ref.namespace for ref, _, _, _ in batch if ref.namespace}
         terminating = (
             set(
                 SimulatedObject.objects.filter(
@@ -182,7 +134,7 @@ class SimulatedBackend:
         )
         out: list[AppliedRef | SimulatedObject] = []
         created: list[SimulatedObject] = []
-        for ref, desired, failures in batch:
+        for ref, desired, failures, _ in batch:
             if ref.key not in existing and ref.kind != "Namespace" and ref.namespace in terminating:
                 raise DeliveryError(f"namespace {ref.namespace} is terminating", retryable=True)
             applied = self._apply_locked(
@@ -240,7 +192,7 @@ class SimulatedBackend:
                 ready_at=None if failure else now + delay,
             )
             for f in failures:
-                _consume(f)
+                consume(f)
             return obj
         if obj.deletion_timestamp is not None:
             raise DeliveryError(f"{ref} is being deleted", retryable=True)
@@ -261,7 +213,7 @@ class SimulatedBackend:
                     obj.ready_at = now + delay
             obj.save()
             for f in failures:
-                _consume(f)
+                consume(f)
         return AppliedRef(*ref.key, generation=obj.generation, uid=str(obj.uid))
 
     def delete(self, ref: AppliedRef) -> bool:
@@ -326,7 +278,7 @@ class SimulatedBackend:
                 obj.name if obj.kind == "Namespace" and obj.api_version == "v1" else None
             )
             obj = SimulatedObject.objects.filter(pk=obj.pk).first()
-        return self._render(obj) if obj else None
+        return render(obj) if obj else None
 
     def list(
         self,
@@ -334,12 +286,22 @@ class SimulatedBackend:
         kind: str,
         namespace: str | None = None,
         label_selector: str | None = None,
+        *,
+        include_deleting: bool = True,
+        routing_host: str | None = None,
     ) -> list[dict]:
-        """Live objects of one kind, optionally in one namespace and matching a label selector."""
-        self._reconcile()
+        """Objects of one kind, by namespace, label selector, deletion and routed host."""
         qs = SimulatedObject.objects.filter(api_version=api_version, kind=kind)
+        if include_deleting:
+            self._reconcile()
+        else:
+            # A reconcile only removes deleting objects, which this read leaves out anyway:
+            # skipping it spares a scan of every deleting object in the cluster.
+            qs = qs.filter(deletion_timestamp__isnull=True)
         if namespace is not None:
             qs = qs.filter(namespace=namespace)
+        if routing_host is not None:
+            qs = _routing_prefilter(qs, routing_host)
         # The database narrows by the selector's equality and existence terms, so a selective
         # list of a crowded namespace reads only what may match; match_labels stays the judge.
         for key, op, value in parse_label_selector(label_selector):
@@ -347,11 +309,12 @@ class SimulatedBackend:
                 qs = qs.filter(labels__contains={key: value})
             elif op == "exists":
                 qs = qs.filter(labels__has_key=key)
-        return [
-            self._render(o)
+        rendered = (
+            render(o)
             for o in qs.order_by("namespace", "name")
             if match_labels(o.labels, label_selector)
-        ]
+        )
+        return [o for o in rendered if routing_host is None or may_route_host(o, routing_host)]
 
     def health_many(self, refs: list[AppliedRef]) -> list[Health]:
         """Health of many objects with one query (deleting ones are reconciled one by one)."""
@@ -372,13 +335,34 @@ class SimulatedBackend:
             if obj is not None and obj.deletion_timestamp is not None:
                 out.append(self.health(ref))
             else:
-                out.append(health_of(self._render(obj) if obj else None))
+                out.append(health_of(render(obj) if obj else None))
         return out
 
     def health(self, ref: AppliedRef) -> Health:
         """Health derived from the object's Ready condition and deletion state."""
         obj = self.get(ref.api_version, ref.kind, ref.namespace, ref.name)
         return health_of(obj)
+
+    # --- coordination ------------------------------------------------------------
+
+    @contextmanager
+    def lock_namespace(self, namespace: str) -> Iterator[None]:
+        """Lock the namespace's row for the block: its read-modify-writes run one at a time."""
+        with transaction.atomic():
+            list(
+                SimulatedObject.objects.select_for_update()
+                .filter(api_version="v1", kind="Namespace", name=namespace)
+                .values_list("pk", flat=True)
+            )
+            yield
+
+    def carry_out_pod_kill(self, *, namespace: str, pods: list[str]) -> list[str]:
+        """No Chaos Mesh runs here: delete the pods as its controller would; returns those deleted."""
+        return [name for name in pods if self.delete(AppliedRef("v1", "Pod", namespace, name))]
+
+    def lease_mirror(self, *, namespace: str, name: str) -> LeaseMirror | None:
+        """None: the simulated cluster keeps no Lease objects; the database lease alone holds."""
+        return None
 
     # --- simulation ------------------------------------------------------------
 
@@ -396,67 +380,12 @@ class SimulatedBackend:
             if not SimulatedObject.objects.filter(namespace=ns.name).exists():
                 SimulatedObject.objects.filter(pk=ns.pk).delete()
 
-    def _render(self, obj: SimulatedObject) -> dict:
-        now = timezone.now()
-        body = copy.deepcopy(obj.manifest)
-        metadata = body.setdefault("metadata", {})
-        metadata.update(
-            {
-                "uid": str(obj.uid),
-                "generation": obj.generation,
-                "resourceVersion": str(obj.resource_version),
-                "creationTimestamp": _iso(obj.created_at),
-                "finalizers": list(obj.finalizers),
-            }
-        )
-        if obj.namespace:
-            metadata["namespace"] = obj.namespace
-        if obj.deletion_timestamp:
-            metadata["deletionTimestamp"] = _iso(obj.deletion_timestamp)
-        if obj.failure == SimulatedFailure.DEGRADED:
-            ready = ("False", "SimulatedFailure", "the simulated controller reports a failure")
-        elif obj.ready_at is None:
-            ready = ("False", "NotReady", "waiting for the controller (never ready)")
-        elif obj.ready_at > now:
-            ready = ("False", "Progressing", "reconciling")
-        else:
-            ready = ("True", "Ready", "ready")
-        status: dict[str, Any] = {
-            "observedGeneration": obj.generation if ready[0] == "True" else obj.generation - 1,
-            "conditions": [
-                {
-                    "type": "Ready",
-                    "status": ready[0],
-                    "reason": ready[1],
-                    "message": ready[2],
-                    "lastTransitionTime": _iso(
-                        obj.ready_at if ready[0] == "True" else obj.updated_at
-                    ),
-                }
-            ],
-        }
-        if obj.kind == "Namespace":
-            status["phase"] = "Terminating" if obj.deletion_timestamp else "Active"
-        status.update(obj.status or {})
-        body["status"] = status
-        return body
 
-
-def health_of(obj: dict | None) -> Health:
-    """Health of a live object from its metadata and Ready condition."""
-    if obj is None:
-        return Health(HealthStatus.MISSING, "not found")
-    if obj.get("metadata", {}).get("deletionTimestamp"):
-        finalizers = obj["metadata"].get("finalizers") or []
-        return Health(HealthStatus.DELETING, f"waiting for finalizers {finalizers}")
-    for condition in (obj.get("status") or {}).get("conditions") or []:
-        if condition.get("type") in ("Ready", "Available", "Healthy"):
-            if condition.get("status") == "True":
-                return Health(HealthStatus.HEALTHY, condition.get("message", ""))
-            if condition.get("reason") in ("SimulatedFailure", "Failed", "Error"):
-                return Health(HealthStatus.DEGRADED, condition.get("message", ""))
-            return Health(HealthStatus.PROGRESSING, condition.get("message", ""))
-    return Health(HealthStatus.HEALTHY, "no readiness conditions")
+def _routing_prefilter(qs: QuerySet, host: str) -> QuerySet:
+    """Narrow in the database to objects with a spec.hosts entry starting with the host's first
+    label (the text of the JSON list is matched); `may_route_host` then decides exactly."""
+    label = re.escape(host_label(host))
+    return qs.filter(manifest__spec__hosts__iregex=rf'"\s*{label}(\.|\s*")')
 
 
 def _without_metadata(manifest: dict) -> dict:

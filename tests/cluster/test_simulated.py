@@ -7,15 +7,11 @@ import time
 import pytest
 from django.db.models.signals import post_init
 
-from portal.delivery import (
-    AppliedRef,
-    DeliveryError,
-    HealthStatus,
-    InvalidManifest,
-    get_backend,
-)
-from portal.delivery.simulated import SimulatedBackend, inject_failure
-from portal.models import SimulatedObject
+from kiln.cluster import AppliedRef, DeliveryError, HealthStatus, InvalidManifest
+from kiln.cluster.backends import get_backend
+from kiln.cluster.models import SimulatedObject
+from kiln.cluster.simulated import SimulatedBackend
+from kiln.cluster.simulated_failures import inject_failure
 
 pytestmark = pytest.mark.django_db
 

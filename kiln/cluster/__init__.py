@@ -1,0 +1,39 @@
+"""The one interface to a cluster: GitOps, Kubernetes and the simulated cluster behind one protocol.
+
+This package holds the protocol's types (`AppliedRef`, `Health`, `DeliveryError`,
+...). It imports no model, because Django imports it while it loads the apps (it
+is the `cluster` app, owner of the simulated cluster's tables); the backends and
+`get_backend` live in `kiln.cluster.backends`. See docs/cluster.md.
+"""
+
+from kiln.cluster.base import (
+    AppliedRef,
+    Conflict,
+    DeliveryBackend,
+    DeliveryError,
+    Health,
+    HealthStatus,
+    InvalidManifest,
+    LeaseConflict,
+    LeaseMirror,
+    health_of,
+    match_labels,
+    parse_label_selector,
+    ref_of,
+)
+
+__all__ = [
+    "AppliedRef",
+    "Conflict",
+    "DeliveryBackend",
+    "DeliveryError",
+    "Health",
+    "HealthStatus",
+    "InvalidManifest",
+    "LeaseConflict",
+    "LeaseMirror",
+    "health_of",
+    "match_labels",
+    "parse_label_selector",
+    "ref_of",
+]

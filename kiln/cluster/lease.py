@@ -1,0 +1,99 @@
+"""A `coordination.k8s.io/v1` Lease beside a database lease, through the official `kubernetes` client.
+
+The kubernetes backend hands one out (`KubernetesBackend.lease_mirror`) so that
+a chaos lease also holds in the cluster: every write carries the Lease's
+resourceVersion (optimistic concurrency), and a 409 or another holder is a
+`LeaseConflict`.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from kiln.cluster.base import LeaseConflict
+
+LABEL_MANAGED = "app.kubernetes.io/managed-by"
+
+
+def _micro_time(value: datetime) -> str:
+    """Kubernetes MicroTime: RFC 3339 with microseconds, UTC."""
+    return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class KubernetesLease:
+    """A `coordination.k8s.io/v1` Lease written with optimistic concurrency (resourceVersion)."""
+
+    def __init__(self, api_client: client.ApiClient, namespace: str, name: str) -> None:
+        self.api = client.CoordinationV1Api(api_client)
+        self.namespace = namespace
+        self.name = name
+
+    def read(self) -> Any | None:
+        """The live Lease or None."""
+        try:
+            return self.api.read_namespaced_lease(self.name, self.namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def write(
+        self,
+        *,
+        holder: str,
+        lease_duration: float,
+        acquire_time: datetime,
+        renew_time: datetime,
+        transitions: int,
+        expected_holder: str | None,
+    ) -> str:
+        """Create or replace the Lease if it still names `expected_holder`; returns the new resourceVersion."""
+        spec = client.V1LeaseSpec(
+            holder_identity=holder or None,
+            lease_duration_seconds=max(1, math.ceil(lease_duration)),
+            acquire_time=_micro_time(acquire_time),
+            renew_time=_micro_time(renew_time),
+            lease_transitions=transitions,
+        )
+        current = self.read()
+        try:
+            if current is None:
+                body = client.V1Lease(
+                    metadata=client.V1ObjectMeta(
+                        name=self.name, namespace=self.namespace, labels={LABEL_MANAGED: "kiln"}
+                    ),
+                    spec=spec,
+                )
+                created = self.api.create_namespaced_lease(self.namespace, body)
+                return created.metadata.resource_version
+            current_holder = (current.spec.holder_identity if current.spec else None) or ""
+            if expected_holder is not None and current_holder not in ("", expected_holder, holder):
+                raise LeaseConflict(f"Lease {self.name} is held by {current_holder}")
+            body = client.V1Lease(
+                metadata=client.V1ObjectMeta(
+                    name=self.name,
+                    namespace=self.namespace,
+                    resource_version=current.metadata.resource_version,
+                    labels=current.metadata.labels,
+                ),
+                spec=spec,
+            )
+            replaced = self.api.replace_namespaced_lease(self.name, self.namespace, body)
+            return replaced.metadata.resource_version
+        except ApiException as exc:
+            if exc.status == 409:
+                raise LeaseConflict(f"Lease {self.name} changed concurrently") from exc
+            raise
+
+    def delete(self) -> None:
+        """Remove the Lease (idempotent)."""
+        try:
+            self.api.delete_namespaced_lease(self.name, self.namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise

@@ -1,0 +1,65 @@
+"""How a simulated object reads back: the row rendered as Kubernetes returns an object.
+
+The simulated controllers are lazy: readiness is derived from `ready_at` at read
+time, so no loop runs in the background and a crashed process loses nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+from datetime import datetime
+from typing import Any
+
+from django.utils import timezone
+
+from kiln.cluster.models import SimulatedFailure, SimulatedObject
+
+
+def iso(value: datetime | None) -> str | None:
+    """A timestamp as Kubernetes writes it (RFC 3339, seconds, UTC)."""
+    return value.strftime("%Y-%m-%dT%H:%M:%SZ") if value else None
+
+
+def render(obj: SimulatedObject) -> dict[str, Any]:
+    """The live object: its manifest, server-set metadata and a status derived from the row."""
+    now = timezone.now()
+    body = copy.deepcopy(obj.manifest)
+    metadata = body.setdefault("metadata", {})
+    metadata.update(
+        {
+            "uid": str(obj.uid),
+            "generation": obj.generation,
+            "resourceVersion": str(obj.resource_version),
+            "creationTimestamp": iso(obj.created_at),
+            "finalizers": list(obj.finalizers),
+        }
+    )
+    if obj.namespace:
+        metadata["namespace"] = obj.namespace
+    if obj.deletion_timestamp:
+        metadata["deletionTimestamp"] = iso(obj.deletion_timestamp)
+    if obj.failure == SimulatedFailure.DEGRADED:
+        ready = ("False", "SimulatedFailure", "the simulated controller reports a failure")
+    elif obj.ready_at is None:
+        ready = ("False", "NotReady", "waiting for the controller (never ready)")
+    elif obj.ready_at > now:
+        ready = ("False", "Progressing", "reconciling")
+    else:
+        ready = ("True", "Ready", "ready")
+    status: dict[str, Any] = {
+        "observedGeneration": obj.generation if ready[0] == "True" else obj.generation - 1,
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": ready[0],
+                "reason": ready[1],
+                "message": ready[2],
+                "lastTransitionTime": iso(obj.ready_at if ready[0] == "True" else obj.updated_at),
+            }
+        ],
+    }
+    if obj.kind == "Namespace":
+        status["phase"] = "Terminating" if obj.deletion_timestamp else "Active"
+    status.update(obj.status or {})
+    body["status"] = status
+    return body

@@ -1,0 +1,301 @@
+"""The protocol's contract, run against every backend: simulated, kubernetes and gitops.
+
+The kubernetes backend is the real `kubernetes` client talking to a real local
+HTTP API server (`fake_kube.FakeKube`); gitops commits into a real bare
+repository and applies each commit to a simulated cluster (its observer, standing
+in for Argo CD). Each case states what every backend must do; where backends must
+differ (who kills a pod, who keeps a Lease), the harness says what each one is.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import pytest
+from django.db import connection
+from kubernetes import client as k8s
+
+from kiln.cluster import AppliedRef, Conflict, DeliveryBackend, DeliveryError
+from kiln.cluster.gitops import GitOpsBackend
+from kiln.cluster.kubernetes import KubernetesBackend
+from kiln.cluster.lease import KubernetesLease
+from kiln.cluster.simulated import SimulatedBackend
+from kiln.cluster.simulated_failures import inject_failure
+from tests.cluster.fake_kube import FakeKube
+
+pytestmark = pytest.mark.django_db
+
+ISTIO = "networking.istio.io/v1"
+
+
+@dataclass
+class Harness:
+    """One backend under test, and how to make one of its objects keep a finalizer forever."""
+
+    backend: DeliveryBackend
+    stick: Callable[[str], None]
+    kills_pods_itself: bool  # the backend deletes a pod-kill's pods (no Chaos Mesh behind it)
+    keeps_leases: bool  # lease_mirror returns a cluster-side Lease
+
+
+@pytest.fixture(params=["simulated", "kubernetes", "gitops"])
+def harness(request, tmp_path) -> Iterator[Harness]:
+    if request.param == "simulated":
+        yield Harness(
+            SimulatedBackend(),
+            lambda name: inject_failure("stuck_finalizer", name=name),
+            kills_pods_itself=True,
+            keeps_leases=False,
+        )
+    elif request.param == "kubernetes":
+        fake = FakeKube().start()
+        backend = KubernetesBackend(k8s.ApiClient(k8s.Configuration(host=fake.url)), timeout=5)
+        try:
+            yield Harness(backend, fake.stuck.add, kills_pods_itself=False, keeps_leases=True)
+        finally:
+            fake.stop()
+    else:
+        repo = tmp_path / "gitops.git"
+        backend = GitOpsBackend(str(repo), work_dir=tmp_path / "work", observer=SimulatedBackend())
+        yield Harness(
+            backend,
+            lambda name: inject_failure("stuck_finalizer", name=name),
+            kills_pods_itself=False,
+            keeps_leases=False,
+        )
+
+
+def namespace(name: str = "shop") -> dict:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+
+
+def vs(name: str, hosts: list[str], labels: dict[str, str] | None = None) -> dict:
+    return {
+        "apiVersion": ISTIO,
+        "kind": "VirtualService",
+        "metadata": {"name": name, "namespace": "shop", "labels": labels or {}},
+        "spec": {"hosts": hosts, "http": [{"route": [{"destination": {"host": hosts[0]}}]}]},
+    }
+
+
+def pod(name: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "shop", "labels": {"app": "checkout"}},
+        "spec": {"containers": [{"name": "app", "image": "checkout:1"}]},
+    }
+
+
+def names(objects: list[dict]) -> list[str]:
+    return [o["metadata"]["name"] for o in objects]
+
+
+def test_every_backend_implements_the_whole_protocol(harness):
+    backend = harness.backend
+    assert isinstance(backend, DeliveryBackend)
+    assert isinstance(backend.syncs_gitops, bool)
+    assert isinstance(backend.simulates_traffic, bool)
+
+
+def test_list_selects_by_label_equality_inequality_and_existence(harness):
+    backend = harness.backend
+    backend.apply(
+        [
+            namespace(),
+            vs("a", ["a"], {"tier": "web", "kiln.dev/chaos-experiment": "e1"}),
+            vs("b", ["b"], {"tier": "web"}),
+            vs("c", ["c"], {"tier": "db"}),
+        ]
+    )
+    assert names(backend.list(ISTIO, "VirtualService", "shop", "tier=web")) == ["a", "b"]
+    assert names(backend.list(ISTIO, "VirtualService", "shop", "tier!=web")) == ["c"]
+    assert names(backend.list(ISTIO, "VirtualService", "shop", "kiln.dev/chaos-experiment")) == [
+        "a"
+    ]
+    assert names(backend.list(ISTIO, "VirtualService", "shop", "!kiln.dev/chaos-experiment")) == [
+        "b",
+        "c",
+    ]
+    assert names(backend.list(ISTIO, "VirtualService", "other", "tier=web")) == []
+
+
+def test_list_can_leave_deleting_objects_out(harness):
+    backend = harness.backend
+    harness.stick("going")
+    backend.apply([namespace(), vs("going", ["going"]), vs("staying", ["staying"])])
+    assert backend.delete(AppliedRef(ISTIO, "VirtualService", "shop", "going"))
+    everything = backend.list(ISTIO, "VirtualService", "shop")
+    assert names(everything) == ["going", "staying"]
+    assert everything[0]["metadata"].get("deletionTimestamp")
+    live = backend.list(ISTIO, "VirtualService", "shop", include_deleting=False)
+    assert names(live) == ["staying"]
+
+
+def test_list_by_routing_host_matches_every_spelling_of_the_host_and_nothing_else(harness):
+    backend = harness.backend
+    backend.apply(
+        [
+            namespace(),
+            vs("short", ["checkout"]),
+            vs("fqdn", ["Checkout.shop.svc.cluster.local"]),
+            vs("two-hosts", ["cart", "checkout.shop"]),
+            vs("other", ["cart"]),
+            vs("prefix-only", ["checkoutx.shop"]),
+        ]
+    )
+    routing = backend.list(ISTIO, "VirtualService", "shop", routing_host="checkout.shop.svc")
+    # Any spelling of `checkout` starts with the label "checkout" followed by "." or nothing;
+    # "checkoutx" does not, and "cart" alone does not.
+    assert names(routing) == ["fqdn", "short", "two-hosts"]
+
+
+def test_a_write_with_the_live_resource_version_succeeds_and_a_stale_one_is_a_conflict(harness):
+    backend = harness.backend
+    backend.apply([namespace(), vs("checkout", ["checkout"])])
+    read = backend.get(ISTIO, "VirtualService", "shop", "checkout")
+    version = read["metadata"]["resourceVersion"]
+    changed = vs("checkout", ["checkout"], {"step": "1"})
+    changed["metadata"]["resourceVersion"] = version
+    backend.apply([changed])  # the precondition holds: the write goes through
+    after = backend.get(ISTIO, "VirtualService", "shop", "checkout")
+    assert after["metadata"]["labels"] == {"step": "1"}
+    assert after["metadata"]["resourceVersion"] != version
+    stale = vs("checkout", ["checkout"], {"step": "stale"})
+    stale["metadata"]["resourceVersion"] = version  # what a writer read before the last write
+    with pytest.raises(Conflict) as err:
+        backend.apply([stale])
+    assert isinstance(err.value, DeliveryError) and err.value.retryable
+    assert err.value.extra["status"] == 409 and err.value.http_status == 409
+    assert backend.get(ISTIO, "VirtualService", "shop", "checkout")["metadata"]["labels"] == {
+        "step": "1"
+    }
+
+
+def test_a_precondition_on_an_object_that_does_not_exist_is_a_conflict(harness):
+    backend = harness.backend
+    backend.apply([namespace()])
+    ghost = vs("ghost", ["ghost"])
+    ghost["metadata"]["resourceVersion"] = "7"
+    with pytest.raises(Conflict):
+        backend.apply([ghost])
+    assert backend.get(ISTIO, "VirtualService", "shop", "ghost") is None
+
+
+def test_an_unconditional_write_still_replaces_whatever_is_there(harness):
+    backend = harness.backend
+    backend.apply([namespace(), vs("checkout", ["checkout"], {"v": "1"})])
+    backend.apply([vs("checkout", ["checkout"], {"v": "2"})])
+    assert backend.get(ISTIO, "VirtualService", "shop", "checkout")["metadata"]["labels"] == {
+        "v": "2"
+    }
+
+
+def test_read_modify_write_inside_the_namespace_lock(harness):
+    backend = harness.backend
+    backend.apply([namespace(), vs("checkout", ["checkout"], {"n": "0"})])
+    for n in range(1, 4):
+        with backend.lock_namespace("shop"):
+            live = backend.get(ISTIO, "VirtualService", "shop", "checkout")
+            body = vs(
+                "checkout", ["checkout"], {"n": str(int(live["metadata"]["labels"]["n"]) + 1)}
+            )
+            body["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
+            backend.apply([body])
+        assert backend.get(ISTIO, "VirtualService", "shop", "checkout")["metadata"]["labels"] == {
+            "n": str(n)
+        }
+
+
+def test_health_many_answers_as_health_does_one_by_one(harness):
+    backend = harness.backend
+    refs = backend.apply([namespace(), vs("checkout", ["checkout"])])
+    missing = AppliedRef(ISTIO, "VirtualService", "shop", "missing")
+    many = backend.health_many([*refs, missing])
+    assert many == [backend.health(r) for r in [*refs, missing]]
+    assert many[-1].status == "Missing"
+    assert backend.health_many([]) == []
+
+
+def test_a_pod_kill_is_carried_out_by_whoever_runs_the_chaos_controller(harness):
+    backend = harness.backend
+    backend.apply([namespace(), pod("checkout-1"), pod("checkout-2")])
+    deleted = backend.carry_out_pod_kill(namespace="shop", pods=["checkout-1"])
+    live = names(backend.list("v1", "Pod", "shop", "app=checkout", include_deleting=False))
+    if harness.kills_pods_itself:
+        assert deleted == ["checkout-1"] and live == ["checkout-2"]
+    else:  # Chaos Mesh in the cluster kills them: nothing is deleted here
+        assert deleted == [] and live == ["checkout-1", "checkout-2"]
+    # A pod that is already gone is not reported as deleted again.
+    again = backend.carry_out_pod_kill(namespace="shop", pods=["checkout-1"])
+    assert again == []
+
+
+def test_a_lease_mirror_exists_only_where_the_cluster_keeps_leases(harness):
+    mirror = harness.backend.lease_mirror(namespace="kiln-chaos", name="kiln-chaos-1")
+    if harness.keeps_leases:
+        assert isinstance(mirror, KubernetesLease)
+        assert (mirror.namespace, mirror.name) == ("kiln-chaos", "kiln-chaos-1")
+    else:
+        assert mirror is None
+
+
+def test_gitops_commits_a_conditional_write_and_its_observer_checks_the_precondition(tmp_path):
+    repo = tmp_path / "gitops.git"
+    backend = GitOpsBackend(str(repo), work_dir=tmp_path / "work", observer=SimulatedBackend())
+    backend.apply([namespace(), vs("checkout", ["checkout"])])
+    live = backend.get(ISTIO, "VirtualService", "shop", "checkout")
+    body = vs("checkout", ["checkout"], {"step": "1"})
+    body["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
+    backend.apply([body])
+    committed = subprocess.run(
+        [
+            "git",
+            "-C",
+            str(repo),
+            "show",
+            "main:environments/shop/platform/networking.istio.io_virtualservice_shop_checkout.yaml",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "resourceVersion" not in committed  # server-set: never committed as desired state
+    assert "step: '1'" in committed
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_simulated_namespace_lock_holds_a_second_writer_until_the_first_is_done():
+    backend = SimulatedBackend()
+    backend.apply([namespace()])
+    events: list[str] = []
+    held = threading.Event()
+
+    def first() -> None:
+        try:
+            with backend.lock_namespace("shop"):
+                events.append("first in")
+                held.set()
+                time.sleep(0.3)
+                events.append("first out")
+        finally:
+            connection.close()
+
+    def second() -> None:
+        try:
+            held.wait(5)
+            with backend.lock_namespace("shop"):
+                events.append("second in")
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert events == ["first in", "first out", "second in"]
