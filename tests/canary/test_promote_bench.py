@@ -45,7 +45,9 @@ def test_promote_bench_promotes_every_rollout_and_reports_json(chain_wiped_after
     assert Rollout.objects.filter(status=RolloutStatus.PROMOTED).count() == 3
     # Promoted on evidence: every channel accepted within the rollout's max duration (6 ticks).
     assert all(1 <= r.ticks.count() <= 6 for r in Rollout.objects.all())
-    assert report["ticks_per_rollout"] == sum(r.ticks.count() for r in Rollout.objects.all()) / 3
+    assert report["ticks_per_rollout"] == round(
+        sum(r.ticks.count() for r in Rollout.objects.all()) / 3, 2
+    )
     for rollout in Rollout.objects.all():
         last = rollout.ticks.order_by("-number").first().decision
         assert all(c["accepted"] for c in last["channels"].values())
