@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from drf_spectacular.extensions import OpenApiSerializerExtension
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+)
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -22,13 +28,7 @@ from portal import conf, selectors, services
 from portal.lifecycle import Status
 from portal.models import Environment
 from portal.services import cost
-from portal.validation import (
-    DNS_LABEL_RE,
-    ENV_CLASSES,
-    FIELDS,
-    WORKLOAD_CLASSES,
-    field_errors,
-)
+from portal.validation import DNS_LABEL_RE, ENV_CLASSES, WORKLOAD_CLASSES, field_errors
 
 
 class StrictIntegerField(serializers.IntegerField):
@@ -138,62 +138,10 @@ class ExtendInput(StrictSerializer):
 
 
 def environment_payload(env: Environment, *, detail: bool = False) -> dict[str, Any]:
-    """The API's representation of an environment (detail adds manifests, decisions and steps)."""
-    req = env.request
-    body: dict[str, Any] = {
-        "id": env.public_id,
-        "team": env.team.slug,
-        "name": env.name,
-        "namespace": env.namespace,
-        "env_class": env.env_class,
-        "status": env.status,
-        "status_reason": env.status_reason,
-        "policy_version": env.policy_version,
-        "requested_by": req.requested_by.get_username(),
-        "request": {k: getattr(req, k) for k in FIELDS if k != "team"},
-        "hourly_cost": str(env.hourly_cost),
-        "created_at": env.created_at,
-        "ready_at": env.ready_at,
-        "expires_at": env.expires_at,
-        "deleted_at": env.deleted_at,
-        "quarantine_owner": env.quarantine_owner.get_username() if env.quarantine_owner else None,
-    }
-    if detail:
-        body["approvals"] = [
-            {
-                "approver": d.approver_name,
-                "decision": d.decision,
-                "reason": d.reason,
-                "at": d.created_at,
-            }
-            for d in env.decisions.all()
-        ]
-        body["policy_decisions"] = [
-            {
-                "stage": d.stage,
-                "policy": d.policy,
-                "policy_sha256": d.policy_sha256,
-                "policy_set_version": d.policy_set_version,
-                "target": d.target,
-                "allowed": d.allowed,
-                "outcome": d.outcome,
-                "message": d.message,
-            }
-            for d in env.policy_decisions.all()
-        ]
-        body["steps"] = [
-            {
-                "name": s.name,
-                "status": s.status,
-                "attempts": s.attempts,
-                "detail": s.detail,
-                "started_at": s.started_at,
-                "finished_at": s.finished_at,
-            }
-            for s in selectors.environment_steps(env)
-        ]
-        body["manifests"] = env.manifests
-    return body
+    """The API's representation of an environment (detail adds approvals, policy decisions,
+    steps and manifests), rendered by its typed output serializer."""
+    output = out.EnvironmentDetailOutput if detail else out.EnvironmentOutput
+    return output(env).data
 
 
 def _filters(request: Request) -> selectors.EnvironmentFilter:
@@ -278,7 +226,7 @@ class EnvironmentListCreateApi(APIView):
         )
         paginator = LimitOffsetPagination()
         page = paginator.paginate_queryset(qs, request, view=self)
-        return paginator.get_paginated_response([environment_payload(e) for e in page])
+        return paginator.get_paginated_response(out.EnvironmentOutput(page, many=True).data)
 
 
 class EnvironmentDetailApi(APIView):
@@ -304,61 +252,60 @@ class EnvironmentDetailApi(APIView):
         return Response(environment_payload(env), status=status.HTTP_202_ACCEPTED)
 
 
-class EnvironmentApproveApi(APIView):
-    permission_classes = [HasKilnRole]
+class EnvironmentActionApi(APIView):
+    """POST: a person's decision or change on one environment: validate the body, call its
+    service, answer the environment's detail.
 
-    @extend_schema(
-        operation_id="environments_approve",
-        request=ReasonInput,
-        responses={200: out.EnvironmentDetailOutput, **errors(409)},
-    )
+    Subclasses name the service and the InputSerializer (its fields are the service's keyword
+    arguments besides the actor and the environment).
+    """
+
+    permission_classes = [HasKilnRole]
+    InputSerializer: type[StrictSerializer]
+    act: Callable[..., Environment]
+
     def post(self, request: Request, public_id: str) -> Response:
         actor = actor_from_request(request)
-        data = ReasonInput(data=request.data)
+        data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         env = selectors.environment_get(viewer=actor, public_id=public_id)
-        env = services.environment_approve(
-            actor=actor, environment=env, reason=data.validated_data["reason"]
-        )
+        env = type(self).act(actor=actor, environment=env, **data.validated_data)
         return Response(environment_payload(env, detail=True))
 
 
-class EnvironmentRejectApi(APIView):
-    permission_classes = [HasKilnRole]
-
-    @extend_schema(
-        operation_id="environments_reject",
-        request=RejectInput,
-        responses={200: out.EnvironmentDetailOutput, **errors(409)},
-    )
-    def post(self, request: Request, public_id: str) -> Response:
-        actor = actor_from_request(request)
-        data = RejectInput(data=request.data)
-        data.is_valid(raise_exception=True)
-        env = selectors.environment_get(viewer=actor, public_id=public_id)
-        env = services.environment_reject(
-            actor=actor, environment=env, reason=data.validated_data["reason"]
+def _action_schema(operation_id: str, request: type[StrictSerializer]):
+    """The OpenAPI operation of an EnvironmentActionApi: its body, the environment, or a 409."""
+    return extend_schema_view(
+        post=extend_schema(
+            operation_id=operation_id,
+            request=request,
+            responses={200: out.EnvironmentDetailOutput, **errors(409)},
         )
-        return Response(environment_payload(env, detail=True))
-
-
-class EnvironmentExtendApi(APIView):
-    permission_classes = [HasKilnRole]
-
-    @extend_schema(
-        operation_id="environments_extend",
-        request=ExtendInput,
-        responses={200: out.EnvironmentDetailOutput, **errors(409)},
     )
-    def post(self, request: Request, public_id: str) -> Response:
-        actor = actor_from_request(request)
-        data = ExtendInput(data=request.data)
-        data.is_valid(raise_exception=True)
-        env = selectors.environment_get(viewer=actor, public_id=public_id)
-        env = services.environment_extend(
-            actor=actor, environment=env, hours=data.validated_data["hours"]
-        )
-        return Response(environment_payload(env, detail=True))
+
+
+@_action_schema("environments_approve", ReasonInput)
+class EnvironmentApproveApi(EnvironmentActionApi):
+    """POST: approve a pending request (approvers; not one's own)."""
+
+    InputSerializer = ReasonInput
+    act = staticmethod(services.environment_approve)
+
+
+@_action_schema("environments_reject", RejectInput)
+class EnvironmentRejectApi(EnvironmentActionApi):
+    """POST: reject a pending request with a reason (approvers; not one's own)."""
+
+    InputSerializer = RejectInput
+    act = staticmethod(services.environment_reject)
+
+
+@_action_schema("environments_extend", ExtendInput)
+class EnvironmentExtendApi(EnvironmentActionApi):
+    """POST: push a READY environment's expiry out (team engineers)."""
+
+    InputSerializer = ExtendInput
+    act = staticmethod(services.environment_extend)
 
 
 def _flag(value: str | None, name: str) -> bool:
@@ -409,9 +356,4 @@ class EnvironmentEstimateApi(APIView):
             database=flags["database"],
             **args,
         )
-        result["hourly"] = str(result["hourly"])
-        result["lifetime"] = str(result["lifetime"])
-        for line in result["lines"]:
-            line["unit_price"] = str(line["unit_price"])
-            line["hourly"] = str(line["hourly"])
-        return Response(result)
+        return Response(out.EstimateOutput(result).data)

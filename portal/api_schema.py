@@ -1,9 +1,10 @@
-"""The environments API's documented shapes (portal/api.py): what `environment_payload` and the
-estimate return, as serializers so the OpenAPI document types every field, and the query
-parameters and headers the views read.
+"""The environments API's typed response serializers (portal/api.py): they render what the views
+answer (an environment from its model, the estimate from the cost service), so the OpenAPI
+document types every field the responses hold; and the query parameters and headers the views
+read.
 
-They describe; they hold no rule. The views build the payload from the model and the services;
-portal.validation and kiln.params enforce the limits documented here.
+They render and describe; they hold no rule. portal.validation and kiln.params enforce the
+limits documented here.
 """
 
 from __future__ import annotations
@@ -43,38 +44,44 @@ class EnvironmentRequestFieldsOutput(serializers.Serializer):
 class EnvironmentOutput(serializers.Serializer):
     """An environment as lists show it."""
 
-    id = serializers.CharField(help_text="Opaque id, used in URLs.")
-    team = serializers.CharField()
+    id = serializers.CharField(source="public_id", help_text="Opaque id, used in URLs.")
+    team = serializers.CharField(source="team.slug")
     name = serializers.CharField()
     namespace = serializers.CharField()
     env_class = serializers.ChoiceField(choices=ENV_CLASSES)
     status = serializers.ChoiceField(choices=ENVIRONMENT_STATUSES)
     status_reason = serializers.CharField(allow_blank=True)
     policy_version = serializers.CharField(allow_blank=True)
-    requested_by = serializers.CharField()
+    requested_by = serializers.CharField(source="request.requested_by.get_username")
     request = EnvironmentRequestFieldsOutput()
     hourly_cost = documented(serializers.CharField(), **DECIMAL, description="USD per hour")
     created_at = serializers.DateTimeField()
     ready_at = serializers.DateTimeField(allow_null=True)
     expires_at = serializers.DateTimeField(allow_null=True)
     deleted_at = serializers.DateTimeField(allow_null=True)
-    quarantine_owner = serializers.CharField(allow_null=True)
+    quarantine_owner = serializers.CharField(
+        source="quarantine_owner.get_username", allow_null=True
+    )
 
     class Meta:
         ref_name = "Environment"
 
 
 class ApprovalOutput(serializers.Serializer):
-    approver = serializers.CharField()
+    """One approver's decision."""
+
+    approver = serializers.CharField(source="approver_name")
     decision = serializers.ChoiceField(choices=["approve", "reject"])
     reason = serializers.CharField(allow_blank=True)
-    at = serializers.DateTimeField()
+    at = serializers.DateTimeField(source="created_at")
 
     class Meta:
         ref_name = "EnvironmentApproval"
 
 
 class PolicyDecisionOutput(serializers.Serializer):
+    """One policy's verdict on the request or on one composed manifest."""
+
     stage = serializers.ChoiceField(choices=["request", "manifest"])
     policy = serializers.CharField()
     policy_sha256 = serializers.CharField(allow_blank=True)
@@ -89,6 +96,8 @@ class PolicyDecisionOutput(serializers.Serializer):
 
 
 class StepOutput(serializers.Serializer):
+    """One provisioning or teardown step (listed in the order they run)."""
+
     name = serializers.CharField()
     status = serializers.ChoiceField(choices=STEP_STATUSES)
     attempts = serializers.IntegerField(min_value=0)
@@ -103,7 +112,7 @@ class StepOutput(serializers.Serializer):
 class EnvironmentDetailOutput(EnvironmentOutput):
     """One environment with its approvals, policy decisions, steps and composed manifests."""
 
-    approvals = ApprovalOutput(many=True)
+    approvals = ApprovalOutput(many=True, source="decisions")
     policy_decisions = PolicyDecisionOutput(many=True)
     steps = StepOutput(many=True)
     manifests = serializers.ListField(
@@ -119,6 +128,8 @@ EnvironmentPageOutput = paginated(EnvironmentOutput, "EnvironmentPage")
 
 
 class EstimateLineOutput(serializers.Serializer):
+    """One priced item of an estimate."""
+
     item = serializers.CharField()
     quantity = serializers.IntegerField(min_value=0)
     unit_price = documented(serializers.CharField(), **DECIMAL)

@@ -220,7 +220,7 @@ def approval_queue(request: HttpRequest) -> HttpResponse:
             {
                 "env": env,
                 "approvals": approvals,
-                "needed": services.approvals.approvals_needed(env),
+                "needed": services.approvals.approvals_needed(environment=env),
                 "own": env.request.requested_by.get_username() == actor.username,
                 "decided": any(d.approver_name == actor.username for d in env.decisions.all()),
             }

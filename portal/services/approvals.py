@@ -25,12 +25,12 @@ class AlreadyDecided(Conflict):
     code = "already_decided"
 
 
-def approvals_needed(environment: Environment) -> int:
+def approvals_needed(*, environment: Environment) -> int:
     """Distinct approvals required: two for prod, one otherwise."""
     return 2 if environment.env_class == "prod" else 1
 
 
-def _check(actor: Actor, env: Environment, verb: str) -> None:
+def _check(*, actor: Actor, env: Environment, verb: str) -> None:
     requester = env.request.requested_by.get_username()
     if not has_role(actor, APPROVER) or actor.is_system:
         raise Forbidden(f"only approvers may {verb} environment requests")
@@ -45,26 +45,37 @@ def _check(actor: Actor, env: Environment, verb: str) -> None:
         raise AlreadyDecided(f"you have already decided on {env.namespace}")
 
 
+def _decision_store(
+    *, actor: Actor, environment: Environment, decision: str, reason: str
+) -> Environment:
+    """Lock the environment, check this approver may decide on it now, and store the decision;
+    returns the locked row. The caller's transaction holds the lock."""
+    env = (
+        Environment.objects.select_for_update()
+        .select_related("request__requested_by")
+        .get(pk=environment.pk)
+    )
+    _check(actor=actor, env=env, verb=decision)
+    ApprovalDecision.objects.create(
+        environment=env,
+        approver_id=actor.user_id,
+        approver_name=actor.username,
+        decision=decision,
+        reason=reason,
+    )
+    return env
+
+
 def environment_approve(*, actor: Actor, environment: Environment, reason: str = "") -> Environment:
     """Record one approval; the environment is APPROVED (and provisioned) once enough distinct approvers agree."""
     with transaction.atomic():
-        env = (
-            Environment.objects.select_for_update()
-            .select_related("request__requested_by")
-            .get(pk=environment.pk)
-        )
-        _check(actor, env, "approve")
-        ApprovalDecision.objects.create(
-            environment=env,
-            approver_id=actor.user_id,
-            approver_name=actor.username,
-            decision=ApprovalDecision.APPROVE,
-            reason=reason,
+        env = _decision_store(
+            actor=actor, environment=environment, decision=ApprovalDecision.APPROVE, reason=reason
         )
         approvals = ApprovalDecision.objects.filter(
             environment=env, decision=ApprovalDecision.APPROVE
         ).count()
-        needed = approvals_needed(env)
+        needed = approvals_needed(environment=env)
         audit.record(
             actor,
             "portal.approval.recorded",
@@ -97,16 +108,9 @@ def environment_reject(*, actor: Actor, environment: Environment, reason: str) -
             "a reason is required to reject", extra={"fields": {"reason": ["Required."]}}
         )
     with transaction.atomic():
-        env = (
-            Environment.objects.select_for_update()
-            .select_related("request__requested_by")
-            .get(pk=environment.pk)
-        )
-        _check(actor, env, "reject")
-        ApprovalDecision.objects.create(
-            environment=env,
-            approver_id=actor.user_id,
-            approver_name=actor.username,
+        env = _decision_store(
+            actor=actor,
+            environment=environment,
             decision=ApprovalDecision.REJECT,
             reason=reason.strip(),
         )

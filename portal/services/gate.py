@@ -15,7 +15,7 @@ REQUEST_SET = "request"
 MANIFEST_SET = "manifests"
 
 
-def team_usage(team_slug: str) -> dict[str, int]:
+def team_usage(*, team_slug: str) -> dict[str, int]:
     """CPU, memory, GPUs and count of the team's live environments."""
     agg = Environment.objects.filter(
         team__slug=team_slug, status__in=[s.value for s in LIVE]
@@ -33,7 +33,7 @@ def team_usage(team_slug: str) -> dict[str, int]:
     }
 
 
-def request_document(actor: Actor, data: dict[str, Any]) -> dict[str, Any]:
+def request_document(*, actor: Actor, data: dict[str, Any]) -> dict[str, Any]:
     """The EnvironmentRequest object request policies see (status: the team's usage and limits)."""
     return {
         "apiVersion": "kiln.dev/v1alpha1",
@@ -63,11 +63,14 @@ def request_document(actor: Actor, data: dict[str, Any]) -> dict[str, Any]:
                 "teams": sorted(actor.teams),
             },
         },
-        "status": {"teamUsage": team_usage(data["team"]), "teamLimits": conf.team_limits()},
+        "status": {
+            "teamUsage": team_usage(team_slug=data["team"]),
+            "teamLimits": conf.team_limits(),
+        },
     }
 
 
-def _evaluate(set_name: str, objects: list[dict], context: dict[str, Any]) -> policy.Evaluation:
+def _evaluate(*, set_name: str, objects: list[dict], context: dict[str, Any]) -> policy.Evaluation:
     try:
         policy_set = policy.load_policy_set(conf.policy_dir() / set_name, set_name)
     except policy.PolicySetMissing as exc:
@@ -77,18 +80,24 @@ def _evaluate(set_name: str, objects: list[dict], context: dict[str, Any]) -> po
     )
 
 
-def evaluate_request(actor: Actor, data: dict[str, Any]) -> policy.Evaluation:
+def evaluate_request(*, actor: Actor, data: dict[str, Any]) -> policy.Evaluation:
     """Request policies over the request document (fail closed)."""
     context = {"userInfo": {"username": actor.username, "groups": sorted(actor.roles)}}
-    return _evaluate(REQUEST_SET, [request_document(actor, data)], context)
+    return _evaluate(
+        set_name=REQUEST_SET,
+        objects=[request_document(actor=actor, data=data)],
+        context=context,
+    )
 
 
-def evaluate_manifests(manifests: list[dict]) -> policy.Evaluation:
+def evaluate_manifests(*, manifests: list[dict]) -> policy.Evaluation:
     """Manifest policies over every composed manifest (fail closed)."""
-    return _evaluate(MANIFEST_SET, manifests, {"userInfo": {"username": "system:kiln"}})
+    return _evaluate(
+        set_name=MANIFEST_SET, objects=manifests, context={"userInfo": {"username": "system:kiln"}}
+    )
 
 
-def store_decisions(environment: Environment, stage: str, evaluation: policy.Evaluation) -> None:
+def store_decisions(*, environment: Environment, stage: str, evaluation: policy.Evaluation) -> None:
     """Keep every verdict with its policy file's hash and the policy set version."""
     PolicyDecision.objects.bulk_create(
         [
@@ -108,7 +117,7 @@ def store_decisions(environment: Environment, stage: str, evaluation: policy.Eva
     )
 
 
-def decision_summary(evaluation: policy.Evaluation) -> dict[str, Any]:
+def decision_summary(*, evaluation: policy.Evaluation) -> dict[str, Any]:
     """What the audit event says about an evaluation."""
     return {
         "policy_set": evaluation.policy_set,

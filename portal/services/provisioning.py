@@ -30,15 +30,15 @@ STEPS = ("compose", "manifest-policy", "apply", "ready")
 READY, PENDING, FAILED, NOOP = "ready", "pending", "failed", "noop"
 
 
-def environment_spec(env: Environment) -> c.EnvironmentSpec:
+def environment_spec(*, environment: Environment) -> c.EnvironmentSpec:
     """The composition input of an environment."""
-    req = env.request
+    req = environment.request
     return c.EnvironmentSpec(
-        request_id=env.public_id,
-        team=env.team.slug,
-        name=env.name,
-        namespace=env.namespace,
-        env_class=env.env_class,
+        request_id=environment.public_id,
+        team=environment.team.slug,
+        name=environment.name,
+        namespace=environment.namespace,
+        env_class=environment.env_class,
         ttl_hours=req.ttl_hours,
         workload_class=req.workload_class,
         cpu=req.cpu,
@@ -47,8 +47,8 @@ def environment_spec(env: Environment) -> c.EnvironmentSpec:
         tenant_control_plane=req.tenant_control_plane,
         spot_node_pool=req.spot_node_pool,
         database=req.database,
-        team_group=f"kiln:team:{env.team.slug}",
-        datastore=env.datastore_pool,
+        team_group=f"kiln:team:{environment.team.slug}",
+        datastore=environment.datastore_pool,
         gitops_repo_url=conf.gitops_repo(),
     )
 
@@ -89,7 +89,12 @@ def environment_mark_failed(*, environment_id: int, reason: str, step: str = "")
     ):
         return
     if step:
-        step_failed(env, step, STEPS.index(step) if step in STEPS else 99, reason)
+        step_failed(
+            environment=env,
+            name=step,
+            position=STEPS.index(step) if step in STEPS else 99,
+            detail=reason,
+        )
     environment_transition(
         actor=system_actor(PROVISIONER), environment=env, to=Status.FAILED, reason=reason
     )
@@ -127,7 +132,7 @@ def environment_provision(*, environment_id: int) -> str:
             try:
                 if env.request.tenant_control_plane:
                     _choose_datastore(env)
-                manifests = c.compose(environment_spec(env))
+                manifests = c.compose(environment_spec(environment=env))
             except c.CompositionError as exc:
                 environment_mark_failed(
                     environment_id=env.pk, reason=f"composition failed: {exc}", step="compose"
@@ -136,54 +141,67 @@ def environment_provision(*, environment_id: int) -> str:
         evaluation = None
         if "manifest-policy" not in done:
             with tracer("kiln.portal").start_as_current_span("portal.policy.manifests"):
-                evaluation = gate.evaluate_manifests(manifests)
+                evaluation = gate.evaluate_manifests(manifests=manifests)
         # The composed manifests and the policy decision on them commit (and are audited) together.
         with transaction.atomic():
             if "compose" not in done:
                 Environment.objects.filter(pk=env.pk).update(manifests=manifests)
                 env.manifests = manifests
                 step_done(
-                    actor,
-                    env,
-                    "compose",
-                    0,
-                    f"{len(manifests)} manifests",
-                    {"kinds": [m["kind"] for m in manifests]},
+                    actor=actor,
+                    environment=env,
+                    name="compose",
+                    position=0,
+                    detail=f"{len(manifests)} manifests",
+                    data={"kinds": [m["kind"] for m in manifests]},
                 )
             if evaluation is not None:
                 if not PolicyDecision.objects.filter(
                     environment=env, stage=PolicyDecision.MANIFEST
                 ).exists():
-                    gate.store_decisions(env, PolicyDecision.MANIFEST, evaluation)
+                    gate.store_decisions(
+                        environment=env, stage=PolicyDecision.MANIFEST, evaluation=evaluation
+                    )
                 if not evaluation.allowed:
-                    step_failed(env, "manifest-policy", 1, evaluation.summary())
+                    step_failed(
+                        environment=env,
+                        name="manifest-policy",
+                        position=1,
+                        detail=evaluation.summary(),
+                    )
                     environment_transition(
                         actor=system_actor("policy-gate"),
                         environment=env,
                         to=Status.FAILED,
                         reason=f"manifest policy denied: {evaluation.summary()}",
-                        data={"policy": gate.decision_summary(evaluation)},
+                        data={"policy": gate.decision_summary(evaluation=evaluation)},
                     )
                     return FAILED
                 step_done(
-                    actor,
-                    env,
-                    "manifest-policy",
-                    1,
-                    evaluation.summary(),
-                    {"policy": gate.decision_summary(evaluation)},
+                    actor=actor,
+                    environment=env,
+                    name="manifest-policy",
+                    position=1,
+                    detail=evaluation.summary(),
+                    data={"policy": gate.decision_summary(evaluation=evaluation)},
                 )
 
         backend = get_backend()
         if "apply" not in done:
-            step_started(env, "apply", 2)
+            step_started(environment=env, name="apply", position=2)
             with tracer("kiln.portal").start_as_current_span("portal.delivery.apply") as apply_span:
                 apply_span.set_attribute("kiln.backend", backend.name)
                 refs = backend.apply(env.manifests)  # DeliveryError propagates: the task retries
             applied = [r.as_dict() for r in refs]
             Environment.objects.filter(pk=env.pk).update(applied_refs=applied)
             env.applied_refs = applied
-            step_done(actor, env, "apply", 2, f"{len(refs)} objects applied with {backend.name}")
+            step_done(
+                actor=actor,
+                environment=env,
+                name="apply",
+                position=2,
+                detail=f"{len(refs)} objects applied with {backend.name}",
+            )
 
         refs = [AppliedRef.from_dict(r) for r in env.applied_refs]
         healths = backend.health_many(refs)
@@ -200,7 +218,13 @@ def environment_provision(*, environment_id: int) -> str:
             try:
                 # The transition locks the row and re-checks the status; raising rolls back both.
                 with transaction.atomic():
-                    step_done(actor, env, "ready", 3, f"{len(healths)} objects healthy")
+                    step_done(
+                        actor=actor,
+                        environment=env,
+                        name="ready",
+                        position=3,
+                        detail=f"{len(healths)} objects healthy",
+                    )
                     environment_transition(
                         actor=actor,
                         environment=env,

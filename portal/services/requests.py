@@ -13,7 +13,7 @@ from kiln.errors import Conflict, Forbidden, InvalidInput, KilnError
 from kiln.identity.models import Team
 from kiln.identity.permissions import Actor, can_request_environment, system_actor
 from kiln.observability import tracer
-from portal import conf
+from portal import conf, policy
 from portal.lifecycle import Status
 from portal.models import Environment, EnvironmentRequest, PolicyDecision
 from portal.services import cost, gate
@@ -29,7 +29,7 @@ class IdempotencyKeyReused(KilnError):
     http_status = 422
 
 
-def body_hash(data: dict[str, Any]) -> str:
+def body_hash(*, data: dict[str, Any]) -> str:
     """SHA-256 of the request's fields in canonical order (what an Idempotency-Key is bound to)."""
     canonical = json.dumps({k: data.get(k) for k in FIELDS}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
@@ -68,7 +68,7 @@ def environment_request_submit(
         raise InvalidInput("The request is invalid.", extra={"fields": errors})
     if len(idempotency_key) > 200:
         raise InvalidInput("Idempotency-Key is at most 200 characters.")
-    digest = body_hash(data)
+    digest = body_hash(data=data)
     existing = _existing_for_key(actor, idempotency_key, digest)
     if existing is not None:
         return existing, False
@@ -85,7 +85,7 @@ def environment_request_submit(
         raise Conflict(f"an environment named {data['name']} already exists for {team.slug}")
 
     with tracer("kiln.portal").start_as_current_span("portal.policy.request"):
-        evaluation = gate.evaluate_request(actor, data)
+        evaluation = gate.evaluate_request(actor=actor, data=data)
     estimate = cost.estimate(
         env_class=data["env_class"],
         ttl_hours=data["ttl_hours"],
@@ -99,7 +99,14 @@ def environment_request_submit(
     try:
         with transaction.atomic():
             env = _create(
-                actor, team, data, idempotency_key, digest, namespace, evaluation, estimate
+                actor=actor,
+                team=team,
+                data=data,
+                key=idempotency_key,
+                digest=digest,
+                namespace=namespace,
+                evaluation=evaluation,
+                estimate=estimate,
             )
     except IntegrityError:
         # A concurrent retry with the same key, or a concurrent request for the same name.
@@ -112,7 +119,20 @@ def environment_request_submit(
     return env, True
 
 
-def _create(actor, team, data, key, digest, namespace, evaluation, estimate) -> Environment:
+def _create(
+    *,
+    actor: Actor,
+    team: Team,
+    data: dict[str, Any],
+    key: str,
+    digest: str,
+    namespace: str,
+    evaluation: policy.Evaluation,
+    estimate: dict[str, Any],
+) -> Environment:
+    """Insert the request and its environment, audit the submission, store the gate's verdicts
+    and move the environment on: DENIED, PENDING_APPROVAL, or APPROVED (and queued) for the
+    classes approved automatically."""
     request = EnvironmentRequest.objects.create(
         team=team,
         name=data["name"],
@@ -154,26 +174,18 @@ def _create(actor, team, data, key, digest, namespace, evaluation, estimate) -> 
             "idempotency_key": bool(key),
         },
     )
-    gate.store_decisions(env, PolicyDecision.REQUEST, evaluation)
-    policy_actor = system_actor("policy-gate")
-    summary = gate.decision_summary(evaluation)
-    if not evaluation.allowed:
-        return environment_transition(
-            actor=policy_actor,
-            environment=env,
-            to=Status.DENIED,
-            reason=evaluation.summary(),
-            data={"policy": summary},
-            created_in_this_transaction=True,
-        )
+    gate.store_decisions(environment=env, stage=PolicyDecision.REQUEST, evaluation=evaluation)
+    # The gate's verdict is a transition either way: a denial is committed and audited too.
     environment_transition(
-        actor=policy_actor,
+        actor=system_actor("policy-gate"),
         environment=env,
-        to=Status.PENDING_APPROVAL,
+        to=Status.PENDING_APPROVAL if evaluation.allowed else Status.DENIED,
         reason=evaluation.summary(),
-        data={"policy": summary},
+        data={"policy": gate.decision_summary(evaluation=evaluation)},
         created_in_this_transaction=True,
     )
+    if not evaluation.allowed:
+        return env
     if env.env_class in conf.auto_approve_classes():
         environment_transition(
             actor=system_actor("auto-approval"),

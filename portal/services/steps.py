@@ -14,10 +14,10 @@ from portal.services.lifecycle import audit_target
 
 
 def _insert_if_absent(
-    env: Environment,
+    *,
+    environment: Environment,
     name: str,
     position: int,
-    *,
     status: str,
     detail: str = "",
     started_at: datetime,
@@ -37,7 +37,7 @@ def _insert_if_absent(
             " started_at, finished_at) VALUES (%s, %s, %s, %s, 1, %s, %s, %s)"
             " ON CONFLICT (environment_id, name) DO NOTHING RETURNING id",
             [
-                env.pk,
+                environment.pk,
                 name,
                 position,
                 status,
@@ -49,13 +49,19 @@ def _insert_if_absent(
         return cursor.fetchone() is not None
 
 
-def step_started(env: Environment, name: str, position: int) -> None:
+def step_started(*, environment: Environment, name: str, position: int) -> None:
     """Mark a step running (a retry increments attempts on the same row)."""
     with transaction.atomic():
         now = timezone.now()
-        if _insert_if_absent(env, name, position, status=ProvisioningStep.RUNNING, started_at=now):
+        if _insert_if_absent(
+            environment=environment,
+            name=name,
+            position=position,
+            status=ProvisioningStep.RUNNING,
+            started_at=now,
+        ):
             return
-        step = ProvisioningStep.objects.select_for_update().get(environment=env, name=name)
+        step = ProvisioningStep.objects.select_for_update().get(environment=environment, name=name)
         if step.status != ProvisioningStep.DONE:
             step.status = ProvisioningStep.RUNNING
             step.attempts += 1
@@ -64,8 +70,9 @@ def step_started(env: Environment, name: str, position: int) -> None:
 
 
 def step_done(
+    *,
     actor: Any,
-    env: Environment,
+    environment: Environment,
     name: str,
     position: int,
     detail: str = "",
@@ -78,15 +85,17 @@ def step_done(
         # A step done in one go is inserted finished rather than inserted and then updated.
         attempts = 1
         if not _insert_if_absent(
-            env,
-            name,
-            position,
+            environment=environment,
+            name=name,
+            position=position,
             status=ProvisioningStep.DONE,
             detail=detail,
             started_at=now,
             finished_at=now,
         ):
-            step = ProvisioningStep.objects.select_for_update().get(environment=env, name=name)
+            step = ProvisioningStep.objects.select_for_update().get(
+                environment=environment, name=name
+            )
             if step.status == ProvisioningStep.DONE:
                 return False
             step.status = ProvisioningStep.DONE
@@ -98,29 +107,29 @@ def step_done(
         audit.record(
             actor,
             "portal.provisioning_step.completed",
-            audit_target(env),
+            audit_target(environment),
             {"step": name, "detail": detail, "attempts": attempts, **(data or {})},
         )
     return True
 
 
-def step_failed(env: Environment, name: str, position: int, detail: str) -> None:
+def step_failed(*, environment: Environment, name: str, position: int, detail: str) -> None:
     """Mark a step failed (the environment's FAILED transition carries the audit event)."""
     ProvisioningStep.objects.update_or_create(
-        environment=env,
+        environment=environment,
         name=name,
         defaults={"position": position, "status": ProvisioningStep.FAILED, "detail": detail[:2000]},
     )
 
 
-def is_done(env: Environment, name: str) -> bool:
+def is_done(*, environment: Environment, name: str) -> bool:
     """True if the step has completed."""
     return ProvisioningStep.objects.filter(
-        environment=env, name=name, status=ProvisioningStep.DONE
+        environment=environment, name=name, status=ProvisioningStep.DONE
     ).exists()
 
 
-def step_detail(env: Environment, name: str) -> str:
+def step_detail(*, environment: Environment, name: str) -> str:
     """The recorded detail of a step ("" if none)."""
-    step = ProvisioningStep.objects.filter(environment=env, name=name).first()
+    step = ProvisioningStep.objects.filter(environment=environment, name=name).first()
     return step.detail if step else ""

@@ -5,7 +5,7 @@ owned by a person, resources left labelled and attributable.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
@@ -112,7 +112,9 @@ def environment_extend(*, actor: Actor, environment: Environment, hours: int) ->
     return environment
 
 
-def environments_reap_expired(*, now=None, dry_run: bool = True) -> dict[str, list[str]]:
+def environments_reap_expired(
+    *, now: datetime | None = None, dry_run: bool = True
+) -> dict[str, list[str]]:
     """Start teardown of READY environments past their expiry and re-queue stalled work.
 
     Dry run (the default) reports what it would do and changes nothing.
@@ -186,7 +188,8 @@ def _quarantine_owner(env: Environment):
     return env.request.requested_by
 
 
-def _quarantine(env: Environment, reason: str, remaining: list[str]) -> str:
+def _quarantine(*, env: Environment, reason: str, remaining: list[str]) -> str:
+    """QUARANTINED, owned by a person, with what is left behind."""
     owner = _quarantine_owner(env)
     environment_transition(
         actor=system_actor(REAPER),
@@ -201,6 +204,14 @@ def _quarantine(env: Environment, reason: str, remaining: list[str]) -> str:
 
 def _past_deadline(env: Environment) -> bool:
     return env.teardown_deadline is not None and timezone.now() > env.teardown_deadline
+
+
+def _waiting(*, env: Environment, reason: str, remaining: list[str]) -> str:
+    """Something teardown waits for is still there: PENDING (check again later) while the
+    deadline holds, QUARANTINED with `reason` once it has passed."""
+    if _past_deadline(env):
+        return _quarantine(env=env, reason=reason, remaining=remaining)
+    return PENDING
 
 
 def _audit_event_chained(event_id: str) -> bool:
@@ -231,50 +242,60 @@ def environment_teardown(*, environment_id: int) -> str:
         backend = _get_backend()
         refs = _refs(env)
 
-        if not is_done(env, "cordon"):
-            step_started(env, "cordon", POSITION["cordon"])
+        if not is_done(environment=env, name="cordon"):
+            step_started(environment=env, name="cordon", position=POSITION["cordon"])
             live = [m for m in c.cordon(env.manifests) if _exists_alive(backend, ref_of(m))]
             backend.apply(live)
-            step_done(actor, env, "cordon", POSITION["cordon"], f"{len(live)} objects cordoned")
+            step_done(
+                actor=actor,
+                environment=env,
+                name="cordon",
+                position=POSITION["cordon"],
+                detail=f"{len(live)} objects cordoned",
+            )
 
         workloads = [r for r in refs if r.kind in c.WORKLOAD_KINDS]
         for api_version, kind in c.WORKLOAD_RESOURCES:
             for obj in backend.list(api_version, kind, env.namespace):
                 workloads.append(ref_of(obj))
-        if not is_done(env, "delete-workloads"):
-            step_started(env, "delete-workloads", POSITION["delete-workloads"])
+        if not is_done(environment=env, name="delete-workloads"):
+            step_started(
+                environment=env, name="delete-workloads", position=POSITION["delete-workloads"]
+            )
             for ref in workloads:
                 backend.delete(ref)
             step_done(
-                actor,
-                env,
-                "delete-workloads",
-                POSITION["delete-workloads"],
-                f"{len(workloads)} deletions requested",
+                actor=actor,
+                environment=env,
+                name="delete-workloads",
+                position=POSITION["delete-workloads"],
+                detail=f"{len(workloads)} deletions requested",
             )
 
-        if not is_done(env, "finalizers-cleared"):
-            step_started(env, "finalizers-cleared", POSITION["finalizers-cleared"])
+        if not is_done(environment=env, name="finalizers-cleared"):
+            step_started(
+                environment=env, name="finalizers-cleared", position=POSITION["finalizers-cleared"]
+            )
             remaining = [str(r) for r in workloads if backend.get(*r.key) is not None]
             if remaining:
-                if _past_deadline(env):
-                    return _quarantine(
-                        env,
-                        f"finalizers did not clear by the deadline: {', '.join(remaining)}",
-                        remaining,
-                    )
-                return PENDING
+                return _waiting(
+                    env=env,
+                    reason=f"finalizers did not clear by the deadline: {', '.join(remaining)}",
+                    remaining=remaining,
+                )
             step_done(
-                actor,
-                env,
-                "finalizers-cleared",
-                POSITION["finalizers-cleared"],
-                "no workloads remain",
+                actor=actor,
+                environment=env,
+                name="finalizers-cleared",
+                position=POSITION["finalizers-cleared"],
+                detail="no workloads remain",
             )
 
-        if not is_done(env, "audit-confirmed"):
-            step_started(env, "audit-confirmed", POSITION["audit-confirmed"])
-            event_id = step_detail(env, "audit-confirmed")
+        if not is_done(environment=env, name="audit-confirmed"):
+            step_started(
+                environment=env, name="audit-confirmed", position=POSITION["audit-confirmed"]
+            )
+            event_id = step_detail(environment=env, name="audit-confirmed")
             if not event_id.startswith("event:"):
                 with transaction.atomic():
                     recorded = audit.record(
@@ -288,17 +309,23 @@ def environment_teardown(*, environment_id: int) -> str:
                     )
                 event_id = f"event:{recorded}"
             if not _audit_event_chained(event_id.removeprefix("event:")):
-                if _past_deadline(env):
-                    return _quarantine(
-                        env,
-                        "the teardown audit event was not confirmed in the chain by the deadline",
-                        [],
-                    )
-                return PENDING
-            step_done(actor, env, "audit-confirmed", POSITION["audit-confirmed"], event_id)
+                return _waiting(
+                    env=env,
+                    reason="the teardown audit event was not confirmed in the chain by the deadline",
+                    remaining=[],
+                )
+            step_done(
+                actor=actor,
+                environment=env,
+                name="audit-confirmed",
+                position=POSITION["audit-confirmed"],
+                detail=event_id,
+            )
 
-        if not is_done(env, "delete-namespace"):
-            step_started(env, "delete-namespace", POSITION["delete-namespace"])
+        if not is_done(environment=env, name="delete-namespace"):
+            step_started(
+                environment=env, name="delete-namespace", position=POSITION["delete-namespace"]
+            )
             last = [r for r in refs if r.kind in c.CONTROL_PLANE_KINDS] + [
                 r for r in refs if r.kind == "Namespace"
             ]
@@ -306,20 +333,19 @@ def environment_teardown(*, environment_id: int) -> str:
                 backend.delete(ref)
             remaining = [str(r) for r in last if backend.get(*r.key) is not None]
             if remaining:
-                if _past_deadline(env):
-                    return _quarantine(
-                        env,
-                        f"namespace or control plane did not go by the deadline: {', '.join(remaining)}",
-                        remaining,
-                    )
-                return PENDING
+                return _waiting(
+                    env=env,
+                    reason="namespace or control plane did not go by the deadline: "
+                    + ", ".join(remaining),
+                    remaining=remaining,
+                )
             with transaction.atomic():
                 step_done(
-                    actor,
-                    env,
-                    "delete-namespace",
-                    POSITION["delete-namespace"],
-                    "control plane and namespace deleted",
+                    actor=actor,
+                    environment=env,
+                    name="delete-namespace",
+                    position=POSITION["delete-namespace"],
+                    detail="control plane and namespace deleted",
                 )
                 environment_transition(
                     actor=actor,

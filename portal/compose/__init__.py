@@ -1,0 +1,116 @@
+"""Composition: a pure function from an approved environment request to Kubernetes manifests.
+
+No Django here. `compose(spec)` returns the manifests in apply order:
+Namespace, ResourceQuota, LimitRange, default-deny NetworkPolicy (plus DNS
+egress), RoleBinding for the team's group, and on request a Kamaji
+TenantControlPlane, a Karpenter NodePool (spot pools diversified over at least
+four instance types and three zones), a Crossplane database claim; last the
+Argo CD Application that syncs the team's workloads into the namespace.
+Every object carries the team, class, TTL class and request labels, so
+anything left behind stays attributable.
+
+One module per manifest family: `isolation` (the namespace and its guard rails),
+`control_plane` (Kamaji and the datastore pools), `capacity` (Karpenter), `database`
+(Crossplane), `argocd` (delivery), `teardown` (what teardown removes first and cordons);
+`spec` holds the input, the labels and the shapes they share.
+"""
+
+from __future__ import annotations
+
+from portal.compose.argocd import ARGOCD_NAMESPACE, argocd_application
+from portal.compose.capacity import MIN_SPOT_TYPES, MIN_SPOT_ZONES, node_pool
+from portal.compose.control_plane import (
+    KUBERNETES_VERSION,
+    DatastorePool,
+    PoolsExhausted,
+    choose_datastore,
+    tenant_control_plane,
+)
+from portal.compose.database import database_claim
+from portal.compose.isolation import (
+    limit_range,
+    namespace,
+    network_policies,
+    resource_quota,
+    role_binding,
+)
+from portal.compose.spec import (
+    DEFAULT_GPU_TYPES,
+    DEFAULT_ON_DEMAND_TYPES,
+    DEFAULT_SPOT_TYPES,
+    DEFAULT_ZONES,
+    L_CLASS,
+    L_ENV,
+    L_POOL,
+    L_REQUEST,
+    L_TEAM,
+    L_TTL,
+    L_WORKLOAD,
+    MANAGED_BY,
+    CompositionError,
+    EnvironmentSpec,
+    labels,
+    ttl_class,
+)
+from portal.compose.teardown import (
+    CONTROL_PLANE_KINDS,
+    WORKLOAD_KINDS,
+    WORKLOAD_RESOURCES,
+    cordon,
+)
+
+
+def compose(spec: EnvironmentSpec) -> list[dict]:
+    """All manifests for one environment, in apply order (namespace first, Application last)."""
+    manifests = [namespace(spec), resource_quota(spec), limit_range(spec)]
+    manifests += network_policies(spec)
+    manifests.append(role_binding(spec))
+    if spec.tenant_control_plane:
+        manifests.append(tenant_control_plane(spec))
+    if spec.spot_node_pool or spec.gpu > 0:
+        manifests.append(node_pool(spec))
+    if spec.database:
+        manifests.append(database_claim(spec))
+    manifests.append(argocd_application(spec))
+    return manifests
+
+
+__all__ = [
+    "ARGOCD_NAMESPACE",
+    "CONTROL_PLANE_KINDS",
+    "DEFAULT_GPU_TYPES",
+    "DEFAULT_ON_DEMAND_TYPES",
+    "DEFAULT_SPOT_TYPES",
+    "DEFAULT_ZONES",
+    "KUBERNETES_VERSION",
+    "L_CLASS",
+    "L_ENV",
+    "L_POOL",
+    "L_REQUEST",
+    "L_TEAM",
+    "L_TTL",
+    "L_WORKLOAD",
+    "MANAGED_BY",
+    "MIN_SPOT_TYPES",
+    "MIN_SPOT_ZONES",
+    "WORKLOAD_KINDS",
+    "WORKLOAD_RESOURCES",
+    "CompositionError",
+    "DatastorePool",
+    "EnvironmentSpec",
+    "PoolsExhausted",
+    "argocd_application",
+    "choose_datastore",
+    "compose",
+    "cordon",
+    "database_claim",
+    "labels",
+    "limit_range",
+    "namespace",
+    "network_policies",
+    "node_pool",
+    "resource_quota",
+    "role_binding",
+    "tenant_control_plane",
+    "ttl_class",
+]
