@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest
-from django.http import StreamingHttpResponse
+from django.http import QueryDict, StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -18,6 +18,7 @@ from drf_spectacular.utils import (
     extend_schema_field,
 )
 from rest_framework import serializers
+from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -53,7 +54,7 @@ async def stream_async(lines: Iterator[str]) -> AsyncIterator[str]:
             await sync_to_async(close, thread_sensitive=True)()
 
 
-def filters_from(query) -> selectors.EventFilter:
+def filters_from(query: QueryDict) -> selectors.EventFilter:
     """Explorer/API filters from query parameters (`from`/`since`, `to`/`until`, actor, action,
     target); a bad value raises kiln.params.ParamError naming the parameter."""
     since_name = "from" if query.get("from") else "since"
@@ -147,17 +148,13 @@ class AuditEventListApi(APIView):
         ],
         responses=OutputSerializer,
     )
-    def get(self, request):
+    def get(self, request: Request) -> Response:
         filters = filters_from(request.query_params)
         limit = params.parse_limit(request.query_params.get("limit"), maximum=MAX_LIMIT)
         before = selectors.decode_cursor(request.query_params.get("cursor"))
         rows, next_seq = selectors.event_page(filters, before=before, limit=limit)
-        return Response(
-            {
-                "results": ChainEventSerializer(rows, many=True).data,
-                "next_cursor": selectors.encode_cursor(next_seq),
-            }
-        )
+        page = {"results": rows, "next_cursor": selectors.encode_cursor(next_seq)}
+        return Response(self.OutputSerializer(page).data)
 
 
 class AuditExportApi(APIView):
@@ -180,7 +177,7 @@ class AuditExportApi(APIView):
             (200, "text/csv"): OpenApiResponse(OpenApiTypes.STR, description="`format=csv`."),
         },
     )
-    def get(self, request):
+    def get(self, request: Request) -> StreamingHttpResponse:
         filters = filters_from(request.query_params)
         fmt = request.query_params.get("format", "jsonl")
         if fmt not in ("jsonl", "csv"):
@@ -200,6 +197,6 @@ class AuditExportApi(APIView):
         response["Content-Disposition"] = f'attachment; filename="kiln-audit-{stamp}.{fmt}"'
         return response
 
-    def perform_content_negotiation(self, request, force=False):
+    def perform_content_negotiation(self, request: Request, force: bool = False):
         # `format` selects jsonl/csv here, not a DRF renderer; errors still render as JSON.
         return super().perform_content_negotiation(request, force=True)

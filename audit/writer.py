@@ -125,10 +125,10 @@ class AuditWriter:
         if self.batch_pause:
             # Fault drills: widen the window in which a killed writer has an uncommitted batch.
             with transaction.atomic():
-                result = services.chain_append(messages, role=self.role)
+                result = services.chain_append(messages=messages, role=self.role)
                 time.sleep(self.batch_pause)
         else:
-            result = services.chain_append(messages, role=self.role)
+            result = services.chain_append(messages=messages, role=self.role)
         self.topic.ack([entry_id for entry_id, _ in messages])
         self.stats.batches += 1
         self.stats.appended += result.appended

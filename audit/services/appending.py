@@ -91,7 +91,7 @@ def chain_head() -> tuple[int, str]:
 
 
 def chain_append(
-    messages: list[Message], *, role: str | None = None, actor: Actor | None = None
+    *, messages: list[Message], role: str | None = None, actor: Actor | None = None
 ) -> AppendResult:
     """Append a batch of stream entries to the chain in one transaction (the writer's only write).
 
@@ -124,7 +124,7 @@ def chain_append(
         head_seq, head_hash = chain_head()
         entries = list(chain.build_entries(head_seq, head_hash, fresh))
         if entries:
-            insert_entries(entries)
+            insert_entries(entries=entries)
             head_seq, head_hash = entries[-1].seq, entries[-1].hash
         OutboxEvent.objects.filter(event_id__in=ids).delete()
     CHAIN_APPENDED.inc(len(entries))
@@ -138,7 +138,7 @@ def _chained_ids(ids: list[str]) -> set[str]:
     return {str(event_id) for event_id in chained}
 
 
-def insert_entries(entries: list[chain.Entry]) -> None:
+def insert_entries(*, entries: list[chain.Entry]) -> None:
     """Append the entries: COPY on PostgreSQL, a bulk INSERT elsewhere.
 
     COPY is kept for the end-to-end target (>= 5,000 events/s): the single writer's time

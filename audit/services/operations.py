@@ -12,7 +12,7 @@ from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
 from audit.models import VerificationRun
-from audit.selectors import export_segment
+from audit.selectors import Segment, export_segment
 from audit.services.recording import record
 from kiln.errors import Forbidden, InvalidInput
 from kiln.identity.permissions import (
@@ -141,7 +141,9 @@ def roles_setup(*, writer_role: str, app_role: str, actor: Actor | None = None) 
     return done
 
 
-def export_create(*, actor: Any, since: datetime | None, until: datetime | None, fmt: str):
+def export_create(
+    *, actor: Any, since: datetime | None, until: datetime | None, fmt: str
+) -> Segment | None:
     """Choose the segment to export and record who exported what (`audit.export.created`)."""
     if not can_view_audit(actor):
         raise Forbidden(f"{actor} may not export the audit chain")

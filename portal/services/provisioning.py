@@ -23,10 +23,14 @@ from portal.lifecycle import LIVE, Status
 from portal.models import Environment, PolicyDecision, ProvisioningStep
 from portal.services import gate
 from portal.services.lifecycle import environment_transition
-from portal.services.steps import step_done, step_failed, step_started
+from portal.services.steps import (
+    position_of,
+    step_done,
+    step_failed,
+    step_started,
+)
 
 PROVISIONER = "provisioner"
-STEPS = ("compose", "manifest-policy", "apply", "ready")
 READY, PENDING, FAILED, NOOP = "ready", "pending", "failed", "noop"
 
 
@@ -92,7 +96,6 @@ def environment_mark_failed(*, environment_id: int, reason: str, step: str = "")
         step_failed(
             environment=env,
             name=step,
-            position=STEPS.index(step) if step in STEPS else 99,
             detail=reason,
         )
     environment_transition(
@@ -151,7 +154,6 @@ def environment_provision(*, environment_id: int) -> str:
                     actor=actor,
                     environment=env,
                     name="compose",
-                    position=0,
                     detail=f"{len(manifests)} manifests",
                     data={"kinds": [m["kind"] for m in manifests]},
                 )
@@ -166,7 +168,6 @@ def environment_provision(*, environment_id: int) -> str:
                     step_failed(
                         environment=env,
                         name="manifest-policy",
-                        position=1,
                         detail=evaluation.summary(),
                     )
                     environment_transition(
@@ -181,14 +182,13 @@ def environment_provision(*, environment_id: int) -> str:
                     actor=actor,
                     environment=env,
                     name="manifest-policy",
-                    position=1,
                     detail=evaluation.summary(),
                     data={"policy": gate.decision_summary(evaluation=evaluation)},
                 )
 
         backend = get_backend()
         if "apply" not in done:
-            step_started(environment=env, name="apply", position=2)
+            step_started(environment=env, name="apply")
             with tracer("kiln.portal").start_as_current_span("portal.delivery.apply") as apply_span:
                 apply_span.set_attribute("kiln.backend", backend.name)
                 refs = backend.apply(env.manifests)  # DeliveryError propagates: the task retries
@@ -199,7 +199,6 @@ def environment_provision(*, environment_id: int) -> str:
                 actor=actor,
                 environment=env,
                 name="apply",
-                position=2,
                 detail=f"{len(refs)} objects applied with {backend.name}",
             )
 
@@ -222,7 +221,6 @@ def environment_provision(*, environment_id: int) -> str:
                         actor=actor,
                         environment=env,
                         name="ready",
-                        position=3,
                         detail=f"{len(healths)} objects healthy",
                     )
                     environment_transition(
@@ -256,7 +254,7 @@ def environment_provision(*, environment_id: int) -> str:
                 environment=env,
                 name="ready",
                 defaults={
-                    "position": 3,
+                    "position": position_of("ready"),
                     "status": ProvisioningStep.RUNNING,
                     "attempts": 1,
                     "started_at": timezone.now(),

@@ -12,12 +12,31 @@ import audit
 from portal.models import Environment, ProvisioningStep
 from portal.services.lifecycle import audit_target
 
+PROVISIONING_STEPS = ("compose", "manifest-policy", "apply", "ready")
+TEARDOWN_STEPS = (
+    "cordon",
+    "delete-workloads",
+    "finalizers-cleared",
+    "audit-confirmed",
+    "delete-namespace",
+)
+# Where each step lists on an environment's page: provisioning's, then teardown's from 10.
+POSITION = {
+    **{name: i for i, name in enumerate(PROVISIONING_STEPS)},
+    **{name: 10 + i for i, name in enumerate(TEARDOWN_STEPS)},
+}
+UNLISTED = 99  # a step name neither pipeline has lists last
+
+
+def position_of(name: str) -> int:
+    """The step's place in the list of an environment's steps."""
+    return POSITION.get(name, UNLISTED)
+
 
 def _insert_if_absent(
     *,
     environment: Environment,
     name: str,
-    position: int,
     status: str,
     detail: str = "",
     started_at: datetime,
@@ -39,7 +58,7 @@ def _insert_if_absent(
             [
                 environment.pk,
                 name,
-                position,
+                position_of(name),
                 status,
                 detail,
                 ops.adapt_datetimefield_value(started_at),
@@ -49,14 +68,13 @@ def _insert_if_absent(
         return cursor.fetchone() is not None
 
 
-def step_started(*, environment: Environment, name: str, position: int) -> None:
+def step_started(*, environment: Environment, name: str) -> None:
     """Mark a step running (a retry increments attempts on the same row)."""
     with transaction.atomic():
         now = timezone.now()
         if _insert_if_absent(
             environment=environment,
             name=name,
-            position=position,
             status=ProvisioningStep.RUNNING,
             started_at=now,
         ):
@@ -74,7 +92,6 @@ def step_done(
     actor: Any,
     environment: Environment,
     name: str,
-    position: int,
     detail: str = "",
     data: dict | None = None,
 ) -> bool:
@@ -87,7 +104,6 @@ def step_done(
         if not _insert_if_absent(
             environment=environment,
             name=name,
-            position=position,
             status=ProvisioningStep.DONE,
             detail=detail,
             started_at=now,
@@ -113,12 +129,16 @@ def step_done(
     return True
 
 
-def step_failed(*, environment: Environment, name: str, position: int, detail: str) -> None:
+def step_failed(*, environment: Environment, name: str, detail: str) -> None:
     """Mark a step failed (the environment's FAILED transition carries the audit event)."""
     ProvisioningStep.objects.update_or_create(
         environment=environment,
         name=name,
-        defaults={"position": position, "status": ProvisioningStep.FAILED, "detail": detail[:2000]},
+        defaults={
+            "position": position_of(name),
+            "status": ProvisioningStep.FAILED,
+            "detail": detail[:2000],
+        },
     )
 
 

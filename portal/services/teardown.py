@@ -24,18 +24,10 @@ from portal.lifecycle import Status
 from portal.models import Environment, ProvisioningStep
 from portal.services.lifecycle import audit_target, environment_transition
 from portal.services.queueing import enqueue_provisioning, enqueue_teardown
-from portal.services.steps import is_done, step_detail, step_done, step_started
+from portal.services.steps import TEARDOWN_STEPS, is_done, step_detail, step_done, step_started
 
 REAPER = "reaper"
 DELETED, PENDING, QUARANTINED, NOOP = "deleted", "pending", "quarantined", "noop"
-TEARDOWN_STEPS = (
-    "cordon",
-    "delete-workloads",
-    "finalizers-cleared",
-    "audit-confirmed",
-    "delete-namespace",
-)
-POSITION = {name: 10 + i for i, name in enumerate(TEARDOWN_STEPS)}
 
 
 def environment_teardown_request(
@@ -243,14 +235,13 @@ def environment_teardown(*, environment_id: int) -> str:
         refs = _refs(env)
 
         if not is_done(environment=env, name="cordon"):
-            step_started(environment=env, name="cordon", position=POSITION["cordon"])
+            step_started(environment=env, name="cordon")
             live = [m for m in c.cordon(env.manifests) if _exists_alive(backend, ref_of(m))]
             backend.apply(live)
             step_done(
                 actor=actor,
                 environment=env,
                 name="cordon",
-                position=POSITION["cordon"],
                 detail=f"{len(live)} objects cordoned",
             )
 
@@ -259,23 +250,18 @@ def environment_teardown(*, environment_id: int) -> str:
             for obj in backend.list(api_version, kind, env.namespace):
                 workloads.append(ref_of(obj))
         if not is_done(environment=env, name="delete-workloads"):
-            step_started(
-                environment=env, name="delete-workloads", position=POSITION["delete-workloads"]
-            )
+            step_started(environment=env, name="delete-workloads")
             for ref in workloads:
                 backend.delete(ref)
             step_done(
                 actor=actor,
                 environment=env,
                 name="delete-workloads",
-                position=POSITION["delete-workloads"],
                 detail=f"{len(workloads)} deletions requested",
             )
 
         if not is_done(environment=env, name="finalizers-cleared"):
-            step_started(
-                environment=env, name="finalizers-cleared", position=POSITION["finalizers-cleared"]
-            )
+            step_started(environment=env, name="finalizers-cleared")
             remaining = [str(r) for r in workloads if backend.get(*r.key) is not None]
             if remaining:
                 return _waiting(
@@ -287,14 +273,11 @@ def environment_teardown(*, environment_id: int) -> str:
                 actor=actor,
                 environment=env,
                 name="finalizers-cleared",
-                position=POSITION["finalizers-cleared"],
                 detail="no workloads remain",
             )
 
         if not is_done(environment=env, name="audit-confirmed"):
-            step_started(
-                environment=env, name="audit-confirmed", position=POSITION["audit-confirmed"]
-            )
+            step_started(environment=env, name="audit-confirmed")
             event_id = step_detail(environment=env, name="audit-confirmed")
             if not event_id.startswith("event:"):
                 with transaction.atomic():
@@ -318,14 +301,11 @@ def environment_teardown(*, environment_id: int) -> str:
                 actor=actor,
                 environment=env,
                 name="audit-confirmed",
-                position=POSITION["audit-confirmed"],
                 detail=event_id,
             )
 
         if not is_done(environment=env, name="delete-namespace"):
-            step_started(
-                environment=env, name="delete-namespace", position=POSITION["delete-namespace"]
-            )
+            step_started(environment=env, name="delete-namespace")
             last = [r for r in refs if r.kind in c.CONTROL_PLANE_KINDS] + [
                 r for r in refs if r.kind == "Namespace"
             ]
@@ -344,7 +324,6 @@ def environment_teardown(*, environment_id: int) -> str:
                     actor=actor,
                     environment=env,
                     name="delete-namespace",
-                    position=POSITION["delete-namespace"],
                     detail="control plane and namespace deleted",
                 )
                 environment_transition(

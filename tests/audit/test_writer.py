@@ -45,7 +45,7 @@ def test_the_same_stream_entry_delivered_twice_makes_one_row(settings):
     stats = drain()
     assert (stats["appended"], stats["duplicates"]) == (1, 1)
     # ... and twice inside one batch
-    result = chain_append([("1-0", fields[b"e"]), ("2-0", fields[b"e"])])
+    result = chain_append(messages=[("1-0", fields[b"e"]), ("2-0", fields[b"e"])])
     assert (result.appended, result.duplicates) == (0, 2)
     assert list(ChainEvent.objects.values_list("event_id", flat=True)) == [event_id]
     assert get_topic().backlog() == 0

@@ -294,7 +294,7 @@ OPERATIONS: dict[str, Operation] = {
     "audit.chain_append": Operation(
         frozenset({c.AUDIT_CHAIN}),
         "stream",
-        lambda a, ctx: chain_append(ctx["messages"], actor=a),
+        lambda a, ctx: chain_append(messages=ctx["messages"], actor=a),
         _chain,
         lambda r, ctx: r.appended == 1,
         audited=False,  # the chain is what it appends to
@@ -405,7 +405,7 @@ def context(request, db, chaos_settings):  # noqa: F811
     if op.setup in ("stream", "chained"):
         ctx["messages"] = _stream_entry()
     if op.setup == "chained":
-        assert chain_append(ctx["messages"]).appended == 1
+        assert chain_append(messages=ctx["messages"]).appended == 1
     return ctx
 
 

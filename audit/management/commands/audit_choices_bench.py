@@ -128,7 +128,7 @@ class Command(BaseCommand):
             )  # fmt: skip
 
         result["chain_insert_with_building"] = {
-            "copy_or_bulk": _per_item(_rolled_back(lambda: insert_entries(entries())), n),
+            "copy_or_bulk": _per_item(_rolled_back(lambda: insert_entries(entries=entries())), n),
             "executemany": _per_item(_rolled_back(executemany), n),
             "bulk_create": _per_item(_rolled_back(bulk_create), n),
         }
