@@ -1,0 +1,206 @@
+"""Django's own settings: apps, middleware, URLs and templates, the database, caches and
+channel layers, security headers and cookies, static files, tracing and logs."""
+
+from __future__ import annotations
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from kiln.settings.environ import (
+    BASE_DIR,
+    DATABASE_URL,
+    REDIS_URL,
+    STANDALONE,
+    VAR_DIR,
+    env,
+    env_bool,
+    env_int,
+)
+
+# --- core ------------------------------------------------------------------
+
+# Off everywhere by default (standalone too: same pages and error responses as production).
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = env("SECRET_KEY")
+if SECRET_KEY is None:
+    if not STANDALONE:
+        raise ImproperlyConfigured("SECRET_KEY is required outside standalone mode")
+    SECRET_KEY = "standalone-insecure-key-only-for-127.0.0.1"  # noqa: S105 - standalone only
+
+ALLOWED_HOSTS = [
+    h.strip()
+    for h in env("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",")
+    if h.strip()
+]
+CSRF_TRUSTED_ORIGINS = [o.strip() for o in env("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
+
+INSTALLED_APPS = [
+    "kiln.apps.KilnAdminConfig",  # django.contrib.admin, its site asking kiln.identity.permissions
+    "django.contrib.auth",
+    "axes",  # login throttling (below, "identity")
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "channels",
+    "kiln",
+    "kiln.cluster",  # the cluster interface; owns the simulated cluster's tables
+    # Kiln's apps, each after the ones it stands on: kiln.seed runs their demo seeds in this
+    # order (scheduler's prices before portal's cost estimates).
+    "audit",
+    "scheduler",
+    "portal",
+    "canary",
+    "canary.chaos.apps.ChaosConfig",  # label "chaos"
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "kiln.middleware.ContentSecurityPolicyMiddleware",
+    "kiln.request_guard.RequestGuardMiddleware",  # NUL/over-long path or query values: a 400
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "kiln.identity.pages.RoleRequiredPagesMiddleware",  # no Kiln role: only the home page
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "kiln.middleware.RequestMetricsMiddleware",
+    "axes.middleware.AxesMiddleware",  # a locked-out sign-in gets the explained login page
+]
+
+ROOT_URLCONF = "kiln.urls"
+ASGI_APPLICATION = "kiln.asgi.application"
+# The apps' URL modules kiln/urls.py mounts (pages at /, APIs under /api/v1/), and the modules
+# whose websocket_urlpatterns kiln/asgi.py routes: named, never imported by the project package.
+KILN_APP_URLCONFS = (
+    "portal.urls",
+    "scheduler.urls",
+    "canary.urls",
+    "canary.chaos.urls",
+    "audit.urls",
+)
+KILN_WEBSOCKET_ROUTES = ("canary.routing",)
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "kiln.context_processors.navigation",
+            ],
+        },
+    },
+]
+
+# --- data ------------------------------------------------------------------
+
+if DATABASE_URL:
+    DATABASES = {
+        "default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)
+    }
+else:
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": VAR_DIR / "kiln.sqlite3",
+            "OPTIONS": {
+                # One process, several threads (web, worker, beat, audit writer):
+                # WAL lets readers run beside the writer, IMMEDIATE avoids upgrade deadlocks.
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 30,
+            },
+        }
+    }
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+if REDIS_URL:
+    CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+    }
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL]},
+        }
+    }
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# --- security ----------------------------------------------------------------
+
+SECURE_COOKIES = env_bool("KILN_SECURE_COOKIES", not STANDALONE)
+SESSION_COOKIE_SECURE = SECURE_COOKIES
+CSRF_COOKIE_SECURE = SECURE_COOKIES
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+SECURE_HSTS_SECONDS = env_int("KILN_HSTS_SECONDS", 0 if STANDALONE else 31536000)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = not STANDALONE
+SECURE_SSL_REDIRECT = env_bool("KILN_SSL_REDIRECT", False)
+if env_bool("KILN_BEHIND_PROXY", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# Scripts and styles come only from our own origin; no inline script anywhere.
+CONTENT_SECURITY_POLICY = env(
+    "KILN_CSP",
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "font-src 'self'; connect-src 'self' ws: wss:; object-src 'none'; base-uri 'self'; "
+    "form-action 'self'; frame-ancestors 'none'",
+)
+
+# --- static ------------------------------------------------------------------
+
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT.mkdir(
+    parents=True, exist_ok=True
+)  # whitenoise serves finders plus this (collectstatic)
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+# --- observability -----------------------------------------------------------
+
+OTEL_EXPORTER_OTLP_ENDPOINT = env("OTEL_EXPORTER_OTLP_ENDPOINT")
+OTEL_SERVICE_NAME = env("OTEL_SERVICE_NAME", "kiln")
+KILN_TRACING = env_bool("KILN_TRACING", True)
+
+LOG_LEVEL = env("KILN_LOG_LEVEL", "INFO")
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"json": {"()": "kiln.logging.JSONFormatter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json"}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        "uvicorn.access": {"level": "WARNING"},
+        "celery": {"level": "WARNING"},
+        # The CEL engine logs each transpiled expression (INFO) and each evaluation error (ERROR);
+        # the policy gate reports every error as a denial with its reason instead.
+        "celpy": {"level": "CRITICAL"},
+    },
+}

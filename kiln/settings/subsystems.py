@@ -1,0 +1,146 @@
+"""Celery, and each subsystem's own settings: the audit chain, cluster delivery, environments
+(portal), the scheduler, chaos and canary rollouts, with the beat schedule they add to."""
+
+from __future__ import annotations
+
+from kiln.settings.environ import (
+    BASE_DIR,
+    REDIS_URL,
+    STANDALONE,
+    VAR_DIR,
+    env,
+    env_bool,
+    env_float,
+    env_int,
+)
+
+# --- celery ----------------------------------------------------------------
+
+CELERY_BROKER_URL = env("CELERY_BROKER_URL", REDIS_URL or "memory://localhost/")
+CELERY_RESULT_BACKEND = env("CELERY_RESULT_BACKEND", REDIS_URL or "cache+memory://")
+CELERY_TASK_ACKS_LATE = True  # a killed worker's task is redelivered, not lost
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TIMEZONE = "UTC"
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Without it Celery closes the database connection after every task (a new connection per
+# task); with it a worker keeps its connection and CONN_MAX_AGE still recycles it.
+CELERY_DB_REUSE_MAX = env_int("CELERY_DB_REUSE_MAX", 1000)
+CELERY_BEAT_SCHEDULE: dict[str, dict] = {}
+
+# --- audit chain (docs/audit.md) -------------------------------------------------
+
+KILN_AUDIT_STREAM = env("KILN_AUDIT_STREAM", "kiln:audit")
+KILN_AUDIT_GROUP = env("KILN_AUDIT_GROUP", "kiln-audit-writer")
+KILN_AUDIT_CONSUMER = env("KILN_AUDIT_CONSUMER", "writer-1")
+KILN_AUDIT_BATCH_SIZE = env_int("KILN_AUDIT_BATCH_SIZE", 1000)
+KILN_AUDIT_CHECKPOINT_EVERY = env_int("KILN_AUDIT_CHECKPOINT_EVERY", 10000)
+KILN_AUDIT_CHECKPOINT_SECONDS = env_float("KILN_AUDIT_CHECKPOINT_SECONDS", 60.0)
+KILN_AUDIT_SWEEP_SECONDS = env_float("KILN_AUDIT_SWEEP_SECONDS", 5.0)
+KILN_AUDIT_REPUBLISH_SECONDS = env_float("KILN_AUDIT_REPUBLISH_SECONDS", 300.0)
+KILN_AUDIT_MAX_LAG_SECONDS = env_float("KILN_AUDIT_MAX_LAG_SECONDS", 120.0)
+KILN_AUDIT_RELAY_ON_COMMIT = env_bool("KILN_AUDIT_RELAY_ON_COMMIT", True)
+KILN_AUDIT_ORIGIN = env("KILN_AUDIT_ORIGIN", "kiln.local/audit")
+# Ed25519 PEM private key signing checkpoints; unset: a dev key generated under var/audit/.
+KILN_AUDIT_SIGNING_KEY = env(
+    "KILN_AUDIT_SIGNING_KEY", str(VAR_DIR / "audit" / "checkpoint-key.pem")
+)
+KILN_AUDIT_SIGNING_KEY_IS_DEV = env("KILN_AUDIT_SIGNING_KEY") is None or STANDALONE
+# Anchors, comma-separated: dir:/path and/or git:/path/to/repo. Unset: a directory under var/audit/.
+KILN_AUDIT_ANCHORS = env("KILN_AUDIT_ANCHORS", f"dir:{VAR_DIR / 'audit' / 'anchor'}")
+KILN_AUDIT_WRITER_ROLE = env("KILN_AUDIT_WRITER_ROLE", "kiln_audit_writer")
+KILN_AUDIT_APP_ROLE = env("KILN_AUDIT_APP_ROLE", "kiln_app")
+CELERY_BEAT_SCHEDULE["audit-relay-sweep"] = {
+    "task": "audit.tasks.relay_outbox",
+    "schedule": KILN_AUDIT_SWEEP_SECONDS,
+}
+
+# --- delivery ------------------------------------------------------------------
+
+# simulated | kubernetes | gitops. Standalone defaults to the simulated cluster.
+KILN_DELIVERY_BACKEND = env("KILN_DELIVERY_BACKEND", "simulated")
+# Simulated cluster: per-kind readiness delays (zero | fast | realistic) times a scale.
+KILN_SIM_DELAY_PROFILE = env("KILN_SIM_DELAY_PROFILE", "fast")
+KILN_SIM_DELAY_SCALE = env_float("KILN_SIM_DELAY_SCALE", 1.0)
+KILN_SIM_FINALIZER_SECONDS = env_float("KILN_SIM_FINALIZER_SECONDS", 1.0)
+# gitops backend: the repository (path or URL; default a bare repository under var/) and branch.
+KILN_GITOPS_REPO = env("KILN_GITOPS_REPO", str(VAR_DIR / "gitops.git"))
+KILN_GITOPS_BRANCH = env("KILN_GITOPS_BRANCH", "main")
+# Where gitops reads health back: simulated (stands in for Argo CD) or kubernetes.
+KILN_GITOPS_OBSERVER = env("KILN_GITOPS_OBSERVER", "simulated")
+# kubernetes backend: API server URL and bearer token file (unset: kubeconfig / in-cluster).
+KILN_KUBE_API_URL = env("KILN_KUBE_API_URL")
+KILN_KUBE_TOKEN_FILE = env("KILN_KUBE_TOKEN_FILE")
+KILN_KUBE_CA_FILE = env("KILN_KUBE_CA_FILE")
+
+# --- environments (portal) ------------------------------------------------------
+KILN_POLICY_DIR = env("KILN_POLICY_DIR", str(BASE_DIR / "deploy" / "policies"))
+KILN_POLICY_TIMEOUT_SECONDS = env_float("KILN_POLICY_TIMEOUT_SECONDS", 2.0)
+KILN_TEAM_LIMITS = env("KILN_TEAM_LIMITS", "cpu=128,memoryGi=512,gpu=8,environments=20")
+KILN_DATASTORE_POOLS = env(
+    "KILN_DATASTORE_POOLS",
+    "etcd-a1:zone-a:30,etcd-a2:zone-a:30,etcd-b1:zone-b:30,etcd-c1:zone-c:30",
+)
+KILN_PROVISION_TIMEOUT_SECONDS = env_float("KILN_PROVISION_TIMEOUT_SECONDS", 900)
+KILN_PROVISION_POLL_SECONDS = env_float("KILN_PROVISION_POLL_SECONDS", 0.5)
+KILN_TEARDOWN_DEADLINE_SECONDS = env_float("KILN_TEARDOWN_DEADLINE_SECONDS", 300)
+KILN_QUARANTINE_OWNER = env("KILN_QUARANTINE_OWNER", "")
+KILN_REAP_INTERVAL_SECONDS = env_float("KILN_REAP_INTERVAL_SECONDS", 60)
+CELERY_BEAT_SCHEDULE["portal-reap-expired"] = {
+    "task": "portal.reap_expired",
+    "schedule": KILN_REAP_INTERVAL_SECONDS,
+}
+
+# --- scheduler ---------------------------------------------------------------
+# Score weights (each in [0, 1], summing to 1; checked when the app loads).
+KILN_SCHEDULER_WEIGHT_COST = env_float("KILN_SCHEDULER_WEIGHT_COST", 0.5)
+KILN_SCHEDULER_WEIGHT_PACKING = env_float("KILN_SCHEDULER_WEIGHT_PACKING", 0.3)
+KILN_SCHEDULER_WEIGHT_RISK = env_float("KILN_SCHEDULER_WEIGHT_RISK", 0.2)
+# Optional shared secret kube-scheduler sends as `Authorization: Bearer <token>` to the extender.
+KILN_SCHEDULER_EXTENDER_TOKEN = env("KILN_SCHEDULER_EXTENDER_TOKEN")
+KILN_SCHEDULER_MAX_BODY_BYTES = env_int("KILN_SCHEDULER_MAX_BODY_BYTES", 32 * 1024 * 1024)
+KILN_SCHEDULER_SNAPSHOT_TTL_SECONDS = env_float("KILN_SCHEDULER_SNAPSHOT_TTL_SECONDS", 2.0)
+# Where nodes sync from: simulated | kubernetes | none. Follows the delivery backend by default.
+KILN_SCHEDULER_NODE_SOURCE = env(
+    "KILN_SCHEDULER_NODE_SOURCE",
+    "kubernetes" if KILN_DELIVERY_BACKEND == "kubernetes" else "simulated",
+)
+KILN_SCHEDULER_SYNC_SECONDS = env_float("KILN_SCHEDULER_SYNC_SECONDS", 15.0)
+CELERY_BEAT_SCHEDULE["scheduler-nodes-resync"] = {
+    "task": "scheduler.tasks.nodes_resync",
+    "schedule": KILN_SCHEDULER_SYNC_SECONDS,
+}
+
+# --- chaos (docs/chaos.md): leader-election timings of fault leases, in seconds --------------
+
+KILN_CHAOS_LEASE_DURATION = env_float("KILN_CHAOS_LEASE_DURATION", 15.0)
+KILN_CHAOS_RENEW_DEADLINE = env_float("KILN_CHAOS_RENEW_DEADLINE", 10.0)
+KILN_CHAOS_RETRY_PERIOD = env_float("KILN_CHAOS_RETRY_PERIOD", 2.0)
+KILN_CHAOS_MAX_CLOCK_SKEW = env_float("KILN_CHAOS_MAX_CLOCK_SKEW", 1.0)
+KILN_CHAOS_REVERT_BUDGET = env_float("KILN_CHAOS_REVERT_BUDGET", 2.0)
+KILN_CHAOS_REAPER_PERIOD = env_float("KILN_CHAOS_REAPER_PERIOD", 5.0)
+KILN_CHAOS_LEASE_NAMESPACE = env("KILN_CHAOS_LEASE_NAMESPACE", "kiln-system")
+# Start a controller task when an experiment starts (off for the crash benchmark, which runs its own).
+KILN_CHAOS_AUTORUN = env_bool("KILN_CHAOS_AUTORUN", True)
+CELERY_IMPORTS = ("canary.chaos.tasks",)
+CELERY_BEAT_SCHEDULE["chaos-reaper"] = {
+    "task": "chaos.tasks.chaos_reap",
+    "schedule": KILN_CHAOS_REAPER_PERIOD,
+}
+
+# --- canary rollouts (docs/canary.md) -------------------------------------------------------
+# Each rollout re-enqueues its next tick; this beat sweep enqueues any tick that is due, so a
+# killed worker (or a lost countdown task) delays a rollout by at most one sweep.
+KILN_CANARY_SWEEP_SECONDS = env_float("KILN_CANARY_SWEEP_SECONDS", 2.0)
+# The Prometheus HTTP API the analyser queries (base URL), and the other base URLs a service
+# may name (comma-separated). Metrics servers come from here, never from what a client sends.
+KILN_PROMETHEUS_URL = env("KILN_PROMETHEUS_URL", "")
+KILN_PROMETHEUS_URL_ALLOWLIST = [
+    u.strip() for u in (env("KILN_PROMETHEUS_URL_ALLOWLIST", "") or "").split(",") if u.strip()
+]
+CELERY_BEAT_SCHEDULE["canary-rollouts-tick-due"] = {
+    "task": "canary.tasks.rollouts_tick_due",
+    "schedule": KILN_CANARY_SWEEP_SECONDS,
+}
