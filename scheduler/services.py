@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
@@ -77,8 +78,9 @@ def _validate_source(source: str) -> None:
 
 
 def _upsert(
-    node: ObservedNode, source: str, now, result: SyncResult, existing: Node | None
+    *, node: ObservedNode, source: str, now: datetime, result: SyncResult, existing: Node | None
 ) -> None:
+    """Create the node's row or bring it up to date, noting which in `result`."""
     values = node.fields()
     if existing is None:
         Node.objects.create(name=node.name, source=source, synced_at=now, **values)
@@ -106,7 +108,7 @@ def node_sync(*, actor: Any, source: str, observed: list[ObservedNode]) -> SyncR
     with transaction.atomic():
         known = Node.objects.select_for_update().in_bulk(names, field_name="name")
         for node in observed:
-            _upsert(node, source, now, result, known.get(node.name))
+            _upsert(node=node, source=source, now=now, result=result, existing=known.get(node.name))
         gone = Node.objects.filter(source=source).exclude(name__in=names)
         result.deleted = sorted(gone.values_list("name", flat=True))
         gone.delete()
@@ -141,7 +143,7 @@ def node_apply_event(*, actor: Any, source: str, event: str, node: ObservedNode)
                 result.deleted.append(node.name)
         else:
             existing = Node.objects.select_for_update().filter(name=node.name).first()
-            _upsert(node, source, timezone.now(), result, existing)
+            _upsert(node=node, source=source, now=timezone.now(), result=result, existing=existing)
         if result.changed:
             audit.record(
                 actor,
