@@ -3,8 +3,9 @@
 `ROLLOUT_TRANSITIONS` (canary.models) is the table; `transition` is the only code that
 changes a rollout's status, and `decide` the only code that shifts its traffic: it
 moves the status, routes the VirtualService, stores the decision and audits it
-(`canary.rollout.<kind>`), inside the caller's transaction. Callers hold the rollout's row lock (`locked`) and end
-with `save_and_stream`, which broadcasts the committed state and schedules the next tick.
+(`canary.rollout.<kind>`), inside the caller's transaction. Callers hold the rollout's
+row lock (`locked`) and end with `save_and_stream`, which broadcasts the committed state
+and schedules the next tick.
 """
 
 from __future__ import annotations
