@@ -179,7 +179,7 @@ def host_virtual_services(
 
     One read of the namespace's live VirtualServices whose hosts can resolve to `host`
     (any form of it starts with its first label: the backend's `routing_host`), not every
-    VirtualService of the namespace; `fault_effect` then applies the exact host match.
+    VirtualService of the namespace; the installed fault reader (`canary.extensions.traffic_faults`) applies the exact host match.
     A second read happens only when `name` is not among them (deleting, or not routing).
     """
     items = backend.list(
