@@ -17,6 +17,7 @@ from canary.chaos.leases import reap_due
 from canary.chaos.models import ChaosExperiment, ChaosInjection, ChaosLease, ExperimentStatus
 from canary.chaos.selectors import lease_state, live_injections, timings_of
 from canary.chaos.services import delivery_backend, experiment_end, fault_revert
+from kiln.cluster import AppliedRef
 from kiln.identity.permissions import system_actor
 
 
@@ -93,8 +94,6 @@ def chaos_reap(
 
 def _sweep_strays(backend: Any, *, dry_run: bool) -> list[dict[str, Any]]:
     """Delete fault objects no live injection accounts for (a lost holder's late write)."""
-    from kiln.cluster import AppliedRef
-
     objects: list[dict] = []
     for api_version, kind in (
         (actuators.CHAOS_API_VS, "VirtualService"),

@@ -11,8 +11,12 @@ from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from audit.models import OutboxEvent
+from canary.chaos.actuators import simulated_fault_effect
 from canary.chaos.leases import LeaseTimings, expires_at
 from canary.chaos.models import ChaosExperiment, ChaosInjection, ChaosLease
+from canary.hosts import HostRefused, canonical_service_host
+from kiln.cluster.backends import get_backend
 from kiln.errors import NotFound
 from kiln.identity.permissions import AUDITOR, PLATFORM_ADMIN, Actor, can_view_chaos
 
@@ -170,8 +174,6 @@ def stop_condition_tripped(exp: ChaosExperiment) -> str | None:
 
 def _rollback_from_audit(exp: ChaosExperiment) -> bool | None:
     """A canary rollback on the target namespace recorded in the audit outbox since the experiment started."""
-    from audit.models import OutboxEvent
-
     if exp.started_at is None:
         return None
     events = OutboxEvent.objects.filter(
@@ -188,8 +190,6 @@ def _rollback_from_audit(exp: ChaosExperiment) -> bool | None:
 
 def _same_host(service: Any, exp: ChaosExperiment) -> bool:
     """True if an event's service names the experiment's target (any accepted host form), or none."""
-    from canary.hosts import HostRefused, canonical_service_host
-
     if service in (None, ""):
         return True
     try:
@@ -203,9 +203,6 @@ register_signal("canary-rolled-back", _rollback_from_audit)
 
 def _simulated_error_rate(exp: ChaosExperiment) -> float | None:
     """Where traffic is simulated: the share of the target's requests the faults in the cluster fail."""
-    from canary.chaos.actuators import simulated_fault_effect
-    from kiln.cluster.backends import get_backend
-
     backend = get_backend()
     if not backend.simulates_traffic or not exp.service:
         return None
@@ -214,9 +211,6 @@ def _simulated_error_rate(exp: ChaosExperiment) -> float | None:
 
 def _simulated_latency_p99(exp: ChaosExperiment) -> float | None:
     """Where traffic is simulated: added latency at p99 (a delayed share of 1% or more shows in p99)."""
-    from canary.chaos.actuators import simulated_fault_effect
-    from kiln.cluster.backends import get_backend
-
     backend = get_backend()
     if not backend.simulates_traffic or not exp.service:
         return None

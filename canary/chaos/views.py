@@ -148,7 +148,7 @@ def _detail_context(request: HttpRequest, experiment_id: Any) -> dict[str, Any]:
         "lease": chaos_selectors.lease_state(exp),
         "injections": list(chaos_selectors.injection_list(exp)),
         "can_abort": can_run_chaos(actor, exp.team.slug) and not exp.is_terminal,
-        "effective_percent": actuators.effective_percent(chaos_services.fault_spec(exp)),
+        "effective_percent": actuators.effective_percent(chaos_services.fault_spec(experiment=exp)),
         "now": timezone.now(),
     }
 

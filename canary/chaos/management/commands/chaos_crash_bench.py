@@ -27,6 +27,15 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connections, transaction
 from django.test.utils import override_settings
 
+from audit import record
+from canary.chaos import actuators
+from canary.chaos.controller import chaos_controller_run, controller_identity
+from canary.chaos.models import ChaosInjection, InjectionState
+from canary.chaos.services import experiment_create, experiment_end
+from kiln.cluster.backends import get_backend
+from kiln.identity.models import Team
+from kiln.identity.permissions import system_actor
+
 TEAM = "chaos-bench"
 NAMESPACE = "chaos-bench"
 FAULTS = ("http-abort", "http-delay", "pod-kill")
@@ -58,10 +67,6 @@ def bench_timings(lease: float = 1.0) -> dict[str, float]:
 
 def ensure_target(backend: Any, *, team: str = TEAM, namespace: str = NAMESPACE) -> None:
     """The bench's team and its namespace in the cluster (idempotent)."""
-    from audit import record
-    from kiln.identity.models import Team
-    from kiln.identity.permissions import system_actor
-
     with transaction.atomic():
         obj, created = Team.objects.get_or_create(slug=team, defaults={"name": "Chaos bench"})
         if created:
@@ -162,8 +167,6 @@ def stop_process(proc: subprocess.Popen) -> None:
 
 def _fork_controller(experiment_id: str) -> int:
     """Fork a child running the controller; the parent gets its pid."""
-    from canary.chaos.controller import chaos_controller_run, controller_identity
-
     connections.close_all()
     pid = os.fork()
     if pid == 0:  # child: its own database connection, never returns
@@ -197,11 +200,6 @@ def crash_trial(
     timeout: float = 30.0,
 ) -> TrialResult:
     """Start a controller holding `fault`, SIGKILL it once injected, wait for the reaper's revert."""
-    from canary.chaos import actuators
-    from canary.chaos.models import ChaosInjection, InjectionState
-    from canary.chaos.services import experiment_create, experiment_end
-    from kiln.identity.permissions import system_actor
-
     rng = rng or random.Random()
     retried = 0
     if fault == "pod-kill":
@@ -307,8 +305,6 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="print one JSON object")
 
     def handle(self, *args, **opts) -> None:
-        from kiln.cluster.backends import get_backend
-
         if opts["trials"] < 1:
             raise CommandError("--trials must be at least 1")
         timings = bench_timings(opts["lease"])

@@ -1,0 +1,308 @@
+"""Experiments: define (validated, on a namespace the actor's team owns), start, end, abort; audited.
+
+An experiment moves along `EXPERIMENT_TRANSITIONS` (canary/chaos/models.py); starting
+it queues its controller (canary/chaos/controller.py) once the transaction commits;
+ending it reverts its live fault (services/injection.py). The reaper
+(canary/chaos/reaper.py) ends experiments nobody finishes.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.conf import settings
+from django.core.validators import validate_slug
+from django.db import transaction
+from django.utils import timezone
+
+from audit import record
+from canary.chaos.leases import LeaseTimingError, LeaseTimings
+from canary.chaos.models import (
+    EXPERIMENT_TRANSITIONS,
+    ChaosExperiment,
+    ChaosLease,
+    ExperimentStatus,
+    FaultKind,
+)
+from canary.chaos.selectors import live_injection_of
+from canary.chaos.services.backend import delivery_backend
+from canary.chaos.services.injection import fault_revert
+from canary.chaos.services.leases import ExperimentId
+from canary.ownership import InvalidHost, namespace_owner, require_service_host
+from kiln.celery import app
+from kiln.columns import check_columns, column_errors
+from kiln.errors import Forbidden, IllegalTransition, InvalidInput, Unavailable
+from kiln.identity.models import Team
+from kiln.identity.permissions import Actor, can_revert_fault, can_run_chaos
+
+log = logging.getLogger("kiln.chaos")
+
+STOP_CONDITION_KINDS = ("error-rate-above", "latency-p99-above-ms", "canary-rolled-back")
+MAX_HARD_SECONDS = 24 * 3600
+# Queued by name: the task module runs the controller, which calls these services, so an
+# import of it here would close a circle. ChaosConfig.ready registers it in every process.
+CONTROLLER_TASK = "chaos.tasks.chaos_run_controller"
+
+
+class ChaosInvalid(InvalidInput):
+    """An experiment definition that Kiln refuses to run."""
+
+    code = "chaos_invalid"
+
+
+def current_timings() -> LeaseTimings:
+    """Lease timings from settings; misconfigured timings make chaos unavailable rather than unsafe."""
+    try:
+        return LeaseTimings(
+            lease_duration=settings.KILN_CHAOS_LEASE_DURATION,
+            renew_deadline=settings.KILN_CHAOS_RENEW_DEADLINE,
+            retry_period=settings.KILN_CHAOS_RETRY_PERIOD,
+            max_clock_skew=settings.KILN_CHAOS_MAX_CLOCK_SKEW,
+            revert_budget=settings.KILN_CHAOS_REVERT_BUDGET,
+        )
+    except LeaseTimingError as exc:
+        raise Unavailable(f"chaos lease timings are unsafe: {exc}") from exc
+
+
+def _validate(data: dict[str, Any]) -> dict[str, str]:
+    errors: dict[str, str] = {}
+    name = data.get("name") or ""
+    if not isinstance(name, str) or not (1 <= len(name.strip()) <= 100):
+        errors["name"] = "1 to 100 characters"
+    ns = data.get("namespace") or ""
+    try:
+        validate_slug(ns)
+        # ns != ns.lower(), not `not ns.islower()`: an all-digit label ("0") has no case at all.
+        if ns != ns.lower() or len(ns) > 63 or "_" in ns:
+            raise ValueError
+    except Exception:  # noqa: BLE001 - any failure is the same answer
+        errors["namespace"] = "a DNS-1123 label"
+    selector = data.get("selector")
+    if (
+        not isinstance(selector, dict)
+        or not selector
+        or not all(
+            isinstance(k, str) and k and isinstance(v, str) and v for k, v in selector.items()
+        )
+    ):
+        errors["selector"] = (
+            "non-empty matchLabels (string keys and values): never the whole namespace"
+        )
+    fault = data.get("fault")
+    if fault not in FaultKind.values:
+        errors["fault"] = f"one of {', '.join(FaultKind.values)}"
+    if fault in (FaultKind.HTTP_DELAY, FaultKind.HTTP_ABORT):
+        if not data.get("service"):
+            errors["service"] = "the target service host is required for HTTP faults"
+        percent = data.get("percent", 100.0)
+        if not isinstance(percent, int | float) or not (0 < percent <= 100):
+            errors["percent"] = "a share of requests in (0, 100]"
+    if fault == FaultKind.HTTP_DELAY:
+        delay = data.get("delay_ms")
+        if not isinstance(delay, int) or not (1 <= delay <= 600_000):
+            errors["delay_ms"] = "1 to 600000 milliseconds"
+    if fault == FaultKind.HTTP_ABORT:
+        status = data.get("abort_http_status")
+        if not isinstance(status, int) or not (400 <= status <= 599):
+            errors["abort_http_status"] = "an HTTP status 400-599"
+    duration = data.get("duration_seconds")
+    hard = data.get("max_duration_seconds")
+    if not isinstance(duration, int) or duration < 1:
+        errors["duration_seconds"] = "a positive number of seconds"
+    if not isinstance(hard, int) or hard < 1 or hard > MAX_HARD_SECONDS:
+        errors["max_duration_seconds"] = f"1 to {MAX_HARD_SECONDS} seconds"
+    elif isinstance(duration, int) and hard < duration:
+        errors["max_duration_seconds"] = "must not be shorter than duration_seconds"
+    max_pods = data.get("max_pods")
+    max_percent = data.get("max_percent")
+    if max_pods is None and max_percent is None:
+        errors["blast_radius"] = "set max_pods or max_percent"
+    if max_pods is not None and (not isinstance(max_pods, int) or max_pods < 1):
+        errors["max_pods"] = "at least 1"
+    if max_percent is not None and (
+        not isinstance(max_percent, int | float) or not (0 < max_percent <= 100)
+    ):
+        errors["max_percent"] = "a percentage in (0, 100]"
+    conds = data.get("stop_conditions") or []
+    if not isinstance(conds, list):
+        errors["stop_conditions"] = "a list"
+    else:
+        for i, cond in enumerate(conds):
+            kind = cond.get("kind") if isinstance(cond, dict) else None
+            if kind not in STOP_CONDITION_KINDS:
+                errors[f"stop_conditions[{i}]"] = (
+                    f"kind is one of {', '.join(STOP_CONDITION_KINDS)}"
+                )
+            elif kind != "canary-rolled-back":
+                threshold = cond.get("threshold")
+                if not isinstance(threshold, int | float) or threshold < 0:
+                    errors[f"stop_conditions[{i}]"] = "needs a non-negative threshold"
+    return errors
+
+
+def experiment_create(
+    *, actor: Actor, data: dict[str, Any], start: bool = True, backend: Any = None
+) -> ChaosExperiment:
+    """Define (and by default start) an experiment on a namespace the actor's team owns; audited."""
+    # Values past their columns' ranges (max_pods > 2**31-1, ...) are field errors too.
+    columns = column_errors(ChaosExperiment, data)
+    errors = {**{k: "; ".join(v) for k, v in columns.items()}, **_validate(data)}
+    if errors:
+        raise ChaosInvalid("The experiment is invalid.", extra={"fields": errors})
+    timings = current_timings()
+    team_slug = namespace_owner(data["namespace"], delivery_backend(backend))
+    if team_slug is None:
+        raise ChaosInvalid(
+            f"namespace {data['namespace']} is not known to the cluster or has no owning team",
+            extra={"fields": {"namespace": "no Namespace with a kiln.dev/team label"}},
+        )
+    if not can_run_chaos(actor, team_slug):
+        raise Forbidden("Only engineers of the owning team or platform admins run chaos here.")
+    team = Team.objects.filter(slug=team_slug).first()
+    if team is None:
+        raise ChaosInvalid(f"team {team_slug} owning {data['namespace']} does not exist")
+    service = data.get("service") or ""
+    if service:
+        # A VirtualService applies to its hosts across the mesh: an HTTP fault may only
+        # name a service of the experiment's own namespace (stored fully qualified).
+        try:
+            service = require_service_host(service, data["namespace"], field="service")
+        except InvalidHost as exc:
+            raise ChaosInvalid(exc.message, extra=exc.extra) from None
+    with transaction.atomic():
+        exp = ChaosExperiment.objects.create(
+            name=data["name"].strip(),
+            team=team,
+            namespace=data["namespace"],
+            selector=data["selector"],
+            service=service,
+            fault=data["fault"],
+            delay_ms=data.get("delay_ms"),
+            abort_http_status=data.get("abort_http_status"),
+            percent=float(data.get("percent", 100.0)),
+            duration_seconds=data["duration_seconds"],
+            max_duration_seconds=data["max_duration_seconds"],
+            max_pods=data.get("max_pods"),
+            max_percent=data.get("max_percent"),
+            stop_conditions=data.get("stop_conditions") or [],
+            lease_duration=timings.lease_duration,
+            renew_deadline=timings.renew_deadline,
+            retry_period=timings.retry_period,
+            max_clock_skew=timings.max_clock_skew,
+            revert_budget=timings.revert_budget,
+            created_by_id=actor.user_id,
+            created_by_name=actor.username,
+        )
+        ChaosLease.objects.create(experiment=exp)
+        record(actor, "chaos.experiment.created", exp, _experiment_data(exp))
+        if start:
+            _transition(exp, ExperimentStatus.RUNNING, actor=actor, reason="started at creation")
+    return exp
+
+
+def _experiment_data(exp: ChaosExperiment) -> dict[str, Any]:
+    return {
+        "name": exp.name,
+        "team": exp.team.slug,
+        "namespace": exp.namespace,
+        "selector": exp.selector,
+        "service": exp.service,
+        "fault": exp.fault,
+        "delay_ms": exp.delay_ms,
+        "abort_http_status": exp.abort_http_status,
+        "percent": exp.percent,
+        "duration_seconds": exp.duration_seconds,
+        "max_duration_seconds": exp.max_duration_seconds,
+        "max_pods": exp.max_pods,
+        "max_percent": exp.max_percent,
+        "stop_conditions": exp.stop_conditions,
+        "lease_duration": exp.lease_duration,
+        "renew_deadline": exp.renew_deadline,
+        "retry_period": exp.retry_period,
+    }
+
+
+_VERBS = {
+    ExperimentStatus.RUNNING: "started",
+    ExperimentStatus.COMPLETED: "completed",
+    ExperimentStatus.ABORTED: "aborted",
+    ExperimentStatus.EXPIRED: "expired",
+}
+
+
+def _transition(exp: ChaosExperiment, to: str, *, actor: Actor, reason: str) -> None:
+    """Move an experiment along EXPERIMENT_TRANSITIONS inside the caller's transaction; audited."""
+    current = (
+        ChaosExperiment.objects.select_for_update().values_list("status", flat=True).get(pk=exp.pk)
+    )
+    if to not in EXPERIMENT_TRANSITIONS[current]:
+        raise IllegalTransition(f"an experiment cannot go from {current} to {to}")
+    now = timezone.now()
+    fields: dict[str, Any] = {"status": to}
+    if to == ExperimentStatus.RUNNING:
+        fields["started_at"] = now
+    else:
+        fields["ended_at"] = now
+        fields["end_reason"] = reason[:300]
+    ChaosExperiment.objects.filter(pk=exp.pk).update(**fields)
+    for k, v in fields.items():
+        setattr(exp, k, v)
+    record(actor, f"chaos.experiment.{_VERBS[to]}", exp, {"from": current, "reason": reason})
+    if to == ExperimentStatus.RUNNING:
+        exp_id = str(exp.pk)
+        transaction.on_commit(lambda: _enqueue_controller(exp_id))
+
+
+def _enqueue_controller(experiment_id: str) -> None:
+    if not getattr(settings, "KILN_CHAOS_AUTORUN", True):
+        return
+    try:
+        app.tasks[CONTROLLER_TASK].delay(experiment_id)
+    except Exception:  # noqa: BLE001 - the broker being down must not undo the start; say so
+        log.exception("could not enqueue the chaos controller for %s", experiment_id)
+
+
+def experiment_end(
+    *, experiment_id: ExperimentId, to: str, actor: Actor, reason: str, backend: Any = None
+) -> bool:
+    """End an experiment (completed, aborted, expired) and revert its live fault; False if already ended."""
+    with transaction.atomic():
+        # Lease first, then experiment: the same lock order as fault_inject.
+        ChaosLease.objects.select_for_update().filter(pk=experiment_id).first()
+        exp = ChaosExperiment.objects.select_related("team").get(pk=experiment_id)
+        if not can_revert_fault(actor, exp.team.slug):
+            raise Forbidden(f"{actor} may not end experiments of team {exp.team.slug}")
+        if exp.is_terminal:
+            return False
+        _transition(exp, to, actor=actor, reason=reason)
+    live = live_injection_of(experiment_id)
+    if live is not None:
+        fault_revert(
+            injection_id=live.pk, actor=actor, reason=f"experiment {to}: {reason}", backend=backend
+        )
+    return True
+
+
+def experiment_abort(
+    *, actor: Actor, experiment: ChaosExperiment, reason: str = "", backend: Any = None
+) -> ChaosExperiment:
+    """Abort by hand (owning team's engineers, platform admins): stop and revert now; audited."""
+    if not can_run_chaos(actor, experiment.team.slug):
+        raise Forbidden(
+            "Only engineers of the owning team or platform admins abort this experiment."
+        )
+    if experiment.is_terminal:
+        raise IllegalTransition(f"the experiment is already {experiment.status}")
+    check_columns(ChaosExperiment, {"end_reason": reason})  # NUL, or past 300 characters
+    ended = experiment_end(
+        experiment_id=experiment.pk,
+        to=ExperimentStatus.ABORTED,
+        actor=actor,
+        reason=reason or f"aborted by {actor.username}",
+        backend=backend,
+    )
+    if not ended:
+        raise IllegalTransition("the experiment already ended")
+    experiment.refresh_from_db()
+    return experiment

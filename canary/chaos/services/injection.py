@@ -1,0 +1,195 @@
+"""Injection and revert: a fault is applied only under the lease term that holds it.
+
+`fault_inject`, under a row lock on the lease, checks holder and term, writes the
+injection row (one unreverted per experiment, a database constraint) and only then
+applies the fault, so a crash at any point leaves a row the reaper can revert.
+`fault_revert` deletes the fault's objects (idempotent) and marks the row.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from prometheus_client import Counter
+
+from audit import record
+from canary.chaos import actuators
+from canary.chaos.models import (
+    ChaosExperiment,
+    ChaosInjection,
+    ChaosLease,
+    ExperimentStatus,
+    FaultKind,
+    InjectionState,
+)
+from canary.chaos.selectors import live_injection_of
+from canary.chaos.services.backend import delivery_backend
+from canary.chaos.services.leases import (
+    CONTROLLER,
+    ExperimentId,
+    LeaseNotHeld,
+    _require_control,
+)
+from canary.ownership import namespace_owner
+from kiln.errors import Conflict, Forbidden, IllegalTransition
+from kiln.identity.permissions import Actor, can_revert_fault
+
+FAULTS_INJECTED = Counter("kiln_chaos_faults_injected_total", "Chaos faults injected", ["fault"])
+FAULTS_REVERTED = Counter(
+    "kiln_chaos_faults_reverted_total", "Chaos faults reverted", ["fault", "by"]
+)
+
+
+def fault_spec(*, experiment: ChaosExperiment) -> actuators.FaultSpec:
+    """The actuator's view of an experiment."""
+    exp = experiment
+    return actuators.FaultSpec(
+        experiment_id=str(exp.pk),
+        namespace=exp.namespace,
+        selector=dict(exp.selector),
+        fault=exp.fault,
+        service=exp.service,
+        delay_ms=exp.delay_ms,
+        abort_http_status=exp.abort_http_status,
+        percent=exp.percent,
+        max_duration_seconds=exp.max_duration_seconds,
+        max_pods=exp.max_pods,
+        max_percent=exp.max_percent,
+    )
+
+
+def _planned_refs(spec: actuators.FaultSpec, token: int) -> list[dict[str, Any]]:
+    if spec.fault == FaultKind.POD_KILL:
+        api_version, kind = actuators.CHAOS_API_PODCHAOS, "PodChaos"
+    else:
+        api_version, kind = actuators.CHAOS_API_VS, "VirtualService"
+    return [
+        {
+            "apiVersion": api_version,
+            "kind": kind,
+            "namespace": spec.namespace,
+            "name": actuators.object_name(spec, token),
+            # The owner lets a revert of these planned refs also take out a merged fault.
+            "experiment": spec.experiment_id,
+            "token": int(token),
+        }
+    ]
+
+
+def fault_inject(
+    *,
+    experiment_id: ExperimentId,
+    holder: str,
+    term: int,
+    backend: Any = None,
+    actor: Actor = CONTROLLER,
+) -> ChaosInjection:
+    """Apply the fault under the lease term `term`; idempotent for the same holder and term."""
+    _require_control(actor)
+    backend = delivery_backend(backend)
+    with transaction.atomic():
+        lease = ChaosLease.objects.select_for_update().get(pk=experiment_id)
+        exp = ChaosExperiment.objects.select_related("team").get(pk=experiment_id)
+        if lease.holder != holder or lease.transitions != term:
+            raise LeaseNotHeld(f"{holder} does not hold term {term} of the lease")
+        if exp.status != ExperimentStatus.RUNNING:
+            raise IllegalTransition(f"the experiment is {exp.status}, not running")
+        if namespace_owner(exp.namespace, backend) != exp.team.slug:
+            # The namespace changed hands since the experiment was defined: inject nothing there.
+            raise Conflict(
+                f"namespace {exp.namespace} no longer belongs to team {exp.team.slug}",
+                extra={"reason": "namespace_not_owned"},
+            )
+        live = live_injection_of(experiment_id)
+        if live is not None:
+            if live.holder == holder and live.fencing_token == term:
+                return live
+            raise Conflict("another injection of this experiment is still live")
+        spec = fault_spec(experiment=exp)
+        try:
+            with transaction.atomic():
+                injection = ChaosInjection.objects.create(
+                    experiment=exp,
+                    holder=holder,
+                    fencing_token=term,
+                    state=InjectionState.INJECTING,
+                    applied=_planned_refs(spec, term),
+                )
+        except IntegrityError as exc:
+            raise Conflict("another injection of this experiment is still live") from exc
+    try:
+        result = actuators.inject(backend, spec, term)
+    except Exception as exc:
+        fault_revert(
+            injection_id=injection.pk,
+            actor=actor,
+            reason="inject failed",
+            backend=backend,
+        )
+        if isinstance(exc, actuators.FaultConflict):
+            # Another experiment holds that fault kind on the host's routes: try again later.
+            raise Conflict(str(exc), extra={"reason": "fault_conflict"}) from exc
+        raise
+    with transaction.atomic():
+        marked = ChaosInjection.objects.filter(pk=injection.pk, reverted_at__isnull=True).update(
+            state=InjectionState.ACTIVE,
+            injected_at=timezone.now(),
+            applied=result.applied,
+            targets=result.targets,
+        )
+        if marked:
+            record(
+                actor,
+                "chaos.fault.injected",
+                exp,
+                {
+                    "injection": injection.pk,
+                    "holder": holder,
+                    "term": term,
+                    "fault": exp.fault,
+                    "objects": result.applied,
+                    "targets": result.targets,
+                },
+            )
+    if not marked:
+        # Reverted (abort, reaper) while we applied: take back what we just wrote.
+        actuators.revert(backend, result.applied)
+        raise LeaseNotHeld("the injection was reverted while it was being applied")
+    FAULTS_INJECTED.labels(exp.fault).inc()
+    injection.refresh_from_db()
+    return injection
+
+
+def fault_revert(*, injection_id: int, actor: Actor, reason: str, backend: Any = None) -> bool:
+    """Remove an injection's objects and mark it reverted; idempotent (False if already reverted)."""
+    injection = ChaosInjection.objects.select_related("experiment__team").get(pk=injection_id)
+    if not can_revert_fault(actor, injection.experiment.team.slug):
+        raise Forbidden(f"{actor} may not revert faults of team {injection.experiment.team.slug}")
+    if injection.reverted_at is not None:
+        return False
+    actuators.revert(delivery_backend(backend), injection.applied)
+    by = actor if isinstance(actor, str) else getattr(actor, "username", str(actor))
+    with transaction.atomic():
+        marked = ChaosInjection.objects.filter(pk=injection_id, reverted_at__isnull=True).update(
+            state=InjectionState.REVERTED,
+            reverted_at=timezone.now(),
+            reverted_by=by[:200],
+            revert_reason=reason[:300],
+        )
+        if marked:
+            record(
+                actor,
+                "chaos.fault.reverted",
+                injection.experiment,
+                {
+                    "injection": injection.pk,
+                    "holder": injection.holder,
+                    "term": injection.fencing_token,
+                    "reason": reason,
+                },
+            )
+    if marked:
+        FAULTS_REVERTED.labels(injection.experiment.fault, by.split(":")[0]).inc()
+    return bool(marked)

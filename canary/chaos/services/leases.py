@@ -1,0 +1,172 @@
+"""Fault leases: acquire (compare-and-swap on the fencing token), renew, release; audited.
+
+The arithmetic (when a lease lapses, when a holder must stop) is canary/chaos/leases.py.
+`fault_lease_acquire` succeeds only when the lease is free, or lapsed for longer than
+lease_duration + max_clock_skew. Each acquisition starts a new term
+(`ChaosLease.transitions`), the fencing token every injection carries;
+`fault_lease_renew` is a conditional update on (holder, term). On the kubernetes
+backend that keeps one (Kubernetes: a `coordination.k8s.io/v1` Lease) each write is
+mirrored to the cluster with optimistic concurrency, and a conflict there undoes the
+database write.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import datetime
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from audit import record
+from canary.chaos.leases import is_expired, may_acquire
+from canary.chaos.models import ChaosExperiment, ChaosLease
+from canary.chaos.selectors import timings_of
+from canary.chaos.services.backend import delivery_backend
+from kiln.cluster import LeaseConflict, LeaseMirror
+from kiln.errors import Conflict, Forbidden
+from kiln.identity.permissions import Actor, can_control_chaos, system_actor
+
+log = logging.getLogger("kiln.chaos")
+
+CONTROLLER = system_actor("chaos-controller")
+ExperimentId = uuid.UUID | str
+
+
+class LeaseNotHeld(Conflict):
+    """The caller does not (or no longer) hold the experiment's lease."""
+
+    code = "lease_not_held"
+
+
+def _require_control(actor: Actor) -> None:
+    """Leases and injection are the chaos controller's job alone (`chaos.control`)."""
+    if not can_control_chaos(actor):
+        raise Forbidden(f"{actor} may not hold chaos leases or inject faults")
+
+
+def _cluster_lease(exp_id: ExperimentId) -> LeaseMirror | None:
+    """The cluster-side Lease mirroring the database lease, where the backend keeps one."""
+    return delivery_backend().lease_mirror(
+        namespace=settings.KILN_CHAOS_LEASE_NAMESPACE, name=f"kiln-chaos-{exp_id}"
+    )
+
+
+def fault_lease_acquire(
+    *,
+    experiment_id: ExperimentId,
+    holder: str,
+    now: datetime | None = None,
+    actor: Actor = CONTROLLER,
+) -> int | None:
+    """Take the lease if free or lapsed (CAS on resource_version); returns the new term or None."""
+    _require_control(actor)
+    now = now or timezone.now()
+    exp = ChaosExperiment.objects.get(pk=experiment_id)
+    timings = timings_of(exp)
+    lease = ChaosLease.objects.get(pk=experiment_id)
+    if lease.holder and lease.holder != holder and not is_expired(lease.renewed_at, now, timings):
+        return None
+    if not may_acquire(lease.holder, lease.renewed_at, holder, now, timings):
+        return None
+    term = lease.transitions + 1
+    with transaction.atomic():
+        won = ChaosLease.objects.filter(
+            pk=experiment_id, resource_version=lease.resource_version
+        ).update(
+            holder=holder,
+            resource_version=F("resource_version") + 1,
+            acquired_at=now,
+            renewed_at=now,
+            renewals=0,
+            transitions=term,
+        )
+        if not won:
+            return None
+        kube = _cluster_lease(experiment_id)
+        if kube is not None:
+            try:
+                kube.write(
+                    holder=holder,
+                    lease_duration=timings.lease_duration,
+                    acquire_time=now,
+                    renew_time=now,
+                    transitions=term,
+                    expected_holder=lease.holder or None,
+                )
+            except LeaseConflict:
+                transaction.set_rollback(True)
+                return None
+        record(
+            actor,
+            "chaos.lease.acquired",
+            exp,
+            {"holder": holder, "previous_holder": lease.holder, "term": term},
+        )
+    return term
+
+
+def fault_lease_renew(
+    *,
+    experiment_id: ExperimentId,
+    holder: str,
+    term: int,
+    now: datetime | None = None,
+    actor: Actor = CONTROLLER,
+) -> bool:
+    """Renew the lease if `holder` still holds term `term`; False once it is lost."""
+    _require_control(actor)
+    now = now or timezone.now()
+    with transaction.atomic():
+        won = ChaosLease.objects.filter(pk=experiment_id, holder=holder, transitions=term).update(
+            renewed_at=now, renewals=F("renewals") + 1, resource_version=F("resource_version") + 1
+        )
+        if not won:
+            return False
+        kube = _cluster_lease(experiment_id)
+        if kube is not None:
+            lease = ChaosLease.objects.get(pk=experiment_id)
+            exp = ChaosExperiment.objects.get(pk=experiment_id)
+            try:
+                kube.write(
+                    holder=holder,
+                    lease_duration=exp.lease_duration,
+                    acquire_time=lease.acquired_at or now,
+                    renew_time=now,
+                    transitions=term,
+                    expected_holder=holder,
+                )
+            except LeaseConflict:
+                transaction.set_rollback(True)
+                return False
+    return True
+
+
+def fault_lease_release(
+    *, experiment_id: ExperimentId, holder: str, term: int, actor: Actor = CONTROLLER
+) -> bool:
+    """Give the lease up (after reverting); audited. False if it was not held."""
+    _require_control(actor)
+    with transaction.atomic():
+        won = ChaosLease.objects.filter(pk=experiment_id, holder=holder, transitions=term).update(
+            holder="", renewed_at=None, resource_version=F("resource_version") + 1
+        )
+        if not won:
+            return False
+        kube = _cluster_lease(experiment_id)
+        if kube is not None:
+            try:
+                kube.delete()
+            except Exception:  # noqa: BLE001 - an orphan Lease only delays the next acquire
+                log.warning("could not delete the Kubernetes Lease of %s", experiment_id)
+        exp = ChaosExperiment.objects.get(pk=experiment_id)
+        record(
+            actor,
+            "chaos.lease.released",
+            exp,
+            {"holder": holder, "term": term},
+        )
+    return True
