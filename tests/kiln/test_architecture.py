@@ -18,6 +18,9 @@ The rules:
    aside the `kiln -> audit.record` edge of rule 1: every layer records to the audit
    spine, and the spine itself stands on `kiln`'s errors and permissions.
 3. No import circles between modules (module-level imports).
+4. The algorithm modules import no Django, neither directly nor through any module of
+   the tree they load (a package's `__init__` included), so they run, are tested and
+   are benchmarked without settings.
 
 Where a rule did not hold when this test was written, the violations are listed
 below by name, so that a new one fails while the known ones are fixed.
@@ -41,14 +44,35 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("kiln", "audit", "portal", "scheduler", "canary")
 CHAOS = "canary.chaos"  # its own app (label `chaos`) inside the canary package
 
-# Rule 1 did not hold on main when this was written: (importing module, imported module).
+# Where a rule does not hold, its violations by name (none on main as this was last changed).
+# Rule 1: (kiln module, app module).
 KNOWN_KILN_IMPORTS: set[tuple[str, str]] = set()
-# Rule 2: imports (module, module) on a circle between packages/apps. None: chaos stands on
-# canary (ownership, hosts, traffic constants), and canary reaches the faults chaos merges
-# into its VirtualServices only through the hooks chaos installs (canary.extensions).
+# Rule 2: imports (module, module) on a circle between packages/apps.
 KNOWN_PACKAGE_CIRCLE_IMPORTS: set[tuple[str, str]] = set()
 # Rule 3: modules on an import circle.
 KNOWN_MODULE_CIRCLES: list[set[str]] = []
+
+# Rule 4: the algorithm modules (docs/architecture.md, "Algorithms without Django").
+DJANGO_FREE = (
+    "audit.chain",
+    "audit.notes",
+    "audit.verify_export",
+    "canary.bench",
+    "canary.chaos.leases",
+    "canary.extensions",
+    "canary.promql",
+    "canary.sequential",
+    "kiln.benchjson",
+    "portal.compose",
+    "portal.lifecycle",
+    "portal.policy",
+    "scheduler.extender.encoding",
+    "scheduler.kubedefault",
+    "scheduler.replay",
+    "scheduler.scoring",
+    "scheduler.scoring_kernel",
+)
+FRAMEWORKS = ("django", "rest_framework", "drf_spectacular", "channels")
 
 
 @dataclass(frozen=True)
@@ -257,6 +281,55 @@ def module_graph(root: Path, packages: tuple[str, ...] = PACKAGES) -> dict[str, 
     return graph
 
 
+@cache
+def outside_imports(root: Path, packages: tuple[str, ...] = PACKAGES) -> dict[str, set[str]]:
+    """module -> top-level names of what it imports from outside the tree."""
+    known = modules(root, packages)
+    out: dict[str, set[str]] = defaultdict(set)
+    for module, path in known.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names = [node.module]
+            else:
+                continue
+            out[module] |= {n.split(".")[0] for n in names if not _resolve(n, known)}
+    return out
+
+
+@cache
+def load_graph(root: Path, packages: tuple[str, ...] = PACKAGES) -> dict[str, set[str]]:
+    """module -> the modules that run when it is imported: its module-level imports, and the
+    `__init__` of every package above it (importing a.b.c runs a and a.b first)."""
+    known = modules(root, packages)
+    graph = module_graph(root, packages)
+    for name in known:
+        parent = name.rpartition(".")[0]
+        while parent:
+            if parent in known:
+                graph[name].add(parent)
+            parent = parent.rpartition(".")[0]
+    return graph
+
+
+def framework_paths(root: Path, module: str, packages: tuple[str, ...] = PACKAGES) -> list[str]:
+    """How importing `module` loads a framework: `a -> b -> django`; empty when it does not."""
+    graph = load_graph(root, packages)
+    outside = outside_imports(root, packages)
+    seen, queue, paths = {module: [module]}, [module], []
+    while queue:
+        current = queue.pop(0)
+        hit = sorted(outside[current] & set(FRAMEWORKS))
+        if hit:
+            paths.append(" -> ".join([*seen[current], hit[0]]))
+        for other in sorted(graph[current]):
+            if other not in seen:
+                seen[other] = [*seen[current], other]
+                queue.append(other)
+    return paths
+
+
 # --- the rules on the tree -------------------------------------------------------------
 
 
@@ -290,6 +363,12 @@ def test_no_circles_between_packages_and_apps():
 def test_no_circles_between_modules():
     new = [c for c in circles(module_graph(ROOT)) if c not in KNOWN_MODULE_CIRCLES]
     assert not new, "module import circles: " + "; ".join(" <-> ".join(sorted(c)) for c in new)
+
+
+@pytest.mark.parametrize("module", DJANGO_FREE)
+def test_algorithm_module_imports_no_django(module):
+    assert module in modules(ROOT), f"{module} is not a module of the tree"
+    assert framework_paths(ROOT, module) == []
 
 
 # --- the checker on a small tree that breaks every rule ---------------------------------
@@ -326,6 +405,10 @@ def bad_tree(tmp_path) -> Path:
             "canary/__init__.py": "",
             "canary/chaos/__init__.py": "",
             "canary/chaos/leases.py": "from canary import traffic\n",
+            "canary/sequential.py": "import numpy\nfrom canary import pure_helpers\n",
+            "canary/pure_helpers.py": "import math\n",
+            "canary/scoring.py": "from canary.chaos import leases\n",
+            "canary/chaos/views.py": "from django.http import HttpResponse\n",
             "canary/traffic.py": "from canary.chaos import leases\n",
         },
     )
@@ -368,6 +451,19 @@ def test_checker_finds_module_circles_and_skips_deferred_imports(bad_tree):
     # scheduler.models -> kiln.bad only under TYPE_CHECKING, kiln.later's import inside a
     # function: neither runs on import, so no circle through kiln.
     assert len(found) == 2
+
+
+def test_checker_finds_a_framework_loaded_on_the_way(bad_tree):
+    assert framework_paths(bad_tree, "canary.sequential") == []  # numpy and the tree's math
+    # canary.scoring loads canary.chaos.leases; the chaos views (Django) are not loaded.
+    assert framework_paths(bad_tree, "canary.scoring") == []
+    # Once canary/chaos/__init__ imports the views, importing the leases runs it first.
+    (bad_tree / "canary" / "chaos" / "__init__.py").write_text("from canary.chaos import views\n")
+    for cached in (modules, imports, outside_imports, load_graph):
+        cached.cache_clear()
+    assert framework_paths(bad_tree, "canary.scoring") == [
+        "canary.scoring -> canary.chaos.leases -> canary.chaos -> canary.chaos.views -> django"
+    ]
 
 
 def main() -> None:
