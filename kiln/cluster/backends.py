@@ -13,7 +13,7 @@ against a real cluster, a GitOps repository or the in-process simulated cluster:
     obj = backend.get("networking.istio.io/v1", "VirtualService", "shop", "checkout")
     backend.list("v1", "Namespace", label_selector="kiln.dev/team=payments")
     backend.health(refs[0]); backend.health_many(refs); backend.delete(refs[0])
-    with backend.lock_namespace("shop"):          # read-modify-write, precondition on
+    with backend.lock_namespace(namespace="shop"):          # read-modify-write, precondition on
         obj["metadata"]["resourceVersion"]        # resourceVersion: a stale one -> Conflict
 
 Backends (``settings.KILN_DELIVERY_BACKEND``):

@@ -182,7 +182,7 @@ class DeliveryBackend(Protocol):
         """Health of many objects, in order."""
         ...
 
-    def lock_namespace(self, namespace: str) -> AbstractContextManager[None]:
+    def lock_namespace(self, *, namespace: str) -> AbstractContextManager[None]:
         """Hold writers of `namespace`'s objects off for a read-modify-write (a no-op where
         resourceVersion preconditions alone decide; a row lock on the simulated cluster)."""
         ...

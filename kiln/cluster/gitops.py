@@ -259,7 +259,7 @@ class GitOpsBackend:
         """Health of each object, as `health` reads it."""
         return [self.health(ref) for ref in refs]
 
-    def lock_namespace(self, namespace: str) -> AbstractContextManager[None]:
+    def lock_namespace(self, *, namespace: str) -> AbstractContextManager[None]:
         """Nothing to hold: writes that reach a cluster are checked there by resourceVersion."""
         return nullcontext()
 

@@ -260,7 +260,7 @@ class KubernetesBackend:
         """Health of each object, one read each."""
         return [self.health(ref) for ref in refs]
 
-    def lock_namespace(self, namespace: str) -> AbstractContextManager[None]:
+    def lock_namespace(self, *, namespace: str) -> AbstractContextManager[None]:
         """Nothing to hold: the API server's resourceVersion preconditions decide every write."""
         return nullcontext()
 

@@ -346,7 +346,7 @@ class SimulatedBackend:
     # --- coordination ------------------------------------------------------------
 
     @contextmanager
-    def lock_namespace(self, namespace: str) -> Iterator[None]:
+    def lock_namespace(self, *, namespace: str) -> Iterator[None]:
         """Lock the namespace's row for the block: its read-modify-writes run one at a time."""
         with transaction.atomic():
             list(

@@ -199,7 +199,7 @@ def test_read_modify_write_inside_the_namespace_lock(harness):
     backend = harness.backend
     backend.apply([namespace(), vs("checkout", ["checkout"], {"n": "0"})])
     for n in range(1, 4):
-        with backend.lock_namespace("shop"):
+        with backend.lock_namespace(namespace="shop"):
             live = backend.get(ISTIO, "VirtualService", "shop", "checkout")
             body = vs(
                 "checkout", ["checkout"], {"n": str(int(live["metadata"]["labels"]["n"]) + 1)}
@@ -277,7 +277,7 @@ def test_the_simulated_namespace_lock_holds_a_second_writer_until_the_first_is_d
 
     def first() -> None:
         try:
-            with backend.lock_namespace("shop"):
+            with backend.lock_namespace(namespace="shop"):
                 events.append("first in")
                 held.set()
                 time.sleep(0.3)
@@ -288,7 +288,7 @@ def test_the_simulated_namespace_lock_holds_a_second_writer_until_the_first_is_d
     def second() -> None:
         try:
             held.wait(5)
-            with backend.lock_namespace("shop"):
+            with backend.lock_namespace(namespace="shop"):
                 events.append("second in")
         finally:
             connection.close()
