@@ -27,7 +27,11 @@ def _product_files() -> list[Path]:
     out = []
     for top in ("kiln", *APPS):
         for path in (ROOT / top).rglob("*.py"):
-            if "migrations" in path.parts or path == ROOT / "kiln" / "settings.py":
+            # Settings are configuration: they may derive one setting's default from another.
+            settings = (
+                path == ROOT / "kiln" / "settings.py" or ROOT / "kiln" / "settings" in path.parents
+            )
+            if "migrations" in path.parts or settings:
                 continue
             out.append(path)
     return out
