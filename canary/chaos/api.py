@@ -1,4 +1,5 @@
-"""Chaos REST API: create, list, detail (with the live lease) and abort experiments. Thin: services do the work."""
+"""Chaos REST API: create, list, detail (with the live lease) and abort experiments. Thin: services do
+the work; answers are rendered by the typed output serializers of canary/chaos/api_schema.py."""
 
 from __future__ import annotations
 
@@ -96,6 +97,11 @@ def experiment_payload(exp: ChaosExperiment, *, with_injections: bool = False) -
     return body
 
 
+def _detail(exp: ChaosExperiment) -> dict[str, Any]:
+    """An experiment with its injections, rendered by its typed output serializer."""
+    return out.ExperimentDetailOutput(experiment_payload(exp, with_injections=True)).data
+
+
 class ExperimentListCreateApi(APIView):
     """GET: experiments the caller may see. POST: define and start an experiment (owning team's engineers)."""
 
@@ -179,7 +185,9 @@ class ExperimentListCreateApi(APIView):
         qs = chaos_selectors.experiment_list(viewer=actor_from_request(request), status=status)
         paginator = LimitOffsetPagination()
         page = paginator.paginate_queryset(qs, request, view=self)
-        return paginator.get_paginated_response([experiment_payload(e) for e in page])
+        return paginator.get_paginated_response(
+            out.ExperimentOutput([experiment_payload(e) for e in page], many=True).data
+        )
 
     @extend_schema(
         operation_id="chaos_experiment_create",
@@ -195,7 +203,7 @@ class ExperimentListCreateApi(APIView):
         exp = chaos_services.experiment_create(
             actor=actor_from_request(request), data=data, start=start
         )
-        return Response(experiment_payload(exp, with_injections=True), status=201)
+        return Response(_detail(exp), status=201)
 
 
 class ExperimentDetailApi(APIView):
@@ -208,7 +216,7 @@ class ExperimentDetailApi(APIView):
         exp = chaos_selectors.experiment_get(
             viewer=actor_from_request(request), experiment_id=experiment_id
         )
-        return Response(experiment_payload(exp, with_injections=True))
+        return Response(_detail(exp))
 
 
 class ExperimentAbortApi(APIView):
@@ -235,4 +243,4 @@ class ExperimentAbortApi(APIView):
         exp = chaos_services.experiment_abort(
             actor=actor, experiment=exp, reason=serializer.validated_data["reason"]
         )
-        return Response(experiment_payload(exp, with_injections=True))
+        return Response(_detail(exp))
