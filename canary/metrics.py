@@ -21,8 +21,9 @@ from kiln.cluster.backends import get_backend
 from kiln.errors import InvalidInput, Unavailable
 
 # Latency samples kept per arm and tick. The tail channel counts the slowest 0.5% of the
-# pooled samples: 5,000 per arm give it ~50 events a tick at an even split.
-SAMPLE_CAP = 5000
+# pooled samples: 60,000 per arm give it ~600 events a tick at an even split, so a busy
+# service's tail is judged on all its requests (5,000 gave 50 and threw the rest away).
+SAMPLE_CAP = 60_000
 
 # Istio's standard metrics, as canary.promql templates (placeholders filled per arm and tick).
 DEFAULT_QUERIES = {

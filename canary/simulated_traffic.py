@@ -54,8 +54,11 @@ CLASSES: dict[str, TrafficClass] = {
         TrafficClass("low_traffic", volume=400.0, error_rate=0.02),
         TrafficClass("canary_warmup", warmup_ticks=1.5),
         TrafficClass("noisy_baseline", baseline_noise=0.35, baseline_latency_noise=0.06),
-        # 500 requests/s: enough evidence for a short rollout (demos, end-to-end benchmarks).
+        # 500 requests/s: enough evidence for a short rollout (demos, browser tests).
         TrafficClass("high_volume", volume=30_000.0),
+        # 2,000 requests/s: at an even split one tick carries ~600 requests above the pooled
+        # p99.5, enough for the tail channel to accept in one or two ticks (end-to-end bench).
+        TrafficClass("busy", volume=120_000.0),
     )
 }
 
@@ -109,6 +112,66 @@ def norm_ppf(u: np.ndarray) -> np.ndarray:
     return out
 
 
+def norm_sf(z: np.ndarray) -> np.ndarray:
+    """Upper tail 1 - Phi(z) of the standard normal (erfc by Chebyshev fit, relative error < 1.2e-7)."""
+    x = np.abs(np.asarray(z, dtype=float)) / np.sqrt(2.0)
+    t = 1.0 / (1.0 + 0.5 * x)
+    poly = -1.26551223 + t * (
+        1.00002368
+        + t
+        * (
+            0.37409196
+            + t
+            * (
+                0.09678418
+                + t
+                * (
+                    -0.18628806
+                    + t
+                    * (
+                        0.27886807
+                        + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))
+                    )
+                )
+            )
+        )
+    )
+    erfc = t * np.exp(-x * x + poly)
+    return np.where(np.asarray(z) >= 0, 0.5 * erfc, 1.0 - 0.5 * erfc)
+
+
+Z95 = 1.6448536269514722  # Phi^-1(0.95): where the Pareto tail starts
+Z98 = 2.0537489106318225  # Phi^-1(0.98): the slowest 2%
+Z90 = 1.2815515655446004  # Phi^-1(0.90)
+Z99 = 2.3263478740408408  # Phi^-1(0.99)
+
+
+def latency_from_normal(cls: TrafficClass, z: np.ndarray) -> np.ndarray:
+    """Q(Phi(z)) for standard normal draws z: the same latency law as `latency_quantile`.
+
+    Drawing z directly costs one exponential per sample instead of an inverse normal;
+    the Pareto tail needs Phi only for the 5% of draws above its start.
+    """
+    x = cls.median_ms * np.exp(cls.sigma * z)
+    if cls.pareto_alpha > 0:
+        hi = z > Z95
+        x95 = cls.median_ms * np.exp(cls.sigma * Z95)
+        x[hi] = x95 * (0.05 / np.maximum(norm_sf(z[hi]), 1e-12)) ** (1 / cls.pareto_alpha)
+    return x
+
+
+def stretch_from_normal(regression: str, z: np.ndarray) -> np.ndarray:
+    """The latency factor of a tail regression for standard normal draws z (u = Phi(z))."""
+    out = np.ones_like(z)
+    if regression == "latency_tail":
+        out[z > Z98] = 1.5
+    elif regression == "latency_p99":
+        out[z >= Z99] = 1.5
+        mid = (z > Z90) & (z < Z99)
+        out[mid] = p99_stretch(1.0 - norm_sf(z[mid]))
+    return out
+
+
 def latency_quantile(cls: TrafficClass, u: np.ndarray) -> np.ndarray:
     """Q(u) of the class's latency in ms: log-normal body, optional Pareto tail above u = 0.95."""
     x = cls.median_ms * np.exp(cls.sigma * norm_ppf(u))
@@ -151,11 +214,15 @@ class Simulator:
         *,
         rollouts: int = 1,
         seed: int = 0,
-        regression: str | None = None,
+        regression: str | None | tuple[str | None, ...] = None,
         sample_cap: int = 250,
     ) -> None:
-        if regression is not None and regression not in REGRESSIONS:
-            raise ValueError(f"unknown regression {regression!r}")
+        """`regression`: one for every rollout, or a tuple of one per rollout (None: healthy)."""
+        kinds = regression if isinstance(regression, tuple) else (regression,) * rollouts
+        if len(kinds) != rollouts or any(k is not None and k not in REGRESSIONS for k in kinds):
+            raise ValueError(f"unknown regression {regression!r} (or not one per rollout)")
+        # Per rollout, which regression its canary carries.
+        self.regressed = {k: np.array([x == k for x in kinds]) for k in REGRESSIONS}
         self.cls = cls
         self.rollouts = rollouts
         self.seed = seed
@@ -213,23 +280,25 @@ class Simulator:
         warm = cls.warmup_ticks > 0
         if warm:
             p_c = p_c * (1 + 2.0 * np.exp(-t / cls.warmup_ticks))
-        if self.regression == "errors":
-            p_c = p_c * 2.0
+        if self.regressed["errors"].any():
+            p_c = p_c * np.where(self.regressed["errors"], 2.0, 1.0)
         err_b = self._errors(rng, req_b, p_b, storm)
         err_c = self._errors(rng, req_c, p_c, storm)
         m_b, m_c = self.samples_per_arm(weight)
         scale_b = lat_scale * np.exp(cls.baseline_latency_noise * rng.standard_normal(r))
         scale_c = lat_scale * (1 + (1.0 * np.exp(-t / cls.warmup_ticks) if warm else 0.0))
-        u_b = rng.random((r, m_b))
-        u_c = rng.random((r, m_c))
-        lat_b = latency_quantile(cls, u_b) * scale_b[:, None]
-        lat_c = latency_quantile(cls, u_c) * np.asarray(scale_c)[..., None]
-        if self.regression == "latency_median":
-            lat_c = lat_c * 1.25
-        elif self.regression == "latency_p99":
-            lat_c = lat_c * p99_stretch(u_c)
-        elif self.regression == "latency_tail":
-            lat_c = lat_c * tail_stretch(u_c)
+        z_b = rng.standard_normal((r, m_b))
+        z_c = rng.standard_normal((r, m_c))
+        lat_b = latency_from_normal(cls, z_b)
+        lat_b *= scale_b[:, None]
+        lat_c = latency_from_normal(cls, z_c)
+        lat_c *= np.asarray(scale_c)[..., None]
+        if self.regressed["latency_median"].any():
+            lat_c *= np.where(self.regressed["latency_median"], 1.25, 1.0)[:, None]
+        for kind in ("latency_p99", "latency_tail"):
+            rows = self.regressed[kind]
+            if rows.any():
+                lat_c[rows] *= stretch_from_normal(kind, z_c[rows])
         first, length = cls.outage
         missing = np.full(r, first <= t < first + length)
         return TickData(

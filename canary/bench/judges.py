@@ -26,12 +26,13 @@ a score of at least `pass_score` promotes (all NoData: 100).
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
 from canary.bench.streams import BENCH_STEPS, HORIZON, Streams
-from canary.sequential import A_INCONCLUSIVE, AnalysisConfig, BatchAnalyzer
+from canary.sequential import A_INCONCLUSIVE, AnalysisConfig, BatchAnalyzer, TickCounts
 
 
 @dataclass
@@ -45,6 +46,13 @@ class Outcome:
     requests_seen: np.ndarray | None = None
     channel: np.ndarray | None = None
 
+    def rows(self, rows: slice) -> Outcome:
+        """The outcomes of some of the rollouts."""
+        fields = ("action", "tick", "requests_needed", "requests_seen", "channel")
+        return Outcome(
+            *(None if getattr(self, f) is None else getattr(self, f)[rows] for f in fields)
+        )
+
 
 def _record(out: Outcome, actions: np.ndarray, t: int) -> np.ndarray:
     new = (out.action == 0) & (actions != 0)
@@ -53,28 +61,83 @@ def _record(out: Outcome, actions: np.ndarray, t: int) -> np.ndarray:
     return new
 
 
-def judge_kiln(s: Streams, config: AnalysisConfig) -> Outcome:
-    """Kiln's sequential engine, exactly as a rollout runs it."""
-    r, ticks = s.rollouts, s.req_b.shape[0]
-    engine = BatchAnalyzer(config, r)
-    out = Outcome(
-        np.zeros(r, np.int8), np.zeros(r, int), np.zeros(r), np.zeros(r), np.zeros(r, int)
-    )
-    seen = np.zeros(r)
-    for t in range(min(ticks, config.max_ticks)):
-        seen += np.where(s.missing[t], 0.0, s.req_c[t])
-        actions, _ = engine.update_counts(s.errors(t), s.median[t], s.tail[t], missing=s.missing[t])
-        new = _record(out, actions, t)
+class KilnJudge:
+    """Kiln's sequential engine, exactly as a rollout runs it, fed one tick of R rollouts at a time.
+
+    The simulation feeds it while it runs (and stops once every watched judge is done),
+    so the engine runs once, never replayed. Several configurations (a tuning grid) are
+    judged in one batch: every configuration sees every rollout (rows = configs x R).
+    """
+
+    def __init__(self, configs: list[AnalysisConfig], rollouts: int) -> None:
+        self.configs = list(configs)
+        self.rollouts = r = rollouts
+        rows = [cfg for cfg in self.configs for _ in range(r)]
+        n = len(rows)
+        self.config = self.configs[0]
+        self.engine = BatchAnalyzer(self.config, n, row_configs=rows)
+        self.outcome = Outcome(
+            np.zeros(n, np.int8), np.zeros(n, int), np.zeros(n), np.zeros(n), np.zeros(n, int)
+        )
+        self.seen = np.zeros(n)
+        self.ticks = 0
+        self.active = np.arange(n)  # the engine's rows: rollouts not decided yet
+
+    @property
+    def done(self) -> bool:
+        """Every rollout decided, or the max duration reached: later ticks change nothing."""
+        return self.active.size == 0 or self.ticks >= self.config.max_ticks
+
+    def update(self, errors, median, tail, missing: np.ndarray, req_c: np.ndarray) -> None:
+        """One tick of every rollout (counts per channel, missing metrics, canary requests)."""
+        if self.done:
+            return
+        t = self.ticks
+        self.ticks += 1
+        out, engine, rows = self.outcome, self.engine, self.active
+        r = self.rollouts
+        src = rows % r  # the simulated rollout behind each engine row
+
+        def pick(x: TickCounts) -> TickCounts:
+            return TickCounts(*(getattr(x, f)[src] for f in ("n_b", "n_c", "k", "c")))
+
+        missing = np.asarray(missing, dtype=bool)[src]
+        self.seen[rows] += np.where(missing, 0.0, req_c[src])
+        actions, _ = engine.update_counts(pick(errors), pick(median), pick(tail), missing)
+        new = (out.action[rows] == 0) & (actions != 0)
+        out.action[rows[new]] = actions[new]
+        out.tick[rows[new]] = t + 1
         held = new & (actions == A_INCONCLUSIVE)
         if held.any():
             needed = np.stack([engine.ticks_needed[ch] for ch in ("errors", "median", "tail")])
-            out.channel[held] = np.argmax(needed, axis=0)[held]
+            out.channel[rows[held]] = np.argmax(needed, axis=0)[held]
             ticks_needed = needed.max(axis=0)
-            out.requests_needed[held] = (ticks_needed * engine.canary_requests)[held]
-            out.requests_seen[held] = seen[held]
-        if (out.action != 0).all():
+            out.requests_needed[rows[held]] = (ticks_needed * engine.canary_requests)[held]
+            out.requests_seen[rows[held]] = self.seen[rows[held]]
+        # Decided rows can change nothing more: drop them once they are a quarter of the batch.
+        if engine.decided.sum() * 4 >= rows.size:
+            undecided = ~engine.decided
+            engine.keep(undecided)
+            self.active = rows[undecided]
+
+    def outcomes(self) -> list[Outcome]:
+        """One `Outcome` per configuration, in the order given."""
+        r = self.rollouts
+        fields = ("action", "tick", "requests_needed", "requests_seen", "channel")
+        return [
+            Outcome(*(getattr(self.outcome, f)[i * r : (i + 1) * r] for f in fields))
+            for i in range(len(self.configs))
+        ]
+
+
+def judge_kiln(s: Streams, config: AnalysisConfig) -> Outcome:
+    """Kiln's sequential engine over recorded streams (the same as watching the simulation)."""
+    judge = KilnJudge([config], s.rollouts)
+    for t in range(s.req_b.shape[0]):
+        if judge.done:
             break
-    return out
+        judge.update(s.errors(t), s.median[t], s.tail[t], s.missing[t], s.req_c[t])
+    return judge.outcome
 
 
 @dataclass(frozen=True)
@@ -222,8 +285,6 @@ class _quiet:
     """Silence numpy's all-NaN warnings of rows without data (they are NoData by design)."""
 
     def __enter__(self):
-        import warnings
-
         self._w = warnings.catch_warnings()
         self._w.__enter__()
         warnings.simplefilter("ignore", RuntimeWarning)

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import itertools
+import multiprocessing
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict
 
 import numpy as np
 
 from canary.bench.judges import (
     KayentaConfig,
+    KilnJudge,
     Outcome,
     ThresholdConfig,
     judge_kayenta,
-    judge_kiln,
     judge_threshold,
 )
 from canary.bench.streams import (
@@ -26,7 +28,6 @@ from canary.bench.streams import (
     BenchClass,
     Streams,
     bench_classes,
-    concat,
     simulate,
 )
 from canary.sequential import CHANNELS, AnalysisConfig
@@ -42,6 +43,7 @@ KILN_GRID = {
     "beta": (0.02, 0.05),
     "cusum_threshold": (9.0, 11.0),
     "dispersion_ticks": (4.0, 8.0),
+    "alarm_confidence": (0.9, 0.99),
 }
 THRESHOLD_GRID = {
     "error_factor": (1.5, 2.0, 3.0),
@@ -62,26 +64,66 @@ def kiln_config(**overrides) -> AnalysisConfig:
 
 
 def class_streams(
-    bench: BenchClass, *, rollouts: int, seed: int, watch: list[AnalysisConfig] = ()
-) -> tuple[Streams, Streams]:
-    """`rollouts` healthy rollouts and `rollouts` regressed ones (split over the class's regressions)."""
-    clean = simulate(bench, rollouts=rollouts, seed=seed, regression=None, watch=watch)
+    bench: BenchClass, *, rollouts: int, seed: int, kiln: list[AnalysisConfig] = ()
+) -> tuple[Streams, Streams, list[Outcome], list[Outcome]]:
+    """`rollouts` healthy rollouts and `rollouts` regressed ones (split over the class's regressions).
+
+    Simulated together (healthy rows first); Kiln's engine under each configuration of
+    `kiln` judges them as they are simulated. Returns the healthy and the regressed
+    streams and Kiln's outcomes on each (one per configuration).
+    """
     kinds = bench.regressions
-    share = [
-        rollouts // len(kinds) + (1 if i < rollouts % len(kinds) else 0) for i in range(len(kinds))
-    ]
-    parts = [
-        simulate(
-            bench,
-            rollouts=n,
-            seed=seed + 1000 + REGRESSIONS.index(kind),
-            regression=kind,
-            watch=watch,
-        )
-        for kind, n in zip(kinds, share, strict=True)
-        if n
-    ]
-    return clean, concat(parts)
+    regressed = tuple(kinds[i * len(kinds) // rollouts] for i in range(rollouts))
+    judge = KilnJudge(list(kiln), 2 * rollouts) if kiln else None
+    both = simulate(
+        bench,
+        rollouts=2 * rollouts,
+        seed=seed,
+        regression=(None,) * rollouts + regressed,
+        watch=[judge] if judge else [],
+    )
+    clean, reg = slice(0, rollouts), slice(rollouts, 2 * rollouts)
+    outcomes = judge.outcomes() if judge else []
+    return (
+        both.rows(clean),
+        both.rows(reg),
+        [o.rows(clean) for o in outcomes],
+        [o.rows(reg) for o in outcomes],
+    )
+
+
+def class_results(job: tuple) -> tuple[str, dict]:
+    """Simulate one class and judge it under every configuration given (a process-pool job).
+
+    job = (class name, rollouts, seed, Kiln params list, threshold params list, Kayenta
+    params list); returns the class name and, per judge, one summary per configuration.
+    """
+    name, rollouts, seed, kiln_params, threshold_params, kayenta_params = job
+    bench = bench_classes()[name]
+    configs = [kiln_config(**p) for p in kiln_params]
+    clean, reg, kiln_clean, kiln_reg = class_streams(
+        bench, rollouts=rollouts, seed=seed, kiln=configs
+    )
+    rows = {
+        "kiln": [
+            summarise(c, r, reg.kind, True) for c, r in zip(kiln_clean, kiln_reg, strict=True)
+        ],
+        "threshold": [
+            _run_threshold(ThresholdConfig(**p), clean, reg, bench) for p in threshold_params
+        ],
+        "kayenta": [_run_kayenta(KayentaConfig(**p), clean, reg, bench) for p in kayenta_params],
+    }
+    return name, rows
+
+
+def _run_jobs(jobs: list[tuple], workers: int) -> dict[str, dict]:
+    """`class_results` over every job, in `workers` processes (1: in this process)."""
+    if workers <= 1 or len(jobs) <= 1:
+        return dict(map(class_results, jobs))
+    # Spawned, not forked: the caller may be a server or test process with threads and sockets.
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        return dict(pool.map(class_results, jobs))
 
 
 def _rate(mask: np.ndarray) -> float:
@@ -133,13 +175,20 @@ def _worst(results: dict[str, dict], judge: str) -> dict:
     }
 
 
-def _simulate_all(
-    classes: dict[str, BenchClass], rollouts: int, base_seed: int, watch: list[AnalysisConfig]
-) -> dict:
-    return {
-        name: class_streams(bench, rollouts=rollouts, seed=base_seed + 10_000 * i, watch=watch)
-        for i, (name, bench) in enumerate(classes.items())
-    }
+def _jobs(
+    classes: dict[str, BenchClass], rollouts: int, base_seed: int, grids: dict[str, list[dict]]
+) -> list[tuple]:
+    return [
+        (
+            name,
+            rollouts,
+            base_seed + 10_000 * i,
+            grids["kiln"],
+            grids["threshold"],
+            grids["kayenta"],
+        )
+        for i, name in enumerate(classes)
+    ]
 
 
 def _nominal(bench: BenchClass) -> dict[str, float]:
@@ -167,31 +216,19 @@ def _score_best_case(per_class: list[dict]) -> tuple:
     return (worst, -promoted)
 
 
-def tune(streams: dict, classes: dict[str, BenchClass]) -> dict:
-    """Choose each judge's constants on the tuning streams; return the choices and their scores."""
-    chosen = {}
-    trials = []
-    for params in _grid(KILN_GRID):
-        cfg = kiln_config(**params)
-        rows = [
-            summarise(judge_kiln(c, cfg), judge_kiln(r, cfg), r.kind, False)
-            for c, r in streams.values()
-        ]
-        trials.append((_score_safe(rows), params))
-    score, params = min(trials, key=lambda t: t[0])
-    chosen["kiln"] = {"params": params, "score": list(score), "grid": KILN_GRID}
-    for name, grid, run, key in (
-        ("threshold", THRESHOLD_GRID, _run_threshold, ThresholdConfig),
-        ("kayenta", KAYENTA_GRID, _run_kayenta, KayentaConfig),
+def tune(rows: dict[str, dict], grids: dict[str, list[dict]]) -> tuple[dict, dict]:
+    """Choose each judge's constants on the tuning rows; return the choices and their rows."""
+    chosen, picked = {}, {}
+    for judge, score_of, grid in (
+        ("kiln", _score_safe, KILN_GRID),
+        ("threshold", _score_best_case, THRESHOLD_GRID),
+        ("kayenta", _score_best_case, KAYENTA_GRID),
     ):
-        trials = []
-        for params in _grid(grid):
-            cfg = key(**params)
-            rows = [run(cfg, c, r, classes[cls]) for cls, (c, r) in streams.items()]
-            trials.append((_score_best_case(rows), params))
-        score, params = min(trials, key=lambda t: t[0])
-        chosen[name] = {"params": params, "score": list(score), "grid": grid}
-    return chosen
+        scores = [score_of([r[judge][i] for r in rows.values()]) for i in range(len(grids[judge]))]
+        best = min(range(len(scores)), key=lambda i: scores[i])
+        chosen[judge] = {"params": grids[judge][best], "score": list(scores[best]), "grid": grid}
+        picked[judge] = best
+    return chosen, picked
 
 
 def _run_threshold(cfg: ThresholdConfig, clean: Streams, reg: Streams, bench: BenchClass) -> dict:
@@ -205,22 +242,17 @@ def _run_kayenta(cfg: KayentaConfig, clean: Streams, reg: Streams, bench: BenchC
     return summarise(judge_kayenta(clean, cfg), judge_kayenta(reg, cfg), reg.kind, False)
 
 
-def report(streams: dict, classes: dict[str, BenchClass], chosen: dict) -> dict:
-    """Every judge with its chosen constants on every class of the given streams."""
-    kiln = kiln_config(**chosen["kiln"]["params"])
-    threshold = ThresholdConfig(**chosen["threshold"]["params"])
-    kayenta = KayentaConfig(**chosen["kayenta"]["params"])
+def report(rows: dict[str, dict], classes: dict[str, BenchClass], picked: dict[str, int]) -> dict:
+    """Every judge with its chosen configuration (index `picked[judge]`) on every class."""
     results = {}
-    for name, (clean, reg) in streams.items():
+    for name, row in rows.items():
         bench = classes[name]
         results[name] = {
             "canary_rps_at_10pct": round(bench.canary_rps, 2),
             "error_rate": bench.traffic.error_rate,
             "regressions": list(bench.regressions),
             "note": bench.note,
-            "kiln": summarise(judge_kiln(clean, kiln), judge_kiln(reg, kiln), reg.kind, True),
-            "kayenta": _run_kayenta(kayenta, clean, reg, bench),
-            "threshold": _run_threshold(threshold, clean, reg, bench),
+            **{judge: row[judge][picked[judge]] for judge in ("kiln", "kayenta", "threshold")},
         }
     return results
 
@@ -232,12 +264,14 @@ def run_bench(
     seeds: str = "both",
     classes: list[str] | None = None,
     chosen: dict | None = None,
+    workers: int = 2,
 ) -> dict:
     """The benchmark: tune on the "tune" seeds, report on the "report" seeds (or only one of them).
 
     `seeds="tune"` runs the tuning alone and reports its choices on the tuning streams;
     `seeds="report"` reports with `chosen` (default: the defaults of `AnalysisConfig` and
     of the two baseline judges' configs, i.e. what was committed after tuning).
+    Classes run in `workers` processes.
     """
     started = time.perf_counter()
     every = bench_classes()
@@ -253,16 +287,19 @@ def run_bench(
         "targets": TARGETS,
     }
     if seeds in ("tune", "both"):
-        grid = [kiln_config(**params) for params in _grid(KILN_GRID)]
-        tuning = _simulate_all(picked, tune_rollouts, SEED_SETS["tune"], grid)
-        chosen = tune(tuning, picked)
+        grids = {
+            "kiln": _grid(KILN_GRID),
+            "threshold": _grid(THRESHOLD_GRID),
+            "kayenta": _grid(KAYENTA_GRID),
+        }
+        rows = _run_jobs(_jobs(picked, tune_rollouts, SEED_SETS["tune"], grids), workers)
+        chosen, best = tune(rows, grids)
         out["tuning"] = {
             "seeds": "tune",
             "rollouts_per_class": {"healthy": tune_rollouts, "regressed": tune_rollouts},
             "chosen": chosen,
-            "classes": report(tuning, picked, chosen),
+            "classes": report(rows, picked, best),
         }
-        del tuning
     if seeds in ("report", "both"):
         if chosen is None:
             chosen = {
@@ -270,9 +307,9 @@ def run_bench(
                 "threshold": {"params": asdict(ThresholdConfig())},
                 "kayenta": {"params": asdict(KayentaConfig())},
             }
-        watch = [kiln_config(**chosen["kiln"]["params"])]
-        streams = _simulate_all(picked, rollouts, SEED_SETS["report"], watch)
-        results = report(streams, picked, chosen)
+        grids = {judge: [chosen[judge]["params"]] for judge in ("kiln", "threshold", "kayenta")}
+        rows = _run_jobs(_jobs(picked, rollouts, SEED_SETS["report"], grids), workers)
+        results = report(rows, picked, dict.fromkeys(grids, 0))
         out["report"] = {
             "seeds": "report",
             "rollouts_per_class": {"healthy": rollouts, "regressed": rollouts},

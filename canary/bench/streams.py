@@ -11,12 +11,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from canary.sequential import (
-    AnalysisConfig,
-    BatchAnalyzer,
     TickCounts,
     error_counts,
-    latency_counts,
-    zero_counts,
+    rank_counts,
 )
 from canary.simulated_traffic import CLASSES, REGRESSIONS, Simulator, TrafficClass
 from canary.traffic import weight_at
@@ -107,6 +104,17 @@ class Streams:
     def rollouts(self) -> int:
         return self.req_b.shape[1]
 
+    def rows(self, rows: slice) -> Streams:
+        """The streams of some of the rollouts."""
+        fields = ("req_b", "err_b", "req_c", "err_c", "p50_b", "p99_b", "p50_c", "p99_c")
+        counts = ("n_b", "n_c", "k", "c")
+        return Streams(
+            **{f: getattr(self, f)[:, rows] for f in (*fields, "missing")},
+            median=[TickCounts(*(getattr(t, f)[rows] for f in counts)) for t in self.median],
+            tail=[TickCounts(*(getattr(t, f)[rows] for f in counts)) for t in self.tail],
+            kind=self.kind[rows],
+        )
+
 
 def _quantiles(lat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     m = lat.shape[1]
@@ -114,7 +122,8 @@ def _quantiles(lat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         nan = np.full(lat.shape[0], np.nan)
         return nan, nan.copy()
     i50, i99 = int(0.5 * (m - 1)), int(0.99 * (m - 1))
-    part = np.partition(lat, [i50, i99], axis=1)
+    part = lat.copy()
+    part.partition([i50, i99], axis=1)
     return part[:, i50], part[:, i99]
 
 
@@ -123,17 +132,16 @@ def simulate(
     *,
     rollouts: int,
     seed: int,
-    regression: str | None,
+    regression: str | None | tuple[str | None, ...],
     ticks: int = MAX_TICKS,
-    watch: list[AnalysisConfig] = (),
+    watch: list = (),
 ) -> Streams:
     """Simulate `rollouts` rollouts of one class (one regression or none) for up to `ticks` ticks.
 
-    With `watch`, the simulation stops early (never before the planned steps end) once
-    the engine under every watched configuration has decided every rollout: later ticks
-    could change no judge's outcome.
+    `watch`: judges fed every tick as it is simulated (`KilnJudge`s). The simulation
+    stops early (never before the planned steps end) once every watched judge is done:
+    later ticks could change no judge's outcome.
     """
-    engines = [BatchAnalyzer(cfg, rollouts) for cfg in watch]
     sim = Simulator(
         bench.traffic, rollouts=rollouts, seed=seed, regression=regression, sample_cap=SAMPLE_CAP
     )
@@ -147,60 +155,20 @@ def simulate(
         p50_c, p99_c = _quantiles(d.lat_c)
         for name, v in (("p50_b", p50_b), ("p99_b", p99_b), ("p50_c", p50_c), ("p99_c", p99_c)):
             cols[name].append(v)
-        cols["median"].append(latency_counts(d.lat_b, d.lat_c, 0.5))
-        cols["tail"].append(latency_counts(d.lat_b, d.lat_c, TAIL_QUANTILE))
+        median, tail = rank_counts(d.lat_b, d.lat_c, (0.5, TAIL_QUANTILE))
+        cols["median"].append(median)
+        cols["tail"].append(tail)
         cols["missing"].append(np.zeros(rollouts, bool) if d.missing is None else d.missing)
-        for engine in engines:
-            e = error_counts(d.req_b, d.err_b, d.req_c, d.err_c)
-            engine.update_counts(
-                e, cols["median"][-1], cols["tail"][-1], missing=cols["missing"][-1]
-            )
-        if engines and t + 1 >= HORIZON and all(e.decided.all() for e in engines):
+        e = error_counts(d.req_b, d.err_b, d.req_c, d.err_c)
+        for judge in watch:
+            judge.update(e, median, tail, cols["missing"][-1], d.req_c)
+        if watch and t + 1 >= HORIZON and all(j.done for j in watch):
             break
     arrays = {k: np.array(v) for k, v in cols.items() if k not in ("median", "tail")}
-    kind = -1 if regression is None else REGRESSIONS.index(regression)
+    kinds = regression if isinstance(regression, tuple) else (regression,) * rollouts
     return Streams(
         **arrays,
         median=cols["median"],
         tail=cols["tail"],
-        kind=np.full(rollouts, kind),
-    )
-
-
-def _padded(s: Streams, ticks: int) -> Streams:
-    """`s` lengthened to `ticks` with ticks that carry nothing (every rollout of it was decided)."""
-    extra = ticks - s.req_b.shape[0]
-    if extra <= 0:
-        return s
-    r = s.rollouts
-    arrays = {
-        k: np.concatenate([getattr(s, k), np.zeros((extra, r))])
-        for k in ("req_b", "err_b", "req_c", "err_c", "p50_b", "p99_b", "p50_c", "p99_c")
-    }
-    arrays["missing"] = np.concatenate([s.missing, np.ones((extra, r), bool)])
-    zero = [zero_counts(r) for _ in range(extra)]
-    return Streams(**arrays, median=s.median + zero, tail=s.tail + zero, kind=s.kind)
-
-
-def concat(parts: list[Streams]) -> Streams:
-    """Stack the rollouts of several streams side by side (padded to the longest)."""
-    ticks = max(p.req_b.shape[0] for p in parts)
-    parts = [_padded(p, ticks) for p in parts]
-
-    def cat_counts(lists: list[list[TickCounts]]) -> list[TickCounts]:
-        fields = ("n_b", "n_c", "k", "c")
-        return [
-            TickCounts(*(np.concatenate([getattr(p[t], f) for p in lists]) for f in fields))
-            for t in range(ticks)
-        ]
-
-    arrays = {
-        k: np.concatenate([getattr(p, k) for p in parts], axis=1)
-        for k in ("req_b", "err_b", "req_c", "err_c", "p50_b", "p99_b", "p50_c", "p99_c", "missing")
-    }
-    return Streams(
-        **arrays,
-        median=cat_counts([p.median for p in parts]),
-        tail=cat_counts([p.tail for p in parts]),
-        kind=np.concatenate([p.kind for p in parts]),
+        kind=np.array([-1 if k is None else REGRESSIONS.index(k) for k in kinds]),
     )

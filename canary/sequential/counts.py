@@ -9,8 +9,8 @@ times the baseline's) with pi1 = rho n_c / (rho n_c + n_b).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
@@ -47,26 +47,39 @@ def latency_counts(lat_b: np.ndarray, lat_c: np.ndarray, quantile: float) -> Tic
     which arm a sample came from, so under H0 c is hypergeometric whatever the
     latency distribution (no moment, no outlier enters).
     """
+    return rank_counts(lat_b, lat_c, (quantile,))[0]
+
+
+def rank_counts(lat_b: np.ndarray, lat_c: np.ndarray, quantiles: tuple[float, ...]) -> list:
+    """`latency_counts` for several pooled quantiles at once (one pooled partition for all)."""
     lat_b = np.atleast_2d(np.asarray(lat_b, dtype=float))
     lat_c = np.atleast_2d(np.asarray(lat_c, dtype=float))
     rows = lat_b.shape[0]
     m_b, m_c = lat_b.shape[1], lat_c.shape[1]
     n = m_b + m_c
-    k = int(round((1.0 - quantile) * n)) if m_b and m_c else 0
     n_b = np.full(rows, float(m_b))
     n_c = np.full(rows, float(m_c))
-    if k <= 0:
-        zero = np.zeros(rows)
-        return TickCounts(n_b, n_c, zero, zero.copy())
-    pooled = np.concatenate([lat_b, lat_c], axis=1)
-    thr = np.partition(pooled, n - k, axis=1)[:, n - k][:, None]
-    above_c = (lat_c > thr).sum(axis=1)
-    above = above_c + (lat_b > thr).sum(axis=1)
-    tied_c = (lat_c == thr).sum(axis=1)
-    tied = tied_c + (lat_b == thr).sum(axis=1)
-    # Samples tied at the threshold (histogram buckets) fill the remaining slots pro rata.
-    c = above_c + (k - above) * tied_c / np.maximum(tied, 1)
-    return TickCounts(n_b, n_c, np.full(rows, float(k)), c.astype(float))
+    ks = [int(round((1.0 - q) * n)) if m_b and m_c else 0 for q in quantiles]
+    kth = sorted({n - k for k in ks if k > 0})
+    part = None
+    if kth:
+        part = np.concatenate([lat_b, lat_c], axis=1)  # a fresh array: partitioned in place
+        part.partition(kth, axis=1)
+    out = []
+    for k in ks:
+        if k <= 0:
+            zero = np.zeros(rows)
+            out.append(TickCounts(n_b, n_c, zero, zero.copy()))
+            continue
+        thr = part[:, n - k][:, None]
+        above_c = (lat_c > thr).sum(axis=1)
+        above = above_c + (lat_b > thr).sum(axis=1)
+        tied_c = (lat_c == thr).sum(axis=1)
+        tied = tied_c + (lat_b == thr).sum(axis=1)
+        # Samples tied at the threshold (histogram buckets) fill the remaining slots pro rata.
+        c = above_c + (k - above) * tied_c / np.maximum(tied, 1)
+        out.append(TickCounts(n_b, n_c, np.full(rows, float(k)), c.astype(float)))
+    return out
 
 
 def share(rho: np.ndarray | float, n_b: np.ndarray, n_c: np.ndarray) -> np.ndarray:
@@ -113,22 +126,74 @@ def h0_drift(n_b: np.ndarray, n_c: np.ndarray, k: np.ndarray, rho: float) -> np.
     return np.where(ok, k * kl / f, 0.0)
 
 
-def surge(history: list[TickCounts], reference: list[np.ndarray]) -> np.ndarray:
+class History:
+    """One channel's counts over the ticks with evidence so far, as (T, R) arrays (grown in place)."""
+
+    def __init__(self, rows: int, capacity: int = 32) -> None:
+        self.ticks = 0
+        self._data = np.zeros((5, max(capacity, 1), rows))  # n_b, n_c, k, c, fpc
+
+    def append(self, t: TickCounts) -> None:
+        if self.ticks == self._data.shape[1]:
+            grown = np.zeros((5, 2 * self.ticks, self._data.shape[2]))
+            grown[:, : self.ticks] = self._data
+            self._data = grown
+        self._data[:, self.ticks] = (t.n_b, t.n_c, t.k, t.c, fpc(t))
+        self.ticks += 1
+
+    def keep(self, rows: np.ndarray) -> None:
+        """Forget every rollout but `rows` (an index or mask)."""
+        self._data = self._data[:, :, rows]
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        """(n_b, n_c, k, c, fpc), each (T, R)."""
+        return tuple(self._data[:, : self.ticks])
+
+
+def surge(history: list[TickCounts] | History, reference: list[np.ndarray]) -> np.ndarray:
     """Per tick, how far the event rate of both arms stands above its usual level (>= 1).
 
     The usual level is the lower quartile of the traffic-wide rate over every tick
     seen, warm-up included, so a surge cannot set its own reference.
     """
-    k = np.array([h.k for h in history])
-    n = np.array([h.n_b + h.n_c for h in history])
-    rate = k / np.maximum(n, 1)
+    n_b, n_c, k, _, _ = _stacked(history)
+    rate = k / np.maximum(n_b + n_c, 1)
     typical = np.quantile(np.array(reference), 0.25, axis=0)
     return np.maximum(1.0, rate / np.maximum(typical, 1e-12))
 
 
+def _stacked(history: list[TickCounts] | History) -> tuple[np.ndarray, ...]:
+    if isinstance(history, History):
+        return history.arrays()
+    fields = [np.array([getattr(h, f) for h in history]) for f in ("n_b", "n_c", "k", "c")]
+    return (*fields, np.array([fpc(h) for h in history]))
+
+
+def chi2_quantile(df: np.ndarray, p: float | np.ndarray) -> np.ndarray:
+    """The p-quantile of chi-square with `df` degrees of freedom (Wilson-Hilferty; df >= 2)."""
+    if np.ndim(p):
+        levels, where = np.unique(np.asarray(p, dtype=float), return_inverse=True)
+        z = np.array([NormalDist().inv_cdf(float(v)) for v in levels])[where.ravel()]
+    else:
+        z = NormalDist().inv_cdf(float(p))
+    h = 2.0 / (9.0 * np.maximum(df, 1e-9))
+    return df * np.maximum(1.0 - h + z * np.sqrt(h), 1e-3) ** 3
+
+
 def dispersion(
-    history: list[TickCounts], prior: float, prior_ticks: float, temper: np.ndarray
+    history: list[TickCounts] | History, prior: float, prior_ticks: float, temper: np.ndarray
 ) -> np.ndarray:
+    """The point estimate of `dispersion_bounds`."""
+    return dispersion_bounds(history, prior, prior_ticks, temper, 0.5)[0]
+
+
+def dispersion_bounds(
+    history: list[TickCounts] | History,
+    prior: float | np.ndarray,
+    prior_ticks: float | np.ndarray,
+    temper: np.ndarray,
+    confidence: float | np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
     """Pearson dispersion phi >= 1 of the canary's event share around the fitted rate ratio.
 
     phi = max(1, (df * sum r_t^2 + m) / (sum v_t + m)) with r_t = c_t - k_t pi_hat_t,
@@ -137,15 +202,22 @@ def dispersion(
     m = max(prior, prior_ticks * mean v_t) of pseudo-variance at phi = 1, so one noisy
     early tick cannot swing phi whatever the traffic volume. An infinite `prior` pins
     phi at 1: the textbook, binomial SPRT.
+
+    Returns (phi, phi_up): phi_up is the upper `confidence` bound of phi (at least the
+    point estimate): the Pearson sum is phi times a chi-square of T + prior_ticks degrees of
+    freedom (the prior counted as pseudo-ticks), so
+    phi_up = (T + prior_ticks) s^2 / chi2_{T + prior_ticks}(1 - confidence) with
+    s^2 = (sum r_t^2 + m) / (sum v_t + m). Alarms divide by it: with a handful of ticks
+    the data cannot rule out a dispersion several times the binomial one (a baseline
+    whose own latency or error rate wobbles from tick to tick), and a rollback claims
+    evidence of a regression at every dispersion the data leave plausible.
     """
-    if math.isinf(prior):
-        return np.ones_like(history[-1].c)
-    c = np.array([h.c for h in history])
-    k = np.array([h.k for h in history])
-    n_b = np.array([h.n_b for h in history])
-    n_c = np.array([h.n_c for h in history])
+    n_b, n_c, k, c, f = _stacked(history)
+    pinned = np.isinf(prior)
+    if np.all(pinned):
+        return np.ones_like(c[-1]), np.ones_like(c[-1])
+    prior = np.where(pinned, 0.0, prior)
     ok = (n_b > 0) & (n_c > 0) & (k > 0)
-    f = np.array([fpc(h) for h in history])
     rate_c = (np.where(ok, c, 0).sum(0) + 0.5) / (np.where(ok, n_c, 0).sum(0) + 1.0)
     rate_b = (np.where(ok, k - c, 0).sum(0) + 0.5) / (np.where(ok, n_b, 0).sum(0) + 1.0)
     rho_hat = rate_c / rate_b
@@ -155,4 +227,9 @@ def dispersion(
     ticks = ok.sum(0)
     df = np.where(ticks >= 3, ticks / np.maximum(ticks - 2, 1), 1.0)
     m = np.maximum(prior, prior_ticks * var / np.maximum(ticks, 1))
-    return np.maximum(1.0, (dev2 * df + m) / (var + m))
+    phi = np.maximum(1.0, (dev2 * df + m) / (var + m))
+    # Fewer than 2 degrees of freedom (no prior, one tick) are bounded as if they were 2.
+    nu = np.maximum(ticks + prior_ticks, 2.0)
+    upper = nu * (dev2 + m) / (var + m) / chi2_quantile(nu, 1.0 - np.asarray(confidence))
+    upper = np.where(ticks > 0, np.maximum(phi, upper), phi)
+    return np.where(pinned, 1.0, phi), np.where(pinned, 1.0, upper)

@@ -10,8 +10,9 @@ import math
 import numpy as np
 
 from canary.sequential.counts import (
+    History,
     TickCounts,
-    dispersion,
+    dispersion_bounds,
     error_counts,
     h0_drift,
     latency_counts,
@@ -57,15 +58,43 @@ class BatchAnalyzer:
     """The sequential analysis of R rollouts in lock-step (same arithmetic as `Analyzer`)."""
 
     def __init__(
-        self, config: AnalysisConfig, rollouts: int, *, latch_inconclusive: bool = True
+        self,
+        config: AnalysisConfig,
+        rollouts: int,
+        *,
+        latch_inconclusive: bool = True,
+        row_configs: list[AnalysisConfig] | None = None,
     ) -> None:
+        """`row_configs` (one per rollout) lets rows differ in their error rates, CUSUM
+        threshold and dispersion prior (a benchmark's grid in one batch); durations, design
+        ratios and the tail quantile are `config`'s for every row."""
         self.config = config
         self.rollouts = rollouts
+        rows = row_configs if row_configs is not None else [config]
+        for other in rows:
+            shared = ("warmup_ticks", "horizon_ticks", "max_ticks", "max_empty_share")
+            shared += ("error_ratio", "median_ratio", "tail_ratio", "tail_quantile")
+            if any(getattr(other, f) != getattr(config, f) for f in shared):
+                raise ValueError("row configs may differ only in their error rates and priors")
+        if row_configs is not None and len(row_configs) != rollouts:
+            raise ValueError("one row config per rollout")
+
+        def per_row(name: str):
+            values = np.array([getattr(c, name) for c in rows], dtype=float)
+            return values if row_configs is not None else float(values[0])
+
+        self.lower = per_row("lower")
+        self.upper = per_row("upper")
+        self.cusum_threshold = per_row("cusum_threshold")
+        self.dispersion_prior = per_row("dispersion_prior")
+        self.dispersion_ticks = per_row("dispersion_ticks")
+        self.alarm_confidence = per_row("alarm_confidence")
         # False: an inconclusive row keeps being analysed (a person may extend the analysis).
         self.latch_inconclusive = latch_inconclusive
         self.tick = 0
         r = rollouts
-        self.history: dict[str, list[TickCounts]] = {ch: [] for ch in CHANNELS}
+        cap = max(config.max_ticks - config.warmup_ticks, 1)
+        self.history = {ch: History(r, cap) for ch in CHANNELS}
         self.error_rates: list[np.ndarray] = []
         self.llr_raw = {ch: np.zeros(r) for ch in CHANNELS}
         self.llr = {ch: np.zeros(r) for ch in CHANNELS}
@@ -73,6 +102,8 @@ class BatchAnalyzer:
         self.cusum_raw = {ch: np.zeros(r) for ch in ("median", "tail")}
         self.cusum = {ch: np.zeros(r) for ch in ("median", "tail")}
         self.phi = {ch: np.ones(r) for ch in CHANNELS}
+        # Upper confidence bound of the dispersion: what the rollback alarms divide by.
+        self.phi_alarm = {ch: np.ones(r) for ch in CHANNELS}
         # Traffic now (moving averages over ticks with evidence) for the sample-size estimate.
         self.traffic = {ch: np.zeros((3, r)) for ch in CHANNELS}  # n_b, n_c, k per tick
         self.canary_requests = np.zeros(r)
@@ -80,6 +111,24 @@ class BatchAnalyzer:
         self.ticks_needed = {ch: np.full(r, np.inf) for ch in CHANNELS}
         self.empty_ticks = np.zeros(r, dtype=int)
         self.decided = np.zeros(r, dtype=bool)
+
+    def keep(self, rows: np.ndarray) -> None:
+        """Go on with the rollouts `rows` (an index or mask) only, forgetting the others.
+
+        A benchmark drops the rollouts it has seen decided, so that the analysis of the
+        last undecided ones does not carry every decided one along.
+        """
+        rows = np.asarray(rows)
+        for name, value in vars(self).items():
+            if isinstance(value, dict):
+                for key, array in value.items():
+                    value[key] = array[..., rows] if isinstance(array, np.ndarray) else array
+                    if isinstance(array, History):
+                        array.keep(rows)
+            elif isinstance(value, np.ndarray):
+                setattr(self, name, value[rows])
+        self.error_rates = [e[rows] for e in self.error_rates]
+        self.rollouts = len(self.decided)
 
     @property
     def errors_accepted(self) -> np.ndarray:
@@ -124,8 +173,12 @@ class BatchAnalyzer:
         temper = surge(self.history["errors"], self.error_rates)
         for ch in CHANNELS:
             t = temper if ch == "errors" else np.ones_like(temper)
-            self.phi[ch] = dispersion(
-                self.history[ch], cfg.dispersion_prior, cfg.dispersion_ticks, t
+            self.phi[ch], self.phi_alarm[ch] = dispersion_bounds(
+                self.history[ch],
+                self.dispersion_prior,
+                self.dispersion_ticks,
+                t,
+                self.alarm_confidence,
             )
         for ch in CHANNELS:
             rho = cfg.ratio(ch)
@@ -137,15 +190,19 @@ class BatchAnalyzer:
             open_ = ~self.accepted[ch]
             self.llr_raw[ch] = self.llr_raw[ch] + np.where(open_, llr_t, 0.0)
             self.llr[ch] = np.where(open_, self.llr_raw[ch] / self.phi[ch], self.llr[ch])
-            self.accepted[ch] |= open_ & (self.llr[ch] <= cfg.lower)
+            self.accepted[ch] |= open_ & (self.llr[ch] <= self.lower)
             if ch != "errors":
                 raw = np.maximum(0.0, self.cusum_raw[ch] + tick_llr(counts[ch], rho))
                 self.cusum_raw[ch] = raw
-                self.cusum[ch] = raw / self.phi[ch]
+                self.cusum[ch] = raw / self.phi_alarm[ch]
         self._estimate(counts, empty)
-        err_alarm = ~self.accepted["errors"] & (self.llr["errors"] >= cfg.upper)
-        med_alarm = self.cusum["median"] >= cfg.cusum_threshold
-        tail_alarm = self.cusum["tail"] >= cfg.cusum_threshold
+        # Alarms read the evidence at the upper bound of the dispersion: a rollback needs the
+        # regression to stand out even from as noisy a baseline as the data allow.
+        err_alarm = ~self.accepted["errors"] & (
+            self.llr_raw["errors"] / self.phi_alarm["errors"] >= self.upper
+        )
+        med_alarm = self.cusum["median"] >= self.cusum_threshold
+        tail_alarm = self.cusum["tail"] >= self.cusum_threshold
         open_rows = ~self.decided
         rollback = open_rows & (err_alarm | med_alarm | tail_alarm)
         promote = (
@@ -204,7 +261,7 @@ class BatchAnalyzer:
             self.traffic[ch] = (1 - w) * self.traffic[ch] + w * now
             n_b, n_c, k = self.traffic[ch]
             drift = h0_drift(n_b, n_c, k, cfg.ratio(ch))
-            distance = np.maximum(0.0, self.llr[ch] - cfg.lower) * self.phi[ch]
+            distance = np.maximum(0.0, self.llr[ch] - self.lower) * self.phi[ch]
             with np.errstate(divide="ignore", invalid="ignore"):
                 ticks = np.where(drift > 0, distance / np.where(drift > 0, drift, 1.0), np.inf)
             self.ticks_needed[ch] = np.where(self.accepted[ch], 0.0, ticks)
@@ -318,6 +375,7 @@ class Analyzer:
             cusum_tail=float(b.cusum["tail"][0]),
             cusum_threshold=cfg.cusum_threshold,
             dispersion={ch: float(b.phi[ch][0]) for ch in CHANNELS},
+            alarm_dispersion={ch: float(b.phi_alarm[ch][0]) for ch in CHANNELS},
             canary_error_rate=ev.canary_error_rate,
             baseline_error_rate=ev.baseline_error_rate,
             canary_p50_ms=ev.canary_p50_ms,

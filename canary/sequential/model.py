@@ -43,6 +43,7 @@ class AnalysisConfig:
     cusum_threshold: float = 9.0
     dispersion_prior: float = 8.0  # pseudo-variance anchoring the dispersion at 1 early on
     dispersion_ticks: float = 8.0  # ... and at least this many pseudo-ticks of it
+    alarm_confidence: float = 0.95  # rollback alarms use this upper confidence bound of phi
     warmup_ticks: int = 5
     horizon_ticks: int = 40
     max_ticks: int = 120  # max duration: undecided here, the rollout is inconclusive
@@ -94,6 +95,11 @@ class AnalysisConfig:
             "max_ticks",
             f"the max duration ({self.max_ticks} ticks) must be at least the planned "
             f"{self.horizon_ticks} ticks, and so longer than the warm-up ({self.warmup_ticks})",
+        )
+        need(
+            isinstance(self.alarm_confidence, int | float) and 0.5 <= self.alarm_confidence < 1,
+            "alarm_confidence",
+            f"must be a confidence level in [0.5, 1), got {self.alarm_confidence!r}",
         )
         need(0 < self.max_empty_share <= 1, "max_empty_share", "must be in (0, 1]")
         need(self.tick_seconds > 0, "tick_seconds", "must be positive")
@@ -163,6 +169,7 @@ class Decision:
     canary_p99_ms: float | None
     baseline_p99_ms: float | None
     channels: dict[str, dict] = field(default_factory=dict)
+    alarm_dispersion: dict[str, float] = field(default_factory=dict)
     requests_needed: float | None = None
     minutes_needed: float | None = None
     empty_ticks: int = 0

@@ -23,6 +23,7 @@ from canary.sequential import (
     Window,
     error_counts,
     latency_counts,
+    rank_counts,
 )
 from canary.simulated_traffic import CLASSES, Simulator, with_volume
 
@@ -115,24 +116,25 @@ def test_reaching_the_max_duration_undecided_is_inconclusive():
 
 
 def test_the_sample_size_estimate_decreases_as_evidence_accumulates():
+    # One rollout's estimate follows its llr, noisy tick to tick; over 60 rollouts the
+    # median estimate falls with every 10 ticks of evidence (0 once promoted).
     cfg = AnalysisConfig(horizon_ticks=60, max_ticks=200)
-    sim = Simulator(with_volume(CLASSES["steady"], 1200.0), seed=6, sample_cap=2000)
-    analyzer = Analyzer(cfg)
+    rollouts = 60
+    sim = Simulator(
+        with_volume(CLASSES["steady"], 1200.0), rollouts=rollouts, seed=6, sample_cap=2000
+    )
+    batch = BatchAnalyzer(cfg, rollouts)
     needed = []
     for t in range(40):
         d = sim.tick(t, 25)
-        decision = analyzer.update(
-            Window(int(d.req_b[0]), int(d.err_b[0]), d.lat_b[0]),
-            Window(int(d.req_c[0]), int(d.err_c[0]), d.lat_c[0]),
-        )
-        if decision.action != CONTINUE:
-            break
+        median, tail = rank_counts(d.lat_b, d.lat_c, (0.5, cfg.tail_quantile))
+        batch.update_counts(error_counts(d.req_b, d.err_b, d.req_c, d.err_c), median, tail)
         if t >= cfg.warmup_ticks:
-            needed.append(decision.requests_needed)
-    assert all(n is not None and n >= 0 for n in needed)
-    # Noisy tick to tick (it follows the llr), but down over every 10 ticks of evidence.
+            requests = batch.needed_ticks() * batch.canary_requests
+            assert np.all(requests >= 0)
+            needed.append(float(np.median(requests)))
     tens = [np.mean(needed[i : i + 5]) for i in range(0, len(needed) - 5, 10)]
-    assert len(tens) >= 2 and all(a > b for a, b in zip(tens, tens[1:], strict=False))
+    assert len(tens) >= 3 and all(a > b for a, b in zip(tens, tens[1:], strict=False))
     assert needed[-1] < 0.5 * needed[0]
 
 

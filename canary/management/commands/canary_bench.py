@@ -24,17 +24,22 @@ class Command(BaseCommand):
         parser.add_argument("--tune-rollouts", type=int, default=200, help="per class, tune seeds")
         parser.add_argument("--seeds", choices=["tune", "report", "both"], default="both")
         parser.add_argument("--classes", nargs="*", choices=sorted(bench_classes()), default=None)
+        parser.add_argument(
+            "--workers", type=int, default=2, help="processes the classes are spread over"
+        )
         parser.add_argument("--json", action="store_true", help="print the JSON report (default)")
 
     def handle(self, *args, **options) -> None:
         if options["rollouts"] < 1 or options["tune_rollouts"] < 1:
             raise CommandError("--rollouts and --tune-rollouts must be at least 1")
         started = datetime.datetime.now(datetime.UTC)
+        load_before = os.getloadavg()
         report = run_bench(
             rollouts=options["rollouts"],
             tune_rollouts=options["tune_rollouts"],
             seeds=options["seeds"],
             classes=options["classes"],
+            workers=options["workers"],
         )
         uname = platform.uname()
         report = {
@@ -44,6 +49,9 @@ class Command(BaseCommand):
                 "uname": f"{uname.system} {uname.release} {uname.machine}",
                 "nproc": os.cpu_count(),
                 "python": platform.python_version(),
+                "load_average_before": [round(x, 2) for x in load_before],
+                "load_average_after": [round(x, 2) for x in os.getloadavg()],
+                "note": "2 cores shared with other work",
             },
             **report,
         }

@@ -9,6 +9,7 @@ memory transport, i.e. standalone mode).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -21,6 +22,7 @@ from rest_framework.test import APIClient
 
 from canary.models import Rollout, RolloutStatus, RolloutTick
 from canary.ownership import TEAM_LABEL
+from canary.services import analysis_config
 from kiln.cluster.backends import get_backend
 from kiln.identity.permissions import system_actor
 from kiln.identity.services import team_create
@@ -33,13 +35,13 @@ from kiln.standalone import (
     services_together,
 )
 
-# Promotion needs evidence: the simulated services serve 500 requests/s (30,000 a tick, 5,000
-# latency samples per arm), and the analysis judges the tail at the pooled p95 instead of the
-# default p99.5 and skips the warm-up, so that the one or two 0.2 s ticks of a rollout carry
-# enough evidence on every channel to accept it (at p99.5 the same decision takes ~10x the
-# samples). Everything else is the default rule: promote only when every channel is accepted.
-TRAFFIC_CLASS = "high_volume"
-ANALYSIS = {"tail_quantile": 0.95, "warmup_ticks": 0}
+# Promotion needs evidence, and the rollouts are judged as a user's are: the defaults of
+# AnalysisConfig (tail at the pooled p99.5) and of a rollout (one warm-up tick). The simulated
+# services are busy (2,000 requests/s, 120,000 a tick): one tick at an even split carries
+# ~600 requests above the pooled p99.5, so a healthy canary is accepted on every channel in
+# its first or second tick of evidence (start, warm-up, decision: three tasks per rollout).
+TRAFFIC_CLASS = "busy"
+ANALYSIS: dict = {}
 
 
 class Command(BaseCommand):
@@ -160,6 +162,7 @@ class Command(BaseCommand):
             "outcomes": outcome,
             "traffic_class": TRAFFIC_CLASS,
             "analysis_config": ANALYSIS,
+            "analysis_config_resolved": _resolved_config(ids[0]),
             "ticks_per_rollout": round(ticks / n, 2),
             "namespaces": namespaces,
             "tasks": n + ticks,
@@ -179,6 +182,11 @@ class Command(BaseCommand):
             "load_average_after": [round(x, 2) for x in os.getloadavg()],
         }
         self.stdout.write(json.dumps(report, indent=2))
+
+
+def _resolved_config(rollout_id: str) -> dict:
+    """The AnalysisConfig a bench rollout ran with (defaults, its steps, no overrides)."""
+    return dataclasses.asdict(analysis_config(Rollout.objects.get(pk=rollout_id)))
 
 
 def _database_url() -> str:
