@@ -154,12 +154,30 @@ def surge(history: list[TickCounts] | History, reference: list[np.ndarray]) -> n
     """Per tick, how far the event rate of both arms stands above its usual level (>= 1).
 
     The usual level is the lower quartile of the traffic-wide rate over every tick
-    seen, warm-up included, so a surge cannot set its own reference.
+    seen with evidence, warm-up included, so a surge cannot set its own reference
+    (`reference` holds NaN for the ticks without evidence: they are left out).
     """
     n_b, n_c, k, _, _ = _stacked(history)
     rate = k / np.maximum(n_b + n_c, 1)
-    typical = np.quantile(np.array(reference), 0.25, axis=0)
+    typical = lower_quartile(np.array(reference))
     return np.maximum(1.0, rate / np.maximum(typical, 1e-12))
+
+
+def lower_quartile(values: np.ndarray) -> np.ndarray:
+    """Per column of (T, R) `values`, the 0.25 quantile of its non-NaN entries (0 if none).
+
+    Linear interpolation between order statistics, as `np.quantile` does by default.
+    """
+    srt = np.sort(np.where(np.isnan(values), np.inf, values), axis=0)
+    n = (~np.isnan(values)).sum(axis=0)
+    pos = 0.25 * np.maximum(n - 1, 0)
+    lo = np.floor(pos).astype(int)
+    hi = np.minimum(lo + 1, np.maximum(n - 1, 0))
+    cols = np.arange(values.shape[1])
+    a, b = srt[lo, cols], srt[hi, cols]
+    with np.errstate(invalid="ignore"):  # columns without a value: inf - inf, masked below
+        out = a + (pos - lo) * np.where(hi > lo, b - a, 0.0)
+    return np.where(n > 0, out, 0.0)
 
 
 def _stacked(history: list[TickCounts] | History) -> tuple[np.ndarray, ...]:

@@ -162,7 +162,8 @@ class BatchAnalyzer:
                 for ch, t in counts.items()
             }
         e = counts["errors"]
-        self.error_rates.append(e.k / np.maximum(e.n_b + e.n_c, 1))
+        # The usual error level is learnt from windows with evidence only (NaN: none).
+        self.error_rates.append(np.where(empty, np.nan, e.k / np.maximum(e.n_b + e.n_c, 1)))
         actions = np.zeros(r, dtype=np.int8)
         reasons = np.zeros(r, dtype=np.int8)
         if self.tick <= cfg.warmup_ticks:
@@ -173,13 +174,17 @@ class BatchAnalyzer:
         temper = surge(self.history["errors"], self.error_rates)
         for ch in CHANNELS:
             t = temper if ch == "errors" else np.ones_like(temper)
-            self.phi[ch], self.phi_alarm[ch] = dispersion_bounds(
+            phi, phi_alarm = dispersion_bounds(
                 self.history[ch],
                 self.dispersion_prior,
                 self.dispersion_ticks,
                 t,
                 self.alarm_confidence,
             )
+            # A window without evidence changes no statistic, the dispersion included: all
+            # it can do is use up time (the max duration, the share of empty windows).
+            self.phi[ch] = np.where(empty, self.phi[ch], phi)
+            self.phi_alarm[ch] = np.where(empty, self.phi_alarm[ch], phi_alarm)
         for ch in CHANNELS:
             rho = cfg.ratio(ch)
             llr_t = tick_llr(counts[ch], rho)

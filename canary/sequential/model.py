@@ -43,7 +43,7 @@ class AnalysisConfig:
     cusum_threshold: float = 9.0
     dispersion_prior: float = 8.0  # pseudo-variance anchoring the dispersion at 1 early on
     dispersion_ticks: float = 8.0  # ... and at least this many pseudo-ticks of it
-    alarm_confidence: float = 0.95  # rollback alarms use this upper confidence bound of phi
+    alarm_confidence: float = 0.99  # rollback alarms use this upper confidence bound of phi
     warmup_ticks: int = 5
     horizon_ticks: int = 40
     max_ticks: int = 120  # max duration: undecided here, the rollout is inconclusive
@@ -55,28 +55,31 @@ class AnalysisConfig:
             if not ok:
                 raise ConfigError(name, message)
 
-        for name in ("alpha", "beta"):
+        def number(name: str, *, infinite: bool = False) -> float:
+            # Every setting is a real number (not a bool, not NaN) before it is compared.
             value = getattr(self, name)
             need(
-                isinstance(value, int | float) and 0 < value < 0.5,
+                isinstance(value, int | float)
+                and not isinstance(value, bool)
+                and not math.isnan(value)
+                and (infinite or math.isfinite(value)),
                 name,
-                f"must be a probability in (0, 0.5), got {value!r}",
+                f"must be a {'' if infinite else 'finite '}number, got {value!r}",
             )
+            return value
+
+        for name in ("alpha", "beta"):
+            value = number(name)
+            need(0 < value < 0.5, name, f"must be a probability in (0, 0.5), got {value!r}")
         need(self.alpha + self.beta < 1, "beta", "alpha + beta must be below 1")
         for name in ("error_ratio", "median_ratio", "tail_ratio"):
-            value = getattr(self, name)
-            need(
-                isinstance(value, int | float) and math.isfinite(value) and value > 1,
-                name,
-                f"a design ratio must be greater than 1, got {value!r}",
-            )
-        need(0.5 < self.tail_quantile < 1, "tail_quantile", "must be in (0.5, 1)")
-        need(self.cusum_threshold > 0, "cusum_threshold", "must be positive")
-        need(
-            self.dispersion_prior >= 0 and self.dispersion_ticks >= 0,
-            "dispersion_prior",
-            "dispersion_prior and dispersion_ticks must be non-negative",
-        )
+            value = number(name)
+            need(value > 1, name, f"a design ratio must be greater than 1, got {value!r}")
+        need(0.5 < number("tail_quantile") < 1, "tail_quantile", "must be in (0.5, 1)")
+        need(number("cusum_threshold") > 0, "cusum_threshold", "must be positive")
+        # An infinite dispersion prior pins the dispersion at 1 (the textbook binomial SPRT).
+        for name, infinite in (("dispersion_prior", True), ("dispersion_ticks", False)):
+            need(number(name, infinite=infinite) >= 0, name, "must be non-negative")
         for name in ("warmup_ticks", "horizon_ticks", "max_ticks"):
             value = getattr(self, name)
             need(
@@ -97,12 +100,12 @@ class AnalysisConfig:
             f"{self.horizon_ticks} ticks, and so longer than the warm-up ({self.warmup_ticks})",
         )
         need(
-            isinstance(self.alarm_confidence, int | float) and 0.5 <= self.alarm_confidence < 1,
+            0.5 <= number("alarm_confidence") < 1,
             "alarm_confidence",
             f"must be a confidence level in [0.5, 1), got {self.alarm_confidence!r}",
         )
-        need(0 < self.max_empty_share <= 1, "max_empty_share", "must be in (0, 1]")
-        need(self.tick_seconds > 0, "tick_seconds", "must be positive")
+        need(0 < number("max_empty_share") <= 1, "max_empty_share", "must be in (0, 1]")
+        need(number("tick_seconds") > 0, "tick_seconds", "must be positive")
 
     @property
     def upper(self) -> float:

@@ -133,4 +133,10 @@ def test_tuning_runs_on_other_seeds_than_the_report():
     assert report["seed_sets"]["tune"] != report["seed_sets"]["report"]
     chosen = report["tuning"]["chosen"]
     assert set(chosen) == {"kiln", "threshold", "kayenta"}
-    assert set(chosen["kiln"]["params"]) == {"alpha", "beta", "cusum_threshold", "dispersion_ticks"}
+    assert set(chosen["kiln"]["params"]) == {
+        "alpha",
+        "beta",
+        "cusum_threshold",
+        "dispersion_ticks",
+        "alarm_confidence",
+    }
