@@ -15,7 +15,7 @@ from canary.sequential.counts import (
     dispersion_bounds,
     error_counts,
     h0_drift,
-    latency_counts,
+    rank_counts,
     surge,
     tick_llr,
 )
@@ -277,8 +277,22 @@ class BatchAnalyzer:
         return np.max(np.stack([self.ticks_needed[ch] for ch in CHANNELS]), axis=0)
 
 
-def _quantile(values: np.ndarray, q: float) -> float | None:
-    return float(np.quantile(values, q)) if values.size else None
+def _p50_p99(values: np.ndarray) -> tuple[float | None, float | None]:
+    """The median and p99 of one arm's samples (one partition for both; None without samples)."""
+    n = values.size
+    if not n:
+        return None, None
+    # np.quantile's linear interpolation, from one partition at the four order statistics.
+    pos = [q * (n - 1) for q in (0.5, 0.99)]
+    kth = sorted({min(int(p) + d, n - 1) for p in pos for d in (0, 1)})
+    part = np.array(values, dtype=float, copy=True)
+    part.partition(kth)
+    out = []
+    for p in pos:
+        lo = int(p)
+        hi = min(lo + 1, n - 1)
+        out.append(float(part[lo] + (p - lo) * (part[hi] - part[lo])))
+    return out[0], out[1]
 
 
 def _as_tuple(t: TickCounts) -> tuple[float, float, float, float]:
@@ -295,18 +309,22 @@ def evidence(baseline: Window | None, canary: Window | None, config: AnalysisCon
         return Evidence.none("no metrics for this window")
     b_lat = baseline.latencies_ms[None, :]
     c_lat = canary.latencies_ms[None, :]
+    # Both pooled thresholds from one partition of the pooled samples.
+    median, tail = rank_counts(b_lat, c_lat, (0.5, config.tail_quantile))
+    canary_p50, canary_p99 = _p50_p99(canary.latencies_ms)
+    baseline_p50, baseline_p99 = _p50_p99(baseline.latencies_ms)
     return Evidence(
         errors=_as_tuple(
             error_counts([baseline.requests], [baseline.errors], [canary.requests], [canary.errors])
         ),
-        median=_as_tuple(latency_counts(b_lat, c_lat, 0.5)),
-        tail=_as_tuple(latency_counts(b_lat, c_lat, config.tail_quantile)),
+        median=_as_tuple(median),
+        tail=_as_tuple(tail),
         canary_error_rate=canary.errors / canary.requests if canary.requests else 0.0,
         baseline_error_rate=baseline.errors / baseline.requests if baseline.requests else 0.0,
-        canary_p50_ms=_quantile(canary.latencies_ms, 0.5),
-        baseline_p50_ms=_quantile(baseline.latencies_ms, 0.5),
-        canary_p99_ms=_quantile(canary.latencies_ms, 0.99),
-        baseline_p99_ms=_quantile(baseline.latencies_ms, 0.99),
+        canary_p50_ms=canary_p50,
+        baseline_p50_ms=baseline_p50,
+        canary_p99_ms=canary_p99,
+        baseline_p99_ms=baseline_p99,
     )
 
 

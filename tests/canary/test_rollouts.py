@@ -98,7 +98,7 @@ def test_start_routes_the_first_step_with_schema_valid_istio_objects(service):
     assert _actions(rollout) == ["canary.rollout.created", "canary.rollout.started"]
 
 
-HEALTHY_SEED = 6  # fixed simulated traffic: this healthy canary has the evidence at tick 21
+HEALTHY_SEED = 2  # fixed simulated traffic: this healthy canary has the evidence at tick 10
 
 
 def test_a_healthy_canary_steps_up_and_is_promoted_on_evidence(service):
