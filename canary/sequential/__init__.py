@@ -28,7 +28,11 @@ error surge has its error llr divided by the surge factor.
 
 The decision rule, per tick after `warmup_ticks`:
   * roll back when the error SPRT crosses its upper bound A = log((1 - beta)/alpha),
-    or a latency CUSUM (Page) of the same per-tick llr reaches `cusum_threshold`;
+    or a latency CUSUM (Page) of the same per-tick llr reaches `cusum_threshold`,
+    both divided by the upper `alarm_confidence` bound of phi instead of its point
+    estimate (`counts.dispersion_bounds`): with few ticks the point estimate is too
+    often low (a baseline whose own latency wobbles from tick to tick looks like a
+    canary shift), and a rollback must hold at every dispersion the data allow;
   * a channel is *accepted* when its SPRT log-likelihood ratio (H1: ratio = design
     ratio, against H0: ratio 1, summed from the end of the warm-up) falls to
     B = log(beta/(1 - alpha)); an accepted channel stops (Wald), its CUSUM keeps
@@ -58,7 +62,9 @@ distribution (sub-Gaussian or bounded), which heavy-tailed latency does not
 give. A promotion needs every channel accepted, so a canary with one regressed
 channel is promoted with probability at most beta/(1 - alpha) ~ beta. A window
 with no traffic in an arm, no metrics or a metrics error contributes exactly
-zero to every sum: it never moves a rollout towards promotion.
+zero to every sum and changes no statistic (the dispersion estimates keep their
+values; the usual error level is learnt from windows with evidence only): it never
+moves a rollout towards promotion or rollback.
 
 False rollbacks: the error SPRT rejects a healthy canary with probability at
 most alpha (Ville again); a CUSUM of log-likelihood ratios reaches h with
@@ -79,6 +85,7 @@ the version (the router splits at random); latency samples are a random sample
 of each arm's requests.
 """
 
+from canary.sequential.analyzer import Analyzer, evidence, settle_text
 from canary.sequential.counts import (
     TickCounts,
     dispersion,
@@ -98,10 +105,7 @@ from canary.sequential.engine import (
     A_ROLLBACK,
     ACTIONS,
     REASONS,
-    Analyzer,
     BatchAnalyzer,
-    evidence,
-    settle_text,
 )
 from canary.sequential.model import (
     CHANNELS,

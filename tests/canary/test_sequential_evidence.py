@@ -149,6 +149,12 @@ def test_the_sample_size_estimate_decreases_as_evidence_accumulates():
         ({"tail_ratio": 1.0}, "tail_ratio"),
         ({"warmup_ticks": 10, "horizon_ticks": 10}, "horizon_ticks"),
         ({"warmup_ticks": 5, "horizon_ticks": 8, "max_ticks": 4}, "max_ticks"),
+        # Not numbers at all: refused by name too, never a TypeError.
+        ({"cusum_threshold": "9"}, "cusum_threshold"),
+        ({"dispersion_ticks": float("nan")}, "dispersion_ticks"),
+        ({"tail_quantile": None}, "tail_quantile"),
+        ({"beta": True}, "beta"),
+        ({"alarm_confidence": 1.0}, "alarm_confidence"),
     ],
     ids=[
         "alpha-0",
@@ -159,6 +165,11 @@ def test_the_sample_size_estimate_decreases_as_evidence_accumulates():
         "tail-x1",
         "horizon-not-past-warmup",
         "max-shorter-than-warmup",
+        "cusum-a-string",
+        "dispersion-nan",
+        "tail-quantile-none",
+        "beta-a-bool",
+        "alarm-certain",
     ],
 )
 def test_impossible_settings_name_the_field(overrides, field):
