@@ -23,6 +23,7 @@ from rest_framework.test import APIClient
 from canary.models import Rollout, RolloutStatus, RolloutTick
 from canary.ownership import TEAM_LABEL
 from canary.services import analysis_config
+from kiln import benchjson
 from kiln.cluster.backends import get_backend
 from kiln.identity.permissions import system_actor
 from kiln.identity.services import team_create
@@ -69,6 +70,7 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="print the JSON report (default)")
 
     def handle(self, *args, **options) -> None:
+        started_at = benchjson.now()
         n = options["rollouts"]
         if n < 1:
             raise CommandError("--rollouts must be at least 1")
@@ -181,6 +183,7 @@ class Command(BaseCommand):
             "load_average_before": [round(x, 2) for x in load_before],
             "load_average_after": [round(x, 2) for x in os.getloadavg()],
         }
+        report = benchjson.stamped(report, name="canary_promote_bench", date=started_at)
         self.stdout.write(json.dumps(report, indent=2))
 
 
