@@ -42,6 +42,7 @@ def test_promote_bench_promotes_every_rollout_and_reports_json(chain_wiped_after
     assert len(report["load_average_before"]) == 3 and report["cpus"] >= 1
     assert report["outcomes"]["promoted"] == 3
     assert report["wall_seconds"] > 0 and report["rollouts_per_second"] > 0
+    assert report["audit_chain_caught_up_after_seconds"] >= 0
     assert Rollout.objects.filter(status=RolloutStatus.PROMOTED).count() == 3
     # Promoted on evidence: every channel accepted within the rollout's max duration (6 ticks).
     assert all(1 <= r.ticks.count() <= 6 for r in Rollout.objects.all())

@@ -20,7 +20,8 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from rest_framework.test import APIClient
 
-from canary.models import Rollout, RolloutStatus, RolloutTick
+from audit.models import ChainEvent
+from canary.models import Rollout, RolloutDecision, RolloutStatus, RolloutTick
 from canary.ownership import TEAM_LABEL
 from canary.services import analysis_config
 from kiln import benchjson
@@ -153,6 +154,24 @@ class Command(BaseCommand):
                 ),
             )
             wall = time.perf_counter() - started
+            # The audit writer runs beside the worker: before both stop, let the chain take
+            # every decision the rollouts recorded (counted apart from the wall time).
+            decisions = RolloutDecision.objects.filter(rollout_id__in=ids)
+            decided = decisions.count()
+            # Each decision is audited as canary.rollout.<kind>.
+            kinds = set(decisions.values_list("kind", flat=True).distinct())
+            chained = ChainEvent.objects.filter(
+                action__in=[f"canary.rollout.{kind}" for kind in kinds],
+                target__in=[f"canary.rollout:{pk}" for pk in ids],
+            )
+            wait_until(
+                lambda: chained.count() >= decided,
+                timeout=max(10.0, started + options["timeout"] - time.perf_counter()),
+                stated_timeout=options["timeout"],
+                poll=0.2,
+                what=lambda: f"{chained.count()} of {decided} decisions reached the audit chain",
+            )
+            audit_lag = time.perf_counter() - started - wall
         finally:
             worker.stop()
         outcome = dict.fromkeys(RolloutStatus.values, 0)
@@ -177,6 +196,7 @@ class Command(BaseCommand):
             "audit_relay_on_commit": settings.KILN_AUDIT_RELAY_ON_COMMIT,
             "api_create_seconds": round(created, 2),
             "wall_seconds": round(wall, 2),
+            "audit_chain_caught_up_after_seconds": round(audit_lag, 2),
             "rollouts_per_second": round(n / wall, 1),
             "target_seconds": 60,
             "cpus": os.cpu_count(),
