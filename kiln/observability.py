@@ -2,8 +2,11 @@
 
 Tracing covers Django, Celery (trace context travels in task headers), psycopg
 and Redis. Spans go to OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is set; without
-it they still carry the trace ids that logs and audit events record, but nothing
-keeps them. Tests call `keep_spans_in_memory()` and read `finished_spans()`.
+it the request and task spans still carry the trace ids that logs and audit events
+record, but nothing keeps them, so the leaf spans (one per SQL statement and Redis
+command) are not made at all: a span made to be dropped still costs its creation on
+every statement of every request and task. Tests call `keep_spans_in_memory()`, which
+adds the leaf spans, and read `finished_spans()`.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from prometheus_client import Counter, Histogram
 _lock = threading.Lock()
 _configured = False
 _in_memory = False
+_leaves = False
 memory_exporter = InMemorySpanExporter()
 
 HTTP_REQUESTS = Counter(
@@ -49,14 +53,22 @@ def setup() -> None:
         provider = TracerProvider(
             resource=Resource.create({"service.name": settings.OTEL_SERVICE_NAME})
         )
-        if settings.OTEL_EXPORTER_OTLP_ENDPOINT:
-            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
         trace.set_tracer_provider(provider)
-
         DjangoInstrumentor().instrument(is_sql_commentor_enabled=False)
         CeleryInstrumentor().instrument()
-        PsycopgInstrumentor().instrument(skip_dep_check=True)
-        RedisInstrumentor().instrument()
+        if settings.OTEL_EXPORTER_OTLP_ENDPOINT:
+            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+            _instrument_leaves()
+
+
+def _instrument_leaves() -> None:
+    """Spans for every SQL statement and Redis command: only where something keeps spans."""
+    global _leaves
+    if _leaves:
+        return
+    _leaves = True
+    PsycopgInstrumentor().instrument(skip_dep_check=True)
+    RedisInstrumentor().instrument()
 
 
 def keep_spans_in_memory() -> None:
@@ -68,6 +80,7 @@ def keep_spans_in_memory() -> None:
         if _in_memory or not isinstance(provider, TracerProvider):
             return
         provider.add_span_processor(SimpleSpanProcessor(memory_exporter))
+        _instrument_leaves()
         _in_memory = True
 
 
