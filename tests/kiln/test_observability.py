@@ -115,3 +115,42 @@ def test_without_an_exporter_spans_carry_trace_ids_but_are_not_kept():
         check=True,
     )
     assert out.stdout.strip() == "0"
+
+
+LEAF_SCRIPT = (
+    "import django; django.setup()\n"
+    "from kiln import observability as o\n"
+    "o.setup()\n"
+    "import psycopg, redis\n"
+    "print(hasattr(psycopg.connect, '__wrapped__'),"
+    " hasattr(redis.Redis.execute_command, '__wrapped__'))\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "expected"),
+    [(None, "False False"), ("http://127.0.0.1:9/v1/traces", "True True")],
+)
+def test_statement_and_command_spans_are_made_only_where_spans_are_kept(endpoint, expected):
+    """Without an exporter no span per SQL statement or Redis command is made; with one they are."""
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "kiln.settings", "KILN_TRACING": "1"}
+    env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+    if endpoint:
+        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint
+    out = subprocess.run(
+        [sys.executable, "-c", LEAF_SCRIPT],
+        cwd=settings.BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert out.stdout.strip().splitlines()[-1] == expected
+
+
+def test_tests_keep_statement_spans():
+    """The suite keeps spans in memory, so its SQL statements are traced too."""
+    import psycopg
+
+    assert hasattr(psycopg.connect, "__wrapped__")
