@@ -137,13 +137,6 @@ class ExtendInput(StrictSerializer):
     hours = StrictIntegerField(min_value=1, max_value=8760)
 
 
-def environment_payload(env: Environment, *, detail: bool = False) -> dict[str, Any]:
-    """The API's representation of an environment (detail adds approvals, policy decisions,
-    steps and manifests), rendered by its typed output serializer."""
-    output = out.EnvironmentDetailOutput if detail else out.EnvironmentOutput
-    return output(env).data
-
-
 def _filters(request: Request) -> selectors.EnvironmentFilter:
     params = request.query_params
     env_class = params.get("env_class", "")
@@ -210,7 +203,7 @@ class EnvironmentListCreateApi(APIView):
         if not created:
             headers["Idempotent-Replayed"] = "true"
         return Response(
-            environment_payload(env, detail=True),
+            out.environment_payload(env, detail=True),
             status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
             headers=headers,
         )
@@ -226,7 +219,7 @@ class EnvironmentListCreateApi(APIView):
         )
         paginator = LimitOffsetPagination()
         page = paginator.paginate_queryset(qs, request, view=self)
-        return paginator.get_paginated_response(out.EnvironmentOutput(page, many=True).data)
+        return paginator.get_paginated_response([out.environment_payload(env) for env in page])
 
 
 class EnvironmentDetailApi(APIView):
@@ -237,7 +230,7 @@ class EnvironmentDetailApi(APIView):
     @extend_schema(operation_id="environments_retrieve", responses=out.EnvironmentDetailOutput)
     def get(self, request: Request, public_id: str) -> Response:
         env = selectors.environment_get(viewer=actor_from_request(request), public_id=public_id)
-        return Response(environment_payload(env, detail=True))
+        return Response(out.environment_payload(env, detail=True))
 
     @extend_schema(
         operation_id="environments_teardown",
@@ -249,7 +242,7 @@ class EnvironmentDetailApi(APIView):
         env = selectors.environment_get(viewer=actor, public_id=public_id)
         reason = request.query_params.get("reason", "") or "teardown requested over the API"
         env = services.environment_teardown_request(actor=actor, environment=env, reason=reason)
-        return Response(environment_payload(env), status=status.HTTP_202_ACCEPTED)
+        return Response(out.environment_payload(env), status=status.HTTP_202_ACCEPTED)
 
 
 class EnvironmentActionApi(APIView):
@@ -270,7 +263,7 @@ class EnvironmentActionApi(APIView):
         data.is_valid(raise_exception=True)
         env = selectors.environment_get(viewer=actor, public_id=public_id)
         env = type(self).act(actor=actor, environment=env, **data.validated_data)
-        return Response(environment_payload(env, detail=True))
+        return Response(out.environment_payload(env, detail=True))
 
 
 def _action_schema(operation_id: str, request: type[StrictSerializer]):
