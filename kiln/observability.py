@@ -7,11 +7,20 @@ record, but nothing keeps them, so the leaf spans (one per SQL statement and Red
 command) are not made at all: a span made to be dropped still costs its creation on
 every statement of every request and task. Tests call `keep_spans_in_memory()`, which
 adds the leaf spans, and read `finished_spans()`.
+
+Work that outlives its request (an environment's approval, its provisioning tasks, a re-queue
+by the reaper) continues the request's trace: the request's W3C `traceparent`
+(`current_traceparent()`) is stored with what it created, and the later work runs inside
+`continue_trace(stored, name)`, a span whose parent is the stored one (and which links to
+the span that was current, e.g. the approver's own request), so every audit event the
+request caused carries one trace id.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from django.conf import settings
 from opentelemetry import trace
@@ -24,6 +33,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from prometheus_client import Counter, Histogram
 
 _lock = threading.Lock()
@@ -31,6 +41,7 @@ _configured = False
 _in_memory = False
 _leaves = False
 memory_exporter = InMemorySpanExporter()
+_W3C = TraceContextTextMapPropagator()
 
 HTTP_REQUESTS = Counter(
     "kiln_http_requests_total", "HTTP requests served", ["method", "route", "status"]
@@ -88,6 +99,30 @@ def current_trace_id() -> str:
     """The current trace id as 32 hex digits, or "" outside any trace."""
     ctx = trace.get_current_span().get_span_context()
     return format(ctx.trace_id, "032x") if ctx.is_valid else ""
+
+
+def current_traceparent() -> str:
+    """The current span as a W3C `traceparent` header value, or "" outside any trace."""
+    carrier: dict[str, str] = {}
+    _W3C.inject(carrier)
+    return carrier.get("traceparent", "")
+
+
+@contextmanager
+def continue_trace(traceparent: str, name: str) -> Iterator[trace.Span]:
+    """A span `name` in the trace that `traceparent` names (stored when the work began), linked
+    to the span current here when that is another trace; with no valid `traceparent`, a child of
+    the current span as usual."""
+    parent = _W3C.extract({"traceparent": traceparent}) if traceparent else None
+    stored = trace.get_current_span(parent).get_span_context() if parent is not None else None
+    if stored is None or not stored.is_valid:
+        with tracer().start_as_current_span(name) as span:
+            yield span
+        return
+    here = trace.get_current_span().get_span_context()
+    links = [trace.Link(here)] if here.is_valid and here.trace_id != stored.trace_id else []
+    with tracer().start_as_current_span(name, context=parent, links=links) as span:
+        yield span
 
 
 def tracer(name: str = "kiln") -> trace.Tracer:

@@ -108,6 +108,9 @@ class Environment(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
     ready_at = models.DateTimeField(null=True, blank=True)
     deleted_at = models.DateTimeField(null=True, blank=True)
+    # The submitting request's W3C traceparent: the approval and the provisioning tasks continue
+    # that trace, so every event from submission to READY carries one trace id.
+    traceparent = models.CharField(max_length=55, blank=True, default="")
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -7,6 +7,7 @@ from django.db import transaction
 import audit
 from kiln.errors import Conflict, Forbidden, IllegalTransition, InvalidInput
 from kiln.identity.permissions import APPROVER, Actor, can_approve, has_role
+from kiln.observability import continue_trace
 from portal.lifecycle import Status
 from portal.models import ApprovalDecision, Environment
 from portal.services.lifecycle import audit_target, environment_transition
@@ -67,8 +68,14 @@ def _decision_store(
 
 
 def environment_approve(*, actor: Actor, environment: Environment, reason: str = "") -> Environment:
-    """Record one approval; the environment is APPROVED (and provisioned) once enough distinct approvers agree."""
-    with transaction.atomic():
+    """Record one approval; the environment is APPROVED (and provisioned) once enough distinct approvers agree.
+
+    Runs in the submitting request's trace (the approver's request is linked), and so does the
+    provisioning it queues."""
+    with (
+        continue_trace(environment.traceparent, "portal.environment.approve"),
+        transaction.atomic(),
+    ):
         env = _decision_store(
             actor=actor, environment=environment, decision=ApprovalDecision.APPROVE, reason=reason
         )
@@ -107,7 +114,10 @@ def environment_reject(*, actor: Actor, environment: Environment, reason: str) -
         raise InvalidInput(
             "a reason is required to reject", extra={"fields": {"reason": ["Required."]}}
         )
-    with transaction.atomic():
+    with (
+        continue_trace(environment.traceparent, "portal.environment.reject"),
+        transaction.atomic(),
+    ):
         env = _decision_store(
             actor=actor,
             environment=environment,

@@ -16,7 +16,7 @@ from kiln.cluster import AppliedRef, DeliveryError, HealthStatus
 from kiln.cluster.backends import get_backend
 from kiln.errors import IllegalTransition
 from kiln.identity.permissions import system_actor
-from kiln.observability import tracer
+from kiln.observability import continue_trace, tracer
 from portal import compose as c
 from portal import conf
 from portal.lifecycle import LIVE, Status
@@ -92,22 +92,19 @@ def environment_mark_failed(*, environment_id: int, reason: str, step: str = "")
         Status.TEARING_DOWN,
     ):
         return
-    if step:
-        step_failed(
-            environment=env,
-            name=step,
-            detail=reason,
+    with continue_trace(env.traceparent, "portal.environment.fail"):
+        if step:
+            step_failed(environment=env, name=step, detail=reason)
+        environment_transition(
+            actor=system_actor(PROVISIONER), environment=env, to=Status.FAILED, reason=reason
         )
-    environment_transition(
-        actor=system_actor(PROVISIONER), environment=env, to=Status.FAILED, reason=reason
-    )
 
 
 def environment_provision(*, environment_id: int) -> str:
     """Advance provisioning as far as it can go now: READY, PENDING (check again later), FAILED or NOOP."""
     actor = system_actor(PROVISIONER)
     env = Environment.objects.select_related("team", "request").get(pk=environment_id)
-    with tracer("kiln.portal").start_as_current_span("portal.environment.provision") as span:
+    with continue_trace(env.traceparent, "portal.environment.provision") as span:
         span.set_attribute("kiln.environment", env.public_id)
         if env.status == Status.APPROVED:
             try:  # the transition locks the row and re-checks the status itself

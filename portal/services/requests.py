@@ -12,7 +12,7 @@ import audit
 from kiln.errors import Conflict, Forbidden, InvalidInput, KilnError
 from kiln.identity.models import Team
 from kiln.identity.permissions import Actor, can_request_environment, system_actor
-from kiln.observability import tracer
+from kiln.observability import current_traceparent, tracer
 from portal import conf, policy
 from portal.lifecycle import Status
 from portal.models import Environment, EnvironmentRequest, PolicyDecision
@@ -159,6 +159,7 @@ def _create(
         status=Status.SUBMITTED.value,
         policy_version=evaluation.version,
         hourly_cost=estimate["hourly"],
+        traceparent=current_traceparent(),
     )
     audit.record(
         actor,

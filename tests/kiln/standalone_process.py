@@ -60,15 +60,19 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def start(var_dir: Path, *, timeout: float = 60.0) -> Standalone:
-    """Start standalone on a free port and wait until /readyz answers and the banner is printed."""
+def start(
+    var_dir: Path, *, timeout: float = 60.0, environment: dict[str, str] | None = None
+) -> Standalone:
+    """Start standalone on a free port and wait until /readyz answers and the banner is printed.
+
+    `environment`: variables set for it on top of the cleaned environment (e.g. OTEL_*)."""
     var_dir.mkdir(parents=True, exist_ok=True)
     env = {
         k: v
         for k, v in os.environ.items()
         if k not in _DROP and not k.startswith(("KILN_", "DJANGO_", "OTEL_"))
     }
-    env.update({"KILN_VAR_DIR": str(var_dir), "PYTHONUNBUFFERED": "1"})
+    env.update({"KILN_VAR_DIR": str(var_dir), "PYTHONUNBUFFERED": "1", **(environment or {})})
     port = free_port()
     stdout_path, stderr_path = var_dir / "standalone.out", var_dir / "standalone.err"
     with stdout_path.open("wb") as out, stderr_path.open("wb") as err:

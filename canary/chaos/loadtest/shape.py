@@ -1,0 +1,188 @@
+"""Kiln's production shape as local processes, the way `make dev` runs them: uvicorn web,
+a prefork Celery worker, Celery beat, the audit writer and the scheduler extender, each its own
+process on loopback, against the database and Redis its environment names.
+
+Each process can be stopped, SIGKILLed and started again by name, which is what the fault runs
+do; `ready_after` measures how long `/readyz` takes to answer 200 again.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from django.conf import settings
+
+PROCESSES = ("web", "worker", "beat", "writer", "extender")
+
+
+@dataclass
+class Process:
+    """One process of the shape: its command line, its log file and, while it runs, its Popen."""
+
+    name: str
+    argv: list[str]
+    log: Path
+    popen: subprocess.Popen | None = None
+    cpu_before_restarts: float = 0.0  # CPU seconds of earlier incarnations (killed or restarted)
+
+
+@dataclass
+class Shape:
+    """The processes of one run: web on `port`, the extender on `port + 1`."""
+
+    port: int
+    environment: dict[str, str]
+    workdir: Path
+    names: tuple[str, ...] = PROCESSES
+    worker_concurrency: int = 2
+    processes: dict[str, Process] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        python, celery = sys.executable, str(Path(sys.executable).with_name("celery"))
+        manage = str(Path(settings.BASE_DIR) / "manage.py")
+        argv = {
+            "web": [python, "-m", "uvicorn", "kiln.asgi:application", "--host", "127.0.0.1",
+                    "--port", str(self.port), "--no-access-log", "--log-level", "warning"],
+            "worker": [celery, "-A", "kiln", "worker", "--pool", "prefork", "--concurrency",
+                       str(self.worker_concurrency), "--loglevel", "WARNING", "--hostname",
+                       f"kiln-load-{self.port}@%h"],
+            "beat": [celery, "-A", "kiln", "beat", "--loglevel", "WARNING", "--schedule",
+                     str(self.workdir / "celerybeat-schedule")],
+            "writer": [python, manage, "audit_writer"],
+            "extender": [python, manage, "scheduler_extender", "--host", "127.0.0.1", "--port",
+                         str(self.extender_port)],
+        }  # fmt: skip
+        for name in self.names:
+            self.processes[name] = Process(name, argv[name], self.workdir / f"{name}.log")
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def extender_port(self) -> int:
+        return self.port + 1
+
+    def start(self, name: str) -> None:
+        """Start one process (a no-op while it runs)."""
+        process = self.processes[name]
+        if process.popen is not None and process.popen.poll() is None:
+            return
+        environment = {**os.environ, **self.environment}
+        # Each process names itself in its spans: kiln-web, kiln-worker, ...
+        environment["OTEL_SERVICE_NAME"] = f"{environment.get('OTEL_SERVICE_NAME', 'kiln')}-{name}"
+        with process.log.open("ab") as log:
+            process.popen = subprocess.Popen(
+                process.argv,
+                cwd=settings.BASE_DIR,
+                env=environment,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,  # a signal to the shape is not a signal to this process
+            )
+
+    def start_all(self, *, timeout: float = 90.0) -> float:
+        """Start every process; returns the seconds until the web answers /readyz 200."""
+        started = time.monotonic()
+        for name in self.names:
+            self.start(name)
+        self.ready_after(timeout=timeout)
+        if "extender" in self.names:
+            wait_for_port(self.extender_port, timeout=timeout)
+        return time.monotonic() - started
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        """Signal one process and its children (the prefork pool), and wait for it to exit."""
+        process = self.processes[name]
+        if process.popen is None or process.popen.poll() is not None:
+            return
+        process.cpu_before_restarts += tree_cpu_seconds(process.popen.pid)
+        try:
+            os.killpg(process.popen.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            process.popen.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.popen.pid, signal.SIGKILL)
+            process.popen.wait(timeout=10)
+
+    def stop_all(self) -> None:
+        """SIGTERM every process (warm shutdown), in the reverse order of starting."""
+        for name in reversed(self.names):
+            self.kill(name, signal.SIGTERM)
+
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds (user + system) spent by each process and its children so far."""
+        out = {}
+        for name, process in self.processes.items():
+            live = process.popen is not None and process.popen.poll() is None
+            now = tree_cpu_seconds(process.popen.pid) if live else 0.0
+            out[name] = process.cpu_before_restarts + now
+        return out
+
+    def ready_after(self, *, timeout: float = 60.0, since: float | None = None) -> float:
+        """Seconds from `since` (monotonic; default now) until /readyz answers 200."""
+        since = time.monotonic() if since is None else since
+        deadline = since + timeout
+        while time.monotonic() < deadline:
+            if readyz(self.base_url) == 200:
+                return time.monotonic() - since
+            time.sleep(0.1)
+        raise TimeoutError(f"{self.base_url}/readyz not 200 within {timeout} s")
+
+
+def readyz(base_url: str) -> int:
+    """The status /readyz answers (0 when nothing answers)."""
+    try:
+        with urllib.request.urlopen(f"{base_url}/readyz", timeout=2) as response:  # noqa: S310 - loopback
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return 0
+
+
+def wait_for_port(port: int, *, timeout: float) -> None:
+    """Wait until something accepts connections on 127.0.0.1:`port`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout} s")
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of a process and every live descendant, from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    times: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # exited meanwhile
+            continue
+        parents[int(entry.name)] = int(fields[1])
+        times[int(entry.name)] = int(fields[11]) + int(fields[12])
+    tree, frontier = {pid}, [pid]
+    while frontier:
+        parent = frontier.pop()
+        for child, ppid in parents.items():
+            if ppid == parent and child not in tree:
+                tree.add(child)
+                frontier.append(child)
+    return sum(times.get(p, 0) for p in tree) / tick
