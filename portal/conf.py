@@ -6,7 +6,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from portal.compose import DatastorePool
+from portal.compose import DatastorePool, parse_datastore_pools
 
 
 def _get(name: str, default):
@@ -35,16 +35,20 @@ def team_limits() -> dict[str, int]:
 
 
 def datastore_pools() -> list[DatastorePool]:
-    """Kamaji datastore pools as name:label:cap entries."""
+    """Kamaji datastore pools as name:label:cap entries; raises DatastorePoolSpecInvalid, naming
+    the entry, when the setting does not parse."""
     raw = _get(
         "KILN_DATASTORE_POOLS",
         "etcd-a1:zone-a:30,etcd-a2:zone-a:30,etcd-b1:zone-b:30,etcd-c1:zone-c:30",
     )
-    pools = []
-    for entry in str(raw).split(","):
-        name, label, cap = entry.strip().split(":")
-        pools.append(DatastorePool(name, label, int(cap)))
-    return pools
+    return parse_datastore_pools(raw)
+
+
+def tenant_audit_sink() -> str:
+    """Base URL tenant API servers post their audit EventLists to (the environment id is appended)."""
+    return str(
+        _get("KILN_TENANT_AUDIT_SINK", "") or "https://kiln.kiln-system.svc/api/v1/tenant-audit"
+    )
 
 
 def provision_timeout() -> float:

@@ -83,6 +83,10 @@ KILN_DATASTORE_POOLS = env(
     "KILN_DATASTORE_POOLS",
     "etcd-a1:zone-a:30,etcd-a2:zone-a:30,etcd-b1:zone-b:30,etcd-c1:zone-c:30",
 )
+# Base URL tenant API servers post their audit EventLists to (the environment id is appended).
+KILN_TENANT_AUDIT_SINK = env(
+    "KILN_TENANT_AUDIT_SINK", "https://kiln.kiln-system.svc/api/v1/tenant-audit"
+)
 KILN_PROVISION_TIMEOUT_SECONDS = env_float("KILN_PROVISION_TIMEOUT_SECONDS", 900)
 KILN_PROVISION_POLL_SECONDS = env_float("KILN_PROVISION_POLL_SECONDS", 0.5)
 KILN_TEARDOWN_DEADLINE_SECONDS = env_float("KILN_TEARDOWN_DEADLINE_SECONDS", 300)

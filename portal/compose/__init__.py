@@ -3,7 +3,7 @@
 No Django here. `compose(spec)` returns the manifests in apply order:
 Namespace, ResourceQuota, LimitRange, default-deny NetworkPolicy (plus DNS
 egress), RoleBinding for the team's group, and on request a Kamaji
-TenantControlPlane, a Karpenter NodePool (spot pools diversified over at least
+TenantControlPlane (with its audit ConfigMap and flow-control objects), a Karpenter NodePool (spot pools diversified over at least
 four instance types and three zones), a Crossplane database claim; last the
 Argo CD Application that syncs the team's workloads into the namespace.
 Every object carries the team, class, TTL class and request labels, so
@@ -22,8 +22,13 @@ from portal.compose.capacity import MIN_SPOT_TYPES, MIN_SPOT_ZONES, node_pool
 from portal.compose.control_plane import (
     KUBERNETES_VERSION,
     DatastorePool,
+    DatastorePoolSpecInvalid,
     PoolsExhausted,
+    audit_policy,
     choose_datastore,
+    control_plane_manifests,
+    flow_control,
+    parse_datastore_pools,
     tenant_control_plane,
 )
 from portal.compose.database import database_claim
@@ -66,7 +71,7 @@ def compose(spec: EnvironmentSpec) -> list[dict]:
     manifests += network_policies(spec)
     manifests.append(role_binding(spec))
     if spec.tenant_control_plane:
-        manifests.append(tenant_control_plane(spec))
+        manifests += control_plane_manifests(spec)
     if spec.spot_node_pool or spec.gpu > 0:
         manifests.append(node_pool(spec))
     if spec.database:
@@ -97,18 +102,23 @@ __all__ = [
     "WORKLOAD_RESOURCES",
     "CompositionError",
     "DatastorePool",
+    "DatastorePoolSpecInvalid",
     "EnvironmentSpec",
     "PoolsExhausted",
     "argocd_application",
+    "audit_policy",
     "choose_datastore",
     "compose",
+    "control_plane_manifests",
     "cordon",
     "database_claim",
+    "flow_control",
     "labels",
     "limit_range",
     "namespace",
     "network_policies",
     "node_pool",
+    "parse_datastore_pools",
     "resource_quota",
     "role_binding",
     "tenant_control_plane",

@@ -52,6 +52,8 @@ class EnvironmentSpec:
     gpu_instance_types: tuple[str, ...] = DEFAULT_GPU_TYPES
     zones: tuple[str, ...] = DEFAULT_ZONES
     node_class: str = "default"
+    tenant_domain: str = "tenants.kiln.internal"
+    tenant_audit_sink: str = "https://kiln.kiln-system.svc/api/v1/tenant-audit"
     extra_labels: Mapping[str, str] = field(default_factory=dict)
 
 

@@ -9,7 +9,9 @@ from typing import Any
 
 # Kinds removed first in teardown (they run or own workloads), before the control plane and namespace.
 WORKLOAD_KINDS = ("Application", "PostgreSQLInstance", "NodePool")
-CONTROL_PLANE_KINDS = ("TenantControlPlane",)
+# Removed last, with the namespace: the control plane and its cluster-scoped flow control (the
+# namespace does not take cluster-scoped objects with it).
+CONTROL_PLANE_KINDS = ("TenantControlPlane", "FlowSchema", "PriorityLevelConfiguration")
 WORKLOAD_RESOURCES = (
     ("apps/v1", "Deployment"),
     ("apps/v1", "StatefulSet"),

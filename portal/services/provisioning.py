@@ -19,10 +19,11 @@ from kiln.identity.permissions import system_actor
 from kiln.observability import continue_trace, tracer
 from portal import compose as c
 from portal import conf
-from portal.lifecycle import LIVE, Status
+from portal.lifecycle import Status
 from portal.models import Environment, PolicyDecision, ProvisioningStep
 from portal.services import gate
 from portal.services.lifecycle import environment_transition
+from portal.services.tenancy import datastore_reserve
 from portal.services.steps import (
     position_of,
     step_done,
@@ -54,29 +55,8 @@ def environment_spec(*, environment: Environment) -> c.EnvironmentSpec:
         team_group=f"kiln:team:{environment.team.slug}",
         datastore=environment.datastore_pool,
         gitops_repo_url=conf.gitops_repo(),
+        tenant_audit_sink=conf.tenant_audit_sink(),
     )
-
-
-def _choose_datastore(env: Environment) -> str:
-    """Pick and record the datastore pool under a lock, so concurrent picks respect the caps."""
-    with transaction.atomic():
-        locked = list(
-            Environment.objects.select_for_update()
-            .filter(status__in=[s.value for s in LIVE])
-            .exclude(datastore_pool="")
-            .values_list("pk", "datastore_pool")
-        )
-        current = Environment.objects.select_for_update().get(pk=env.pk)
-        if current.datastore_pool:
-            return current.datastore_pool
-        counts: dict[str, int] = {}
-        for pk, pool in locked:
-            if pk != env.pk:
-                counts[pool] = counts.get(pool, 0) + 1
-        pool = c.choose_datastore(conf.datastore_pools(), counts)
-        Environment.objects.filter(pk=env.pk).update(datastore_pool=pool.name)
-    env.datastore_pool = pool.name
-    return pool.name
 
 
 def environment_mark_failed(*, environment_id: int, reason: str, step: str = "") -> None:
@@ -130,8 +110,8 @@ def environment_provision(*, environment_id: int) -> str:
             manifests = env.manifests
         else:
             try:
-                if env.request.tenant_control_plane:
-                    _choose_datastore(env)
+                if env.request.tenant_control_plane:  # reserved at submission; older ones here
+                    datastore_reserve(environment=env)
                 manifests = c.compose(environment_spec(environment=env))
             except c.CompositionError as exc:
                 environment_mark_failed(

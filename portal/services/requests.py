@@ -13,10 +13,11 @@ from kiln.errors import Conflict, Forbidden, InvalidInput, KilnError
 from kiln.identity.models import Team
 from kiln.identity.permissions import Actor, can_request_environment, system_actor
 from kiln.observability import current_traceparent, tracer
+from portal import compose as c
 from portal import conf, policy
 from portal.lifecycle import Status
 from portal.models import Environment, EnvironmentRequest, PolicyDecision
-from portal.services import cost, gate
+from portal.services import cost, gate, tenancy
 from portal.services.lifecycle import audit_target, environment_transition
 from portal.services.queueing import enqueue_provisioning
 from portal.validation import FIELDS, field_errors, namespace_for
@@ -84,6 +85,8 @@ def environment_request_submit(
     if Environment.objects.filter(namespace=namespace, status__in=live).exists():
         raise Conflict(f"an environment named {data['name']} already exists for {team.slug}")
 
+    if data["tenant_control_plane"]:
+        tenancy.datastore_pools()  # a pool spec that does not parse: 503, nothing written
     with tracer("kiln.portal").start_as_current_span("portal.policy.request"):
         evaluation = gate.evaluate_request(actor=actor, data=data)
     estimate = cost.estimate(
@@ -176,16 +179,22 @@ def _create(
         },
     )
     gate.store_decisions(environment=env, stage=PolicyDecision.REQUEST, evaluation=evaluation)
+    allowed, reason = evaluation.allowed, evaluation.summary()
+    if allowed and data["tenant_control_plane"]:
+        try:  # a request past every pool's cap is denied with the pools' fill, never placed
+            tenancy.datastore_reserve(environment=env)
+        except c.PoolsExhausted as exc:
+            allowed, reason = False, f"no datastore pool can take a tenant control plane: {exc}"
     # The gate's verdict is a transition either way: a denial is committed and audited too.
     environment_transition(
         actor=system_actor("policy-gate"),
         environment=env,
-        to=Status.PENDING_APPROVAL if evaluation.allowed else Status.DENIED,
-        reason=evaluation.summary(),
+        to=Status.PENDING_APPROVAL if allowed else Status.DENIED,
+        reason=reason,
         data={"policy": gate.decision_summary(evaluation=evaluation)},
         created_in_this_transaction=True,
     )
-    if not evaluation.allowed:
+    if not allowed:
         return env
     if env.env_class in conf.auto_approve_classes():
         environment_transition(

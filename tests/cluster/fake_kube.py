@@ -25,6 +25,7 @@ RESOURCES = {
         ("resourcequotas", "ResourceQuota", True),
         ("limitranges", "LimitRange", True),
         ("pods", "Pod", True),
+        ("configmaps", "ConfigMap", True),
     ],
     "apps/v1": [
         ("deployments", "Deployment", True),
@@ -34,6 +35,10 @@ RESOURCES = {
     "batch/v1": [("jobs", "Job", True)],
     "networking.k8s.io/v1": [("networkpolicies", "NetworkPolicy", True)],
     "rbac.authorization.k8s.io/v1": [("rolebindings", "RoleBinding", True)],
+    "flowcontrol.apiserver.k8s.io/v1": [
+        ("flowschemas", "FlowSchema", False),
+        ("prioritylevelconfigurations", "PriorityLevelConfiguration", False),
+    ],
     "kamaji.clastix.io/v1alpha1": [("tenantcontrolplanes", "TenantControlPlane", True)],
     "karpenter.sh/v1": [("nodepools", "NodePool", False)],
     "argoproj.io/v1alpha1": [("applications", "Application", True)],

@@ -12,7 +12,14 @@ import kubernetes_validate
 import yaml
 from django.conf import settings
 
-CORE_GROUPS = {"", "apps", "batch", "networking.k8s.io", "rbac.authorization.k8s.io"}
+CORE_GROUPS = {
+    "",
+    "apps",
+    "batch",
+    "flowcontrol.apiserver.k8s.io",
+    "networking.k8s.io",
+    "rbac.authorization.k8s.io",
+}
 K8S_VERSION = "1.33"
 
 
