@@ -251,29 +251,38 @@ def _short(exc: BaseException) -> str:
 
 
 def evaluate_policy(
-    pf: PolicyFile, obj: dict[str, Any], context: dict[str, Any], cel_object: Any = None
+    pf: PolicyFile,
+    obj: dict[str, Any] | None,
+    context: dict[str, Any],
+    cel_object: Any = None,
+    *,
+    old: dict[str, Any] | None = None,
 ) -> Verdict | None:
     """Evaluate one policy file on one object; None when the policy does not select the object.
 
     `cel_object` is `obj` already converted with `celpy.json_to_cel`, when the caller evaluates
-    several policies on the same object and converts it once.
+    several policies on the same object and converts it once. As at admission, `old` is the
+    live object of an UPDATE or DELETE (CEL `oldObject`), and a DELETE has no `object` (null):
+    the rules match on whichever of the two is there.
     """
-    target = _describe(obj)
+    subject = obj if obj is not None else (old or {})
+    target = _describe(subject)
     if pf.doc is None:
         return Verdict(pf.name, pf.sha256, target, False, ERROR, pf.load_error)
-    if not matches(pf.doc, obj, context.get("operation", "CREATE")):
+    operation = context.get("operation", "CREATE")
+    if not matches(pf.doc, subject, operation):
         return None
     spec = pf.doc["spec"]
     enforce = "Deny" in (spec.get("validationActions") or ["Deny"])
     activation: dict[str, Any] = {
         "object": celpy.json_to_cel(obj) if cel_object is None else cel_object,
-        "oldObject": celpy.json_to_cel(None),
+        "oldObject": celpy.json_to_cel(old),
         "request": celpy.json_to_cel(
             {
-                "operation": context.get("operation", "CREATE"),
+                "operation": operation,
                 "userInfo": context.get("userInfo", {}),
-                "namespace": _metadata(obj).get("namespace", ""),
-                "name": _metadata(obj).get("name", ""),
+                "namespace": _metadata(subject).get("namespace", ""),
+                "name": _metadata(subject).get("name", ""),
             }
         ),
     }
@@ -364,6 +373,29 @@ def evaluate(
         ]
     evaluation.verdicts = verdicts
     return evaluation
+
+
+@dataclass(frozen=True)
+class AdmissionRequest:
+    """One write as an admission controller sees it: CREATE (object), UPDATE (object and the
+    live oldObject) or DELETE (oldObject only), by one user."""
+
+    operation: str
+    object: dict[str, Any] | None
+    old_object: dict[str, Any] | None
+    user_info: dict[str, Any]
+
+
+def admit(policy_set: PolicySet, request: AdmissionRequest) -> list[Verdict]:
+    """Every policy's verdict on one admission request (the policies that select it), as the
+    cluster's admission controller evaluates the same files."""
+    context = {"operation": request.operation, "userInfo": request.user_info}
+    verdicts = []
+    for pf in policy_set.files:
+        verdict = evaluate_policy(pf, request.object, context, old=request.old_object)
+        if verdict is not None:
+            verdicts.append(verdict)
+    return verdicts
 
 
 def missing(name: str, reason: str) -> Evaluation:
