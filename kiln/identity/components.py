@@ -79,6 +79,7 @@ COMPONENTS: dict[str, frozenset[str]] = {
     "provision-bench": _job(TEAMS_MANAGE),
     "canary-bench": _job(TEAMS_MANAGE, ROLLOUT_MANAGE),
     "chaos-bench": _job(TEAMS_MANAGE, CHAOS_RUN),
+    "load-test": _job(TEAMS_MANAGE),
 }
 
 assert all(caps <= CAPABILITIES for caps in COMPONENTS.values())  # noqa: S101 - a typo fails import

@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 from django.conf import settings
+from django.db import close_old_connections
 from prometheus_client import Counter, Histogram
 
 from scheduler import selectors
@@ -110,6 +111,16 @@ def extender_call(
     return 200, payload
 
 
+def _threaded_call(*args: Any) -> tuple[int, bytes]:
+    """`extender_call` in a worker thread, framed as Django frames a request: a connection the
+    database dropped (a restart) is closed before and after, not reused by every later call."""
+    close_old_connections()
+    try:
+        return extender_call(*args)
+    finally:
+        close_old_connections()
+
+
 class ExtenderASGI:
     """A minimal ASGI app serving POST /scheduler/filter and /scheduler/prioritize (and /healthz).
 
@@ -174,7 +185,7 @@ class ExtenderASGI:
             )
         else:
             status, payload = await asyncio.to_thread(
-                extender_call, verb, body, headers.get("authorization"), self.snapshot_source
+                _threaded_call, verb, body, headers.get("authorization"), self.snapshot_source
             )
         await self._send(send, status, payload)
 

@@ -42,7 +42,7 @@ EXPECTED: dict[str, tuple] = {
     "can_see_all_teams": (lambda p, a: p(a), set()),
     "can_manage_teams": (
         lambda p, a: p(a),
-        {"seed", "provision-bench", "canary-bench", "chaos-bench"},
+        {"seed", "provision-bench", "canary-bench", "chaos-bench", "load-test"},
     ),
     "can_run_chaos": (lambda p, a: p(a, TEAM), {"chaos-bench"}),
     "can_view_chaos": (

@@ -1,0 +1,266 @@
+"""One load run: start the production shape (or use one that runs), prepare a team, tokens and a
+rollout, drive the locust mix over HTTP, inject the run's fault, then settle and reconcile.
+
+Bounded: each engineer carries `environments` requests and the whole run stops after
+`max_seconds` whatever happens. Loopback only: every process listens on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+
+from canary.chaos.loadtest import faults
+from canary.chaos.loadtest.reconcile import advisory_locks_held, reconcile, wait_settled
+from canary.chaos.loadtest.shape import Shape
+from kiln.identity import keys, tokens
+from kiln.identity import services as identity
+from kiln.identity.models import Team
+from kiln.identity.permissions import system_actor
+from scheduler.models import Node
+
+LOCUSTFILE = Path(__file__).with_name("locustfile.py")
+TEAM = "kiln-load"
+KID = "kiln-load-1"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one run does."""
+
+    port: int
+    engineers: int = 20
+    environments: int = 5  # per engineer
+    dashboards: int = 2
+    max_seconds: float = 300.0
+    fault: str = "none"
+    fault_at: float = 10.0  # seconds after the load starts
+    node_list_size: int = 600  # about 5% of a 12,477-node cluster, as kube-scheduler sends
+    worker_concurrency: int = 2
+
+
+def _environment(workdir: Path) -> dict[str, str]:
+    """The variables of every process: this one's database and Redis, a key pair for tokens,
+    the zero-delay simulated cluster."""
+    private, jwks = keys.generate_key_pair(workdir / "jwt", kid=KID)
+    return {
+        "KILN_JWT_JWKS": str(jwks),
+        "KILN_JWT_PRIVATE_KEY": str(private),
+        "KILN_JWT_KID": KID,
+        "KILN_JWT_ISSUER": settings.KILN_JWT_ISSUER,
+        "KILN_JWT_AUDIENCE": settings.KILN_JWT_AUDIENCE,
+        "KILN_DELIVERY_BACKEND": "simulated",
+        "KILN_SIM_DELAY_PROFILE": "zero",
+        "KILN_SECURE_COOKIES": "0",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def _tokens(workdir: Path, engineers: int) -> dict[str, Any]:
+    key = keys.load_private_key(workdir / "jwt" / "private.pem")
+
+    def sign(sub: str, roles: list[str], team: str | None = None) -> str:
+        return tokens.issue(
+            private_key=key, kid=KID, issuer=settings.KILN_JWT_ISSUER,
+            audience=settings.KILN_JWT_AUDIENCE, sub=sub, roles=roles, team=team,
+            ttl_seconds=4 * 3600,
+        )  # fmt: skip
+
+    return {
+        "engineers": [sign(f"load-engineer-{i}", ["engineer"], TEAM) for i in range(engineers)],
+        "approver": sign("load-approver", ["approver"]),
+        "auditor": sign("load-auditor", ["auditor"]),
+        "admin": sign("load-admin", ["platform-admin"], TEAM),
+    }
+
+
+def _post(base: str, path: str, token: str, body: dict[str, Any]) -> dict[str, Any]:
+    request = urllib.request.Request(  # noqa: S310 - loopback
+        base + path, method="POST", data=json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )  # fmt: skip
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        raise RuntimeError(f"POST {path}: {exc.code} {exc.read()[:500]!r}") from exc
+
+
+def _get(base: str, path: str, token: str) -> dict[str, Any]:
+    request = urllib.request.Request(  # noqa: S310 - loopback
+        base + path, headers={"Authorization": f"Bearer {token}"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
+        return json.loads(response.read())
+
+
+def _rollout(base: str, tokens_: dict[str, Any], run_id: str) -> str:
+    """A push-metrics service in one of the team's environments and a rollout on it, for the
+    pusher and the dashboards (a service must live in a namespace its team owns)."""
+    engineer = tokens_["engineers"][0]
+    env = _post(
+        base, "/api/v1/environments/", engineer,
+        {"team": TEAM, "name": f"{run_id}-rollout", "env_class": "dev", "ttl_hours": 24,
+         "cpu": 1, "memory_gib": 1},
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while _get(base, f"/api/v1/environments/{env['id']}/", engineer)["status"] != "READY":
+        if time.monotonic() > deadline:
+            raise RuntimeError("the rollout's environment did not become READY in 60 s")
+        time.sleep(0.2)
+    service = _post(
+        base, "/api/v1/canary/services/", tokens_["admin"],
+        {"team": TEAM, "name": "web", "namespace": env["namespace"], "metrics_source": "push"},
+    )  # fmt: skip
+    rollout = _post(
+        base, "/api/v1/rollouts/", tokens_["admin"],
+        {"service": service["id"], "baseline_version": "v1", "canary_version": "v2",
+         "tick_seconds": 5},
+    )  # fmt: skip
+    return rollout["id"]
+
+
+def _node_names(size: int) -> list[str]:
+    names = list(Node.objects.order_by("name").values_list("name", flat=True)[: size * 4])
+    return names or [f"load-node-{i}" for i in range(size)]
+
+
+def run(plan: Plan, *, workdir: Path, shape: Shape | None = None) -> dict[str, Any]:
+    """Run the plan; returns the report (figures, the fault's recovery, the reconciliation)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    run_id = "l" + secrets.token_hex(3)
+    since = datetime.now(UTC)
+    environment = _environment(workdir)
+    if not Team.objects.filter(slug=TEAM).exists():
+        identity.team_create(actor=system_actor("load-test"), slug=TEAM, name="Load test")
+    shape = shape or Shape(
+        port=plan.port, environment=environment, workdir=workdir / "processes",
+        worker_concurrency=plan.worker_concurrency,
+    )  # fmt: skip
+    started_shape = shape.start_all()
+    try:
+        token = _tokens(workdir, plan.engineers)
+        config = {
+            "run": run_id, "team": TEAM, "base_url": shape.base_url,
+            "extender_url": f"http://127.0.0.1:{shape.extender_port}",
+            "tokens": token, "engineers": plan.engineers,
+            "environments_per_engineer": plan.environments, "dashboards": plan.dashboards,
+            "rollout": _rollout(shape.base_url, token, run_id),
+            "node_names": _node_names(plan.node_list_size), "node_list_size": plan.node_list_size,
+            "poll_seconds": 0.1, "ready_timeout": 180.0, "retry_seconds": 60.0,
+            "websocket_hold_seconds": 10.0, "out": str(workdir / "locust-out.json"),
+            "started_at": since.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }  # fmt: skip
+        (workdir / "config.json").write_text(json.dumps(config))
+        users = plan.engineers + plan.dashboards + 4
+        cpu_before = shape.cpu_seconds()
+        injected: dict[str, Any] = {}
+        load_started = time.time()
+        injector = threading.Thread(
+            target=faults.inject, args=(plan.fault, shape, plan.fault_at, injected), daemon=True
+        )
+        locust = subprocess.Popen(
+            [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless",
+             "--users", str(users), "--spawn-rate", str(users), "--run-time",
+             f"{int(plan.max_seconds)}s", "--host", shape.base_url, "--only-summary",
+             "--stop-timeout", "15", "--loglevel", "WARNING", "--exit-code-on-error", "0"],
+            env={**os.environ, "KILN_LOAD_CONFIG": str(workdir / "config.json")},
+            stdout=(workdir / "locust.log").open("wb"), stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        injector.start()
+        try:
+            locust.wait(timeout=plan.max_seconds + 60)
+        except subprocess.TimeoutExpired:
+            locust.send_signal(signal.SIGINT)
+            locust.wait(timeout=30)
+        load_seconds = time.time() - load_started
+        injector.join(timeout=120)
+        seen = json.loads((workdir / "locust-out.json").read_text())
+        connection.close()  # opened before the fault; a restarted database has dropped it
+        cpu = {k: v - cpu_before.get(k, 0.0) for k, v in shape.cpu_seconds().items()}
+        # Quiesce: no new periodic work, the rollout ends; then what is in flight must drain.
+        shape.kill("beat", signal.SIGTERM)
+        _post(shape.base_url, f"/api/v1/rollouts/{config['rollout']}/abort/", token["engineers"][0],
+              {"reason": "load test finished"})  # fmt: skip
+        settle_seconds = wait_settled(team=TEAM, timeout=240)
+        reconciled = reconcile(team=TEAM, run=run_id, since=since, records=seen["environments"])
+        reconciled["settle_seconds"] = settle_seconds
+    finally:
+        shape.stop_all()
+    reconciled["advisory_locks_after_stop"] = advisory_locks_held()
+    return report(
+        plan, seen, reconciled, injected, cpu, load_seconds, settle_seconds, started_shape
+    )
+
+
+def report(
+    plan: Plan,
+    seen: dict[str, Any],
+    reconciled: dict[str, Any],
+    injected: dict[str, Any],
+    cpu: dict[str, float],
+    load_seconds: float,
+    settle_seconds: float,
+    started_shape: float,
+) -> dict[str, Any]:
+    """The run's JSON: per-route figures, request-to-READY, errors, the fault, the reconciliation."""
+    records = seen["environments"]
+    to_ready = sorted(r["ready_at"] - r["submitted_at"] for r in records if r.get("ready_at"))
+    created = max(1, reconciled["environments_in_database"])
+    window = (injected.get("at", 0.0), injected.get("recovered_at", 0.0) + 5.0)
+    outside = [e for e in seen["server_errors"] if not window[0] <= e[0] <= window[1]]
+    api = [v for k, v in seen["routes"].items() if "extender" not in k and not k.startswith("WS")]
+    return {
+        "plan": plan.__dict__,
+        "shape_started_seconds": round(started_shape, 2),
+        "load_seconds": round(load_seconds, 2),
+        "settle_seconds": settle_seconds,
+        "routes": seen["routes"],
+        "total": seen["total"],
+        "api_p95_ms_worst_route": max((v["p95_ms"] for v in api if v["requests"]), default=0),
+        "request_to_ready": {
+            "environments": len(to_ready),
+            "p50_seconds": round(_pct(to_ready, 0.5), 3),
+            "p95_seconds": round(_pct(to_ready, 0.95), 3),
+            "max_seconds": round(to_ready[-1], 3) if to_ready else 0.0,
+            "poll_interval_seconds": 0.1,
+        },
+        "errors_by_status": _by_status(seen["errors"]),
+        "errors": seen["errors"],
+        "server_errors": len(seen["server_errors"]),
+        "server_errors_outside_fault_window": len(outside),
+        "malformed": seen["malformed"],
+        "websocket": seen["websocket"],
+        "fault": {**injected, "error_budget_spent": len(seen["server_errors"]) - len(outside)},
+        "cpu_ms_per_environment": {k: round(v * 1000 / created, 1) for k, v in cpu.items()},
+        "reconciliation": reconciled,
+    }
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def _by_status(errors: dict[str, int]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for key, n in errors.items():
+        status = key.split(" ", 1)[0]
+        out[status] = out.get(status, 0) + n
+    return out

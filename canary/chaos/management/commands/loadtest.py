@@ -1,0 +1,90 @@
+"""`manage.py loadtest [--fault KIND]`: the production shape under the locust mix over HTTP,
+with one fault, reconciled afterwards; prints JSON (docs/operations.md, docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management.base import BaseCommand
+
+from canary.chaos.loadtest import faults
+from canary.chaos.loadtest.run import Plan, run
+from kiln import benchjson
+
+
+class Command(BaseCommand):
+    help = "Drive the production shape with the load mix (one fault at most) and reconcile."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--port", type=int, default=8130, help="web; the extender is port+1")
+        parser.add_argument("--engineers", type=int, default=20)
+        parser.add_argument("--environments", type=int, default=5, help="per engineer")
+        parser.add_argument("--dashboards", type=int, default=2)
+        parser.add_argument("--max-seconds", type=float, default=300.0)
+        parser.add_argument("--fault", choices=faults.KINDS, default="none")
+        parser.add_argument("--fault-at", type=float, default=10.0)
+        parser.add_argument("--node-list-size", type=int, default=600)
+        parser.add_argument("--workdir", default="", help="logs and keys (default: a temp dir)")
+        parser.add_argument("--json", action="store_true", help="print JSON only")
+
+    def handle(self, *args, **opts) -> None:
+        started_at = benchjson.now()
+        if opts["fault"] in ("redis", "postgres") and "KILN_LOAD_REDIS_PORT" not in os.environ:
+            self._with_own_servers(opts)
+            return
+        workdir = Path(opts["workdir"] or tempfile.mkdtemp(prefix="kiln-load-"))
+        plan = Plan(
+            port=opts["port"],
+            engineers=opts["engineers"],
+            environments=opts["environments"],
+            dashboards=opts["dashboards"],
+            max_seconds=opts["max_seconds"],
+            fault=opts["fault"],
+            fault_at=opts["fault_at"],
+            node_list_size=opts["node_list_size"],
+        )
+        load_before = os.getloadavg()
+        result = run(plan, workdir=workdir)
+        out = {
+            "command": "python manage.py loadtest " + " ".join(sys.argv[2:]),
+            "machine": benchjson.machine(),
+            "date": started_at,
+            "load_average": {
+                "before": [round(x, 2) for x in load_before],
+                "after": [round(x, 2) for x in os.getloadavg()],
+            },  # fmt: skip
+            "database": settings.DATABASES["default"]["NAME"],
+            **result,
+        }
+        self.stdout.write(json.dumps(out, indent=None if opts["json"] else 2))
+
+    def _with_own_servers(self, opts) -> None:
+        """Start a throwaway Redis (and PostgreSQL) on ports after the web's and rerun this
+        command against them, so the restart fault never touches the machine's shared servers."""
+        directory = Path(tempfile.mkdtemp(prefix="kiln-load-servers-"))
+        servers = faults.OwnServers(
+            redis_port=opts["port"] + 2,
+            directory=directory,
+            postgres_port=opts["port"] + 3 if opts["fault"] == "postgres" else 0,
+        )
+        servers.start()
+        try:
+            environment = {**os.environ, **servers.environment()}
+            if servers.postgres_port:
+                for step in (["migrate", "--noinput", "-v", "0"], ["audit_setup_roles"]):
+                    subprocess.run(
+                        [sys.executable, "manage.py", *step], cwd=settings.BASE_DIR,
+                        env=environment, check=True, stdout=subprocess.DEVNULL,
+                    )  # fmt: skip
+            subprocess.run(
+                [sys.executable, "manage.py", *sys.argv[1:]], cwd=settings.BASE_DIR,
+                env=environment, check=True,
+            )  # fmt: skip
+        finally:
+            servers.stop()
