@@ -9,7 +9,7 @@ PORT ?= 8000
 export DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/kiln
 export REDIS_URL ?= redis://127.0.0.1:6379/0
 
-.PHONY: run test dev db bench lint services browser lock clean
+.PHONY: run test dev db bench loadtest lint services browser lock clean
 
 # Outside standalone SECRET_KEY is required; these two local targets use a throwaway one.
 test dev db bench bench-%: export SECRET_KEY ?= insecure-local-test-and-dev-key-never-used-in-production
@@ -102,6 +102,18 @@ bench-%: $(VENV)/.installed db
 bench-schemathesis: $(VENV)/.installed db
 	flock /tmp/kiln-bench.lock env KILN_SCHEMATHESIS_SUMMARY=$(abspath $(BENCH_DIR))/schemathesis-$(BENCH_DATE).json \
 	  $(PY) -m pytest -p no:cacheprovider -q tests/kiln/test_schemathesis.py
+
+## loadtest: the production shape (web, worker, beat, audit writer, extender on ports
+## LOADTEST_PORT and +1) under the locust mix over loopback HTTP, then the reconciliation;
+## FAULT=worker|writer|web|extender|redis|postgres runs one fault (redis and postgres restart
+## throwaway servers on LOADTEST_PORT+2 and +3, never the shared ones). Writes
+## bench/results/loadtest[-FAULT]-<date>.json (docs/operations.md).
+FAULT ?= none
+LOADTEST_PORT ?= 8130
+loadtest: $(VENV)/.installed db
+	flock /tmp/kiln-bench.lock $(PY) -m kiln.benchjson \
+	  $(BENCH_DIR)/loadtest$(if $(filter-out none,$(FAULT)),-$(FAULT))-$(BENCH_DATE).json -- \
+	  $(PY) manage.py loadtest --fault $(FAULT) --port $(LOADTEST_PORT) --json
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

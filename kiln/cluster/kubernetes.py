@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
@@ -43,6 +44,36 @@ APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 RETRYABLE = {408, 409, 429, 500, 502, 503, 504}
 
 
+class RateLimit:
+    """client-go's client-side token bucket (`flowcontrol.NewTokenBucketRateLimiter`): `qps`
+    requests per second on average, bursts of up to `burst`; `qps <= 0` is no limit.
+
+    Kept explicit because a hidden client limit is what shapes a fleet-wide run's time
+    (KILN_KUBE_QPS / KILN_KUBE_BURST, docs/cluster.md); `throttled_seconds` says how much.
+    """
+
+    def __init__(self, qps: float, burst: int) -> None:
+        self.qps, self.burst = qps, max(1, burst)
+        self.tokens, self.at = float(self.burst), time.monotonic()
+        self.throttled_seconds = 0.0
+        self._lock = threading.Lock()
+
+    def wait(self) -> float:
+        """Take one token, sleeping until it is there; returns the seconds slept."""
+        if self.qps <= 0:
+            return 0.0
+        with self._lock:
+            now = time.monotonic()
+            self.tokens = min(float(self.burst), self.tokens + (now - self.at) * self.qps)
+            self.at = now
+            self.tokens -= 1.0
+            delay = -self.tokens / self.qps if self.tokens < 0 else 0.0
+            self.throttled_seconds += delay
+        if delay:
+            time.sleep(delay)
+        return delay
+
+
 class KubernetesBackend:
     """Delivery backend over a real API server (see module docstring)."""
 
@@ -50,17 +81,27 @@ class KubernetesBackend:
     syncs_gitops = True  # Argo CD runs in the cluster and syncs the repository itself
     simulates_traffic = False  # real traffic: its effect is measured, not derived
 
-    def __init__(self, api_client: k8s.ApiClient, *, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        api_client: k8s.ApiClient,
+        *,
+        timeout: float = 30.0,
+        rate_limit: RateLimit | None = None,
+    ) -> None:
         self.api = api_client
         self.timeout = timeout
+        self.rate_limit = rate_limit or RateLimit(0, 1)
         self._discovery: dict[str, dict[str, tuple[str, bool]]] = {}
 
     @classmethod
     def from_settings(cls) -> KubernetesBackend:
-        """KILN_KUBE_API_URL (+ token and CA files) if set, else in-cluster, else kubeconfig."""
+        """KILN_KUBE_API_URL (+ token and CA files) if set, else in-cluster, else kubeconfig;
+        with the client limits KILN_KUBE_QPS, KILN_KUBE_BURST and KILN_KUBE_POOL_SIZE."""
+        limit = RateLimit(settings.KILN_KUBE_QPS, settings.KILN_KUBE_BURST)
         url = getattr(settings, "KILN_KUBE_API_URL", None)
         if url:
             configuration = k8s.Configuration(host=url)
+            configuration.connection_pool_maxsize = settings.KILN_KUBE_POOL_SIZE
             token_file = getattr(settings, "KILN_KUBE_TOKEN_FILE", None)
             if token_file:
                 with open(token_file) as fh:
@@ -69,13 +110,15 @@ class KubernetesBackend:
             ca_file = getattr(settings, "KILN_KUBE_CA_FILE", None)
             if ca_file:
                 configuration.ssl_ca_cert = ca_file
-            return cls(k8s.ApiClient(configuration))
+            return cls(k8s.ApiClient(configuration), rate_limit=limit)
         try:
             k8s_config.load_incluster_config()
         except k8s_config.ConfigException:
             # The client reads KUBECONFIG once, at import; pass it now so the current value counts.
             k8s_config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None)
-        return cls(k8s.ApiClient())
+        configuration = k8s.Configuration.get_default_copy()
+        configuration.connection_pool_maxsize = settings.KILN_KUBE_POOL_SIZE
+        return cls(k8s.ApiClient(configuration), rate_limit=limit)
 
     # --- HTTP ---------------------------------------------------------------------
 
@@ -90,6 +133,7 @@ class KubernetesBackend:
         stream: bool = False,
         timeout: float | None = None,
     ):
+        self.rate_limit.wait()
         headers = {"Accept": "application/json"}
         if content_type:
             headers["Content-Type"] = content_type

@@ -74,6 +74,11 @@ KILN_GITOPS_OBSERVER = env("KILN_GITOPS_OBSERVER", "simulated")
 KILN_KUBE_API_URL = env("KILN_KUBE_API_URL")
 KILN_KUBE_TOKEN_FILE = env("KILN_KUBE_TOKEN_FILE")
 KILN_KUBE_CA_FILE = env("KILN_KUBE_CA_FILE")
+# The kubernetes client's limits, explicit (client-go's token bucket: QPS on average, bursts of
+# BURST; QPS 0 is no limit) and its HTTP connection pool per process.
+KILN_KUBE_QPS = env_float("KILN_KUBE_QPS", 50.0)
+KILN_KUBE_BURST = env_int("KILN_KUBE_BURST", 100)
+KILN_KUBE_POOL_SIZE = env_int("KILN_KUBE_POOL_SIZE", 16)
 
 # --- environments (portal) ------------------------------------------------------
 KILN_POLICY_DIR = env("KILN_POLICY_DIR", str(BASE_DIR / "deploy" / "policies"))
