@@ -67,6 +67,9 @@ def _environment(workdir: Path) -> dict[str, str]:
         "KILN_DELIVERY_BACKEND": "simulated",
         "KILN_SIM_DELAY_PROFILE": "zero",
         "KILN_SECURE_COOKIES": "0",
+        # 20 engineers keep up to 40 environments live (READY and tearing down) at once: above
+        # the default team cap of 20, which would deny the rest by policy.
+        "KILN_TEAM_LIMITS": "cpu=1000,memoryGi=4000,gpu=8,environments=500",
         "PYTHONUNBUFFERED": "1",
     }
 

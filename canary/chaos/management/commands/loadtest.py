@@ -31,11 +31,18 @@ class Command(BaseCommand):
         parser.add_argument("--fault-at", type=float, default=10.0)
         parser.add_argument("--node-list-size", type=int, default=600)
         parser.add_argument("--workdir", default="", help="logs and keys (default: a temp dir)")
+        parser.add_argument(
+            "--own-servers",
+            action="store_true",
+            help="run against a throwaway Redis and PostgreSQL on port+2 and port+3 "
+            "(always so for the redis and postgres faults)",
+        )
         parser.add_argument("--json", action="store_true", help="print JSON only")
 
     def handle(self, *args, **opts) -> None:
         started_at = benchjson.now()
-        if opts["fault"] in ("redis", "postgres") and "KILN_LOAD_REDIS_PORT" not in os.environ:
+        own = opts["own_servers"] or opts["fault"] in ("redis", "postgres")
+        if own and "KILN_LOAD_REDIS_PORT" not in os.environ:
             self._with_own_servers(opts)
             return
         workdir = Path(opts["workdir"] or tempfile.mkdtemp(prefix="kiln-load-"))
@@ -71,7 +78,9 @@ class Command(BaseCommand):
         servers = faults.OwnServers(
             redis_port=opts["port"] + 2,
             directory=directory,
-            postgres_port=opts["port"] + 3 if opts["fault"] == "postgres" else 0,
+            postgres_port=opts["port"] + 3
+            if opts["own_servers"] or opts["fault"] == "postgres"
+            else 0,
         )
         servers.start()
         try:
