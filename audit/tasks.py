@@ -6,7 +6,9 @@ from celery import shared_task
 
 from audit.relay import RELAY_TASK, release_wake
 from audit.services import relay_publish
+from audit.services.operations import VERIFY_TASK
 from audit.topic import TopicUnavailable
+from audit.verification import verify_and_store
 
 
 @shared_task(
@@ -21,3 +23,9 @@ def relay_outbox() -> int:
     """Publish pending outbox rows to the audit topic (retries while Redis is down)."""
     release_wake()
     return relay_publish()
+
+
+@shared_task(name=VERIFY_TASK, ignore_result=True)
+def verify_chain_now() -> bool:
+    """Verify the whole chain and store the outcome (asked for with "Verify now")."""
+    return verify_and_store().ok

@@ -10,6 +10,8 @@ urlpatterns = [
     path("audit/", views.explorer, name="explorer"),
     path("audit/events/<int:seq>/", views.event_detail, name="event-detail"),
     path("audit/status/", views.status_panel, name="status"),
+    path("audit/public-key/", views.public_key, name="public-key"),
+    path("audit/verify/", views.verify_now, name="verify"),
 ]
 api_urlpatterns = [
     path("audit/events/", api.AuditEventListApi.as_view(), name="events"),

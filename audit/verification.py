@@ -18,7 +18,7 @@ from django.utils import timezone
 from audit import chain, notes
 from audit.anchors import configured_anchors
 from audit.models import ChainEvent, Checkpoint
-from audit.services import public_key_path, signing_key
+from audit.services import public_key_path, signing_key, verification_run_store
 
 FETCH = 20000
 
@@ -242,3 +242,20 @@ def verify_chain(
 def signing_origin() -> str:
     """The checkpoint origin line (and key name)."""
     return settings.KILN_AUDIT_ORIGIN
+
+
+def verify_and_store(*, public_key: str | Path | None = None, include_anchors: bool = True,
+                     store: bool = True) -> Report:  # fmt: skip
+    """`verify_chain`, then store its outcome as a verification run (the audit verifier's)."""
+    started = timezone.now()
+    report = verify_chain(public_key=public_key, include_anchors=include_anchors)
+    if store:
+        verification_run_store(
+            started_at=started,
+            ok=report.ok,
+            checked=report.checked,
+            checkpoints=report.checkpoints,
+            first_bad_seq=report.problem.seq if report.problem else None,
+            message=report.message,
+        )
+    return report

@@ -114,10 +114,21 @@ def main(argv: list[str] | None = None) -> int:
         "--public-key", required=True, type=Path, help="verifier key or Ed25519 PEM"
     )
     args = parser.parse_args(argv)
+    # The key is read and parsed first, so a wrong key is never reported as a bad export.
     try:
-        report = verify_export(args.file, args.public_key.read_text(encoding="utf-8"))
+        key_text = args.public_key.read_text(encoding="utf-8")
+        notes.parse_verifier_key(key_text)
+    except (OSError, UnicodeError, ValueError, notes.NoteError) as exc:
+        print(
+            f"cannot read the public key {args.public_key}: {exc} (download it from the audit "
+            "page's Download public key, or GET /audit/public-key/)",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        report = verify_export(args.file, key_text)
     except (OSError, ValueError, KeyError, notes.NoteError) as exc:
-        print(f"cannot read the export: {exc}", file=sys.stderr)
+        print(f"cannot read the export {args.file}: {exc}", file=sys.stderr)
         return 2
     if report.ok:
         print(f"export intact: {report.checked} entries, {report.checkpoints} signed checkpoints")

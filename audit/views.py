@@ -7,13 +7,18 @@ import json
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from django.utils.http import urlencode
+from django.views.decorators.http import require_POST
 
-from audit import selectors
+from audit import selectors, services
 from audit.api import filters_from
-from kiln.errors import InvalidInput, InvalidParameter
+from audit.services import public_key_path
+from audit.verification import load_public_key
+from kiln.errors import Forbidden, InvalidInput, InvalidParameter
 from kiln.identity.permissions import actor_from_request, can_view_audit
 from kiln.params import ParamError
 
@@ -67,7 +72,7 @@ def explorer(request: HttpRequest) -> HttpResponse:
             "paged": before is not None,
             "export_jsonl": f"{reverse('audit-api:export')}?{export_query}",
             "export_csv": f"{reverse('audit-api:export')}?{urlencode({**export_params, 'format': 'csv'})}",
-            "status": selectors.chain_status(),
+            **_status_context(request),
         },
         status=400 if error else 200,  # the page still renders, with the reason shown
     )
@@ -99,4 +104,37 @@ def event_detail(request: HttpRequest, seq: int) -> HttpResponse:
 def status_panel(request: HttpRequest) -> HttpResponse:
     """The chain status panel alone (the explorer refreshes it with htmx)."""
     _require_auditor(request)
-    return render(request, "audit/_status.html", {"status": selectors.chain_status()})
+    return render(request, "audit/_status.html", _status_context(request))
+
+
+def _status_context(request: HttpRequest) -> dict:
+    """The status panel's data; `?verifying=<time>` while a "Verify now" asked then is running."""
+    status = selectors.chain_status()
+    asked = parse_datetime(request.GET.get("verifying") or "")
+    run = status["verification"]
+    waiting = bool(asked and (run is None or run.finished_at < asked))
+    return {"status": status, "verifying": asked.isoformat() if waiting else ""}
+
+
+@login_required
+def public_key(request: HttpRequest) -> HttpResponse:
+    """The checkpoint verifier key, to verify an export offline with audit.verify_export."""
+    _require_auditor(request)
+    load_public_key()  # dev: creates the key pair on first use
+    response = HttpResponse(
+        public_key_path().read_text(encoding="utf-8"), content_type="text/plain"
+    )
+    response["Content-Disposition"] = 'attachment; filename="kiln-audit.pub"'
+    return response
+
+
+@login_required
+@require_POST
+def verify_now(request: HttpRequest) -> HttpResponse:
+    """Queue a verification of the whole chain; the status panel shows its result."""
+    try:
+        services.verification_request(actor=actor_from_request(request))
+    except Forbidden as exc:
+        raise PermissionDenied(exc.message) from exc
+    asked = timezone.now().isoformat()
+    return redirect(f"{reverse('audit:explorer')}?{urlencode({'verifying': asked})}")

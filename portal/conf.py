@@ -88,6 +88,19 @@ def auto_approve_classes() -> tuple[str, ...]:
 
 # The longest TTL each class may have (the request policy ttl-per-class says the same).
 MAX_TTL_HOURS = {"ephemeral": 72, "dev": 336, "staging": 720, "prod": 8760}
+# The most GPUs each class may ask for (the request policy gpu-limits says the same).
+MAX_GPU_PER_CLASS = {"ephemeral": 1, "dev": 2, "staging": 4, "prod": 8}
+# Classes that may have a spot node pool (the request policy spot-classes says the same).
+SPOT_CLASSES = ("ephemeral", "dev")
 MAX_CPU = 256
 MAX_MEMORY_GIB = 2048
 MAX_GPU = 16
+
+
+def kubeconfig_server() -> str:
+    """The cluster API URL people reach, written into downloaded kubeconfigs."""
+    return str(
+        _get("KILN_KUBECONFIG_SERVER", "")
+        or _get("KILN_KUBE_API_URL", "")
+        or "https://kubernetes.kiln.local:6443"
+    )

@@ -6,34 +6,82 @@ from typing import Any
 
 from django import forms
 
-from portal.conf import MAX_CPU, MAX_GPU, MAX_MEMORY_GIB
+from portal.conf import (
+    MAX_CPU,
+    MAX_GPU,
+    MAX_GPU_PER_CLASS,
+    MAX_MEMORY_GIB,
+    MAX_TTL_HOURS,
+    SPOT_CLASSES,
+)
 from portal.validation import ENV_CLASSES, WORKLOAD_CLASSES, field_errors
 
 
 class EnvironmentRequestForm(forms.Form):
     """Ask for an environment."""
 
-    team = forms.ChoiceField(choices=[])
+    team = forms.ChoiceField(choices=[], help_text="The team that owns and pays for it.")
     name = forms.CharField(
-        max_length=40, help_text="DNS-1123 label: lower-case letters, digits and '-'."
+        max_length=40,
+        help_text="DNS-1123 label: lower-case letters, digits and '-'. "
+        "The namespace is <team>-<name>.",
     )
     env_class = forms.ChoiceField(
-        label="Class", choices=[(c, c) for c in ENV_CLASSES], initial="dev"
+        label="Class",
+        choices=[(c, c) for c in ENV_CLASSES],
+        initial="dev",
+        help_text="ephemeral and dev are approved automatically; staging needs an approver, "
+        "prod two.",
     )
-    ttl_hours = forms.IntegerField(label="TTL (hours)", min_value=1, initial=24)
+    ttl_hours = forms.IntegerField(
+        label="TTL (hours)",
+        min_value=1,
+        initial=24,
+        help_text="Torn down automatically when it runs out; you can extend it later.",
+    )
     workload_class = forms.ChoiceField(
-        choices=[(c, c) for c in WORKLOAD_CLASSES], initial="standard"
+        choices=[(c, c) for c in WORKLOAD_CLASSES],
+        initial="latency-sensitive",
+        help_text="latency-sensitive pods never land on spot nodes; standard and batch may.",
     )
-    cpu = forms.IntegerField(label="CPU cores", min_value=1, max_value=MAX_CPU, initial=4)
+    cpu = forms.IntegerField(
+        label="CPU cores",
+        min_value=1,
+        max_value=MAX_CPU,
+        initial=4,
+        help_text=f"ResourceQuota for the namespace, 1 to {MAX_CPU}.",
+    )
     memory_gib = forms.IntegerField(
-        label="Memory (GiB)", min_value=1, max_value=MAX_MEMORY_GIB, initial=16
+        label="Memory (GiB)",
+        min_value=1,
+        max_value=MAX_MEMORY_GIB,
+        initial=16,
+        help_text=f"ResourceQuota for the namespace, 1 to {MAX_MEMORY_GIB} GiB.",
     )
     gpu = forms.IntegerField(label="GPUs", min_value=0, max_value=MAX_GPU, initial=0)
-    tenant_control_plane = forms.BooleanField(label="Tenant control plane (Kamaji)", required=False)
-    spot_node_pool = forms.BooleanField(label="Spot node pool (Karpenter)", required=False)
-    database = forms.BooleanField(label="PostgreSQL database (Crossplane)", required=False)
+    tenant_control_plane = forms.BooleanField(
+        label="Tenant control plane (Kamaji)",
+        required=False,
+        help_text="Your own Kubernetes API server (a Kamaji TenantControlPlane), so you can "
+        "install CRDs and cluster-scoped objects; you get its kubeconfig.",
+    )
+    spot_node_pool = forms.BooleanField(
+        label="Spot node pool (Karpenter)",
+        required=False,
+        help_text="A Karpenter NodePool of cheaper spot nodes that can be reclaimed at any "
+        "time, spread over at least four instance types and three zones.",
+    )
+    database = forms.BooleanField(
+        label="PostgreSQL database (Crossplane)",
+        required=False,
+        help_text="A Crossplane PostgreSQLInstance claim; its connection details land in a "
+        "Secret in your namespace.",
+    )
     justification = forms.CharField(
-        widget=forms.Textarea(attrs={"rows": 3}), required=False, max_length=2000
+        widget=forms.Textarea(attrs={"rows": 3}),
+        required=False,
+        max_length=2000,
+        help_text="Why you need it; prod needs at least 20 characters.",
     )
 
     def __init__(self, *args: Any, teams: list[str], **kwargs: Any) -> None:
@@ -59,3 +107,15 @@ class ExtendForm(forms.Form):
     """Extend the TTL by some hours."""
 
     hours = forms.IntegerField(min_value=1, max_value=8760)
+
+
+def class_limits() -> dict[str, dict[str, Any]]:
+    """What each environment class allows, for the hints beside the request form's fields."""
+    return {
+        env_class: {
+            "ttl_hours": MAX_TTL_HOURS[env_class],
+            "gpu": MAX_GPU_PER_CLASS[env_class],
+            "spot": env_class in SPOT_CLASSES,
+        }
+        for env_class in ENV_CLASSES
+    }

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from portal.words import REAPER_PREFIX
+
 
 class Status(StrEnum):
     """Where an environment is in its life."""
@@ -82,3 +84,30 @@ def badge(status: Status | str) -> str:
     if status == S.DELETED:
         return "muted"
     return "warn"
+
+
+# What a person reads for each status (the raw value stays in the API and the audit chain).
+LABELS: dict[Status, str] = {
+    S.SUBMITTED: "Submitted",
+    S.DENIED: "Denied by policy",
+    S.PENDING_APPROVAL: "Waiting for approval",
+    S.APPROVED: "Approved",
+    S.REJECTED: "Rejected",
+    S.PROVISIONING: "Provisioning",
+    S.READY: "Ready",
+    S.EXPIRING: "Expired",
+    S.TEARING_DOWN: "Tearing down",
+    S.DELETED: "Deleted",
+    S.FAILED: "Failed",
+    S.QUARANTINED: "Quarantined",
+}
+# The reaper's reason for READY -> EXPIRING; any other reason is a person asking for teardown.
+TTL_EXPIRED_PREFIX = REAPER_PREFIX
+
+
+def label(status: Status | str, reason: str = "") -> str:
+    """The status in words: EXPIRING reads "Teardown requested" when a person asked for it."""
+    status = Status(status)
+    if status == S.EXPIRING and not (reason or "").startswith(TTL_EXPIRED_PREFIX):
+        return "Teardown requested"
+    return LABELS[status]

@@ -22,6 +22,16 @@ urlpatterns: list = [
         "environments/<str:public_id>/extend/", views.environment_extend, name="environment-extend"
     ),
     path(
+        "environments/<str:public_id>/kubeconfig/",
+        views.environment_kubeconfig,
+        name="environment-kubeconfig",
+    ),
+    path(
+        "environments/<str:public_id>/manifests.yaml",
+        views.environment_manifests,
+        name="environment-manifests",
+    ),
+    path(
         "environments/<str:public_id>/teardown/",
         views.environment_teardown,
         name="environment-teardown",

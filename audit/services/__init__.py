@@ -9,7 +9,12 @@ from audit.services.appending import (
     public_key_path,
     signing_key,
 )
-from audit.services.operations import export_create, roles_setup, verification_run_store
+from audit.services.operations import (
+    export_create,
+    roles_setup,
+    verification_request,
+    verification_run_store,
+)
 from audit.services.recording import actor_name, record, target_name
 from audit.services.relaying import relay_publish
 
@@ -26,5 +31,6 @@ __all__ = [
     "roles_setup",
     "signing_key",
     "target_name",
+    "verification_request",
     "verification_run_store",
 ]

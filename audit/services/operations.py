@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from celery import current_app
 from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
@@ -64,6 +65,18 @@ def verification_run_store(
             },
         )
     return run
+
+
+VERIFY_TASK = "audit.verify_chain"
+
+
+def verification_request(*, actor: Actor) -> None:
+    """Queue a verification of the whole chain ("Verify now"), audited as asked by `actor`."""
+    if not can_view_audit(actor):
+        raise Forbidden("only auditors and platform admins verify the audit chain")
+    with transaction.atomic():
+        record(actor, "audit.verification.requested", "audit.chain", {})
+        transaction.on_commit(lambda: current_app.send_task(VERIFY_TASK))
 
 
 # --- database roles ------------------------------------------------------------------------

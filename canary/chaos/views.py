@@ -161,9 +161,14 @@ def experiment_detail(request: HttpRequest, experiment_id) -> HttpResponse:
 
 @login_required
 def experiment_lease(request: HttpRequest, experiment_id) -> HttpResponse:
-    """The live lease or injections panel (`?part=injections`), polled by htmx."""
+    """The live lease or injections panel (`?part=injections`), polled by htmx while the experiment
+    runs; once it has ended the whole page reloads (status, end time, no abort, no more polling)."""
     part = "_injections.html" if request.GET.get("part") == "injections" else "_lease.html"
-    return render(request, f"chaos/{part}", _detail_context(request, experiment_id))
+    context = _detail_context(request, experiment_id)
+    response = render(request, f"chaos/{part}", context)
+    if context["exp"].is_terminal:
+        response["HX-Refresh"] = "true"
+    return response
 
 
 @login_required

@@ -79,6 +79,8 @@ KILN_KUBE_CA_FILE = env("KILN_KUBE_CA_FILE")
 KILN_KUBE_QPS = env_float("KILN_KUBE_QPS", 50.0)
 KILN_KUBE_BURST = env_int("KILN_KUBE_BURST", 100)
 KILN_KUBE_POOL_SIZE = env_int("KILN_KUBE_POOL_SIZE", 16)
+# The API server URL people reach, written into the portal's kubeconfig downloads.
+KILN_KUBECONFIG_SERVER = env("KILN_KUBECONFIG_SERVER")
 
 # --- environments (portal) ------------------------------------------------------
 KILN_POLICY_DIR = env("KILN_POLICY_DIR", str(BASE_DIR / "deploy" / "policies"))

@@ -20,7 +20,7 @@ from kiln.identity.permissions import Actor, can_act_on_environment, system_acto
 from kiln.observability import tracer
 from portal import compose as c
 from portal import conf
-from portal.lifecycle import Status
+from portal.lifecycle import TTL_EXPIRED_PREFIX, Status
 from portal.models import Environment, ProvisioningStep
 from portal.services.lifecycle import audit_target, environment_transition
 from portal.services.queueing import enqueue_provisioning, enqueue_teardown
@@ -143,7 +143,7 @@ def environments_reap_expired(
                 actor=reaper,
                 environment=env,
                 to=Status.EXPIRING,
-                reason=f"TTL expired at {env.expires_at.isoformat()}",
+                reason=f"{TTL_EXPIRED_PREFIX} at {env.expires_at.isoformat()}",
             )
             enqueue_teardown(environment=env)
     with transaction.atomic():

@@ -64,10 +64,9 @@ def test_request_form_submits_and_redirects_to_detail(team):
         f"/environments/{env.public_id}/"
     )
     detail = alice.get(response["Location"])
-    assert b"payments-web" in detail.content and b"PENDING_APPROVAL" in detail.content
-    assert (
-        b"submitted" in detail.content and b"queued for approval" in detail.content
-    )  # timeline from audit events
+    assert b"payments-web" in detail.content and b"Waiting for approval" in detail.content
+    assert b"PENDING_APPROVAL" not in detail.content  # statuses are words on the page
+    assert b"Requested" in detail.content  # timeline from audit events
     listing = alice.get(reverse("portal:environment-list"))
     assert b"payments-web" in listing.content
 
@@ -135,7 +134,16 @@ def test_extend_and_teardown_from_the_detail_page(team, django_capture_on_commit
     alice.post(reverse("portal:environment-extend", args=[env.public_id]), {"hours": "12"})
     env.refresh_from_db()
     assert (env.expires_at - before).total_seconds() == 12 * 3600
-    alice.post(reverse("portal:environment-teardown", args=[env.public_id]), {"reason": "done"})
+    alice.post(
+        reverse("portal:environment-teardown", args=[env.public_id]),
+        {"reason": "done", "confirm": "wrong"},
+    )
+    env.refresh_from_db()
+    assert env.status == "READY"  # the name was not typed: nothing happens
+    alice.post(
+        reverse("portal:environment-teardown", args=[env.public_id]),
+        {"reason": "done", "confirm": env.name},
+    )
     env.refresh_from_db()
     assert env.status in ("EXPIRING", "TEARING_DOWN")
 

@@ -5,10 +5,8 @@ from __future__ import annotations
 import json
 
 from django.core.management.base import BaseCommand
-from django.utils import timezone
 
-from audit.services import verification_run_store
-from audit.verification import verify_chain
+from audit.verification import verify_and_store
 
 
 class Command(BaseCommand):
@@ -23,17 +21,11 @@ class Command(BaseCommand):
         parser.add_argument("--no-record", action="store_true", help="do not store the outcome")
 
     def handle(self, *args, **opts):
-        started = timezone.now()
-        report = verify_chain(public_key=opts["public_key"], include_anchors=not opts["no_anchors"])
-        if not opts["no_record"]:
-            verification_run_store(
-                started_at=started,
-                ok=report.ok,
-                checked=report.checked,
-                checkpoints=report.checkpoints,
-                first_bad_seq=report.problem.seq if report.problem else None,
-                message=report.message,
-            )
+        report = verify_and_store(
+            public_key=opts["public_key"],
+            include_anchors=not opts["no_anchors"],
+            store=not opts["no_record"],
+        )
         if opts["json"]:
             self.stdout.write(
                 json.dumps(

@@ -1,0 +1,28 @@
+"""Portal pages: request form with a live estimate, my environments, detail in tabs with live
+progress, approval queue and showback. Thin: services and selectors do the work."""
+
+from portal.views.environment import (
+    environment_detail,
+    environment_extend,
+    environment_kubeconfig,
+    environment_manifests,
+    environment_progress,
+    environment_teardown,
+)
+from portal.views.queue import approval_queue, environment_decide, showback
+from portal.views.requests import environment_estimate, environment_list, environment_request
+
+__all__ = [
+    "approval_queue",
+    "environment_decide",
+    "environment_detail",
+    "environment_estimate",
+    "environment_extend",
+    "environment_kubeconfig",
+    "environment_list",
+    "environment_manifests",
+    "environment_progress",
+    "environment_request",
+    "environment_teardown",
+    "showback",
+]

@@ -1,0 +1,177 @@
+"""The environment page: tabs, how to connect, kubeconfig and manifest downloads, live progress, extend and teardown (confirmed by typing the name)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import yaml
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from kiln.errors import KilnError
+from kiln.identity.permissions import (
+    AUDITOR,
+    actor_from_request,
+    can_act_on_environment,
+    can_approve,
+    has_role,
+)
+from portal import conf, selectors, services
+from portal.connect import connection, kubeconfig
+from portal.forms import ExtendForm, ReasonForm
+from portal.lifecycle import Status, badge, label
+from portal.views.common import ACTIVE, env_or_404
+from portal.words import extended_hours, phrases
+
+
+def _detail_context(request: HttpRequest, env) -> dict:
+    actor = actor_from_request(request)
+    return {
+        "env": env,
+        "badge": badge(env.status),
+        "status_label": label(env.status, env.status_reason),
+        "active": Status(env.status) in ACTIVE,
+        "steps": selectors.environment_steps(env),
+        "resources": selectors.environment_resources(env),
+        "can_act": can_act_on_environment(actor, env.team.slug),
+        "can_decide": can_approve(actor, env.request.requested_by.get_username())
+        and env.status == Status.PENDING_APPROVAL,
+    }
+
+
+def _spent(env) -> Decimal:
+    """Hourly price times the hours the environment has been up so far."""
+    if not env.ready_at:
+        return Decimal(0)
+    end = env.deleted_at or timezone.now()
+    hours = Decimal(max((end - env.ready_at).total_seconds(), 0) / 3600)
+    return (env.hourly_cost * hours).quantize(Decimal("0.01"))
+
+
+@login_required
+def environment_detail(request: HttpRequest, public_id: str) -> HttpResponse:
+    """Tabs: overview (status, how to connect, actions), progress, timeline, policy, manifests, cost."""
+    env = env_or_404(request, public_id)
+    context = _detail_context(request, env)
+    timeline = selectors.environment_timeline(env)
+    events = [(e.actor, e.action, e.data) for e in timeline]
+    decisions = list(env.policy_decisions.all())
+    extended = extended_hours(events)
+    ttl_total = env.request.ttl_hours + extended
+    context.update(
+        {
+            "timeline": list(zip(timeline, phrases(events), strict=True)),
+            "ttl_total": ttl_total,
+            "ttl_extended": extended,
+            "connection": connection(namespace=env.namespace, manifests=env.manifests)
+            if env.status == Status.READY
+            else None,
+            "manifests": [
+                {
+                    "kind": m.get("kind", ""),
+                    "name": m.get("metadata", {}).get("name", ""),
+                    "yaml": yaml.safe_dump(m, sort_keys=False),
+                }
+                for m in env.manifests
+            ],
+            "decisions": decisions,
+            "denials": [d for d in decisions if not d.allowed],
+            "approvals": list(env.decisions.all()),
+            "spent": _spent(env),
+            "lifetime_cost": (env.hourly_cost * ttl_total).quantize(Decimal("0.01")),
+            "is_auditor": has_role(actor_from_request(request), AUDITOR),
+            "can_resubmit": context["can_act"] and env.status in (Status.DENIED, Status.REJECTED),
+        }
+    )
+    return render(request, "portal/detail.html", context)
+
+
+@login_required
+def environment_kubeconfig(request: HttpRequest, public_id: str) -> HttpResponse:
+    """A kubeconfig whose context is the environment's namespace (READY environments only)."""
+    env = env_or_404(request, public_id)
+    if env.status != Status.READY:
+        raise Http404("only a READY environment has a kubeconfig")
+    conn = connection(namespace=env.namespace, manifests=env.manifests)
+    body = kubeconfig(
+        conn=conn,
+        server=conf.kubeconfig_server(),
+        issuer=settings.KILN_JWT_ISSUER,
+        username=actor_from_request(request).username,
+    )
+    response = HttpResponse(body, content_type="application/yaml")
+    response["Content-Disposition"] = f'attachment; filename="{env.namespace}.kubeconfig"'
+    return response
+
+
+@login_required
+def environment_manifests(request: HttpRequest, public_id: str) -> HttpResponse:
+    """Every composed manifest as one multi-document YAML file."""
+    env = env_or_404(request, public_id)
+    if not env.manifests:
+        raise Http404("nothing composed yet")
+    response = HttpResponse(
+        yaml.safe_dump_all(env.manifests, sort_keys=False), content_type="application/yaml"
+    )
+    response["Content-Disposition"] = f'attachment; filename="{env.namespace}-manifests.yaml"'
+    return response
+
+
+@login_required
+def environment_progress(request: HttpRequest, public_id: str) -> HttpResponse:
+    """htmx partial polled while the environment is changing; asks for a full refresh when it settles."""
+    env = env_or_404(request, public_id)
+    context = _detail_context(request, env)
+    response = render(request, "portal/_progress.html", context)
+    if not context["active"] and request.GET.get("was") in {s.value for s in ACTIVE}:
+        response["HX-Refresh"] = "true"
+    return response
+
+
+@login_required
+@require_POST
+def environment_extend(request: HttpRequest, public_id: str) -> HttpResponse:
+    """Extend the TTL."""
+    env = env_or_404(request, public_id)
+    form = ExtendForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Give the extension as a whole number of hours.")
+    else:
+        try:
+            services.environment_extend(
+                actor=actor_from_request(request), environment=env, hours=form.cleaned_data["hours"]
+            )
+            messages.success(request, f"Extended by {form.cleaned_data['hours']} h.")
+        except KilnError as exc:
+            fields = exc.extra.get("fields") or {}
+            messages.error(request, "; ".join(sum(fields.values(), [])) or exc.message)
+    return redirect("portal:environment-detail", public_id=public_id)
+
+
+@login_required
+@require_POST
+def environment_teardown(request: HttpRequest, public_id: str) -> HttpResponse:
+    """Request teardown."""
+    env = env_or_404(request, public_id)
+    if request.POST.get("confirm", "").strip() != env.name:
+        messages.error(
+            request, f"Nothing was torn down: type the environment's name, {env.name}, to confirm."
+        )
+        return redirect("portal:environment-detail", public_id=public_id)
+    form = ReasonForm(request.POST)
+    reason = form.cleaned_data["reason"] if form.is_valid() else ""
+    try:
+        services.environment_teardown_request(
+            actor=actor_from_request(request),
+            environment=env,
+            reason=reason or "teardown requested in the portal",
+        )
+        messages.success(request, "Teardown requested.")
+    except KilnError as exc:
+        messages.error(request, exc.message)
+    return redirect("portal:environment-detail", public_id=public_id)

@@ -1,0 +1,92 @@
+"""The approval queue (inline errors per row), approve/reject, and showback."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_POST
+
+from kiln.errors import KilnError
+from kiln.identity.permissions import (
+    actor_from_request,
+    can_approve,
+)
+from portal import selectors, services
+from portal.forms import ReasonForm
+from portal.views.common import env_or_404
+
+# Session key: {public_id: message} of the last refused decision, shown on that row once.
+QUEUE_ERRORS = "portal_queue_errors"
+
+
+@login_required
+def approval_queue(request: HttpRequest) -> HttpResponse:
+    """Requests waiting for approval, with approve and reject (reason required) buttons."""
+    actor = actor_from_request(request)
+    if not can_approve(actor):
+        raise PermissionDenied("Only approvers see the approval queue.")
+    errors = request.session.pop(QUEUE_ERRORS, {})
+    now = timezone.now()
+    rows = []
+    for env in selectors.approval_queue(viewer=actor):
+        approvals = [d for d in env.decisions.all() if d.decision == "approve"]
+        rows.append(
+            {
+                "env": env,
+                "approvals": approvals,
+                "needed": services.approvals.approvals_needed(environment=env),
+                "own": env.request.requested_by.get_username() == actor.username,
+                "decided": any(d.approver_name == actor.username for d in env.decisions.all()),
+                "lifetime_cost": (env.hourly_cost * env.request.ttl_hours).quantize(
+                    Decimal("0.01")
+                ),
+                "age": now - env.created_at,
+                "error": errors.get(env.public_id, ""),
+            }
+        )
+    return render(request, "portal/approvals.html", {"rows": rows})
+
+
+@login_required
+@require_POST
+def environment_decide(request: HttpRequest, public_id: str) -> HttpResponse:
+    """Approve or reject from the queue or the detail page."""
+    env = env_or_404(request, public_id)
+    actor = actor_from_request(request)
+    form = ReasonForm(request.POST)
+    reason = form.cleaned_data["reason"] if form.is_valid() else ""
+    try:
+        if request.POST.get("decision") == "reject":
+            services.environment_reject(actor=actor, environment=env, reason=reason)
+            messages.success(request, f"Rejected {env.namespace}.")
+        else:
+            services.environment_approve(actor=actor, environment=env, reason=reason)
+            messages.success(request, f"Approved {env.namespace}.")
+    except KilnError as exc:
+        from_queue = not request.POST.get("next")
+        if from_queue:  # shown on the request's own row, not at the top of the page
+            request.session[QUEUE_ERRORS] = {env.public_id: exc.message}
+        else:
+            messages.error(request, exc.message)
+    target = request.POST.get("next", "")
+    if not target.startswith("/") or not url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}
+    ):
+        target = reverse("portal:approval-queue") + f"#row-{env.public_id}"
+    return redirect(target)
+
+
+@login_required
+def showback(request: HttpRequest) -> HttpResponse:
+    """Spend per team, by environment and class, from hourly prices and lifetimes."""
+    actor = actor_from_request(request)
+    rows = selectors.team_showback(viewer=actor, team=request.GET.get("team") or None)
+    return render(request, "portal/showback.html", {"rows": rows})

@@ -1,0 +1,148 @@
+"""Portal pages: my environments, the request form with a live estimate and class limits, resubmitting a denied or rejected request."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+
+from kiln.errors import KilnError
+from kiln.identity.permissions import (
+    ENGINEER,
+    actor_from_request,
+    has_role,
+)
+from portal import selectors, services
+from portal.forms import EnvironmentRequestForm, class_limits
+from portal.lifecycle import TTL_EXPIRED_PREFIX, Status, badge, label
+from portal.services import cost
+from portal.validation import field_errors
+from portal.views.common import env_or_404
+
+
+@login_required
+def environment_list(request: HttpRequest) -> HttpResponse:
+    """My environments: the visible ones, filterable by status, class and team."""
+    actor = actor_from_request(request)
+    filters = selectors.EnvironmentFilter(
+        team=request.GET.get("team", ""),
+        status=request.GET.get("status", ""),
+        env_class=request.GET.get("env_class", ""),
+        q=request.GET.get("q", ""),
+        requested_by=actor.username if request.GET.get("mine") else "",
+    )
+    page = Paginator(selectors.environment_list(viewer=actor, filters=filters), 25).get_page(
+        request.GET.get("page")
+    )
+    rows = [
+        {"env": e, "badge": badge(e.status), "label": label(e.status, e.status_reason)}
+        for e in page
+    ]
+    return render(
+        request,
+        "portal/list.html",
+        {
+            "rows": rows,
+            "page": page,
+            "filters": filters,
+            "statuses": [(s.value, label(s, TTL_EXPIRED_PREFIX)) for s in Status],
+            "can_request": has_role(actor, ENGINEER),
+            "querystring": request.GET.urlencode(),
+        },
+    )
+
+
+_ESTIMATE_FIELDS = {"ttl_hours": "TTL", "cpu": "CPU", "memory_gib": "Memory", "gpu": "GPUs"}
+
+
+def _estimate_from(data) -> dict:
+    """The estimate for the form's current values, or why there is none: the same field rules
+    as the API, so no size Kiln would refuse reaches the price arithmetic or shows a price."""
+    args: dict = {"env_class": data.get("env_class") or "dev"}
+    problems = []
+    for field, name in _ESTIMATE_FIELDS.items():
+        value = data.get(field, 0 if field == "gpu" else None)  # GPUs may be left out
+        raw = "" if value is None else str(value).strip()
+        try:
+            args[field] = int(raw)
+        except ValueError:
+            problems.append(f"{name}: give a whole number.")
+    if not problems:
+        errors = field_errors({**args, "name": "x", "team": "x", "workload_class": "standard"})
+        problems = [
+            f"{_ESTIMATE_FIELDS.get(field, field)}: {message}"
+            for field, messages in errors.items()
+            for message in messages
+        ]
+    if problems:
+        return {"estimate": None, "estimate_problems": problems}
+    estimate = cost.estimate(
+        **args,
+        spot=bool(data.get("spot_node_pool")),
+        tenant_control_plane=bool(data.get("tenant_control_plane")),
+        database=bool(data.get("database")),
+    )
+    return {"estimate": estimate, "estimate_problems": []}
+
+
+def _resubmittable(request: HttpRequest, public_id: str):
+    """The denied or rejected environment whose request the form starts from, if any."""
+    if not public_id:
+        return None
+    env = env_or_404(request, public_id)
+    if env.status not in (Status.DENIED, Status.REJECTED):
+        return None
+    return env
+
+
+def _request_initial(env) -> dict:
+    """The form's starting values: the earlier request, field for field."""
+    initial = {f: getattr(env.request, f) for f in EnvironmentRequestForm.base_fields}
+    initial["team"] = env.team.slug
+    return initial
+
+
+@login_required
+def environment_request(request: HttpRequest) -> HttpResponse:
+    """The request form; on success, the new environment's page."""
+    actor = actor_from_request(request)
+    teams = list(selectors.teams_for(actor).values_list("slug", flat=True))
+    if not has_role(actor, ENGINEER) or not teams:
+        raise PermissionDenied("Only engineers of a team can request environments.")
+    resubmit_of = _resubmittable(request, request.GET.get("from", ""))
+    initial = _request_initial(resubmit_of) if resubmit_of else None
+    form = EnvironmentRequestForm(request.POST or None, teams=teams, initial=initial)
+    if request.method == "POST" and form.is_valid():
+        try:
+            env, _ = services.environment_request_submit(actor=actor, data=form.cleaned_data)
+        except KilnError as exc:
+            for field, errors in (exc.extra.get("fields") or {}).items():
+                for error in errors:
+                    form.add_error(field if field in form.fields else None, error)
+            if not exc.extra.get("fields"):
+                form.add_error(None, exc.message)
+        else:
+            messages.success(
+                request, f"Requested {env.namespace}: {env.status.replace('_', ' ').lower()}."
+            )
+            return redirect("portal:environment-detail", public_id=env.public_id)
+    source = request.POST if request.method == "POST" else {f: form[f].value() for f in form.fields}
+    return render(
+        request,
+        "portal/request.html",
+        {
+            "form": form,
+            "class_limits": class_limits(),
+            "resubmit_of": resubmit_of,
+            **_estimate_from(source),
+        },
+    )
+
+
+@login_required
+def environment_estimate(request: HttpRequest) -> HttpResponse:
+    """htmx partial: the cost estimate for the form's current values."""
+    return render(request, "portal/_estimate.html", _estimate_from(request.GET))

@@ -1,0 +1,62 @@
+"""What the portal's pages say about an environment's history: audit actions in plain words.
+
+Pure: takes (actor, action, data) triples in order, returns one phrase each; no Django.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+AUTO_APPROVER = "system:auto-approval"
+REAPER_PREFIX = "TTL expired"
+
+_PHRASES = {
+    "submitted": "Requested",
+    "denied": "Denied by policy",
+    "approved": "Approved",
+    "rejected": "Rejected",
+    "provisioning_started": "Provisioning started",
+    "readied": "Ready",
+    "teardown_started": "Teardown started",
+    "workloads_removed": "Workloads removed",
+    "deleted": "Deleted",
+    "failed": "Failed",
+    "quarantined": "Quarantined",
+}
+
+
+def phrase(actor: str, action: str, data: dict[str, Any], following: str = "") -> str:
+    """One event in words; `following` is the next event's actor (an automatic approval right
+    after the policy gate means the request never waited in a queue)."""
+    verb = action.rsplit(".", 1)[-1]
+    if action.endswith("provisioning_step.completed"):
+        return f"Step {data.get('step', '?')} done"
+    if action.endswith("provisioning_step.failed"):
+        return f"Step {data.get('step', '?')} failed"
+    if verb == "queued_for_approval":
+        return "Policies allowed" if following == AUTO_APPROVER else "Waiting for approval"
+    if verb == "approved" and actor == AUTO_APPROVER:
+        return "Approved automatically"
+    if verb == "extended":
+        return f"TTL extended by {data.get('hours', '?')} h"
+    if verb == "expiry_started":
+        reason = str(data.get("reason", ""))
+        return "TTL expired" if reason.startswith(REAPER_PREFIX) else "Teardown requested"
+    return _PHRASES.get(verb, verb.replace("_", " ").capitalize())
+
+
+def phrases(events: Sequence[tuple[str, str, dict[str, Any]]]) -> list[str]:
+    """`phrase` for each (actor, action, data) in order."""
+    out = []
+    for i, (actor, action, data) in enumerate(events):
+        following = events[i + 1][0] if i + 1 < len(events) else ""
+        out.append(phrase(actor, action, data, following))
+    return out
+
+
+def extended_hours(events: Sequence[tuple[str, str, dict[str, Any]]]) -> int:
+    """Hours added to the TTL since the request."""
+    return sum(
+        int(data.get("hours") or 0) for _, action, data in events if action.endswith(".extended")
+    )

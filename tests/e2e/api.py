@@ -1,0 +1,67 @@
+"""Calls to the standalone server's REST API from browser tests (to set up what a page shows)."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+from tests.kiln.standalone_process import Standalone
+
+
+def call(kiln: Standalone, method: str, path: str, role: str, body: Any = None) -> tuple[int, Any]:
+    """One API call as the demo token of `role`; returns (status, decoded JSON or None)."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(kiln.base_url + path, data=data, method=method)  # noqa: S310
+    request.add_header("Authorization", f"Bearer {kiln.tokens[role]}")
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=15) as response:  # noqa: S310 - our URL
+            raw = response.read()
+            return response.status, json.loads(raw) if raw else None
+    except urllib.error.HTTPError as exc:
+        raw = exc.read()
+        return exc.code, json.loads(raw) if raw else None
+
+
+def wait_for(predicate: Callable[[], Any], *, timeout: float = 30.0, what: str = "") -> Any:
+    """Poll `predicate` until it returns something truthy; fail with `what` after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what or predicate}")
+
+
+def environment(kiln: Standalone, name: str, *, role: str = "engineer", **over: Any) -> dict:
+    """Submit an environment request for team payments (alice's token); returns its JSON."""
+    body = {
+        "team": "payments",
+        "name": name,
+        "env_class": "dev",
+        "ttl_hours": 8,
+        "workload_class": "standard",
+        "cpu": 2,
+        "memory_gib": 4,
+        "gpu": 0,
+    }
+    body.update(over)
+    status, payload = call(kiln, "POST", "/api/v1/environments/", role, body)
+    assert status in (200, 201), payload
+    return payload
+
+
+def environment_status(kiln: Standalone, public_id: str, want: str, timeout: float = 60.0) -> dict:
+    """Wait until the environment reaches status `want`; returns its JSON."""
+
+    def reached():
+        _, payload = call(kiln, "GET", f"/api/v1/environments/{public_id}/", "engineer")
+        return payload if payload and payload.get("status") == want else None
+
+    return wait_for(reached, timeout=timeout, what=f"{public_id} to be {want}")
