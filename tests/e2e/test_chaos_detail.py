@@ -13,7 +13,7 @@ SHORT = {
     "fault": "http-abort",
     "abort_http_status": 503,
     "percent": 10.0,
-    "duration_seconds": 3,
+    "duration_seconds": 10,
     "max_duration_seconds": 10,
     "max_pods": 1,
     "max_percent": 25.0,
@@ -35,7 +35,7 @@ def test_detail_shows_the_end_and_stops_polling(browser_page: WatchedPage, kiln)
         assert "Running" in page.locator("h1").inner_text()
         assert page.locator("text=Abort and revert").count() == 1
     page.wait_for_function(
-        "() => document.querySelector('h1').innerText.includes('Completed')", timeout=20000
+        "() => document.querySelector('h1').innerText.includes('Completed')", timeout=40000
     )
     page.wait_for_load_state("networkidle")
     ended = page.locator("dt:text-is('Ended') + dd").inner_text()
