@@ -6,3 +6,8 @@ class CanaryConfig(AppConfig):
 
     name = "canary"
     verbose_name = "Canary"
+
+    def ready(self) -> None:
+        # The home page's panel registers itself (kiln.dashboard); it imports the models, so
+        # it waits for ready(), where Django says to make such imports.
+        from canary import dashboard  # noqa: F401

@@ -15,14 +15,14 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from kiln import health
+from kiln import dashboard, health
 from kiln.errors import error_body
 from kiln.identity.permissions import actor_from_request, can_use_admin
 
 
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
-    """The landing page: who you are and where to go."""
+    """The dashboard: what each app shows this person (kiln.dashboard), who you are, the API."""
     actor = actor_from_request(request)
     return render(
         request,
@@ -32,6 +32,10 @@ def home(request: HttpRequest) -> HttpResponse:
             "roles": sorted(actor.roles),
             "teams": sorted(actor.teams),
             "show_admin": can_use_admin(actor, is_staff=request.user.is_staff),
+            "panels": [
+                loader.render_to_string(p.template, p.context, request=request)
+                for p in dashboard.panels(actor)
+            ],
         },
     )
 

@@ -12,4 +12,5 @@ class PortalConfig(AppConfig):
         # portal.tasks registers them in every process, as the worker's autodiscovery does.
         # Not at the top: Django imports this module before any model, and the tasks import
         # the models, so the import waits for ready(), where Django says to make it.
-        from portal import tasks  # noqa: F401
+        # The home page's panels register the same way (kiln.dashboard).
+        from portal import dashboard, tasks  # noqa: F401

@@ -183,3 +183,15 @@ def teams_for(viewer: Actor) -> QuerySet[Team]:
     if PLATFORM_ADMIN in viewer.roles:
         return Team.objects.all()
     return Team.objects.filter(slug__in=list(viewer.teams))
+
+
+def spend_this_month(*, viewer: Actor) -> Decimal:
+    """Hourly price x hours up since the first of this month (UTC), over visible environments."""
+    now = timezone.now()
+    start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    total = Decimal(0)
+    for env in environment_queryset(viewer).exclude(ready_at__isnull=True):
+        begin, end = max(env.ready_at, start), min(env.deleted_at or now, now)
+        if end > begin:
+            total += env.hourly_cost * Decimal((end - begin).total_seconds() / 3600)
+    return total.quantize(Decimal("0.01"))

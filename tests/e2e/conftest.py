@@ -57,7 +57,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def kiln(tmp_path_factory) -> Iterator[Standalone]:
     """A standalone Kiln for the whole session, on a free port with a fresh var/ directory."""
-    server = standalone_process.start(tmp_path_factory.mktemp("kiln-e2e-var"), timeout=90)
+    server = standalone_process.start(tmp_path_factory.mktemp("kiln-e2e-var"), timeout=240)
     try:
         yield server
     finally:

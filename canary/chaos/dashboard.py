@@ -1,0 +1,15 @@
+"""Chaos's home-page panel: experiments whose fault is live now."""
+
+from __future__ import annotations
+
+from canary.chaos import selectors
+from canary.chaos.models import ExperimentStatus
+from kiln.dashboard import Panel, register
+from kiln.identity.permissions import Actor
+
+
+@register
+def running_experiments(actor: Actor) -> Panel | None:
+    """Experiments running now."""
+    running = list(selectors.experiment_list(viewer=actor, status=ExperimentStatus.RUNNING)[:8])
+    return Panel("chaos/_dashboard.html", {"experiments": running}, order=35)
