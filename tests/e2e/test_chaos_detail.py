@@ -13,7 +13,7 @@ SHORT = {
     "fault": "http-abort",
     "abort_http_status": 503,
     "percent": 10.0,
-    "duration_seconds": 10,
+    "duration_seconds": 12,
     "max_duration_seconds": 10,
     "max_pods": 1,
     "max_percent": 25.0,
@@ -24,12 +24,12 @@ SHORT = {
 def test_detail_shows_the_end_and_stops_polling(browser_page: WatchedPage, kiln):
     """Item 2: open while running; after it completes the header says Completed, Ended has a
     time, Abort is gone and no more lease requests are sent; lease times carry no microseconds."""
-    status, exp = call(kiln, "POST", "/api/v1/chaos/experiments/", "engineer", SHORT)
-    assert status == 201, exp
     page = browser_page.page
     polls: list[str] = []
     page.on("request", lambda r: polls.append(r.url) if "/lease/" in r.url else None)
     browser_page.login("alice")
+    status, exp = call(kiln, "POST", "/api/v1/chaos/experiments/", "engineer", SHORT)
+    assert status == 201, exp
     with page.expect_request(lambda r: "/lease/" in r.url, timeout=5000):
         browser_page.goto(f"/chaos/{exp['id']}/")
         assert "Running" in page.locator("h1").inner_text()
