@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -40,6 +41,8 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="print JSON only")
 
     def handle(self, *args, **opts) -> None:
+        # SIGTERM unwinds like Ctrl-C, so the processes and servers of the run are stopped.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         started_at = benchjson.now()
         own = opts["own_servers"] or opts["fault"] in ("redis", "postgres")
         if own and "KILN_LOAD_REDIS_PORT" not in os.environ:
