@@ -11,7 +11,15 @@ from kiln.admin_site import KilnModelAdmin, ReadOnlyInline, admin_actor
 from kiln.errors import KilnError
 from kiln.identity import permissions
 from portal import services
-from portal.models import ApprovalDecision, Environment, PolicyDecision, ProvisioningStep
+from portal.models import (
+    ApprovalDecision,
+    Environment,
+    Notification,
+    PolicyDecision,
+    ProvisioningStep,
+    TeamWebhook,
+)
+from portal.services.notices import team_webhook_delete, team_webhook_set
 
 
 def _can_view(actor: permissions.Actor) -> bool:
@@ -147,3 +155,25 @@ class EnvironmentAdmin(KilnModelAdmin):
                 "opts": self.model._meta,
             },
         )
+
+
+@admin.register(TeamWebhook)
+class TeamWebhookAdmin(KilnModelAdmin):
+    """A team's chat webhook for expiry warnings and idle proposals; writes go through services."""
+
+    list_display = ("team", "url", "created_at")
+    add_predicate = change_predicate = delete_predicate = staticmethod(permissions.can_administer)
+
+    def save_model(self, request, obj, form, change) -> None:
+        team_webhook_set(actor=admin_actor(request), team_id=obj.team_id, url=obj.url)
+
+    def delete_model(self, request, obj) -> None:
+        team_webhook_delete(actor=admin_actor(request), hook=obj)
+
+
+@admin.register(Notification)
+class NotificationAdmin(KilnModelAdmin):
+    """Notifications posted (or still being retried) to team webhooks; read-only."""
+
+    list_display = ("kind", "team", "environment", "status", "attempts", "last_error", "created_at")
+    list_filter = ("status", "kind")

@@ -7,6 +7,7 @@ from pathlib import Path
 from django.conf import settings
 
 from portal.compose import DatastorePool, parse_datastore_pools
+from portal.disruption import ClassLifecycle
 
 
 def _get(name: str, default):
@@ -104,3 +105,39 @@ def kubeconfig_server() -> str:
         or _get("KILN_KUBE_API_URL", "")
         or "https://kubernetes.kiln.local:6443"
     )
+
+
+HOUR = 3600.0
+# Per class: FAILED grace before automatic teardown, the longest deferral past expiry and its step,
+# the warning ahead of expiry, and idleness (None: prod is never proposed for early teardown).
+LIFECYCLE_DEFAULTS: dict[str, dict[str, float | None]] = {
+    "ephemeral": {"failed_grace": 0.25 * HOUR, "max_deferral": 1 * HOUR, "deferral_step": 300,
+                  "warn_before": 1 * HOUR, "idle_after": 12 * HOUR, "idle_grace": 2 * HOUR},
+    "dev": {"failed_grace": 1 * HOUR, "max_deferral": 4 * HOUR, "deferral_step": 600,
+            "warn_before": 4 * HOUR, "idle_after": 48 * HOUR, "idle_grace": 24 * HOUR},
+    "staging": {"failed_grace": 4 * HOUR, "max_deferral": 24 * HOUR, "deferral_step": 900,
+                "warn_before": 24 * HOUR, "idle_after": 7 * 24 * HOUR, "idle_grace": 48 * HOUR},
+    "prod": {"failed_grace": 24 * HOUR, "max_deferral": 72 * HOUR, "deferral_step": 1800,
+             "warn_before": 72 * HOUR, "idle_after": None, "idle_grace": 72 * HOUR},
+}  # fmt: skip
+
+
+def class_lifecycle(env_class: str) -> ClassLifecycle:
+    """The class's lifecycle timings: the defaults, overridden per class by KILN_LIFECYCLE_CLASSES
+    (a dict such as {"dev": {"max_deferral": 7200}}, seconds)."""
+    overrides = (_get("KILN_LIFECYCLE_CLASSES", {}) or {}).get(env_class, {})
+    values = {**LIFECYCLE_DEFAULTS[env_class], **overrides}
+    return ClassLifecycle(**values)
+
+
+def terminate_check_url() -> str:
+    """Template of a workload's terminate-check URL ({service}, {namespace}, {port}, {path})."""
+    return str(
+        _get("KILN_TERMINATE_CHECK_URL", "")
+        or "http://{service}.{namespace}.svc.cluster.local:{port}{path}"
+    )
+
+
+def http_timeout() -> float:
+    """Seconds a terminate check or a team webhook may take to answer."""
+    return float(_get("KILN_LIFECYCLE_HTTP_TIMEOUT_SECONDS", 2.0))

@@ -111,6 +111,13 @@ class Environment(models.Model):
     # The submitting request's W3C traceparent: the approval and the provisioning tasks continue
     # that trace, so every event from submission to READY carries one trace id.
     traceparent = models.CharField(max_length=55, blank=True, default="")
+    # Disruption safety and idleness (portal/disruption.py, portal/services/expiry.py).
+    deferred_until = models.DateTimeField(null=True, blank=True)
+    deferral_reason = models.TextField(blank=True, default="")
+    deferrals = models.PositiveIntegerField(default=0)
+    expiry_warned_at = models.DateTimeField(null=True, blank=True)
+    last_activity_at = models.DateTimeField(null=True, blank=True)
+    idle_proposed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -203,3 +210,41 @@ class ProvisioningStep(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} {self.status}"
+
+
+class TeamWebhook(models.Model):
+    """Where a team's chat notifications (expiry warnings, idle proposals) are posted."""
+
+    team = models.OneToOneField(Team, on_delete=models.CASCADE, related_name="webhook")
+    url = models.URLField(max_length=500, help_text="http(s) URL that accepts a JSON POST")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.team.slug} -> {self.url}"
+
+
+class Notification(models.Model):
+    """One message to a team's webhook, posted by a Celery task with retries."""
+
+    PENDING = "pending"
+    SENT = "sent"
+    FAILED = "failed"
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="notifications")
+    environment = models.ForeignKey(
+        Environment, on_delete=models.CASCADE, related_name="notifications"
+    )
+    kind = models.CharField(max_length=40)  # expiry_warning | idle_proposed | ...
+    url = models.URLField(max_length=500)
+    payload = models.JSONField(default=dict)
+    status = models.CharField(max_length=10, default=PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} to {self.team.slug} [{self.status}]"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -23,6 +23,8 @@ from kiln.identity.permissions import (
     Actor,
     can_view_environment,
 )
+from portal import conf
+from portal.disruption import hard_deadline
 from portal.lifecycle import Status
 from portal.models import Environment, ProvisioningStep
 
@@ -195,3 +197,38 @@ def spend_this_month(*, viewer: Actor) -> Decimal:
         if end > begin:
             total += env.hourly_cost * Decimal((end - begin).total_seconds() / 3600)
     return total.quantize(Decimal("0.01"))
+
+
+def environment_expiry(*, environment: Environment, now: datetime | None = None) -> dict[str, Any]:
+    """The countdown of an environment: expiry, deferral, hard deadline, warning and idle proposal."""
+    now = now or timezone.now()
+    env = environment
+    out: dict[str, Any] = {"env": env, "now": now, "active": env.status == Status.READY}
+    if env.expires_at is None or env.status != Status.READY:
+        return out
+    lifecycle = conf.class_lifecycle(env.env_class)
+    deadline = hard_deadline(expires_at=env.expires_at, lifecycle=lifecycle)
+    idle_at = (
+        env.idle_proposed_at + timedelta(seconds=lifecycle.idle_grace)
+        if env.idle_proposed_at
+        else None
+    )
+    out.update(
+        {
+            "expires_at": env.expires_at,
+            "seconds_left": max(0, int((env.expires_at - now).total_seconds())),
+            "hard_deadline": deadline,
+            "seconds_to_hard_deadline": max(0, int((deadline - now).total_seconds())),
+            "deferred_until": env.deferred_until
+            if env.deferred_until and env.deferred_until > now
+            else None,
+            "deferral_reason": env.deferral_reason,
+            "deferrals": env.deferrals,
+            "max_deferral_minutes": int(lifecycle.max_deferral // 60),
+            "warn": env.expires_at - timedelta(seconds=lifecycle.warn_before) <= now,
+            "expired": env.expires_at <= now,
+            "idle_proposed_at": env.idle_proposed_at,
+            "idle_teardown_at": idle_at,
+        }
+    )
+    return out

@@ -9,16 +9,19 @@ from celery import Task, shared_task
 
 from kiln.cluster import DeliveryError
 from portal import conf
+from portal.services.notices import NotificationFailed, notification_send
 from portal.services.provisioning import (
     PENDING,
     environment_mark_failed,
     environment_provision,
 )
-from portal.services.queueing import PROVISION_TASK, REAP_TASK, TEARDOWN_TASK
-from portal.services.teardown import environment_teardown, environments_reap_expired
+from portal.services.queueing import NOTIFY_TASK, PROVISION_TASK, REAP_TASK, TEARDOWN_TASK
+from portal.services.reaper import environments_reap_expired
+from portal.services.teardown import environment_teardown
 
 log = logging.getLogger("kiln.portal.tasks")
 MAX_DELIVERY_RETRIES = 8
+MAX_NOTIFY_RETRIES = 5
 
 
 def backoff(retries: int) -> float:
@@ -92,3 +95,13 @@ def teardown_environment(self, environment_id: int, polls: int = 0) -> str:
 def reap_expired() -> dict:
     """Beat: start teardown of expired environments and resume stalled work."""
     return environments_reap_expired(dry_run=False)
+
+
+@shared_task(bind=True, acks_late=True, max_retries=MAX_NOTIFY_RETRIES, name=NOTIFY_TASK)
+def send_notification(self, notification_id: int) -> str:
+    """Post a notification to its team's webhook; retry with backoff; the last try marks it failed."""
+    final = self.request.retries >= MAX_NOTIFY_RETRIES
+    try:
+        return notification_send(notification_id=notification_id, final_attempt=final)
+    except NotificationFailed as exc:
+        raise self.retry(exc=exc, countdown=backoff(self.request.retries)) from exc

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from portal import api, views
+from portal import api, api_lifecycle, views, views_lifecycle
 
 app_name = "portal"
 
@@ -39,6 +39,16 @@ urlpatterns: list = [
     path(
         "environments/<str:public_id>/decide/", views.environment_decide, name="environment-decide"
     ),
+    path(
+        "environments/<str:public_id>/defer/",
+        views_lifecycle.environment_defer,
+        name="environment-defer",
+    ),
+    path(
+        "environments/<str:public_id>/keep/",
+        views_lifecycle.environment_keep,
+        name="environment-keep",
+    ),
 ]
 api_urlpatterns: list = [
     path("environments/", api.EnvironmentListCreateApi.as_view(), name="environment-list"),
@@ -64,5 +74,15 @@ api_urlpatterns: list = [
         "environments/<str:public_id>/extend/",
         api.EnvironmentExtendApi.as_view(),
         name="environment-extend",
+    ),
+    path(
+        "environments/<str:public_id>/defer/",
+        api_lifecycle.EnvironmentDeferApi.as_view(),
+        name="environment-defer",
+    ),
+    path(
+        "environments/<str:public_id>/keep/",
+        api_lifecycle.EnvironmentKeepApi.as_view(),
+        name="environment-keep",
     ),
 ]

@@ -37,10 +37,16 @@ FLOW_PRECEDENCE = 800
 # Kube-apiserver requests and limits per class: small for short-lived classes, room for
 # staging and prod; limits cap what one tenant's API server can take from its node.
 API_SERVER_RESOURCES = {
-    "small": {"requests": {"cpu": "250m", "memory": "512Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+    "small": {
+        "requests": {"cpu": "250m", "memory": "512Mi"},
+        "limits": {"cpu": "1", "memory": "1Gi"},
+    },
     "large": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}},
 }
-KONNECTIVITY_RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "500m", "memory": "256Mi"}}
+KONNECTIVITY_RESOURCES = {
+    "requests": {"cpu": "100m", "memory": "128Mi"},
+    "limits": {"cpu": "500m", "memory": "256Mi"},
+}
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 MAX_POOL_CAP = 10_000
 

@@ -23,13 +23,13 @@ from portal.lifecycle import Status
 from portal.models import Environment, PolicyDecision, ProvisioningStep
 from portal.services import gate
 from portal.services.lifecycle import environment_transition
-from portal.services.tenancy import datastore_reserve
 from portal.services.steps import (
     position_of,
     step_done,
     step_failed,
     step_started,
 )
+from portal.services.tenancy import datastore_reserve
 
 PROVISIONER = "provisioner"
 READY, PENDING, FAILED, NOOP = "ready", "pending", "failed", "noop"

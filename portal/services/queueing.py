@@ -16,6 +16,7 @@ from portal.models import Environment
 PROVISION_TASK = "portal.provision_environment"
 TEARDOWN_TASK = "portal.teardown_environment"
 REAP_TASK = "portal.reap_expired"
+NOTIFY_TASK = "portal.send_notification"
 
 
 def _enqueue_on_commit(*, task: str, environment: Environment, countdown: float) -> None:
@@ -33,3 +34,8 @@ def enqueue_provisioning(*, environment: Environment, countdown: float = 0) -> N
 def enqueue_teardown(*, environment: Environment, countdown: float = 0) -> None:
     """Queue the teardown task once the surrounding transaction commits."""
     _enqueue_on_commit(task=TEARDOWN_TASK, environment=environment, countdown=countdown)
+
+
+def enqueue_notification(*, notification_id: int) -> None:
+    """Queue the webhook post of a notification once the surrounding transaction commits."""
+    transaction.on_commit(lambda: app.tasks[NOTIFY_TASK].apply_async((notification_id,)))

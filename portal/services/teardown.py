@@ -5,7 +5,7 @@ owned by a person, resources left labelled and attributable.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
@@ -20,10 +20,10 @@ from kiln.identity.permissions import Actor, can_act_on_environment, system_acto
 from kiln.observability import tracer
 from portal import compose as c
 from portal import conf
-from portal.lifecycle import TTL_EXPIRED_PREFIX, Status
+from portal.lifecycle import Status
 from portal.models import Environment, ProvisioningStep
 from portal.services.lifecycle import audit_target, environment_transition
-from portal.services.queueing import enqueue_provisioning, enqueue_teardown
+from portal.services.queueing import enqueue_teardown
 from portal.services.steps import TEARDOWN_STEPS, is_done, step_detail, step_done, step_started
 
 REAPER = "reaper"
@@ -44,13 +44,16 @@ def environment_teardown_request(
                 actor=actor, environment=environment, to=Status.EXPIRING, reason=reason
             )
         elif status in (Status.FAILED, Status.QUARANTINED):
-            _reset_teardown_steps(environment)
+            reset_teardown_steps(environment)
             environment_transition(
                 actor=actor,
                 environment=environment,
                 to=Status.TEARING_DOWN,
                 reason=reason,
-                updates={"teardown_deadline": _deadline(), "quarantine_owner": None},
+                updates={
+                    "teardown_deadline": teardown_deadline_from_now(),
+                    "quarantine_owner": None,
+                },
             )
         elif status in (Status.EXPIRING, Status.TEARING_DOWN):
             return environment  # already on its way: a repeated DELETE changes nothing
@@ -93,7 +96,8 @@ def environment_extend(*, actor: Actor, environment: Environment, hours: int) ->
             )
         previous = env.expires_at
         env.expires_at = new_expiry
-        env.save(update_fields=["expires_at", "updated_at"])
+        env.last_activity_at, env.idle_proposed_at = timezone.now(), None  # an owner's activity
+        env.save(update_fields=["expires_at", "last_activity_at", "idle_proposed_at", "updated_at"])
         audit.record(
             actor,
             "portal.environment.extended",
@@ -104,61 +108,13 @@ def environment_extend(*, actor: Actor, environment: Environment, hours: int) ->
     return environment
 
 
-def environments_reap_expired(
-    *, now: datetime | None = None, dry_run: bool = True
-) -> dict[str, list[str]]:
-    """Start teardown of READY environments past their expiry and re-queue stalled work.
-
-    Dry run (the default) reports what it would do and changes nothing.
-    """
-    now = now or timezone.now()
-    expired = list(
-        Environment.objects.filter(status=Status.READY, expires_at__lte=now).order_by("expires_at")
-    )
-    stale = now - timedelta(seconds=max(60.0, conf.poll_seconds() * 20))
-    stalled_teardown = list(
-        Environment.objects.filter(
-            status__in=[Status.EXPIRING, Status.TEARING_DOWN], updated_at__lt=stale
-        )
-    )
-    stalled_provisioning = list(
-        Environment.objects.filter(
-            status__in=[Status.APPROVED, Status.PROVISIONING], updated_at__lt=stale
-        )
-    )
-    report = {
-        "expired": [e.public_id for e in expired],
-        "resumed_teardown": [e.public_id for e in stalled_teardown],
-        "resumed_provisioning": [e.public_id for e in stalled_provisioning],
-    }
-    if dry_run:
-        return report
-    reaper = system_actor(REAPER)
-    for env in expired:
-        with transaction.atomic():
-            locked = Environment.objects.select_for_update().get(pk=env.pk)
-            if locked.status != Status.READY:
-                continue
-            environment_transition(
-                actor=reaper,
-                environment=env,
-                to=Status.EXPIRING,
-                reason=f"{TTL_EXPIRED_PREFIX} at {env.expires_at.isoformat()}",
-            )
-            enqueue_teardown(environment=env)
-    with transaction.atomic():
-        for env in stalled_teardown:
-            enqueue_teardown(environment=env)
-        for env in stalled_provisioning:
-            enqueue_provisioning(environment=env)
-    return report
-
-
-def _deadline():
+def teardown_deadline_from_now():
+    """A fresh teardown deadline."""
     return timezone.now() + timedelta(seconds=conf.teardown_deadline())
 
 
-def _reset_teardown_steps(env: Environment) -> None:
+def reset_teardown_steps(env: Environment) -> None:
+    """Make a retried teardown run its unfinished steps again."""
     ProvisioningStep.objects.filter(environment=env, name__in=TEARDOWN_STEPS).exclude(
         status=ProvisioningStep.DONE
     ).update(status=ProvisioningStep.PENDING)
@@ -226,7 +182,7 @@ def environment_teardown(*, environment_id: int) -> str:
                         environment=env,
                         to=Status.TEARING_DOWN,
                         reason="teardown started",
-                        updates={"teardown_deadline": _deadline()},
+                        updates={"teardown_deadline": teardown_deadline_from_now()},
                     )
             env.refresh_from_db()
         if env.status != Status.TEARING_DOWN:
@@ -251,7 +207,7 @@ def environment_teardown(*, environment_id: int) -> str:
                 workloads.append(ref_of(obj))
         if not is_done(environment=env, name="delete-workloads"):
             step_started(environment=env, name="delete-workloads")
-            for ref in workloads:
+            for ref in reversed(workloads):  # the reverse of the order they were applied in
                 backend.delete(ref)
             step_done(
                 actor=actor,

@@ -1,0 +1,32 @@
+"""Lifecycle calls of the environments API: defer teardown past expiry (do-not-disrupt), keep an idle one."""
+
+from __future__ import annotations
+
+from kiln.api_fields import StrictCharField
+from portal import services
+from portal.api import EnvironmentActionApi, StrictIntegerField, StrictSerializer, _action_schema
+
+
+class DeferInput(StrictSerializer):
+    minutes = StrictIntegerField(min_value=1, max_value=525600)
+    reason = StrictCharField(max_length=500)
+
+
+class KeepInput(StrictSerializer):
+    pass
+
+
+@_action_schema("environments_defer", DeferInput)
+class EnvironmentDeferApi(EnvironmentActionApi):
+    """POST: hold teardown `minutes` past expiry for a reason, within the class's maximum deferral."""
+
+    InputSerializer = DeferInput
+    act = staticmethod(services.environment_defer_teardown)
+
+
+@_action_schema("environments_keep", KeepInput)
+class EnvironmentKeepApi(EnvironmentActionApi):
+    """POST: keep an environment proposed for early teardown as idle (team engineers)."""
+
+    InputSerializer = KeepInput
+    act = staticmethod(services.environment_keep)

@@ -1,0 +1,243 @@
+"""Telling people before Kiln acts: expiry warnings, idle proposals and the team webhook that carries them.
+
+- Ahead of expiry (the class's `warn_before`) a READY environment is warned once:
+  `portal.environment.expiry_warned`, a page banner, and a post to the team's webhook.
+- With no activity for the class's `idle_after` it is proposed for early teardown
+  (`portal.environment.idle_proposed`); the owner keeps it (`portal.environment.kept`) or,
+  after `idle_grace`, its expiry is brought forward to now (`portal.environment.idle_expired`)
+  and the reaper's ordinary expiry (with its disruption checks) takes it.
+- Activity is what Kiln sees: becoming READY, an extension, a deferral, a keep.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+import audit
+from kiln.errors import Forbidden, IllegalTransition, InvalidInput, KilnError
+from kiln.identity.permissions import Actor, can_act_on_environment, system_actor
+from portal import conf
+from portal.lifecycle import Status
+from portal.models import Environment, Notification, TeamWebhook
+from portal.services.lifecycle import audit_target
+from portal.services.queueing import enqueue_notification
+
+REAPER = "reaper"
+
+
+class NotificationFailed(KilnError):
+    """The team's webhook did not take the message (retried by the task)."""
+
+    code = "notification_failed"
+    http_status = 502
+
+
+def notification_queue(*, environment: Environment, kind: str, text: str) -> Notification | None:
+    """Queue a message to the team's webhook once the caller's transaction commits (none set: None)."""
+    hook = TeamWebhook.objects.filter(team_id=environment.team_id).first()
+    if hook is None:
+        return None
+    note = Notification.objects.create(
+        team_id=environment.team_id,
+        environment=environment,
+        kind=kind,
+        url=hook.url,
+        payload={
+            "text": text,
+            "kind": kind,
+            "environment": environment.public_id,
+            "namespace": environment.namespace,
+            "team": environment.team.slug,
+        },
+    )
+    enqueue_notification(notification_id=note.pk)
+    return note
+
+
+def notification_send(*, notification_id: int, final_attempt: bool = False) -> str:
+    """POST one notification as JSON; raises NotificationFailed to be retried; sent once only."""
+    note = Notification.objects.filter(pk=notification_id).select_related("team").first()
+    if note is None or note.status != Notification.PENDING:
+        return "noop"
+    body = json.dumps(note.payload).encode()
+    request = urllib.request.Request(  # noqa: S310 - http(s) only, checked by team_webhook_set
+        note.url, data=body, method="POST", headers={"Content-Type": "application/json"}
+    )
+    error = ""
+    try:
+        with urllib.request.urlopen(request, timeout=conf.http_timeout()) as response:  # noqa: S310 - as above
+            status = response.status
+    except urllib.error.HTTPError as exc:
+        error = f"HTTP {exc.code}"
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        error = f"no answer: {exc}"
+    else:
+        if not 200 <= status < 300:
+            error = f"HTTP {status}"
+    with transaction.atomic():
+        note = Notification.objects.select_for_update().get(pk=notification_id)
+        note.attempts += 1
+        if not error:
+            note.status, note.sent_at, note.last_error = Notification.SENT, timezone.now(), ""
+        elif final_attempt:
+            note.status, note.last_error = Notification.FAILED, error
+        else:
+            note.last_error = error
+        note.save()
+        if note.status != Notification.PENDING:
+            audit.record(
+                system_actor(REAPER),
+                f"portal.notification.{note.status}",
+                audit_target(note.environment),
+                {
+                    "kind": note.kind,
+                    "team": note.team.slug,
+                    "attempts": note.attempts,
+                    "error": error,
+                },
+            )
+    if error and not final_attempt:
+        raise NotificationFailed(f"webhook of {note.team.slug}: {error}")
+    return note.status
+
+
+def _idle_since(env: Environment) -> datetime:
+    return env.last_activity_at or env.ready_at or env.created_at
+
+
+def environments_warn_and_propose(*, now: datetime, dry_run: bool) -> dict[str, list[str]]:
+    """Warn READY environments nearing expiry; propose idle ones for early teardown; expire
+    idle ones whose owners did not keep them within the grace."""
+    out: dict[str, list[str]] = {"warned": [], "idle_proposed": [], "idle_expired": []}
+    reaper = system_actor(REAPER)
+    for env in Environment.objects.filter(status=Status.READY).select_related("team"):
+        lifecycle = conf.class_lifecycle(env.env_class)
+        warn = (
+            env.expiry_warned_at is None
+            and env.expires_at is not None
+            and env.expires_at - timedelta(seconds=lifecycle.warn_before) <= now
+        )
+        idle_from = _idle_since(env)
+        propose = (
+            lifecycle.idle_after is not None
+            and env.idle_proposed_at is None
+            and idle_from + timedelta(seconds=lifecycle.idle_after) <= now
+        )
+        lapse = (
+            env.idle_proposed_at is not None
+            and env.idle_proposed_at + timedelta(seconds=lifecycle.idle_grace) <= now
+            and (env.expires_at is None or env.expires_at > now)
+        )
+        for flag, key in ((warn, "warned"), (propose, "idle_proposed"), (lapse, "idle_expired")):
+            if flag:
+                out[key].append(env.public_id)
+        if dry_run or not (warn or propose or lapse):
+            continue
+        with transaction.atomic():
+            locked = Environment.objects.select_for_update().select_related("team").get(pk=env.pk)
+            if locked.status != Status.READY:
+                continue
+            if warn and locked.expiry_warned_at is None:
+                _warn(env=locked, actor=reaper, now=now)
+            if propose and locked.idle_proposed_at is None:
+                _propose_idle(env=locked, actor=reaper, now=now, idle_from=idle_from)
+            if lapse and locked.idle_proposed_at is not None:
+                previous = locked.expires_at
+                locked.expires_at = now
+                locked.save(update_fields=["expires_at", "updated_at"])
+                audit.record(
+                    reaper,
+                    "portal.environment.idle_expired",
+                    audit_target(locked),
+                    {"from": previous, "to": now, "proposed_at": locked.idle_proposed_at},
+                )
+    return out
+
+
+def _warn(*, env: Environment, actor: Any, now: datetime) -> None:
+    env.expiry_warned_at = now
+    env.save(update_fields=["expiry_warned_at", "updated_at"])
+    audit.record(
+        actor, "portal.environment.expiry_warned", audit_target(env), {"expires_at": env.expires_at}
+    )
+    notification_queue(
+        environment=env,
+        kind="expiry_warning",
+        text=f"{env.namespace} ({env.env_class}) expires at {env.expires_at.isoformat()}; "
+        "extend it or defer its teardown in Kiln if you still need it.",
+    )
+
+
+def _propose_idle(*, env: Environment, actor: Any, now: datetime, idle_from: datetime) -> None:
+    env.idle_proposed_at = now
+    env.save(update_fields=["idle_proposed_at", "updated_at"])
+    grace = conf.class_lifecycle(env.env_class).idle_grace
+    audit.record(
+        actor,
+        "portal.environment.idle_proposed",
+        audit_target(env),
+        {"idle_since": idle_from, "teardown_after": now + timedelta(seconds=grace)},
+    )
+    notification_queue(
+        environment=env,
+        kind="idle_proposed",
+        text=f"{env.namespace} has had no activity since {idle_from.isoformat()}; it will be torn "
+        f"down early after {(now + timedelta(seconds=grace)).isoformat()} unless you keep it.",
+    )
+
+
+def environment_keep(*, actor: Actor, environment: Environment) -> Environment:
+    """The owner keeps an environment proposed as idle: the proposal is withdrawn, activity is now."""
+    if not can_act_on_environment(actor, environment.team.slug):
+        raise Forbidden("only engineers of the owning team may keep this environment")
+    with transaction.atomic():
+        env = Environment.objects.select_for_update().get(pk=environment.pk)
+        if env.status != Status.READY:
+            raise IllegalTransition(
+                f"only a READY environment can be kept (this one is {env.status})",
+                extra={"from": env.status, "environment": env.public_id},
+            )
+        now = timezone.now()
+        proposed = env.idle_proposed_at
+        env.idle_proposed_at = None
+        env.last_activity_at = now
+        env.save(update_fields=["idle_proposed_at", "last_activity_at", "updated_at"])
+        audit.record(actor, "portal.environment.kept", audit_target(env), {"proposed_at": proposed})
+    environment.refresh_from_db()
+    return environment
+
+
+def team_webhook_set(*, actor: Actor, team_id: int, url: str) -> TeamWebhook:
+    """Set (or replace) a team's chat webhook; audited. The URL is validated as http(s)."""
+    hook = TeamWebhook.objects.filter(team_id=team_id).first() or TeamWebhook(team_id=team_id)
+    previous = hook.url if hook.pk else ""
+    hook.url = url
+    hook.full_clean(exclude=["team"])
+    if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+        raise InvalidInput("The request is invalid.", extra={"fields": {"url": ["http(s) only."]}})
+    with transaction.atomic():
+        hook.save()
+        audit.record(
+            actor,
+            "portal.team_webhook.set",
+            f"kiln.team:{hook.team.slug}",
+            {"url": url, "previous": previous},
+        )
+    return hook
+
+
+def team_webhook_delete(*, actor: Actor, hook: TeamWebhook) -> None:
+    """Remove a team's chat webhook; audited."""
+    with transaction.atomic():
+        audit.record(
+            actor, "portal.team_webhook.deleted", f"kiln.team:{hook.team.slug}", {"url": hook.url}
+        )
+        hook.delete()

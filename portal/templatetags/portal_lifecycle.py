@@ -1,0 +1,19 @@
+"""`{% environment_expiry env %}`: the expiry countdown, warning banner and idle proposal of one environment."""
+
+from __future__ import annotations
+
+from django import template
+
+from portal import selectors
+
+register = template.Library()
+
+
+@register.inclusion_tag("portal/_expiry.html", takes_context=True)
+def environment_expiry(context, env) -> dict:
+    """Render templates/portal/_expiry.html for `env` (the page's can_act and CSRF token pass on)."""
+    return {
+        **selectors.environment_expiry(environment=env),
+        "can_act": context.get("can_act", False),
+        "csrf_token": context.get("csrf_token"),
+    }
