@@ -13,7 +13,7 @@ class DeferInput(StrictSerializer):
 
 
 class KeepInput(StrictSerializer):
-    pass
+    reason = StrictCharField(max_length=500, required=False, allow_blank=True, default="")
 
 
 @_action_schema("environments_defer", DeferInput)

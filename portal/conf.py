@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from django.conf import settings
@@ -125,9 +126,14 @@ LIFECYCLE_DEFAULTS: dict[str, dict[str, float | None]] = {
 def class_lifecycle(env_class: str) -> ClassLifecycle:
     """The class's lifecycle timings: the defaults, overridden per class by KILN_LIFECYCLE_CLASSES
     (a dict such as {"dev": {"max_deferral": 7200}}, seconds)."""
-    overrides = (_get("KILN_LIFECYCLE_CLASSES", {}) or {}).get(env_class, {})
-    values = {**LIFECYCLE_DEFAULTS[env_class], **overrides}
-    return ClassLifecycle(**values)
+    raw = _get("KILN_LIFECYCLE_CLASSES", {}) or {}
+    overrides = (json.loads(raw) if isinstance(raw, str) else raw).get(env_class, {})
+    unknown = set(overrides) - set(LIFECYCLE_DEFAULTS[env_class])
+    if unknown:
+        raise ValueError(
+            f"KILN_LIFECYCLE_CLASSES: unknown fields {sorted(unknown)} for {env_class}"
+        )
+    return ClassLifecycle(**{**LIFECYCLE_DEFAULTS[env_class], **overrides})
 
 
 def terminate_check_url() -> str:

@@ -18,6 +18,7 @@ import urllib.request
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
@@ -194,7 +195,7 @@ def _propose_idle(*, env: Environment, actor: Any, now: datetime, idle_from: dat
     )
 
 
-def environment_keep(*, actor: Actor, environment: Environment) -> Environment:
+def environment_keep(*, actor: Actor, environment: Environment, reason: str = "") -> Environment:
     """The owner keeps an environment proposed as idle: the proposal is withdrawn, activity is now."""
     if not can_act_on_environment(actor, environment.team.slug):
         raise Forbidden("only engineers of the owning team may keep this environment")
@@ -210,7 +211,12 @@ def environment_keep(*, actor: Actor, environment: Environment) -> Environment:
         env.idle_proposed_at = None
         env.last_activity_at = now
         env.save(update_fields=["idle_proposed_at", "last_activity_at", "updated_at"])
-        audit.record(actor, "portal.environment.kept", audit_target(env), {"proposed_at": proposed})
+        audit.record(
+            actor,
+            "portal.environment.kept",
+            audit_target(env),
+            {"proposed_at": proposed, "reason": reason},
+        )
     environment.refresh_from_db()
     return environment
 
@@ -220,9 +226,12 @@ def team_webhook_set(*, actor: Actor, team_id: int, url: str) -> TeamWebhook:
     hook = TeamWebhook.objects.filter(team_id=team_id).first() or TeamWebhook(team_id=team_id)
     previous = hook.url if hook.pk else ""
     hook.url = url
-    hook.full_clean(exclude=["team"])
     if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
         raise InvalidInput("The request is invalid.", extra={"fields": {"url": ["http(s) only."]}})
+    try:
+        hook.full_clean(exclude=["team"])
+    except ValidationError as exc:
+        raise InvalidInput("The request is invalid.", extra={"fields": exc.message_dict}) from exc
     with transaction.atomic():
         hook.save()
         audit.record(

@@ -8,6 +8,10 @@ and an eager Celery (the tests) runs them in place, as it did when they were imp
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
 from django.db import transaction
 
 from kiln.celery import app
@@ -19,11 +23,36 @@ REAP_TASK = "portal.reap_expired"
 NOTIFY_TASK = "portal.send_notification"
 
 
+# Set inside `tasks_held()`: where queued tasks go instead of the broker.
+_HELD: ContextVar[list[tuple[str, int]] | None] = ContextVar("portal_tasks_held", default=None)
+
+
+@contextmanager
+def tasks_held() -> Iterator[list[tuple[str, int]]]:
+    """Within the block, tasks the services queue are collected as (task, id), not sent.
+
+    For a command that is itself the worker (the fault matrix, the lifecycle demo): it runs the
+    steps the tasks would, in processes it controls, and nothing else picks them up.
+    """
+    held: list[tuple[str, int]] = []
+    token = _HELD.set(held)
+    try:
+        yield held
+    finally:
+        _HELD.reset(token)
+
+
+def _send(task: str, object_id: int, countdown: float = 0) -> None:
+    held = _HELD.get()
+    if held is not None:
+        held.append((task, object_id))
+        return
+    app.tasks[task].apply_async((object_id,), countdown=countdown or None)
+
+
 def _enqueue_on_commit(*, task: str, environment: Environment, countdown: float) -> None:
     env_id = environment.pk
-    transaction.on_commit(
-        lambda: app.tasks[task].apply_async((env_id,), countdown=countdown or None)
-    )
+    transaction.on_commit(lambda: _send(task, env_id, countdown))
 
 
 def enqueue_provisioning(*, environment: Environment, countdown: float = 0) -> None:
@@ -38,4 +67,4 @@ def enqueue_teardown(*, environment: Environment, countdown: float = 0) -> None:
 
 def enqueue_notification(*, notification_id: int) -> None:
     """Queue the webhook post of a notification once the surrounding transaction commits."""
-    transaction.on_commit(lambda: app.tasks[NOTIFY_TASK].apply_async((notification_id,)))
+    transaction.on_commit(lambda: _send(NOTIFY_TASK, notification_id))

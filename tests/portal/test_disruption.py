@@ -46,7 +46,15 @@ DEV = d.ClassLifecycle(
         # at the hard deadline: forced
         ([d.Answer("Deployment/a", ready=False)], 3600, d.Verdict.FORCE, None),
     ],
-    ids=["none", "ready", "step", "retry-after", "retry-after-capped", "capped-by-deadline", "force"],
+    ids=[
+        "none",
+        "ready",
+        "step",
+        "retry-after",
+        "retry-after-capped",
+        "capped-by-deadline",
+        "force",
+    ],
 )
 def test_decide(answers, now_s, verdict, until_s):
     decision = d.decide(
@@ -167,7 +175,10 @@ def test_hard_deadline_tears_down_regardless_and_counts_a_forced_disruption(
     assert env.status == Status.EXPIRING
     assert env.deferrals == 2
     (forced,) = actions(env, "portal.environment.disruption_forced")
-    assert {a["workload"] for a in forced.data["refusing"]} == {"Deployment/batch", "Deployment/db-migration"}
+    assert {a["workload"] for a in forced.data["refusing"]} == {
+        "Deployment/batch",
+        "Deployment/db-migration",
+    }
     assert "schema migration running" in {a["reason"] for a in forced.data["refusing"]}
     assert count(FORCED, "dev") == forced_before + 1
 
@@ -184,10 +195,14 @@ def test_do_not_disrupt_without_a_reason_is_not_honoured_and_says_so(
     assert "needs a reason" in started.data["answers"][0]["reason"]
 
 
-def test_owner_defers_with_a_reason_within_the_class_maximum(people, django_capture_on_commit_callbacks):
+def test_owner_defers_with_a_reason_within_the_class_maximum(
+    people, django_capture_on_commit_callbacks
+):
     env = ready_env(people, django_capture_on_commit_callbacks)  # dev: at most 240 min
     limit = conf.class_lifecycle("dev").max_deferral
-    environment_defer_teardown(actor=people["alice"], environment=env, minutes=30, reason="demo at 3")
+    environment_defer_teardown(
+        actor=people["alice"], environment=env, minutes=30, reason="demo at 3"
+    )
     assert env.deferred_until == env.expires_at + timedelta(minutes=30)
     (event,) = actions(env, "portal.environment.teardown_deferred")
     assert event.actor == "alice" and event.data["source"] == "owner"
@@ -206,7 +221,9 @@ def test_bad_deferrals_are_refused_and_change_nothing(
 ):
     env = ready_env(people, django_capture_on_commit_callbacks)
     with pytest.raises(InvalidInput) as err:
-        environment_defer_teardown(actor=people["alice"], environment=env, minutes=minutes, reason=reason)
+        environment_defer_teardown(
+            actor=people["alice"], environment=env, minutes=minutes, reason=reason
+        )
     assert field in err.value.extra["fields"]
     env.refresh_from_db()
     assert env.deferred_until is None and env.deferrals == 0

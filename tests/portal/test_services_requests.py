@@ -80,14 +80,16 @@ def test_policy_denial_is_recorded_with_the_policy_version(people):
 
 
 def test_policy_timeout_denies_and_is_audited(people, settings, tmp_path):
-    slow = "[" + ",".join(["1"] * 80) + "].all(a, [" + ",".join(["1"] * 80) + "].all(b, a + b == 2))"
+    slow = (
+        "[" + ",".join(["1"] * 80) + "].all(a, [" + ",".join(["1"] * 80) + "].all(b, a + b == 2))"
+    )
     (tmp_path / "request").mkdir()
     (tmp_path / "request" / "slow.yaml").write_text(
         "apiVersion: policies.kyverno.io/v1\nkind: ValidatingPolicy\nmetadata: {name: slow}\n"
         "spec:\n  validationActions: [Deny]\n  matchConstraints:\n    resourceRules:\n"
         "    - {apiGroups: [kiln.dev], apiVersions: [v1alpha1], operations: [CREATE], "
         "resources: [environmentrequests]}\n"
-        f"  validations:\n  - expression: \"{slow}\"\n"
+        f'  validations:\n  - expression: "{slow}"\n'
     )
     settings.KILN_POLICY_DIR = tmp_path
     settings.KILN_POLICY_TIMEOUT_SECONDS = 0.01
