@@ -8,7 +8,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('kiln', '0001_teams'),
-        ('portal', '0006_simulated_cluster_to_cluster_app'),
+        ('portal', '0007_environment_traceparent'),
     ]
 
     operations = [
