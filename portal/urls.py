@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from portal import api, api_lifecycle, views, views_lifecycle
+from portal import api, api_lifecycle, views
 
 app_name = "portal"
 
@@ -41,12 +41,12 @@ urlpatterns: list = [
     ),
     path(
         "environments/<str:public_id>/defer/",
-        views_lifecycle.environment_defer,
+        views.environment_defer,
         name="environment-defer",
     ),
     path(
         "environments/<str:public_id>/keep/",
-        views_lifecycle.environment_keep,
+        views.environment_keep,
         name="environment-keep",
     ),
 ]

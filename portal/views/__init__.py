@@ -9,15 +9,18 @@ from portal.views.environment import (
     environment_progress,
     environment_teardown,
 )
+from portal.views.lifecycle import environment_defer, environment_keep
 from portal.views.queue import approval_queue, environment_decide, showback
 from portal.views.requests import environment_estimate, environment_list, environment_request
 
 __all__ = [
     "approval_queue",
     "environment_decide",
+    "environment_defer",
     "environment_detail",
     "environment_estimate",
     "environment_extend",
+    "environment_keep",
     "environment_kubeconfig",
     "environment_list",
     "environment_manifests",

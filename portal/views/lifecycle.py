@@ -12,7 +12,7 @@ from django.views.decorators.http import require_POST
 from kiln.errors import KilnError
 from kiln.identity.permissions import actor_from_request
 from portal import services
-from portal.views import _env_or_404
+from portal.views.common import env_or_404
 
 
 class DeferForm(forms.Form):
@@ -31,7 +31,7 @@ def _error_text(exc: KilnError) -> str:
 @require_POST
 def environment_defer(request: HttpRequest, public_id: str) -> HttpResponse:
     """Defer teardown past expiry (bounded by the class's maximum deferral)."""
-    env = _env_or_404(request, public_id)
+    env = env_or_404(request, public_id)
     form = DeferForm(request.POST)
     if not form.is_valid():
         messages.error(request, "Give whole minutes and a reason to defer teardown.")
@@ -50,7 +50,7 @@ def environment_defer(request: HttpRequest, public_id: str) -> HttpResponse:
 @require_POST
 def environment_keep(request: HttpRequest, public_id: str) -> HttpResponse:
     """Keep an environment proposed as idle."""
-    env = _env_or_404(request, public_id)
+    env = env_or_404(request, public_id)
     try:
         services.environment_keep(actor=actor_from_request(request), environment=env)
         messages.success(request, "Kept: it is no longer proposed for early teardown.")
