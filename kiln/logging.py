@@ -30,3 +30,14 @@ class JSONFormatter(logging.Formatter):
         if record.exc_info:
             payload["exc"] = self.formatException(record.exc_info)
         return json.dumps(payload, default=str)
+
+
+class ClientErrorWithoutTraceback(logging.Filter):
+    """Django logs a refused request (403, 404, 400) with the exception's traceback; for a
+    client's error the one line says all there is, so the traceback is dropped (5xx keep it)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "status_code", 500) < 500:
+            record.exc_info = None
+            record.exc_text = None
+        return True

@@ -193,10 +193,13 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"json": {"()": "kiln.logging.JSONFormatter"}},
+    "filters": {"client_error": {"()": "kiln.logging.ClientErrorWithoutTraceback"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json"}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},
+        # A 403 or 404 is one line, not a traceback (kiln.logging.ClientErrorWithoutTraceback).
+        "django.request": {"filters": ["client_error"]},
         "uvicorn.access": {"level": "WARNING"},
         "celery": {"level": "WARNING"},
         # The CEL engine logs each transpiled expression (INFO) and each evaluation error (ERROR);

@@ -19,7 +19,7 @@ L_POOL = "kiln.dev/datastore-pool"
 DEFAULT_SPOT_TYPES = ("m6i.xlarge", "m6a.xlarge", "m5.xlarge", "m7i.xlarge", "c6i.2xlarge")
 DEFAULT_ON_DEMAND_TYPES = ("m6i.xlarge", "m6i.2xlarge", "m7i.xlarge")
 DEFAULT_GPU_TYPES = ("g5.xlarge", "g5.2xlarge", "g6.xlarge", "g6.2xlarge")
-DEFAULT_ZONES = ("eu-west-1a", "eu-west-1b", "eu-west-1c")
+DEFAULT_ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")  # where the pricing and nodes are
 
 
 class CompositionError(ValueError):

@@ -13,7 +13,9 @@ from tests.e2e.conftest import WatchedPage
 @pytest.fixture(scope="module")
 def ready_env(kiln) -> dict:
     """A dev environment with a tenant control plane and a database, READY."""
-    env = api.environment(kiln, "connect-me", tenant_control_plane=True, database=True)
+    env = api.environment(
+        kiln, "connect-me", tenant_control_plane=True, database=True, spot_node_pool=True
+    )
     return api.environment_status(kiln, env["id"], "READY")
 
 
@@ -56,6 +58,9 @@ def test_ready_environment_says_how_to_connect(browser_page: WatchedPage, ready_
         page.click("text=Download all as one YAML bundle")
     kinds = [d["kind"] for d in yaml.safe_load_all(open(download.value.path()).read())]
     assert "Namespace" in kinds and "TenantControlPlane" in kinds and "PostgreSQLInstance" in kinds
+    # The spot pool spreads over the zones the pricing and the nodes are in.
+    manifests = page.locator("#panel-manifests").text_content()
+    assert "us-east-1a" in manifests and "eu-west" not in manifests
     browser_page.screenshot("environment-manifests")
     _tab(page, "cost")
     assert "Spent so far" in page.locator("#panel-cost").inner_text()
