@@ -14,7 +14,7 @@ SHORT = {
     "abort_http_status": 503,
     "percent": 10.0,
     "duration_seconds": 12,
-    "max_duration_seconds": 10,
+    "max_duration_seconds": 30,
     "max_pods": 1,
     "max_percent": 25.0,
     "stop_conditions": [],
