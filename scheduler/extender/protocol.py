@@ -222,11 +222,22 @@ def _decode(body: bytes | str) -> dict[str, Any]:
     return data
 
 
-def _args_from(data: dict[str, Any], remembered: list[str] | None = None) -> Args:
-    """Validate decoded ExtenderArgs; `remembered` replaces a NodeNames placeholder (already valid)."""
+def _names_list(names: Any) -> list[str]:
+    """NodeNames, checked to be a list of strings."""
+    if not isinstance(names, list):
+        raise ProtocolError("NodeNames must be a list of strings")
+    # str.join runs in C and refuses anything but strings: on the hot path for 10k+ names.
+    try:
+        "".join(names)
+    except TypeError:
+        raise ProtocolError("NodeNames must be a list of strings") from None
+    return names
+
+
+def _args_from(data: dict[str, Any], names: list[str] | None = None) -> Args:
+    """Validate decoded ExtenderArgs; `names` (already checked) stands for a NodeNames placeholder."""
     pod = pod_request(go_field(data, "Pod"))
     nodes = go_field(data, "Nodes")
-    names = go_field(data, "NodeNames")
     if nodes is not None:
         if not isinstance(nodes, dict) or not isinstance(nodes.get("items", []), list):
             raise ProtocolError("Nodes must be a NodeList object with an items list")
@@ -238,115 +249,116 @@ def _args_from(data: dict[str, Any], remembered: list[str] | None = None) -> Arg
                 raise ProtocolError("every node in Nodes.items needs metadata.name")
             node_names.append(name)
         return Args(pod, False, node_names, items)
-    if remembered is not None:
-        return Args(pod, True, remembered, None)
-    if names is not None:
-        # str.join runs in C and refuses anything but strings: on the hot path for 10k+ names.
-        if not isinstance(names, list):
-            raise ProtocolError("NodeNames must be a list of strings")
-        try:
-            "".join(names)
-        except TypeError:
-            raise ProtocolError("NodeNames must be a list of strings") from None
-        return Args(pod, True, names, None)
-    raise ProtocolError("ExtenderArgs needs Nodes (nodeCacheCapable: false) or NodeNames (true)")
+    if names is None:
+        names = go_field(data, "NodeNames")
+        if names is None:
+            raise ProtocolError(
+                "ExtenderArgs needs Nodes (nodeCacheCapable: false) or NodeNames (true)"
+            )
+        names = _names_list(names)
+    return Args(pod, True, names, None)
 
 
-# Raw-bytes reuse of a NodeNames list (see `parse_args`): lists shorter than this
-# are cheap to decode and are not worth remembering.
+# Lists shorter than this are cheap to decode and their bytes are not worth remembering.
 RAW_NAMES_MIN = 256
-# Stands in for a remembered NodeNames array so the rest of a body decodes alone;
+# Stands in for the NodeNames array so the rest of a body decodes alone;
 # the per-process nonce means no body can carry it by chance.
 _NAMES_PLACEHOLDER_TEXT = "kiln-cached-node-names-" + secrets.token_hex(16)
 _NAMES_PLACEHOLDER = orjson.dumps(_NAMES_PLACEHOLDER_TEXT)
-_NAMES_KEY_BEFORE = re.compile(rb'"NodeNames"[ \t\r\n]*:[ \t\r\n]*\Z')
-_NAMES_TAIL = re.compile(rb'"NodeNames"[ \t\r\n]*:[ \t\r\n]*(\[.*\])[ \t\r\n]*\}[ \t\r\n]*\Z', re.S)
+_NAMES_KEY = b'"NodeNames"'
 _WS = b" \t\r\n"
 
 
 def parse_args(body: bytes | str, snapshot: NodeSnapshot | None = None) -> Args:
     """Decode and validate an ExtenderArgs body; raise ProtocolError with the reason.
 
-    With a `snapshot`, the names are resolved against it, and a NodeNames array
-    whose exact bytes came back to this snapshot is not decoded again (kube-scheduler
-    sends the same candidate list for pod after pod): the bytes are remembered the
-    second time a list is seen and used from the third. The result is the same as
-    decoding the whole body. Kept for the HTTP p99 <= 10 ms target at 12,477 nodes:
-    decoding 12k names is most of a call (docs/scheduler.md).
+    With a `snapshot`, the names are resolved against it. A body that ends in its
+    NodeNames array, as kube-scheduler writes it, is decoded in two parts
+    (`_parse_split`): the array's bytes are looked up as bytes when the list is
+    long (`names.NameTable`), and not decoded at all when they equal the bytes of a
+    list this snapshot saw come back (kube-scheduler sends the same candidate list
+    for pod after pod). The result is the same as decoding the whole body. Kept for
+    the HTTP p99 <= 10 ms targets at 12,477 nodes, the same list on each call and a
+    different one (docs/scheduler.md).
     """
     if snapshot is not None and isinstance(body, bytes):
-        args = _parse_remembered(body, snapshot)
+        args = _parse_split(body, snapshot)
         if args is not None:
             return args
     args = _args_from(_decode(body))
     if snapshot is not None and args.cache_mode:
         args.resolution, args.resolved_against = snapshot.resolve(args.names), snapshot
-        # A list that came back is likely to keep coming: remember its bytes (one more
-        # decode of the array, once); a list seen once costs nothing extra.
-        if (
-            isinstance(body, bytes)
-            and args.resolution.hits
-            and len(args.names) >= RAW_NAMES_MIN
-            and not args.resolution.raw
-        ):
-            _remember_raw(body, args.resolution)
     return args
 
 
-def _tail_end(body: bytes) -> int | None:
-    """Where the value before the body's closing brace ends (None if the body does not end in '}')."""
-    end = len(body)
-    while end and body[end - 1] in _WS:
-        end -= 1
-    if not end or body[end - 1] != 0x7D:  # '}'
+def _skip_ws(body: bytes, pos: int, step: int) -> int:
+    """The first position from `pos` (walking by `step`) that is not JSON whitespace."""
+    while 0 <= pos < len(body) and body[pos] in _WS:
+        pos += step
+    return pos
+
+
+def _tail_array(body: bytes) -> tuple[int, int] | None:
+    """Where a trailing `"NodeNames": [...]` value starts and ends, if the body ends in one.
+
+    Only the shape is found here; `_parse_split` proves it is the top-level value.
+    """
+    end = _skip_ws(body, len(body) - 1, -1)
+    if end <= 0 or body[end] != 0x7D:  # '}'
         return None
-    end -= 1
-    while end and body[end - 1] in _WS:
-        end -= 1
-    return end
+    end = _skip_ws(body, end - 1, -1) + 1
+    if end <= 0 or body[end - 1] != 0x5D:  # ']'
+        return None
+    # kube-scheduler's Pod holds no such key, so the first is the one (found from the front,
+    # not across the whole array); whichever it is, `_parse_split` checks it.
+    key = body.find(_NAMES_KEY, 0, end)
+    if key < 0:
+        return None
+    colon = _skip_ws(body, key + len(_NAMES_KEY), 1)
+    if colon >= end or body[colon] != 0x3A:  # ':'
+        return None
+    start = _skip_ws(body, colon + 1, 1)
+    if start >= end or body[start] != 0x5B:  # '['
+        return None
+    return start, end
 
 
-def _parse_remembered(body: bytes, snapshot: NodeSnapshot) -> Args | None:
-    """Args without decoding the NodeNames array, when its exact bytes were seen with this snapshot.
+def _parse_split(body: bytes, snapshot: NodeSnapshot) -> Args | None:
+    """Args from a body ending in its NodeNames array, decoded apart from the rest (or None).
 
     kube-scheduler (Go) writes ExtenderArgs as Pod, Nodes, NodeNames: the
-    candidate array is the last value of the body. If those bytes equal a
-    remembered array, the rest of the body is decoded with a placeholder in its
-    place; only if the placeholder then is the top-level NodeNames value are the
-    remembered names used. Anything else returns None (decode the whole body).
+    candidate array is the last value of the body. The rest is decoded with a
+    placeholder in the array's place; only if the placeholder then is the
+    top-level NodeNames value is the array taken as the names. Anything else
+    returns None (decode the whole body, which also words any error).
     """
-    end = _tail_end(body)
-    if end is None:
+    span = _tail_array(body)
+    if span is None:
+        return None
+    start, end = span
+    try:
+        data = _decode(body[:start] + _NAMES_PLACEHOLDER + body[end:])
+    except ProtocolError:
+        return None
+    if go_field(data, "NodeNames") != _NAMES_PLACEHOLDER_TEXT:
         return None
     for resolution in snapshot.remembered():
-        raw = resolution.raw
-        start = end - len(raw)
-        if start <= 0 or not body.startswith(raw, start):
-            continue
-        if not _NAMES_KEY_BEFORE.search(body, max(0, start - 64), start):
-            continue
-        try:
-            data = _decode(body[:start] + _NAMES_PLACEHOLDER + body[end:])
-        except ProtocolError:
-            return None
-        if go_field(data, "NodeNames") != _NAMES_PLACEHOLDER_TEXT:
-            return None
-        args = _args_from(data, remembered=resolution.names)
-        if args.cache_mode:
-            args.resolution, args.resolved_against = resolution, snapshot
-        return args
-    return None
-
-
-def _remember_raw(body: bytes, resolution: Resolution) -> None:
-    """Keep the bytes of the body's trailing NodeNames array if they decode to exactly these names."""
-    match = _NAMES_TAIL.search(body, max(0, body.rfind(b'"NodeNames"')))
-    if match is None:
-        return
-    raw = match.group(1)
+        if len(resolution.raw) == end - start and body.startswith(resolution.raw, start):
+            args = _args_from(data, resolution.names)
+            if args.cache_mode:
+                args.resolution, args.resolved_against = resolution, snapshot
+            return args
+    raw = body[start:end]
     try:
-        same = orjson.loads(raw) == resolution.names
-    except ValueError:
-        return
-    if same:
-        resolution.raw = raw
+        names = _names_list(orjson.loads(raw))
+    except (ValueError, ProtocolError):
+        return None
+    args = _args_from(data, names)
+    if args.cache_mode:
+        resolution = snapshot.resolve(names, raw=raw)
+        # A list that came back is likely to keep coming: remember its bytes (they
+        # decode to exactly its names, just checked); a list seen once costs nothing.
+        if resolution.hits and len(names) >= RAW_NAMES_MIN and not resolution.raw:
+            resolution.raw = raw
+        args.resolution, args.resolved_against = resolution, snapshot
+    return args

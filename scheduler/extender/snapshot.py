@@ -9,7 +9,8 @@ caches lives and dies with it:
   * `Resolution`: a candidate list resolved to rows. kube-scheduler scoring every
     node of a stable cluster sends the same list pod after pod, so the last
     RESOLUTION_CACHE_SIZE lists are kept and found again by exact comparison;
-  * the fixed-width JSON items of every node (`encoding.padded_items`).
+  * the fixed-width JSON items of every node (`encoding.padded_items`);
+  * the `names.NameTable` that looks up long lists from their JSON bytes.
 """
 
 from __future__ import annotations
@@ -22,11 +23,16 @@ import numpy as np
 
 from scheduler import scoring
 from scheduler.extender.encoding import host_entries, names_are_plain, padded_items
+from scheduler.extender.names import NameTable
 
 # How many distinct candidate lists one snapshot keeps resolved.
 RESOLUTION_CACHE_SIZE = 8
 # How many encoded failure maps one resolution keeps (one per workload-class outcome).
 MAPS_PER_RESOLUTION = 4
+# Lists at least this long are looked up from their JSON bytes (`NameTable`); shorter ones
+# name by name, which is as fast below it (crossover near 700-1,000 names, measured on
+# other names and seeds than the benchmark reports on).
+TABLE_LOOKUP_MIN = 1024
 
 
 def fail_safe_prices(rows: np.ndarray, snapshot: NodeSnapshot) -> np.ndarray:
@@ -95,6 +101,8 @@ class NodeSnapshot:
 
     # Per node, the JSON text '{"Host":"<name>","Score":' (built on first use).
     _host_entries: np.ndarray | None = field(default=None, repr=False, compare=False)
+    # The names as an array-keyed hash table (built on first use).
+    _name_table: NameTable | None = field(default=None, repr=False, compare=False)
     # Space-padded JSON items per node, by kind (see `padded_items`).
     _padded: dict[str, np.ndarray | None] = field(default_factory=dict, repr=False, compare=False)
     # Recently resolved candidate lists, most recent first (see `resolve`).
@@ -117,11 +125,19 @@ class NodeSnapshot:
             self._host_entries = host_entries(self.names)
         return self._host_entries
 
-    def resolve(self, names: list[str]) -> Resolution:
+    def name_table(self) -> NameTable:
+        """The names as a `NameTable` (looked up from JSON bytes), built once."""
+        if self._name_table is None:
+            self._name_table = NameTable(self.names)
+        return self._name_table
+
+    def resolve(self, names: list[str], raw: bytes | None = None) -> Resolution:
         """The `Resolution` of a candidate list, from the cache when an equal list was seen.
 
         A hit costs one C-level list comparison instead of a dict lookup per name;
         equality is exact (same names, same order), so a hit is never a guess.
+        `raw`, the JSON array the names were decoded from, lets a long list be looked
+        up as bytes (`NameTable`) instead of name by name; the rows are the same.
         """
         n = len(names)
         with self._lock:
@@ -131,10 +147,15 @@ class NodeSnapshot:
                     if pos:
                         self._resolutions.insert(0, self._resolutions.pop(pos))
                     return cached
-        idx = np.fromiter(map(self.index.get, names, repeat(-1)), dtype=np.int64, count=n)
+        idx = None
+        if raw is not None and n >= TABLE_LOOKUP_MIN:
+            idx = self.name_table().lookup(raw, n)
+        if idx is None:
+            idx = np.fromiter(map(self.index.get, names, repeat(-1)), dtype=np.int64, count=n)
         usable = idx >= 0
         if len(self.names):
-            rows = self.matrix[np.where(usable, idx, 0)]
+            # take: several times faster than fancy indexing here; an unknown (-1) takes row 0.
+            rows = self.matrix.take(idx, axis=0, mode="clip")
         else:
             rows = np.zeros((n, len(scoring.NodeArrays.COLUMNS)))
         for array in (idx, usable, rows):
@@ -145,7 +166,8 @@ class NodeSnapshot:
             usable=usable,
             rows=rows,
             all_known=bool(usable.all()),
-            plain=names_are_plain(names),
+            # A backslash-free JSON array of strings holds no name that needs escaping.
+            plain=b"\\" not in raw if raw is not None else names_are_plain(names),
         )
         with self._lock:
             self._resolutions.insert(0, resolution)

@@ -71,6 +71,7 @@ DJANGO_FREE = (
     "portal.lifecycle",
     "portal.policy",
     "scheduler.extender.encoding",
+    "scheduler.extender.names",
     "scheduler.kubedefault",
     "scheduler.replay",
     "scheduler.scoring",

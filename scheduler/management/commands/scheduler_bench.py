@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -11,11 +12,32 @@ import sys
 import time
 from pathlib import Path
 
+import orjson
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from kiln import benchjson
-from scheduler import bench, selectors
+from scheduler import bench, kubedefault, selectors
+
+# How many different candidate lists `--node-lists varied` sends in turn (more than the
+# extender's cache of recent lists holds, so none is served from it).
+VARIED_LISTS = 40
+
+
+def list_size(value: str) -> str:
+    """`--list-size`: all, adaptive or a positive whole number."""
+    if value in ("all", "adaptive") or (value.isdigit() and int(value) > 0):
+        return value
+    raise argparse.ArgumentTypeError("use all, adaptive or a positive whole number")
+
+
+def names_per_call(rule: str, nodes: int) -> int:
+    """How many names a filter call carries under `--list-size` `rule` in a cluster of `nodes`."""
+    if rule == "all":
+        return nodes
+    if rule == "adaptive":
+        return kubedefault.num_feasible_nodes_to_find(nodes)
+    return min(nodes, int(rule))
 
 
 def _free_port() -> int:
@@ -41,6 +63,13 @@ class Command(BaseCommand):
             "the extender's cache of recent lists (the cost of a list never seen before)",
         )
         parser.add_argument(
+            "--list-size",
+            type=list_size,
+            default="all",
+            help="names per filter call: all (default), adaptive (what kube-scheduler's adaptive "
+            "percentageOfNodesToScore finds: 623 of 12,477 nodes) or a number",
+        )
+        parser.add_argument(
             "--json", action="store_true", help="print JSON (always on; kept for scripts)"
         )
 
@@ -51,7 +80,11 @@ class Command(BaseCommand):
             raise CommandError("--nodes and --requests must be positive")
         snapshot = bench.synthetic_snapshot(nodes)
         weights = selectors.scoring_weights()
-        bench.bench_in_process(snapshot, min(20, requests), weights)  # warm up
+        size = names_per_call(opts["list_size"], nodes)
+        varied = opts["node_lists"] == "varied"
+        lists = VARIED_LISTS if varied else len(bench.CLASSES)
+        pairs = bench.node_list_bodies(snapshot, lists=lists, size=size, varied=varied)
+        bench.bench_in_process(snapshot, min(20, requests), weights, pairs)  # warm up
         result = {
             "nodes": nodes,
             "requests": requests,
@@ -61,19 +94,26 @@ class Command(BaseCommand):
                 "python": platform.python_version(),
                 "load_1m": os.getloadavg()[0],
             },
-            "in_process": bench.bench_in_process(snapshot, requests, weights),
+            "node_lists": opts["node_lists"],
+            "list_size": {
+                "rule": opts["list_size"],
+                "filter_names": size,
+                "prioritize_names_mean": round(
+                    sum(len(orjson.loads(p)["NodeNames"]) for _, p in pairs) / len(pairs), 1
+                ),
+            },
+            "in_process": bench.bench_in_process(snapshot, requests, weights, pairs),
+            "parse_floor": bench.parse_floor(pairs, requests),
         }
-        result["node_lists"] = opts["node_lists"]
         if not opts["no_http"]:
-            varied = bench.varied_bodies(snapshot, 40) if opts["node_lists"] == "varied" else None
-            result["http"] = self._over_http(nodes, requests, snapshot.names, varied)
+            result["http"] = self._over_http(nodes, requests, pairs)
         result["machine"]["load_1m_after"] = os.getloadavg()[0]
         # Named as invoked: this command or its alias extender_bench.
         name = type(self).__module__.rsplit(".", 1)[-1]
         result = benchjson.stamped(result, name=name, date=started_at)
         self.stdout.write(json.dumps(result, indent=2))
 
-    def _over_http(self, nodes: int, requests: int, names: list[str], varied: list | None) -> dict:
+    def _over_http(self, nodes: int, requests: int, pairs: bench.Pairs) -> dict:
         """Start `scheduler_extender` as a real process on loopback and measure against it."""
         port = _free_port()
         manage = Path(settings.BASE_DIR) / "manage.py"
@@ -100,8 +140,8 @@ class Command(BaseCommand):
                     raise CommandError("extender did not start within 60 s")
                 time.sleep(0.2)
             token = settings.KILN_SCHEDULER_EXTENDER_TOKEN
-            bench.bench_http("127.0.0.1", port, names, min(20, requests), token)  # warm up
-            out = bench.bench_http("127.0.0.1", port, names, requests, token, varied)
+            bench.bench_http("127.0.0.1", port, pairs, min(20, requests), token)  # warm up
+            out = bench.bench_http("127.0.0.1", port, pairs, requests, token)
             out["server"] = (
                 "scheduler_extender (uvicorn httptools, dedicated ASGI app, one write per "
                 "response), loopback, keep-alive"
