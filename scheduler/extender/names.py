@@ -2,12 +2,13 @@
 
 kube-scheduler sampling nodes (`percentageOfNodesToScore`) or a cluster that
 changes between pods sends a new `NodeNames` list on every call, so each call
-must map every name to its inventory row. A dict lookup per decoded name took
-most of such a call at 12,477 names (`extender_bench --node-lists varied`: about
-5 ms of 7 for the filter call's resolution, in CPU time on the loaded machine);
-here the names are hashed and looked up as arrays: about 1.4 ms for the same
-list. Kept for one measured target, the extender's HTTP p99 <= 10 ms with varied
-lists at 12,477 names (docs/scheduler.md, "The cache, and when it helps").
+must map every name to its inventory row. A dict lookup per decoded name was
+most of such a call at 12,477 names; here the names are hashed and looked up as
+arrays. Kept for one measured target, the extender's HTTP p99 <= 10 ms with
+varied lists at 12,477 names: with it and split decoding (`protocol.parse_args`)
+the CPU per filter + prioritize pair fell from 26.2 to 11.4 ms p50 on the loaded
+machine (`bench/results/extender_bench-varied-2026-12-01-loaded{-before,}.json`;
+docs/scheduler.md, "The cache, and when it helps").
 
 `NameTable(names)` is built once per snapshot. Each name is read as
 little-endian 64-bit words of its UTF-8 bytes (zero beyond its length), hashed,
