@@ -27,6 +27,7 @@ from portal import conf
 from portal.disruption import hard_deadline
 from portal.lifecycle import Status
 from portal.models import Environment, ProvisioningStep
+from scheduler.showback import Window, environment_ran_cost
 
 
 def _sees_everything(viewer: Actor) -> bool:
@@ -154,13 +155,19 @@ def environment_resources(env: Environment) -> list[dict[str, Any]]:
 
 
 def team_showback(*, viewer: Actor, team: str | None = None) -> list[dict[str, Any]]:
-    """Spend per team, environment and class: hourly price x hours alive (ready until deleted or now)."""
+    """Spend per team, environment and class: the request-time estimate (hourly price x hours
+    alive, ready until deleted or now) beside the cost from what ran (node-hours the
+    environment's NodePool provisioned, priced: scheduler/showback.py)."""
     now = timezone.now()
     rows: dict[str, dict[str, Any]] = {}
     qs = environment_queryset(viewer).exclude(ready_at__isnull=True)
     if team:
         qs = qs.filter(team__slug=team)
-    for env in qs:
+    envs = list(qs)
+    ran = environment_ran_cost(
+        windows={e.pk: Window(e.namespace, e.created_at, e.deleted_at) for e in envs}, now=now
+    )
+    for env in envs:
         end = env.deleted_at or now
         hours = Decimal(max((end - env.ready_at).total_seconds(), 0) / 3600).quantize(
             Decimal("0.01")
@@ -168,14 +175,27 @@ def team_showback(*, viewer: Actor, team: str | None = None) -> list[dict[str, A
         spend = (env.hourly_cost * hours).quantize(Decimal("0.01"))
         bucket = rows.setdefault(
             env.team.slug,
-            {"team": env.team.slug, "total": Decimal("0.00"), "by_class": {}, "environments": []},
+            {
+                "team": env.team.slug,
+                "total": Decimal("0.00"),
+                "ran_total": Decimal("0.00"),
+                "by_class": {},
+                "environments": [],
+            },
         )
         bucket["total"] += spend
+        bucket["ran_total"] += ran[env.pk].cost
         bucket["by_class"][env.env_class] = (
             bucket["by_class"].get(env.env_class, Decimal("0.00")) + spend
         )
         bucket["environments"].append(
-            {"environment": env, "hours": hours, "spend": spend, "hourly": env.hourly_cost}
+            {
+                "environment": env,
+                "hours": hours,
+                "spend": spend,
+                "hourly": env.hourly_cost,
+                "ran": ran[env.pk],
+            }
         )
     return sorted(rows.values(), key=lambda r: r["team"])
 

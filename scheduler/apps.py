@@ -1,6 +1,7 @@
 from django.apps import AppConfig
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from prometheus_client import REGISTRY
 
 from scheduler import scoring
 
@@ -20,8 +21,8 @@ class SchedulerConfig(AppConfig):
             )
         except scoring.WeightsError as exc:
             raise ImproperlyConfigured(f"KILN_SCHEDULER_WEIGHT_*: {exc}") from exc
-        if settings.KILN_SCHEDULER_NODE_SOURCE not in {"simulated", "kubernetes", "none"}:
-            raise ImproperlyConfigured(
-                "KILN_SCHEDULER_NODE_SOURCE must be simulated, kubernetes or none, "
-                f"not {settings.KILN_SCHEDULER_NODE_SOURCE!r}"
-            )
+        # Not at the top: Django imports this module before any model, and the collector
+        # imports the models, so the import waits for ready(), where Django says to make it.
+        from scheduler import metrics
+
+        metrics.register(REGISTRY)

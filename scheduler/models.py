@@ -10,6 +10,8 @@ from django.db import models
 CAPACITY_TYPE_LABEL = "karpenter.sh/capacity-type"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 ZONE_LABEL = "topology.kubernetes.io/zone"
+NODEPOOL_LABEL = "karpenter.sh/nodepool"
+ENVIRONMENT_LABEL = "kiln.dev/environment"
 
 
 class CapacityType(models.TextChoices):
@@ -34,8 +36,9 @@ class InterruptionBucket(models.IntegerChoices):
 class NodeSource(models.TextChoices):
     """Where a node row was synced from."""
 
-    KUBERNETES = "kubernetes", "Kubernetes watch"
-    SIMULATED = "simulated", "Simulated cluster"
+    CLUSTER = "cluster", "The configured cluster"
+    KUBERNETES = "kubernetes", "Kubernetes watch (before cluster sync)"
+    SIMULATED = "simulated", "Simulated node list (before cluster sync)"
 
 
 class InstanceType(models.Model):
@@ -143,6 +146,58 @@ class Node(models.Model):
         if not self.allocatable_memory_bytes:
             return 0.0
         return self.requested_memory_bytes / self.allocatable_memory_bytes
+
+
+class NodeLifetime(models.Model):
+    """When a node was launched and removed, as node sync saw it: what showback prices.
+
+    One open lifetime (removed_at null) per node name; the environment and NodePool are
+    copied from the node's labels at launch, so a lifetime outlives its node and its
+    environment.
+    """
+
+    name = models.CharField(max_length=253)
+    environment = models.CharField(max_length=63, blank=True, db_index=True)
+    nodepool = models.CharField(max_length=253, blank=True)
+    instance_type = models.CharField(max_length=64, blank=True)
+    zone = models.CharField(max_length=64, blank=True)
+    capacity_type = models.CharField(
+        max_length=16, choices=CapacityType.choices, default=CapacityType.UNKNOWN
+    )
+    launched_at = models.DateTimeField()
+    removed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["launched_at", "name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["name"],
+                condition=models.Q(removed_at__isnull=True),
+                name="nodelifetime_one_open_per_node",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(removed_at__isnull=True)
+                | models.Q(removed_at__gte=models.F("launched_at")),
+                name="nodelifetime_removed_after_launch",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} from {self.launched_at:%Y-%m-%d %H:%M}"
+
+
+class CommitmentSample(models.Model):
+    """Workload Commitment of the whole cluster at one sync (scheduler/commitment.py, as_dict)."""
+
+    taken_at = models.DateTimeField(db_index=True)
+    nodes = models.IntegerField()
+    figures = models.JSONField()
+
+    class Meta:
+        ordering = ["-taken_at"]
+
+    def __str__(self) -> str:
+        return f"commitment at {self.taken_at:%Y-%m-%d %H:%M:%S}"
 
 
 class ReplayReport(models.Model):

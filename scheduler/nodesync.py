@@ -1,6 +1,10 @@
-"""Node sources: a Kubernetes list+watch through the `kubernetes` client, and the simulated cluster.
+"""Node sync: the configured cluster's Nodes and Pods into the inventory, and Workload Commitment.
 
-Both produce `ObservedNode`s and hand them to `services.node_sync` /
+`cluster_sync(backend=...)` reads every Node and Pod through the cluster interface
+(`kiln/cluster`: simulated, kubernetes or gitops's observer alike), so the inventory
+is the cluster the portal provisions into. `KubernetesNodeSource` is the list+watch
+path of the kubernetes client, for a watcher that follows node events between
+resyncs. Both produce `ObservedNode`s and hand them to `services.node_sync` /
 `services.node_apply_event`, so the inventory is written in one place.
 Requested resources are the sum of the effective requests of the node's
 non-terminal pods (the same arithmetic the extender applies to a pod).
@@ -9,21 +13,24 @@ non-terminal pods (the same arithmetic the extender applies to a pod).
 from __future__ import annotations
 
 import logging
-import random
 import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
+from django.utils.dateparse import parse_datetime
 from kubernetes import client, watch
 
+from kiln.cluster import DeliveryBackend
 from kiln.identity.permissions import system_actor
-from scheduler import services
+from scheduler import commitment, services
 from scheduler.extender.protocol import GPU_RESOURCE, ProtocolError, parse_quantity, pod_request
 from scheduler.models import NodeSource
 from scheduler.services import ObservedNode
 
 log = logging.getLogger("kiln.scheduler.nodesync")
 ACTOR = "scheduler-node-sync"
-TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+TERMINAL_PHASES = commitment.TERMINAL_PHASES
 
 
 def _quantity(value: Any, scale: int = 1) -> int:
@@ -41,6 +48,7 @@ def observed_from_node(
     allocatable = (node.get("status") or {}).get("allocatable") or {}
     name = metadata.get("name") or ""
     cpu, mem, gpu = requested.get(name, (0, 0, 0))
+    created = metadata.get("creationTimestamp")
     return ObservedNode(
         name=name,
         labels={str(k): str(v) for k, v in (metadata.get("labels") or {}).items()},
@@ -50,6 +58,7 @@ def observed_from_node(
         requested_cpu_millis=cpu,
         requested_memory_bytes=mem,
         requested_gpus=gpu,
+        launched_at=parse_datetime(created) if isinstance(created, str) else None,
     )
 
 
@@ -92,7 +101,7 @@ class KubernetesNodeSource:
             for n in listed.items
         ]
         return services.node_sync(
-            actor=system_actor(ACTOR), source=NodeSource.KUBERNETES, observed=observed
+            actor=system_actor(ACTOR), source=NodeSource.CLUSTER, observed=observed
         )
 
     def watch(self, *, timeout_seconds: int = 300, stop: threading.Event | None = None) -> int:
@@ -113,7 +122,7 @@ class KubernetesNodeSource:
             )
             services.node_apply_event(
                 actor=system_actor(ACTOR),
-                source=NodeSource.KUBERNETES,
+                source=NodeSource.CLUSTER,
                 event=event["type"],
                 node=observed_from_node(obj, requested),
             )
@@ -121,54 +130,67 @@ class KubernetesNodeSource:
         return applied
 
 
-# The simulated cluster's node pools: (name prefix, instance type, capacity type, zones, count).
-SIMULATED_POOLS = (
-    ("general", "m6i.xlarge", "on-demand", ("us-east-1a", "us-east-1b", "us-east-1c"), 3),
-    ("general-spot", "m6a.xlarge", "spot", ("us-east-1a", "us-east-1b"), 2),
-    ("batch-spot", "c6i.2xlarge", "spot", ("us-east-1b", "us-east-1c"), 2),
-    ("memory", "r6i.large", "on-demand", ("us-east-1a",), 1),
-    ("gpu", "g5.xlarge", "on-demand", ("us-east-1a",), 1),
-)
-SIMULATED_SHAPES = {
-    "m6i.xlarge": (3920, 14_500_000_000, 0),
-    "m6a.xlarge": (3920, 14_500_000_000, 0),
-    "c6i.2xlarge": (7910, 13_800_000_000, 0),
-    "r6i.large": (1930, 14_900_000_000, 0),
-    "g5.xlarge": (3920, 14_500_000_000, 1),
-}
+def owner_kind(pod: dict[str, Any]) -> str:
+    """The kind of the pod's controlling owner (ownerReferences with controller: true, else the
+    first), or "" for a bare pod."""
+    refs = [
+        r for r in (pod.get("metadata") or {}).get("ownerReferences") or [] if isinstance(r, dict)
+    ]
+    controller = next((r for r in refs if r.get("controller")), refs[0] if refs else {})
+    return str(controller.get("kind") or "")
 
 
-def simulated_nodes(tick: int = 0, seed: int = 7) -> list[ObservedNode]:
-    """The simulated cluster's nodes at a tick: fixed pools, requests drifting every 20 ticks."""
-    rng = random.Random(seed * 100_003 + tick // 20)
-    nodes: list[ObservedNode] = []
-    for prefix, itype, capacity, zones, count in SIMULATED_POOLS:
-        cpu, mem, gpus = SIMULATED_SHAPES[itype]
-        for i in range(count):
-            zone = zones[i % len(zones)]
-            used = rng.uniform(0.15, 0.85)
-            nodes.append(
-                ObservedNode(
-                    name=f"sim-{prefix}-{i}",
-                    labels={
-                        "karpenter.sh/capacity-type": capacity,
-                        "node.kubernetes.io/instance-type": itype,
-                        "topology.kubernetes.io/zone": zone,
-                        "kubernetes.io/os": "linux",
-                    },
-                    allocatable_cpu_millis=cpu,
-                    allocatable_memory_bytes=mem,
-                    allocatable_gpus=gpus,
-                    requested_cpu_millis=int(cpu * used),
-                    requested_memory_bytes=int(mem * used * rng.uniform(0.7, 1.1)),
-                    requested_gpus=0,
-                )
-            )
-    return nodes
-
-
-def simulated_sync(tick: int = 0) -> services.SyncResult:
-    """Sync the inventory from the simulated cluster at a tick."""
-    return services.node_sync(
-        actor=system_actor(ACTOR), source=NodeSource.SIMULATED, observed=simulated_nodes(tick)
+def pod_demand(pod: dict[str, Any]) -> commitment.PodDemand | None:
+    """A pod as Workload Commitment counts it (millicores, bytes, GPUs); None if its requests
+    cannot be read (logged, counted nowhere)."""
+    try:
+        req = pod_request(pod)
+    except ProtocolError:
+        log.warning("skipping pod with malformed requests")
+        return None
+    return commitment.PodDemand(
+        node=(pod.get("spec") or {}).get("nodeName") or None,
+        cpu=float(int(req.cpu * 1000)),
+        memory=float(int(req.memory)),
+        gpu=float(int(req.gpu)),
+        daemonset=owner_kind(pod) == "DaemonSet",
+        terminal=(pod.get("status") or {}).get("phase") in TERMINAL_PHASES,
     )
+
+
+def commitment_of(
+    nodes: list[dict[str, Any]], pods: Iterable[dict[str, Any]]
+) -> commitment.Commitment:
+    """Workload Commitment of v1 Node and Pod objects as the cluster returns them."""
+    shapes = [observed_from_node(n, {}) for n in nodes]
+    demands = [d for d in (pod_demand(p) for p in pods) if d is not None]
+    return commitment.from_pods(
+        [
+            (o.name, (o.allocatable_cpu_millis, o.allocatable_memory_bytes, o.allocatable_gpus))
+            for o in shapes
+        ],
+        demands,
+    )
+
+
+@dataclass(frozen=True)
+class ClusterSync:
+    """What one sync from the cluster did: the inventory's changes and the commitment it saw."""
+
+    result: services.SyncResult
+    commitment: commitment.Commitment
+
+
+def cluster_sync(*, backend: DeliveryBackend) -> ClusterSync:
+    """Make the inventory match the cluster's Nodes (with their pods' requests), record node
+    launches and removals, and store a Workload Commitment sample if it moved."""
+    actor = system_actor(ACTOR)
+    # A node being deleted is cordoned and draining: it takes no pods and leaves the inventory.
+    nodes = backend.list("v1", "Node", include_deleting=False)
+    pods = backend.list("v1", "Pod")
+    requested = requested_by_node(pods)
+    observed = [observed_from_node(n, requested) for n in nodes]
+    result = services.node_sync(actor=actor, source=NodeSource.CLUSTER, observed=observed)
+    figures = commitment_of(nodes, pods)
+    services.commitment_sample_store(actor=actor, figures=figures, nodes=len(nodes))
+    return ClusterSync(result, figures)

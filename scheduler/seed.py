@@ -1,4 +1,4 @@
-"""Demo pricing (AWS us-east-1 list prices) and the simulated cluster's nodes; idempotent, audited."""
+"""Demo pricing (AWS us-east-1 list prices); idempotent, audited. Nodes come from the cluster."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from django.utils import timezone
 
 import audit
 from kiln.identity.permissions import system_actor
-from scheduler.models import InstanceType, InterruptionBucket, Node, SpotPrice
-from scheduler.nodesync import simulated_sync
+from scheduler.models import InstanceType, InterruptionBucket, SpotPrice
 
 # name, family, vCPU, memory GiB, GPUs, GPU model, on-demand $/h (Linux, us-east-1)
 INSTANCE_TYPES = (
@@ -54,7 +53,7 @@ def _spot_quotes(itype: InstanceType) -> list[tuple[str, Decimal, int]]:
 
 @transaction.atomic
 def seed_demo() -> list[str]:
-    """Create demo instance types, spot quotes and (if none exist) the simulated nodes."""
+    """Create demo instance types and spot quotes (node sync reads the nodes from the cluster)."""
     created: list[str] = []
     now = timezone.now()
     for name, family, vcpu, mem, gpus, gpu_model, price in INSTANCE_TYPES:
@@ -86,7 +85,4 @@ def seed_demo() -> list[str]:
             "scheduler:pricing",
             {"created": len(created)},
         )
-    if not Node.objects.exists():
-        result = simulated_sync(0)
-        created.extend(f"node {name}" for name in result.created)
     return created

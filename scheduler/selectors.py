@@ -1,4 +1,8 @@
-"""Reads: the scoring snapshot of the inventory, pricing tables, nodes and stored replays."""
+"""Reads: the scoring snapshot of the inventory, pricing tables, nodes and stored replays.
+
+The cluster's own objects (nodes with their pods, Workload Commitment now) are read in
+`scheduler/cluster_reads.py`; node-hours from what ran in `scheduler/showback.py`.
+"""
 
 from __future__ import annotations
 
@@ -120,11 +124,6 @@ def snapshot_invalidate() -> None:
 def instance_type_list() -> QuerySet[InstanceType]:
     """Instance types with their spot quotes, for the pricing table."""
     return InstanceType.objects.prefetch_related("spot_prices").order_by("family", "vcpu", "name")
-
-
-def node_list() -> QuerySet[Node]:
-    """Every node in the inventory, by name."""
-    return Node.objects.order_by("name")
 
 
 def replay_report_list(limit: int = 20) -> list[ReplayReport]:

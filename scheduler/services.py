@@ -13,12 +13,17 @@ import audit
 from kiln.errors import Forbidden, InvalidInput
 from kiln.identity.permissions import can_store_replay, can_sync_nodes
 from scheduler import selectors
+from scheduler.commitment import Commitment
 from scheduler.models import (
     CAPACITY_TYPE_LABEL,
+    ENVIRONMENT_LABEL,
     INSTANCE_TYPE_LABEL,
+    NODEPOOL_LABEL,
     ZONE_LABEL,
     CapacityType,
+    CommitmentSample,
     Node,
+    NodeLifetime,
     NodeSource,
     ReplayReport,
 )
@@ -36,6 +41,7 @@ class ObservedNode:
     requested_cpu_millis: int = 0
     requested_memory_bytes: int = 0
     requested_gpus: int = 0
+    launched_at: datetime | None = None  # metadata.creationTimestamp, when the source gives it
 
     def fields(self) -> dict[str, Any]:
         """Node column values derived from the observation (capacity type, type and zone from labels)."""
@@ -95,6 +101,41 @@ def _upsert(
         result.updated.append(node.name)
 
 
+def _track_lifetimes(
+    *, observed: list[ObservedNode], removed: list[str], now: datetime
+) -> tuple[list[str], list[str]]:
+    """Open a lifetime for each observed node without one, close those of removed nodes.
+
+    Returns (launched, removed) names. A launch time is the node's creationTimestamp
+    when the source gives one (never later than now), else the time it was first seen.
+    """
+    names = [n.name for n in observed]
+    open_names = set(
+        NodeLifetime.objects.filter(removed_at__isnull=True, name__in=names).values_list(
+            "name", flat=True
+        )
+    )
+    launched = []
+    for node in observed:
+        if node.name in open_names:
+            continue
+        fields = node.fields()
+        NodeLifetime.objects.create(
+            name=node.name,
+            environment=node.labels.get(ENVIRONMENT_LABEL, "")[:63],
+            nodepool=node.labels.get(NODEPOOL_LABEL, "")[:253],
+            instance_type=fields["instance_type"],
+            zone=fields["zone"],
+            capacity_type=fields["capacity_type"],
+            launched_at=min(node.launched_at or now, now),
+        )
+        launched.append(node.name)
+    closing = NodeLifetime.objects.filter(removed_at__isnull=True, name__in=removed)
+    closed = sorted(closing.values_list("name", flat=True))
+    closing.update(removed_at=now)
+    return launched, closed
+
+
 def node_sync(*, actor: Any, source: str, observed: list[ObservedNode]) -> SyncResult:
     """Make the source's nodes match `observed` (create, update, delete) and audit what changed."""
     if not can_sync_nodes(actor):
@@ -112,7 +153,8 @@ def node_sync(*, actor: Any, source: str, observed: list[ObservedNode]) -> SyncR
         gone = Node.objects.filter(source=source).exclude(name__in=names)
         result.deleted = sorted(gone.values_list("name", flat=True))
         gone.delete()
-        if result.changed:
+        launched, removed = _track_lifetimes(observed=observed, removed=result.deleted, now=now)
+        if result.changed or launched or removed:
             audit.record(
                 actor,
                 "scheduler.nodes.synced",
@@ -122,6 +164,8 @@ def node_sync(*, actor: Any, source: str, observed: list[ObservedNode]) -> SyncR
                     "created": result.created,
                     "updated": result.updated,
                     "deleted": result.deleted,
+                    "launched": launched,
+                    "removed": removed,
                 },
             )
             transaction.on_commit(selectors.snapshot_invalidate)
@@ -137,13 +181,16 @@ def node_apply_event(*, actor: Any, source: str, event: str, node: ObservedNode)
         raise InvalidInput(f"unknown watch event {event!r}")
     result = SyncResult()
     with transaction.atomic():
+        now = timezone.now()
         if event == "DELETED":
             deleted, _ = Node.objects.filter(name=node.name, source=source).delete()
             if deleted:
                 result.deleted.append(node.name)
+            _track_lifetimes(observed=[], removed=[node.name], now=now)
         else:
             existing = Node.objects.select_for_update().filter(name=node.name).first()
-            _upsert(node=node, source=source, now=timezone.now(), result=result, existing=existing)
+            _upsert(node=node, source=source, now=now, result=result, existing=existing)
+            _track_lifetimes(observed=[node], removed=[], now=now)
         if result.changed:
             audit.record(
                 actor,
@@ -181,3 +228,31 @@ def replay_report_store(*, actor: Any, report: dict[str, Any]) -> ReplayReport:
             {"parts": stored.parts, "seed": stored.seed, "runs": len(report["runs"])},
         )
     return stored
+
+
+def commitment_sample_store(
+    *, actor: Any, figures: Commitment, nodes: int
+) -> CommitmentSample | None:
+    """Store the cluster's Workload Commitment if it differs from the last sample, audited.
+
+    A steady cluster writes nothing: the chart's line holds its last value until it moves.
+    """
+    if not can_sync_nodes(actor):
+        raise Forbidden(f"{actor} may not write commitment samples")
+    data = figures.as_dict(per_node=False)
+    with transaction.atomic():
+        last = CommitmentSample.objects.select_for_update().order_by("-taken_at").first()
+        if last is not None and last.figures == data and last.nodes == nodes:
+            return None
+        sample = CommitmentSample.objects.create(taken_at=timezone.now(), nodes=nodes, figures=data)
+        audit.record(
+            actor,
+            "scheduler.commitment.sampled",
+            sample,
+            {
+                "nodes": nodes,
+                **{r: data["resources"][r]["ratio"] for r in data["resources"]},
+                "pending_pods": data["pending_pods"],
+            },
+        )
+    return sample

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from scheduler import views
+from scheduler import api, views
 
 app_name = "scheduler"
 
@@ -12,4 +12,7 @@ urlpatterns: list = [
     path("scheduler/filter", views.extender_filter, name="extender-filter"),
     path("scheduler/prioritize", views.extender_prioritize, name="extender-prioritize"),
 ]
-api_urlpatterns: list = []
+api_urlpatterns: list = [
+    path("scheduler/nodes/", api.NodeListApi.as_view(), name="nodes"),
+    path("scheduler/commitment/", api.CommitmentApi.as_view(), name="commitment"),
+]

@@ -8,7 +8,10 @@ from django.shortcuts import render
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from scheduler import selectors
+from kiln.cluster import DeliveryError
+from kiln.cluster.backends import get_backend
+from kiln.identity.permissions import actor_from_request
+from scheduler import cluster_reads, selectors
 from scheduler.extender.handler import FILTER, PRIORITIZE, extender_call
 from scheduler.forms import ScoreExplainForm
 
@@ -51,14 +54,26 @@ def _replay_chart_data(reports) -> dict:
 
 @login_required
 def overview(request: HttpRequest) -> HttpResponse:
-    """Pricing, nodes with capacity type and utilisation, the score explainer and stored replays."""
+    """Pricing, the cluster's nodes with their pods and score explanations, Workload Commitment
+    now and over time, the score explainer and stored replays."""
     reports = selectors.replay_report_list()
+    cluster, cluster_error = None, ""
+    try:
+        cluster = cluster_reads.cluster_state(
+            viewer=actor_from_request(request), backend=get_backend()
+        )
+    except (
+        DeliveryError
+    ) as exc:  # the page still shows pricing and replays while the cluster is away
+        cluster_error = str(exc)[:200]
     return render(
         request,
         "scheduler/overview.html",
         {
             "instance_types": selectors.instance_type_list(),
-            "nodes": selectors.node_list(),
+            "cluster": cluster,
+            "cluster_error": cluster_error,
+            "commitment_series": cluster_reads.commitment_series(),
             "form": ScoreExplainForm(),
             "weights": selectors.scoring_weights(),
             "reports": reports,

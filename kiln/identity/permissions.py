@@ -225,6 +225,24 @@ def can_view_environment(actor: Actor, team_slug: str) -> bool:
     )
 
 
+def can_view_node(actor: Actor, *, environment: str | None, team: str | None) -> bool:
+    """A cluster node: any Kiln role sees shared capacity (a node no environment's NodePool
+    launched); a node of an environment is seen by whoever may view that environment (its
+    team, approvers, auditors, platform admins). `team` None: the owner is unknown, so only
+    those who see every environment."""
+    if not has_any_role(actor):
+        return False
+    return not environment or can_view_environment(actor, team or "")
+
+
+def can_view_pod(actor: Actor, *, team: str | None) -> bool:
+    """A pod bound to a node: any Kiln role for pods of namespaces no team owns (platform
+    components), else whoever may view that team's environments."""
+    if not has_any_role(actor):
+        return False
+    return team is None or can_view_environment(actor, team)
+
+
 def can_move_environment(actor: Actor, to: str) -> bool:
     """May this actor move an environment to state `to`?
 

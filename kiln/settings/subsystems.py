@@ -117,11 +117,7 @@ KILN_SCHEDULER_WEIGHT_RISK = env_float("KILN_SCHEDULER_WEIGHT_RISK", 0.2)
 KILN_SCHEDULER_EXTENDER_TOKEN = env("KILN_SCHEDULER_EXTENDER_TOKEN")
 KILN_SCHEDULER_MAX_BODY_BYTES = env_int("KILN_SCHEDULER_MAX_BODY_BYTES", 32 * 1024 * 1024)
 KILN_SCHEDULER_SNAPSHOT_TTL_SECONDS = env_float("KILN_SCHEDULER_SNAPSHOT_TTL_SECONDS", 2.0)
-# Where nodes sync from: simulated | kubernetes | none. Follows the delivery backend by default.
-KILN_SCHEDULER_NODE_SOURCE = env(
-    "KILN_SCHEDULER_NODE_SOURCE",
-    "kubernetes" if KILN_DELIVERY_BACKEND == "kubernetes" else "simulated",
-)
+# Nodes sync from the configured cluster (KILN_DELIVERY_BACKEND) every this many seconds.
 KILN_SCHEDULER_SYNC_SECONDS = env_float("KILN_SCHEDULER_SYNC_SECONDS", 15.0)
 CELERY_BEAT_SCHEDULE["scheduler-nodes-resync"] = {
     "task": "scheduler.tasks.nodes_resync",

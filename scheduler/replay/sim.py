@@ -10,7 +10,8 @@ that finds no node counts as unschedulable and is not retried (the trace's own
 later SCHEDULE of the same task is another attempt). REMOVE of a machine drops
 every task on it (counted as disrupted) and ADD brings it back empty.
 Cost integrates, over the trace window, the price of every machine holding at
-least one task: sum(node-hours * $/h).
+least one task: sum(node-hours * $/h). Workload Commitment is sampled every trace
+hour (`replay/commitment_series.py`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import random
 import signal
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -33,6 +34,7 @@ from scheduler.replay.cluster import (
     task_class,
     to_units,
 )
+from scheduler.replay.commitment_series import CommitmentSeries
 from scheduler.replay.prices import PriceModel
 from scheduler.replay.trace import (
     END_EVENTS,
@@ -75,6 +77,7 @@ class RunResult:
     )
     placements_per_second: float = 0.0
     scheduling_retries: int = 0
+    commitment: dict = field(default_factory=dict)  # CommitmentSeries.as_dict()
 
     def as_dict(self) -> dict:
         """The run as a JSON-ready dict (money and ratios rounded)."""
@@ -132,6 +135,7 @@ def run_replay(
     pin = config.start == START_TRACE
     end_events = END_EVENTS
     next_report = progress_every
+    series = CommitmentSeries(WINDOW_START_US)
 
     def apply_machines_until(t: int) -> None:
         """Apply the machine events up to time t (ADD, UPDATE, REMOVE), counting disrupted tasks."""
@@ -162,6 +166,8 @@ def run_replay(
 
     for i in range(len(t_time)):
         t = t_time[i]
+        if t > series.next_us:
+            series.sample_until(t, cluster.matrix, cluster.active)
         if t > last_time:
             hours = (t - last_time) / US_PER_HOUR
             cost += cluster.busy_price * hours
@@ -190,6 +196,7 @@ def run_replay(
             if m < 0:
                 m = placer.choose(cpu, mem, klass)
                 if m < 0:
+                    series.add_pending(cpu, mem)
                     result.unschedulable += 1
                     if latency:
                         result.latency_unschedulable += 1
@@ -216,6 +223,7 @@ def run_replay(
     result.on_demand_cost = float(od_cost)
     result.busy_node_hours = float(busy_hours)
     result.scheduling_retries = placer.retries
+    result.commitment = series.as_dict()
     result.savings_vs_on_demand = float(1.0 - cost / od_cost) if od_cost > 0 else 0.0
     result.wall_seconds = time.perf_counter() - started
     result.cpu_seconds = time.process_time() - cpu_started

@@ -15,7 +15,26 @@
     });
     new uPlot({ width: Math.max(target.clientWidth, 300), height: 220, series: series, scales: { x: { time: false } } }, columns, target);
   }
+  // Workload Commitment over time: the ratio per resource, and pending demand beside it (dashed).
+  function drawCommitment() {
+    var target = document.getElementById("chart-commitment");
+    var node = document.getElementById("commitment-data");
+    if (!target || !node || typeof uPlot === "undefined") { return; }
+    var data = JSON.parse(node.textContent);
+    if (!data.t || !data.t.length) { return; }
+    var palette = { cpu: "#2563eb", memory: "#16a34a", gpu: "#d97706" };
+    var columns = [data.t];
+    var series = [{ label: "time" }];
+    ["cpu", "memory", "gpu"].forEach(function (r) {
+      columns.push(data[r]);
+      series.push({ label: r + " committed", stroke: palette[r], width: 2 });
+      columns.push(data[r + "_pending"]);
+      series.push({ label: r + " pending", stroke: palette[r], width: 1, dash: [6, 4] });
+    });
+    new uPlot({ width: Math.max(target.clientWidth, 300), height: 220, series: series }, columns, target);
+  }
   document.addEventListener("DOMContentLoaded", function () {
+    drawCommitment();
     var node = document.getElementById("replay-data");
     if (!node) { return; }
     var data = JSON.parse(node.textContent);

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+from decimal import Decimal
+
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from kiln.identity.models import Membership, Team
+from kiln.identity.permissions import Actor
+from portal import selectors
 from portal.models import Environment
+from scheduler.models import InstanceType, NodeLifetime, SpotPrice
 
 pytestmark = pytest.mark.django_db
 
@@ -160,3 +167,54 @@ def test_other_teams_environment_is_404_and_showback_renders(
     assert bob.get(reverse("portal:environment-detail", args=[env.public_id])).status_code == 404
     showback = alice.get(reverse("portal:showback"))
     assert showback.status_code == 200 and b"payments-web" in showback.content
+
+
+def test_showback_prices_the_node_hours_the_environments_pool_ran_beside_the_estimate(
+    team, django_capture_on_commit_callbacks
+):
+    alice = login("alice", "engineer", team)
+    with django_capture_on_commit_callbacks(execute=True):
+        alice.post(reverse("portal:environment-request"), {**FORM, "env_class": "dev"})
+    env = Environment.objects.get()
+    m6i = InstanceType.objects.create(
+        name="m6i.xlarge",
+        family="m6i",
+        vcpu=4,
+        memory_gib=Decimal("16"),
+        on_demand_hourly=Decimal("0.2000"),
+    )
+    SpotPrice.objects.create(
+        instance_type=m6i,
+        zone="eu-west-1a",
+        hourly=Decimal("0.0800"),
+        interruption_bucket=0,
+        observed_at=timezone.now(),
+    )
+    now = timezone.now()
+    Environment.objects.filter(pk=env.pk).update(created_at=now - timedelta(hours=5))
+    start = now - timedelta(hours=4)
+    # Two hours on-demand ($0.40) and 1.5 hours spot in eu-west-1a ($0.12): $0.52 from what ran.
+    for name, capacity, hours in (("ip-1", "on-demand", 2), ("ip-2", "spot", 1.5)):
+        NodeLifetime.objects.create(
+            name=name, environment=env.namespace, nodepool=f"kiln-{env.namespace}", instance_type="m6i.xlarge",
+            zone="eu-west-1a", capacity_type=capacity, launched_at=start, removed_at=start + timedelta(hours=hours),
+        )  # fmt: skip
+    # A node of another environment's pool is not this environment's.
+    NodeLifetime.objects.create(
+        name="ip-9",
+        environment="other-ns",
+        instance_type="m6i.xlarge",
+        launched_at=start,
+        removed_at=now,
+    )
+    (row,) = selectors.team_showback(viewer=system_view())
+    ran = row["environments"][0]["ran"]
+    assert (ran.nodes, ran.node_hours, ran.cost) == (2, Decimal("3.5000"), Decimal("0.52"))
+    assert row["ran_total"] == Decimal("0.52")
+    page = alice.get(reverse("portal:showback")).content.decode()
+    assert "Spend from what ran" in page and "$0.52" in page and "3.50" in page
+
+
+def system_view():
+    """An actor who sees every team's showback."""
+    return Actor(username="root", roles=frozenset({"platform-admin"}))

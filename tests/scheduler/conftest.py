@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 from django.conf import settings as django_settings
 from django.utils import timezone
 
+from kiln.cluster.backends import get_backend
 from scheduler import selectors
 from scheduler.models import InstanceType, InterruptionBucket, Node, NodeSource, SpotPrice
 
@@ -119,3 +121,98 @@ def node_object(name: str, capacity: str | None, cpu: str = "3920m", memory: str
             "allocatable": {"cpu": cpu, "memory": memory, "pods": "58"},
         },
     }
+
+
+# --- objects of the simulated cluster, in the shape the simulated Karpenter and scheduler write ---
+
+
+def cluster_node(
+    name: str,
+    capacity: str = "on-demand",
+    *,
+    itype: str = "m6i.xlarge",
+    zone: str = "us-east-1a",
+    cpu: str = "4",
+    memory: str = "16Gi",
+    gpus: int = 0,
+    nodepool: str = "default",
+    environment: str | None = None,
+) -> dict:
+    """Apply a v1 Node to the simulated cluster with its allocatable in status; return it."""
+    labels = {
+        "node.kubernetes.io/instance-type": itype,
+        "topology.kubernetes.io/zone": zone,
+        "karpenter.sh/capacity-type": capacity,
+        "karpenter.sh/nodepool": nodepool,
+    }
+    if environment:
+        labels["kiln.dev/environment"] = environment
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"taints": []},
+    }
+    backend = get_backend("simulated")
+    (ref,) = backend.apply([manifest])
+    allocatable = {"cpu": cpu, "memory": memory, "nvidia.com/gpu": str(gpus)}
+    backend.set_status(ref, {"allocatable": allocatable, "capacity": allocatable})
+    return backend.get("v1", "Node", None, name)
+
+
+def cluster_pod(
+    name: str,
+    node: str | None,
+    *,
+    namespace: str = "payments",
+    cpu: str = "500m",
+    memory: str = "1Gi",
+    gpus: int = 0,
+    owner: str = "ReplicaSet",
+    workload_class: str | None = "standard",
+    phase: str | None = None,
+    explanation: dict | None = None,
+) -> dict:
+    """Apply a v1 Pod (bound to `node`, or pending as Unschedulable) to the simulated cluster."""
+    labels = {"app": name.rsplit("-", 1)[0]}
+    if workload_class is not None:
+        labels["kiln.dev/workload-class"] = workload_class
+    requests = {"cpu": cpu, "memory": memory}
+    if gpus:
+        requests["nvidia.com/gpu"] = str(gpus)
+    metadata: dict = {
+        "name": name,
+        "namespace": namespace,
+        "labels": labels,
+        "ownerReferences": [
+            {"apiVersion": "apps/v1", "kind": owner, "name": "web", "controller": True}
+        ],
+    }
+    if explanation is not None:
+        metadata["annotations"] = {"kiln.dev/score-explanation": json.dumps(explanation)}
+    spec: dict = {"containers": [{"name": "main", "resources": {"requests": requests}}]}
+    if node:
+        spec["nodeName"] = node
+    backend = get_backend("simulated")
+    (ref,) = backend.apply(
+        [{"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}]
+    )
+    if node:
+        status = {
+            "phase": phase or "Running",
+            "conditions": [{"type": "PodScheduled", "status": "True"}],
+        }
+    else:
+        status = {
+            "phase": phase or "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/1 nodes are available: 1 Insufficient cpu.",
+                }
+            ],
+        }
+    backend.set_status(ref, status)
+    return backend.get("v1", "Pod", namespace, name)

@@ -1,4 +1,4 @@
-"""Node sync: the service's upserts and audit, the simulated source, and a Kubernetes list+watch
+"""Node sync: the service's upserts and audit, sync from the configured cluster, and a Kubernetes list+watch
 through the real `kubernetes` client against a local HTTP server speaking the API."""
 
 from __future__ import annotations
@@ -12,12 +12,14 @@ import pytest
 from kubernetes import client
 
 from audit.models import OutboxEvent
+from kiln.cluster import ref_of
+from kiln.cluster.backends import get_backend
 from kiln.errors import InvalidInput
 from kiln.identity.permissions import system_actor
 from scheduler import nodesync, services
-from scheduler.models import Node, NodeSource
+from scheduler.models import CommitmentSample, Node, NodeLifetime, NodeSource
 from scheduler.services import ObservedNode
-from tests.scheduler.conftest import node_object
+from tests.scheduler.conftest import cluster_node, cluster_pod, node_object
 
 pytestmark = pytest.mark.django_db
 
@@ -93,13 +95,60 @@ def test_unknown_capacity_label_is_stored_as_unknown():
     assert Node.objects.get(name="a").capacity_type == "unknown"
 
 
-def test_simulated_source_is_deterministic_and_mixes_capacity_types():
-    result = nodesync.simulated_sync(0)
-    assert len(result.created) == len(nodesync.simulated_nodes(0))
-    types = set(Node.objects.values_list("capacity_type", flat=True))
-    assert types == {"on-demand", "spot"}
-    assert Node.objects.filter(allocatable_gpus__gt=0).exists()
-    assert not nodesync.simulated_sync(1).changed  # drift changes only every 20 ticks
+def test_cluster_sync_reads_nodes_and_pods_of_the_configured_cluster():
+    # Two nodes of 4 cpu: on a, a 1 cpu workload pod and a 500m DaemonSet pod; one pod pending.
+    cluster_node("ip-a", "on-demand", nodepool="kiln-pay-dev", environment="pay-dev")
+    cluster_node("ip-b", "spot", itype="m6a.xlarge", zone="us-east-1b")
+    cluster_pod("web-1", "ip-a", cpu="1", memory="2Gi")
+    cluster_pod("agent-1", "ip-a", cpu="500m", memory="512Mi", owner="DaemonSet")
+    cluster_pod("big-1", None, cpu="16")
+    synced = nodesync.cluster_sync(backend=get_backend("simulated"))
+    assert synced.result.created == ["ip-a", "ip-b"]
+    a = Node.objects.get(name="ip-a")
+    assert a.source == NodeSource.CLUSTER
+    # The inventory's requested is what the node holds, DaemonSets included (the extender
+    # packs against it): 1000m + 500m.
+    assert (a.allocatable_cpu_millis, a.requested_cpu_millis) == (4000, 1500)
+    assert Node.objects.get(name="ip-b").capacity_type == "spot"
+    # Workload Commitment leaves the DaemonSet out: 1000m of 8000m; the 16 cpu pod is beside it.
+    cpu = synced.commitment.resource("cpu")
+    assert (cpu.committed, cpu.capacity, cpu.ratio, cpu.pending) == (1000, 8000, 0.125, 16000)
+    sample = CommitmentSample.objects.get()
+    assert sample.figures["resources"]["cpu"]["ratio"] == 0.125 and sample.nodes == 2
+    lifetime = NodeLifetime.objects.get(name="ip-a")
+    assert (lifetime.environment, lifetime.nodepool, lifetime.removed_at) == (
+        "pay-dev",
+        "kiln-pay-dev",
+        None,
+    )
+    assert OutboxEvent.objects.filter(action="scheduler.commitment.sampled").count() == 1
+
+
+def test_cluster_sync_closes_lifetimes_of_removed_nodes_and_samples_only_on_change(settings):
+    settings.KILN_SIM_DELAY_PROFILE = "zero"  # a deleted node is gone at once
+    cluster_node("ip-a", environment="pay-dev")
+    backend = get_backend("simulated")
+    nodesync.cluster_sync(backend=backend)
+    again = nodesync.cluster_sync(backend=backend)
+    assert not again.result.changed
+    assert CommitmentSample.objects.count() == 1  # nothing moved: no new sample, no audit
+    assert backend.delete(ref_of(backend.get("v1", "Node", None, "ip-a")))
+    gone = nodesync.cluster_sync(backend=backend)
+    assert gone.result.deleted == ["ip-a"]
+    lifetime = NodeLifetime.objects.get(name="ip-a")
+    assert lifetime.removed_at is not None and lifetime.removed_at >= lifetime.launched_at
+    synced = OutboxEvent.objects.filter(action="scheduler.nodes.synced").order_by("id").last()
+    assert synced.data["removed"] == ["ip-a"]
+    assert CommitmentSample.objects.count() == 2
+    # A node of the same name launched again opens a second lifetime.
+    assert backend.list("v1", "Node") == []
+    cluster_node("ip-a", environment="pay-dev")
+    nodesync.cluster_sync(backend=backend)
+    assert NodeLifetime.objects.filter(name="ip-a").count() == 2
+
+
+def test_toy_node_list_is_gone():
+    assert not hasattr(nodesync, "simulated_sync") and not hasattr(nodesync, "SIMULATED_POOLS")
 
 
 # --- a local Kubernetes API server ------------------------------------------------------------
@@ -201,7 +250,7 @@ def test_kubernetes_list_sync_reads_labels_allocatable_and_pod_requests(kube):
     result = source.sync()
     assert result.created == ["ip-10-0-1-1", "ip-10-0-1-2"]
     node = Node.objects.get(name="ip-10-0-1-1")
-    assert node.source == NodeSource.KUBERNETES
+    assert node.source == NodeSource.CLUSTER
     assert node.capacity_type == "on-demand"
     assert node.allocatable_cpu_millis == 3920
     assert node.allocatable_memory_bytes == 14 * 2**30

@@ -164,6 +164,12 @@ def test_replay_command_prints_json_and_stores_the_report(trace_slice, tmp_path,
         ("kiln", 0.3), ("default", 0.3), ("kiln", 0.9), ("default", 0.9)
     }  # fmt: skip
     assert all(r["latency_on_spot"] == 0 for r in report["runs"] if r["scheduler"] == "kiln")
+    # Workload Commitment per scheduler over trace time, in each run and summarised.
+    assert all(r["commitment"]["samples"] > 0 for r in report["runs"])
+    assert {(c["scheduler"], c["spot_fraction"]) for c in report["commitment"]} == {
+        (r["scheduler"], r["spot_fraction"]) for r in report["runs"]
+    }
+    assert all(0 < c["cpu"] <= 1 and 0 < c["memory"] <= 1 for c in report["commitment"])
     stored = ReplayReport.objects.get()
     assert stored.report["runs"] == report["runs"]
     assert OutboxEvent.objects.filter(action="scheduler.replay.stored").count() == 1
@@ -351,3 +357,32 @@ def _machines_trace(capacities: list[tuple[float, float]], requests: list[tuple[
         mem=np.array([r[1] for r in requests]),
     )
     return Trace(machines, tasks, [0], count, 1.0)
+
+
+@pytest.mark.parametrize("scheduler", ["kiln", "default"])
+def test_workload_commitment_is_sampled_every_trace_hour_with_pending_beside_it(scheduler):
+    """Two machines (0.5, 0.5): a (0.25, 0.1) task at the window's start, a (0.9, 0.9) task that
+    fits nowhere a second later, and a (0.25, 0.1) task two hours on. Samples at hours 0, 1, 2
+    see one task: cpu 0.25 / 1.0 = 0.25, memory 0.1 / 1.0 = 0.1; the task that found no
+    machine is pending demand of the hour-1 sample (0.9 / 1.0), beside the ratio, not in it."""
+    hour = 3_600_000_000
+    base = _machines_trace([(0.5, 0.5), (0.5, 0.5)], [(0.25, 0.1)])
+    times = [WINDOW_START, WINDOW_START + 1_000_000, WINDOW_START + 2 * hour + 1_000_000]
+    tasks = TaskEvents(
+        time=np.array(times, dtype=np.int64),
+        key=np.arange(3, dtype=np.int64),
+        machine=np.full(3, -1, dtype=np.int64),
+        kind=np.full(3, SCHEDULE, dtype=np.int8),
+        priority=np.full(3, 5, dtype=np.int8),
+        cpu=np.array([0.25, 0.9, 0.25]),
+        mem=np.array([0.1, 0.9, 0.1]),
+    )
+    trace = Trace(base.machines, tasks, [0], 3, 1.0)
+    run = run_replay(trace, ReplayConfig(scheduler, 0.0, "empty", seed=1))
+    series = run.commitment["series"]
+    assert series["t_hours"] == [0.0, 1.0, 2.0]
+    assert series["cpu"] == [0.25, 0.25, 0.25] and series["memory"] == [0.1, 0.1, 0.1]
+    assert series["cpu_pending"] == [0.0, 0.9, 0.0]
+    assert series["cpu_p90"] == [0.5, 0.5, 0.5]  # one machine holds 0.25 of its 0.5
+    assert run.commitment["summary"]["cpu"]["mean"] == 0.25
+    assert run.as_dict()["commitment"]["samples"] == 3

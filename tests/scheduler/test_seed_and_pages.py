@@ -9,13 +9,15 @@ from django.test import Client
 from django.urls import reverse
 
 from audit.models import OutboxEvent
-from scheduler import seed
+from kiln.cluster.backends import get_backend
+from scheduler import nodesync, seed
 from scheduler.models import InstanceType, Node, ReplayReport, SpotPrice
+from tests.scheduler.conftest import cluster_node
 
 pytestmark = pytest.mark.django_db
 
 
-def test_seed_creates_realistic_pricing_and_demo_nodes_once():
+def test_seed_creates_realistic_pricing_once_and_no_nodes_of_its_own():
     created = seed.seed_demo()
     assert InstanceType.objects.count() == len(seed.INSTANCE_TYPES)
     assert SpotPrice.objects.count() == len(seed.INSTANCE_TYPES) * len(seed.ZONES)
@@ -25,11 +27,8 @@ def test_seed_creates_realistic_pricing_and_demo_nodes_once():
     # Every spot quote is under its on-demand price.
     for quote in SpotPrice.objects.select_related("instance_type"):
         assert quote.hourly < quote.instance_type.on_demand_hourly
-    assert (
-        Node.objects.filter(capacity_type="spot").exists()
-        and Node.objects.filter(capacity_type="on-demand").exists()
-    )
-    assert any(c.startswith("node ") for c in created)
+    # Nodes come from the cluster (node sync), never from a list of the seed's own.
+    assert not Node.objects.exists() and not any(c.startswith("node ") for c in created)
     events = OutboxEvent.objects.count()
     assert OutboxEvent.objects.filter(action="scheduler.pricing.seeded").count() == 1
     assert seed.seed_demo() == []
@@ -50,8 +49,16 @@ def test_overview_requires_login():
     assert response.status_code == 302
 
 
+def _cluster_nodes() -> None:
+    cluster_node("ip-od-1", "on-demand")
+    cluster_node("ip-spot-1", "spot", itype="m6a.xlarge")
+    cluster_node("ip-spot-2", "spot", itype="c6i.2xlarge", zone="us-east-1b")
+    nodesync.cluster_sync(backend=get_backend("simulated"))
+
+
 def test_overview_lists_pricing_nodes_and_stored_replays(user_client):
     seed.seed_demo()
+    _cluster_nodes()
     ReplayReport.objects.create(
         created_at="2026-01-01T00:00:00Z", parts="0", seed=1, nodes=12583, placements=10, latency_class_placements=2,
         parse_seconds=1.0,
@@ -60,21 +67,21 @@ def test_overview_lists_pricing_nodes_and_stored_replays(user_client):
     )  # fmt: skip
     page = user_client.get(reverse("scheduler:overview")).content.decode()
     assert "g5.xlarge" in page and "NVIDIA A10G" in page and "0.0960" in page
-    assert "sim-general-0" in page and "spot" in page
+    assert "ip-spot-1" in page and "spot" in page
     assert 'id="replay-data"' in page and "kiln (trace)" in page
     assert "<script>" not in page.replace("<script src=", "")  # no inline script (CSP)
 
 
 def test_score_explainer_scores_a_sample_pod(user_client):
     seed.seed_demo()
+    _cluster_nodes()
     url = reverse("scheduler:explain")
     data = {"cpu": "0.5", "memory_gib": "1", "gpus": "0", "workload_class": "unlabelled"}
     html = user_client.post(url, data).content.decode()
     # Unlabelled means latency-sensitive: every spot node is refused with the guarantee's reason.
-    assert (
-        html.count("node is spot capacity and the pod is latency-sensitive")
-        == Node.objects.filter(capacity_type="spot").count()
-    )
+    spot = Node.objects.filter(capacity_type="spot").count()
+    assert spot == 2
+    assert html.count("node is spot capacity and the pod is latency-sensitive") == spot
     batch = user_client.post(url, {**data, "workload_class": "batch"}).content.decode()
     assert "node is spot capacity" not in batch
 

@@ -106,10 +106,12 @@ class Command(BaseCommand):
             data = result.as_dict()
             data["replay_to_parse_ratio"] = round(result.wall_seconds / trace.parse_seconds, 3)
             runs.append(data)
+            committed = result.commitment.get("summary", {})
             progress(
                 f"done {result.scheduler} spot={result.spot_fraction} start={result.start}: "
                 f"{result.placements} placements in {result.wall_seconds:.1f}s, "
-                f"latency on spot {result.latency_on_spot}, cost {result.cost:.0f}"
+                f"latency on spot {result.latency_on_spot}, cost {result.cost:.0f}, "
+                f"commitment cpu {_mean(committed, 'cpu')} memory {_mean(committed, 'memory')}"
             )
         report = {
             "trace": str(opts["trace"]),
@@ -129,6 +131,7 @@ class Command(BaseCommand):
             "total_wall_seconds": round(time.perf_counter() - started, 3),
             "workers": opts["workers"],
             "savings_kiln_vs_default": _savings(runs),
+            "commitment": _commitment(runs),
             "runs": runs,
         }
         printed = benchjson.stamped(report, name="scheduler_replay", date=started_at)
@@ -155,6 +158,31 @@ def _savings(runs: list[dict]) -> list[dict]:
                 "kiln_cost": run["cost"],
                 "default_cost": other["cost"],
                 "savings": round(1 - run["cost"] / other["cost"], 4),
+            }
+        )
+    return out
+
+
+def _mean(summary: dict, resource: str) -> str:
+    figure = summary.get(resource)
+    return "n/a" if figure is None else f"{figure['mean']:.3f}"
+
+
+def _commitment(runs: list[dict]) -> list[dict]:
+    """Per run, Workload Commitment over trace time in one line: mean ratio and pending share."""
+    out = []
+    for run in runs:
+        summary = run.get("commitment", {}).get("summary", {})
+        out.append(
+            {
+                "scheduler": run["scheduler"],
+                "start": run["start"],
+                "spot_fraction": run["spot_fraction"],
+                **{
+                    key: summary[key]["mean"]
+                    for key in ("cpu", "memory", "cpu_pending", "memory_pending", "memory_stranded")
+                    if key in summary
+                },
             }
         )
     return out

@@ -1,0 +1,233 @@
+"""Reads of the configured cluster: nodes with the pods bound to them, Workload Commitment now.
+
+Everything is read through the cluster interface (`kiln/cluster`), one list per kind, and
+filtered by what the viewer may see (`kiln.identity.permissions.can_view_node` and
+`can_view_pod`): a node an environment's NodePool launched belongs to that environment's
+team, found from its Namespace's `kiln.dev/team` label.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import QuerySet
+
+from kiln.cluster import DeliveryBackend
+from kiln.identity.permissions import Actor, can_view_node, can_view_pod
+from scheduler import commitment, nodesync, scoring
+from scheduler.models import (
+    ENVIRONMENT_LABEL,
+    INSTANCE_TYPE_LABEL,
+    NODEPOOL_LABEL,
+    ZONE_LABEL,
+    CapacityType,
+    CommitmentSample,
+)
+
+TEAM_LABEL = "kiln.dev/team"
+EXPLANATION_ANNOTATION = "kiln.dev/score-explanation"
+CAPACITY_TYPES = tuple(v for v in CapacityType.values if v != CapacityType.UNKNOWN)
+
+
+@dataclass(frozen=True)
+class NodeFilter:
+    """Filters of the node list; empty strings match everything."""
+
+    nodepool: str = ""
+    environment: str = ""
+    capacity_type: str = ""
+
+
+@dataclass(frozen=True)
+class PodView:
+    """A pod bound to a node (or pending), as the page and the API show it."""
+
+    namespace: str
+    name: str
+    workload_class: str
+    labelled_class: str | None
+    owner_kind: str
+    phase: str
+    cpu_millis: int
+    memory_bytes: int
+    gpus: int
+    daemonset: bool
+    explanation: Any  # the extender's JSON explanation, or None
+    pending_reason: str
+
+    @property
+    def explanation_text(self) -> str:
+        """The explanation as indented JSON for the page ("" when there is none)."""
+        if self.explanation is None:
+            return ""
+        return json.dumps(self.explanation, indent=1, sort_keys=True)
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """A node of the cluster: labels, NodePool and environment, allocatable, requests and pods."""
+
+    name: str
+    labels: dict[str, str]
+    nodepool: str
+    environment: str
+    team: str | None
+    capacity_type: str
+    instance_type: str
+    zone: str
+    allocatable: dict[str, int]
+    requested: dict[str, int]
+    committed: dict[str, int]
+    pods: list[PodView] = field(default_factory=list)
+
+
+def _explanation(pod: dict[str, Any]) -> Any:
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(EXPLANATION_ANNOTATION)
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except (TypeError, ValueError):
+        return {"unreadable": str(raw)[:500]}
+
+
+def _pending_reason(pod: dict[str, Any]) -> str:
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return f"{condition.get('reason', '')}: {condition.get('message', '')}".strip(": ")
+    return ""
+
+
+def pod_view(pod: dict[str, Any]) -> PodView | None:
+    """A v1 Pod as a PodView; None if its requests cannot be read."""
+    demand = nodesync.pod_demand(pod)
+    if demand is None:
+        return None
+    metadata = pod.get("metadata") or {}
+    labels = metadata.get("labels") or {}
+    return PodView(
+        namespace=str(metadata.get("namespace") or ""),
+        name=str(metadata.get("name") or ""),
+        workload_class=scoring.workload_class_of(labels),
+        labelled_class=labels.get(scoring.WORKLOAD_CLASS_LABEL),
+        owner_kind=nodesync.owner_kind(pod),
+        phase=str((pod.get("status") or {}).get("phase") or ""),
+        cpu_millis=int(demand.cpu),
+        memory_bytes=int(demand.memory),
+        gpus=int(demand.gpu),
+        daemonset=demand.daemonset,
+        explanation=_explanation(pod),
+        pending_reason=_pending_reason(pod),
+    )
+
+
+def _namespace_teams(backend: DeliveryBackend) -> dict[str, str]:
+    teams = {}
+    for ns in backend.list("v1", "Namespace"):
+        metadata = ns.get("metadata") or {}
+        team = (metadata.get("labels") or {}).get(TEAM_LABEL)
+        if team:
+            teams[str(metadata.get("name"))] = str(team)
+    return teams
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    """One read of the cluster: its nodes (filtered for the viewer), pending pods and commitment."""
+
+    nodes: list[NodeView]
+    pending: list[PodView]
+    commitment: commitment.Commitment
+
+
+def cluster_state(
+    *, viewer: Actor, backend: DeliveryBackend, filters: NodeFilter | None = None
+) -> ClusterState:
+    """Nodes the viewer may see (filtered), each with its pods the viewer may see; pending pods
+    the viewer may see; and Workload Commitment of the whole cluster (aggregates name no pod)."""
+    filters = filters or NodeFilter()
+    raw_nodes = backend.list("v1", "Node", include_deleting=False)
+    raw_pods = backend.list("v1", "Pod")
+    teams = _namespace_teams(backend)
+    figures = nodesync.commitment_of(raw_nodes, raw_pods)
+    by_node = {n.name: n for n in figures.nodes}
+    requested = nodesync.requested_by_node(raw_pods)
+    pods_on: dict[str, list[PodView]] = {}
+    pending: list[PodView] = []
+    for pod in raw_pods:
+        view = pod_view(pod)
+        if view is None or view.phase in commitment.TERMINAL_PHASES:
+            continue
+        if not can_view_pod(viewer, team=teams.get(view.namespace)):
+            continue
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node:
+            pods_on.setdefault(node, []).append(view)
+        else:
+            pending.append(view)
+    nodes = []
+    for raw in raw_nodes:
+        observed = nodesync.observed_from_node(raw, requested)
+        labels = observed.labels
+        environment = labels.get(ENVIRONMENT_LABEL, "")
+        team = teams.get(environment) if environment else None
+        if not can_view_node(viewer, environment=environment, team=team):
+            continue
+        view = NodeView(
+            name=observed.name,
+            labels=labels,
+            nodepool=labels.get(NODEPOOL_LABEL, ""),
+            environment=environment,
+            team=team,
+            capacity_type=observed.fields()["capacity_type"],
+            instance_type=labels.get(INSTANCE_TYPE_LABEL, ""),
+            zone=labels.get(ZONE_LABEL, ""),
+            allocatable={
+                "cpu_millis": observed.allocatable_cpu_millis,
+                "memory_bytes": observed.allocatable_memory_bytes,
+                "gpus": observed.allocatable_gpus,
+            },
+            requested={
+                "cpu_millis": observed.requested_cpu_millis,
+                "memory_bytes": observed.requested_memory_bytes,
+                "gpus": observed.requested_gpus,
+            },
+            committed=dict(
+                zip(
+                    ("cpu_millis", "memory_bytes", "gpus"),
+                    map(int, by_node[observed.name].committed),
+                    strict=True,
+                )
+            ),
+            pods=sorted(pods_on.get(observed.name, []), key=lambda p: (p.namespace, p.name)),
+        )
+        if _matches(view, filters):
+            nodes.append(view)
+    return ClusterState(nodes, pending, figures)
+
+
+def _matches(node: NodeView, filters: NodeFilter) -> bool:
+    return (
+        (not filters.nodepool or node.nodepool == filters.nodepool)
+        and (not filters.environment or node.environment == filters.environment)
+        and (not filters.capacity_type or node.capacity_type == filters.capacity_type)
+    )
+
+
+def commitment_samples(limit: int = 500) -> QuerySet[CommitmentSample]:
+    """The most recent stored Workload Commitment samples, newest first."""
+    return CommitmentSample.objects.order_by("-taken_at")[:limit]
+
+
+def commitment_series(limit: int = 500) -> dict[str, list]:
+    """The stored samples as chart columns, oldest first: epoch seconds and, per resource, the
+    ratio and the pending ratio (None where undefined)."""
+    samples = list(reversed(commitment_samples(limit)))
+    series: dict[str, list] = {"t": [s.taken_at.timestamp() for s in samples]}
+    for resource in commitment.RESOURCES:
+        figures = [s.figures.get("resources", {}).get(resource, {}) for s in samples]
+        series[resource] = [f.get("ratio") for f in figures]
+        series[f"{resource}_pending"] = [f.get("pending_ratio") for f in figures]
+    return series
