@@ -70,6 +70,7 @@ DJANGO_FREE = (
     "portal.compose",
     "portal.lifecycle",
     "portal.policy",
+    "scheduler.commitment",
     "scheduler.extender.encoding",
     "scheduler.extender.names",
     "scheduler.kubedefault",

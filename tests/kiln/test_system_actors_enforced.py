@@ -45,8 +45,9 @@ from kiln.identity import components as c
 from kiln.identity.models import Membership, Team
 from kiln.identity.permissions import PLATFORM_ADMIN, Actor, system_actor
 from kiln.identity.services import membership_add, membership_remove, team_create
+from scheduler import commitment
 from scheduler import services as scheduler_services
-from scheduler.models import Node, NodeSource, ReplayReport
+from scheduler.models import CommitmentSample, Node, NodeSource, ReplayReport
 from tests.audit.conftest import audit_settings  # noqa: F401 - own stream and key per test
 from tests.canary.test_ownership_support import own_namespace
 from tests.chaos.test_chaos_support import (  # noqa: F401
@@ -148,6 +149,15 @@ OPERATIONS: dict[str, Operation] = {
         ),
         _nodes,
         lambda r, ctx: r.created == ["k-1"],
+    ),
+    "scheduler.commitment_sample_store": Operation(
+        frozenset({c.NODES_SYNC}),
+        "plain",
+        lambda a, ctx: scheduler_services.commitment_sample_store(
+            actor=a, figures=commitment.from_pods([("n-1", (1000, 1.0, 0))], []), nodes=1
+        ),
+        lambda ctx: CommitmentSample.objects.count(),
+        lambda r, ctx: r is not None and CommitmentSample.objects.filter(pk=r.pk).exists(),
     ),
     "scheduler.replay_report_store": Operation(
         frozenset({c.REPLAY_STORE}),
