@@ -28,15 +28,31 @@ INSTANCE_TYPES = (
     ("r6i.large", "r6i", 2, "16", 0, "", "0.1260"),
     ("r6i.xlarge", "r6i", 4, "32", 0, "", "0.2520"),
     ("r6i.2xlarge", "r6i", 8, "64", 0, "", "0.5040"),
+    ("m7i.xlarge", "m7i", 4, "16", 0, "", "0.2016"),
+    ("m7i.2xlarge", "m7i", 8, "32", 0, "", "0.4032"),
     ("g5.xlarge", "g5", 4, "16", 1, "NVIDIA A10G", "1.0060"),
     ("g5.2xlarge", "g5", 8, "32", 1, "NVIDIA A10G", "1.2120"),
     ("g5.12xlarge", "g5", 48, "192", 4, "NVIDIA A10G", "5.6720"),
+    ("g6.xlarge", "g6", 4, "16", 1, "NVIDIA L4", "0.8048"),
+    ("g6.2xlarge", "g6", 8, "32", 1, "NVIDIA L4", "0.9776"),
 )
-ZONES = ("us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d")
+# us-east-1 and the eu-west-1 zones environments' NodePools name (portal.compose DEFAULT_ZONES),
+# so every type and zone a composed NodePool allows has a price.
+ZONES = (
+    "us-east-1a",
+    "us-east-1b",
+    "us-east-1c",
+    "us-east-1d",
+    "eu-west-1a",
+    "eu-west-1b",
+    "eu-west-1c",
+)
 # Spot price as a fraction of on-demand per zone, and the zone's interruption bucket
 # offset: spot typically sells 60-70% under on-demand, and zones differ.
-ZONE_SPOT_RATIO = (Decimal("0.34"), Decimal("0.38"), Decimal("0.31"), Decimal("0.42"))
-FAMILY_BUCKET = {"m5": 1, "m6i": 0, "m6a": 0, "c6i": 2, "r6i": 1, "g5": 3}
+ZONE_SPOT_RATIO = tuple(
+    Decimal(r) for r in ("0.34", "0.38", "0.31", "0.42", "0.35", "0.33", "0.37")
+)
+FAMILY_BUCKET = {"m5": 1, "m6i": 0, "m6a": 0, "m7i": 0, "c6i": 2, "r6i": 1, "g5": 3, "g6": 3}
 
 
 def _spot_quotes(itype: InstanceType) -> list[tuple[str, Decimal, int]]:

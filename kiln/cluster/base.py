@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
@@ -108,6 +108,29 @@ class AppliedRef:
         return f"{self.api_version} {self.kind} {where}{self.name}"
 
 
+@dataclass(frozen=True)
+class PodBinding:
+    """A pod bound to a node, as a `v1 Binding` says it; its annotations are copied onto the pod."""
+
+    namespace: str
+    name: str
+    node: str
+    annotations: dict[str, str] = field(default_factory=dict)
+
+    def manifest(self) -> dict[str, Any]:
+        """The `v1 Binding` object kube-scheduler posts to `pods/<name>/binding`."""
+        return {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {
+                "name": self.name,
+                "namespace": self.namespace,
+                "annotations": dict(self.annotations),
+            },
+            "target": {"apiVersion": "v1", "kind": "Node", "name": self.node},
+        }
+
+
 class LeaseMirror(Protocol):
     """A `coordination.k8s.io/v1` Lease beside a database lease, written with optimistic concurrency."""
 
@@ -143,6 +166,9 @@ class DeliveryBackend(Protocol):
     # True where the cluster's traffic is simulated from its own objects (the faults in its
     # VirtualServices are what requests see), so a fault's effect can be read from the cluster.
     simulates_traffic: bool
+    # True where no kube-scheduler or Karpenter runs and Kiln's simulated ones (scheduler/cluster/)
+    # launch nodes and bind pods through this backend: the simulated cluster only.
+    simulates_scheduling: bool
 
     def apply(self, manifests: list[dict], *, field_manager: str = "kiln") -> list[AppliedRef]:
         """Server-side apply in order; a manifest's metadata.resourceVersion is a precondition."""
@@ -197,6 +223,20 @@ class DeliveryBackend(Protocol):
 
     def lease_mirror(self, *, namespace: str, name: str) -> LeaseMirror | None:
         """The cluster-side Lease to keep beside a database lease, or None where there is none."""
+        ...
+
+    def update_status(self, updates: list[tuple[AppliedRef, dict[str, Any]]]) -> int:
+        """Replace each object's status (the status subresource, as a controller writes it).
+
+        Returns how many objects were written; an object that does not exist is skipped.
+        """
+        ...
+
+    def bind_pods(self, bindings: list[PodBinding]) -> int:
+        """Bind each pending pod to its node (`pods/binding`): nodeName, annotations, PodScheduled.
+
+        Returns how many pods were bound; a pod that is gone or already bound is skipped.
+        """
         ...
 
 

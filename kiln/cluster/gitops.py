@@ -25,6 +25,7 @@ import subprocess
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
+from typing import Any
 
 import yaml
 from django.conf import settings
@@ -36,6 +37,7 @@ from kiln.cluster.base import (
     Health,
     HealthStatus,
     LeaseMirror,
+    PodBinding,
     desired_state,
     ref_of,
 )
@@ -51,6 +53,9 @@ class GitOpsBackend:
     name = "gitops"
     syncs_gitops = False  # it is the repository: nothing to sync from
     simulates_traffic = False  # Argo CD delivers; traffic is the cluster's own
+    # Nodes and bindings are the cluster's, not desired state to commit: Kiln's simulated
+    # Karpenter and kube-scheduler do not write through a repository.
+    simulates_scheduling = False
 
     def __init__(
         self,
@@ -270,3 +275,11 @@ class GitOpsBackend:
     def lease_mirror(self, *, namespace: str, name: str) -> LeaseMirror | None:
         """None: a Lease is live coordination, not desired state to commit; the database lease holds."""
         return None
+
+    def update_status(self, updates: list[tuple[AppliedRef, dict[str, Any]]]) -> int:
+        """Status is the cluster's, never committed: written to the observer (0 without one)."""
+        return self.observer.update_status(updates) if self.observer is not None else 0
+
+    def bind_pods(self, bindings: list[PodBinding]) -> int:
+        """Bindings are the cluster's, never committed: made on the observer (0 without one)."""
+        return self.observer.bind_pods(bindings) if self.observer is not None else 0

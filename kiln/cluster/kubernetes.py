@@ -33,6 +33,7 @@ from kiln.cluster.base import (
     Health,
     HealthStatus,
     LeaseMirror,
+    PodBinding,
     health_of,
     is_deleting,
     may_route_host,
@@ -80,6 +81,7 @@ class KubernetesBackend:
     name = "kubernetes"
     syncs_gitops = True  # Argo CD runs in the cluster and syncs the repository itself
     simulates_traffic = False  # real traffic: its effect is measured, not derived
+    simulates_scheduling = False  # the cluster's own kube-scheduler and Karpenter run
 
     def __init__(
         self,
@@ -315,6 +317,32 @@ class KubernetesBackend:
     def lease_mirror(self, *, namespace: str, name: str) -> LeaseMirror | None:
         """A coordination.k8s.io/v1 Lease on this API server, with this backend's credentials."""
         return KubernetesLease(self.api, namespace, name)
+
+    def update_status(self, updates: list[tuple[AppliedRef, dict[str, Any]]]) -> int:
+        """A merge patch of each object's status subresource; a missing object is skipped."""
+        written = 0
+        for ref, status in updates:
+            path = self._path(ref.api_version, ref.kind, ref.namespace, ref.name) + "/status"
+            response = self._request(
+                "PATCH", path, body={"status": status}, content_type="application/merge-patch+json"
+            )
+            if response.status == 404:
+                continue
+            self._check(response, f"status of {ref}")
+            written += 1
+        return written
+
+    def bind_pods(self, bindings: list[PodBinding]) -> int:
+        """POST a v1 Binding per pod; a pod that is gone (404) or already bound (409) is skipped."""
+        bound = 0
+        for binding in bindings:
+            path = self._path("v1", "Pod", binding.namespace, binding.name) + "/binding"
+            response = self._request("POST", path, body=binding.manifest())
+            if response.status in (404, 409):
+                continue
+            self._check(response, f"binding of pod {binding.namespace}/{binding.name}")
+            bound += 1
+        return bound
 
     def wait_ready(self, ref: AppliedRef, timeout: float = 60.0) -> Health:
         """Watch one object until it is healthy, degraded or `timeout` passes."""

@@ -25,6 +25,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from kiln.cluster import simulated_bulk
 from kiln.cluster.base import (
     AppliedRef,
     Conflict,
@@ -62,6 +63,7 @@ class SimulatedBackend:
     name = "simulated"
     syncs_gitops = False  # no Argo CD here: the gitops backend applies its commits itself
     simulates_traffic = True  # its traffic is drawn from its VirtualServices
+    simulates_scheduling = True  # Kiln's simulated Karpenter and kube-scheduler act on it
 
     # --- writes --------------------------------------------------------------
 
@@ -258,6 +260,10 @@ class SimulatedBackend:
         ).update(status=status, updated_at=timezone.now())
         if not updated:
             raise DeliveryError(f"{ref} does not exist", retryable=False)
+
+    # Status writes and bindings, a chunk of rows per statement (`simulated_bulk`).
+    update_status = staticmethod(simulated_bulk.update_status)
+    bind_pods = staticmethod(simulated_bulk.bind_pods)
 
     def clear_finalizers(self, ref: AppliedRef) -> None:
         """Remove every finalizer of a deleting object (what an operator does by hand)."""

@@ -60,6 +60,8 @@ def render(obj: SimulatedObject) -> dict[str, Any]:
     }
     if obj.kind == "Namespace":
         status["phase"] = "Terminating" if obj.deletion_timestamp else "Active"
+    elif obj.kind == "Pod" and obj.api_version == "v1":
+        status["phase"] = "Pending"  # as the API server creates every pod, until it is bound
     status.update(obj.status or {})
     body["status"] = status
     return body

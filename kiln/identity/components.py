@@ -71,6 +71,9 @@ COMPONENTS: dict[str, frozenset[str]] = {
     "chaos-controller": _job(CHAOS_CONTROL),
     "chaos-reaper": _job(CHAOS_REAP),
     "scheduler-node-sync": _job(NODES_SYNC),
+    # The simulated cluster's Karpenter and kube-scheduler: they write only the cluster and audit.
+    "karpenter": _job(),
+    "kube-scheduler": _job(),
     "audit-writer": _job(AUDIT_CHAIN),
     "audit-verifier": _job(AUDIT_VERIFY),
     "audit-setup": _job(AUDIT_SETUP),

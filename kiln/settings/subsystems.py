@@ -123,6 +123,20 @@ CELERY_BEAT_SCHEDULE["scheduler-nodes-resync"] = {
     "task": "scheduler.tasks.nodes_resync",
     "schedule": KILN_SCHEDULER_SYNC_SECONDS,
 }
+# The simulated cluster's Karpenter, kube-scheduler and spot reclaims (docs/scheduler.md): they
+# act only where the delivery backend simulates scheduling (the simulated cluster).
+KILN_SIM_CLUSTER_TICK_SECONDS = env_float("KILN_SIM_CLUSTER_TICK_SECONDS", 5.0)
+# Spot interruption rates times this (1 = the price book's real monthly rates).
+KILN_SIM_SPOT_RECLAIM_SCALE = env_float(
+    "KILN_SIM_SPOT_RECLAIM_SCALE", 20000.0 if STANDALONE else 1.0
+)
+KILN_SIM_SPOT_NOTICE_SECONDS = env_float("KILN_SIM_SPOT_NOTICE_SECONDS", 120.0)
+KILN_SIM_DEMO_WORKLOAD = env_bool("KILN_SIM_DEMO_WORKLOAD", STANDALONE)
+KILN_SIM_NODE_CACHE_CAPABLE = env_bool("KILN_SIM_NODE_CACHE_CAPABLE", True)
+CELERY_BEAT_SCHEDULE["scheduler-cluster-tick"] = {
+    "task": "scheduler.tasks.cluster_tick",
+    "schedule": KILN_SIM_CLUSTER_TICK_SECONDS,
+}
 
 # --- chaos (docs/chaos.md): leader-election timings of fault leases, in seconds --------------
 

@@ -1,4 +1,5 @@
-"""A small real Kubernetes API server for tests: discovery, server-side apply, get, list, watch, delete.
+"""A small real Kubernetes API server for tests: discovery, server-side apply, get, list, watch, delete,
+the status subresource (merge patch) and pod bindings.
 
 Server-side apply honours a `metadata.resourceVersion` precondition (stale or on a
 missing object: 409 Conflict).
@@ -26,6 +27,7 @@ RESOURCES = {
         ("limitranges", "LimitRange", True),
         ("pods", "Pod", True),
         ("configmaps", "ConfigMap", True),
+        ("nodes", "Node", False),
     ],
     "apps/v1": [
         ("deployments", "Deployment", True),
@@ -62,6 +64,7 @@ class FakeKube:
         self.finalizer_seconds = finalizer_seconds
         self.never_ready: set[str] = set()
         self.stuck: set[str] = set()
+        self.status: dict[tuple, dict] = {}  # written through the status subresource or a binding
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -119,6 +122,7 @@ class FakeKube:
                     }
                 ]
             }
+            obj["status"].update(self.status.get(key, {}))
 
     def _view(self, key) -> dict:
         return copy.deepcopy(self.objects[key])
@@ -169,6 +173,7 @@ class FakeKube:
                 plural = rest[0] if rest else None
                 name = rest[1] if len(rest) > 1 else None
                 kind = next((k for p, k, _ in RESOURCES.get(api_version, []) if p == plural), None)
+                query["_subresource"] = rest[2] if len(rest) > 2 else ""
                 return api_version, namespace, plural, kind, name, query
 
             def _record(self, body=None) -> None:
@@ -286,6 +291,8 @@ class FakeKube:
                 if route is None or route[3] is None or not route[4]:
                     return self._status(404, "NotFound", "no such resource")
                 api_version, namespace, _, kind, name, query = route
+                if query["_subresource"] == "status":
+                    return self._patch_status((api_version, kind, namespace, name), body)
                 if self.headers.get("Content-Type") != "application/apply-patch+yaml":
                     return self._status(
                         415, "UnsupportedMediaType", "only server-side apply is served"
@@ -344,6 +351,39 @@ class FakeKube:
                     fake._reconcile()
                     view = fake._view(key)
                 self._send(200 if old else 201, view)
+
+            def _patch_status(self, key, body) -> None:
+                if self.headers.get("Content-Type") != "application/merge-patch+json":
+                    return self._status(415, "UnsupportedMediaType", "status takes a merge patch")
+                with fake.lock:
+                    if key not in fake.objects:
+                        return self._status(404, "NotFound", f"{key[3]} not found")
+                    fake.status[key] = {**fake.status.get(key, {}), **body.get("status", {})}
+                    fake._reconcile()
+                    view = fake._view(key)
+                self._send(200, view)
+
+            def do_POST(self) -> None:  # noqa: N802
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                self._record(body)
+                route = self._route()
+                if route is None or route[3] != "Pod" or route[5]["_subresource"] != "binding":
+                    return self._status(405, "MethodNotAllowed", "only pod bindings are posted")
+                api_version, namespace, _, kind, name, _ = route
+                key = (api_version, kind, namespace, name)
+                with fake.lock:
+                    pod = fake.objects.get(key)
+                    if pod is None:
+                        return self._status(404, "NotFound", f"pods {name} not found")
+                    if pod.get("spec", {}).get("nodeName"):
+                        return self._status(409, "Conflict", f"pod {name} is already assigned")
+                    pod.setdefault("spec", {})["nodeName"] = body["target"]["name"]
+                    annotations = pod["metadata"].setdefault("annotations", {})
+                    annotations.update((body.get("metadata") or {}).get("annotations") or {})
+                    fake.status[key] = {"phase": "Running"}
+                    fake._reconcile()
+                self._send(201, {"kind": "Status", "status": "Success", "code": 201})
 
             def do_DELETE(self) -> None:  # noqa: N802
                 length = int(self.headers.get("Content-Length") or 0)

@@ -23,6 +23,7 @@ from kiln.cluster import AppliedRef, Conflict, DeliveryBackend, DeliveryError
 from kiln.cluster.gitops import GitOpsBackend
 from kiln.cluster.kubernetes import KubernetesBackend
 from kiln.cluster.lease import KubernetesLease
+from kiln.cluster.nodes import PodBinding, node_list, node_manifest, node_status, pod_list
 from kiln.cluster.simulated import SimulatedBackend
 from kiln.cluster.simulated_failures import inject_failure
 from tests.cluster.fake_kube import FakeKube
@@ -100,6 +101,7 @@ def test_every_backend_implements_the_whole_protocol(harness):
     assert isinstance(backend, DeliveryBackend)
     assert isinstance(backend.syncs_gitops, bool)
     assert isinstance(backend.simulates_traffic, bool)
+    assert isinstance(backend.simulates_scheduling, bool)
 
 
 def test_list_selects_by_label_equality_inequality_and_existence(harness):
@@ -233,6 +235,42 @@ def test_a_pod_kill_is_carried_out_by_whoever_runs_the_chaos_controller(harness)
     # A pod that is already gone is not reported as deleted again.
     again = backend.carry_out_pod_kill(namespace="shop", pods=["checkout-1"])
     assert again == []
+
+
+def test_a_status_write_replaces_the_status_and_skips_what_does_not_exist(harness):
+    backend = harness.backend
+    node = node_manifest(
+        name="n1", instance_type="m6i.xlarge", zone="z1", capacity_type="spot", nodepool="p"
+    )
+    backend.apply([node])
+    written = backend.update_status(
+        [
+            (AppliedRef("v1", "Node", "", "n1"), node_status(cpu=3.92, memory=2**34, gpu=0)),
+            (AppliedRef("v1", "Node", "", "missing"), node_status(cpu=1, memory=1, gpu=0)),
+        ]
+    )
+    assert written == 1
+    [live] = node_list(backend, nodepool="p", capacity_type="spot")
+    assert live["status"]["allocatable"] == {
+        "cpu": "3920m",
+        "memory": str(2**34),
+        "nvidia.com/gpu": "0",
+    }
+    assert node_list(backend, capacity_type="on-demand") == []
+
+
+def test_binding_a_pod_sets_its_node_and_annotations_once(harness):
+    backend = harness.backend
+    backend.apply([namespace(), pod("checkout-1")])
+    bind = PodBinding("shop", "checkout-1", "n1", {"kiln.dev/score-explanation": "{}"})
+    assert backend.bind_pods([bind, PodBinding("shop", "gone", "n1")]) == 1
+    [live] = pod_list(backend, namespace="shop", node="n1")
+    assert live["spec"]["nodeName"] == "n1"
+    assert live["status"]["phase"] == "Running"
+    assert live["metadata"]["annotations"]["kiln.dev/score-explanation"] == "{}"
+    # A bound pod is not bound again (the API server answers 409): nothing changes.
+    assert backend.bind_pods([PodBinding("shop", "checkout-1", "n2")]) == 0
+    assert pod_list(backend, namespace="shop", node="n2") == []
 
 
 def test_a_lease_mirror_exists_only_where_the_cluster_keeps_leases(harness):

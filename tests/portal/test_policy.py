@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from django.conf import settings
 
 from portal import compose as c
 from portal import policy as p
+from scheduler.seed import INSTANCE_TYPES
 from tests.portal.k8s_schema import validate
 
 POLICIES = Path(settings.BASE_DIR) / "deploy" / "policies"
@@ -274,3 +276,43 @@ def test_ttl_policy_and_the_input_limit_agree(env_class):
     )
     assert at_limit.allowed, at_limit.summary()
     assert [v.policy for v in over.denials] == ["kiln-request-ttl-per-class"]
+
+
+def _pool_spec() -> c.EnvironmentSpec:
+    return c.EnvironmentSpec(
+        request_id="env_x",
+        team="payments",
+        name="a",
+        namespace="payments-a",
+        env_class="dev",
+        ttl_hours=24,
+        workload_class="batch",
+        cpu=4,
+        memory_gib=8,
+        spot_node_pool=True,
+    )
+
+
+def test_a_nodepool_with_an_unknown_instance_type_is_denied_before_delivery():
+    pool = c.node_pool(_pool_spec())
+    types = pool["spec"]["template"]["spec"]["requirements"][1]["values"]
+    pool["spec"]["template"]["spec"]["requirements"][1]["values"] = [*types, "z9.mega"]
+    result = p.evaluate(manifest_set(), [pool])
+    denied = {(v.policy, v.outcome): v.message for v in result.denials}
+    assert ("kiln-nodepool-known-instance-types", p.DENY) in denied
+    assert "instance types Kiln prices" in denied[("kiln-nodepool-known-instance-types", p.DENY)]
+    # The composed pool (every default type priced) passes the same policy.
+    assert p.evaluate(manifest_set(), [c.node_pool(_pool_spec())]).allowed
+
+
+def test_the_known_instance_types_policy_lists_exactly_the_priced_types():
+    doc = yaml.safe_load(
+        (POLICIES / "manifests" / "nodepool-known-instance-types.yaml").read_text()
+    )
+    expression = doc["spec"]["variables"][0]["expression"]
+    listed = set(re.findall(r"'([^']+)'", expression))
+    assert listed == {row[0] for row in INSTANCE_TYPES}
+    spec_types = (
+        set(c.DEFAULT_SPOT_TYPES) | set(c.DEFAULT_ON_DEMAND_TYPES) | set(c.DEFAULT_GPU_TYPES)
+    )
+    assert spec_types <= listed

@@ -1,0 +1,277 @@
+"""What a simulated Karpenter decides: which nodes to launch for pending pods, which to disrupt. No Django.
+
+Launch (Karpenter's provisioner, simplified to what Kiln needs to be faithful to):
+
+1. A pod is compatible with a NodePool when it tolerates the pool's taints and its
+   nodeSelector / required node affinity hold for the labels a node of the pool
+   would carry. Karpenter simulates only kube-scheduler's default filters, so
+   Kiln adds the one hard rule of its extender: a latency-sensitive (or
+   unlabelled) pod needs an on-demand offering, as a deployment would add with
+   a mutating webhook's node affinity.
+2. Pods are packed first-fit-decreasing onto planned nodes of a pool; a planned
+   node keeps every offering (instance type x zone x capacity type allowed by the
+   pool's requirements) its pods still fit, so packing never narrows it to one
+   type early.
+3. Each planned node launches as the cheapest offering that fits its pods, spot
+   where the pool allows it (spot is cheaper in every price book Kiln reads),
+   provided the pool's `limits` (cpu, memory, GPUs over its nodes) still hold.
+
+A pod that fits no offering of any compatible pool stays pending with a reason.
+
+Disruption (Karpenter v1): `expireAfter` is forceful (a node older than it goes,
+budgets do not hold it back); a node empty of workload pods for
+`consolidateAfter` is consolidated, at most the pool's disruption budget at a
+time (`nodes: "20%"` of the pool's nodes rounded up, or a count), counting nodes
+already being disrupted.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from scheduler.kubefilters import matches_affinity, untolerated_taint
+
+SPOT, ON_DEMAND = "spot", "on-demand"
+L_TYPE = "node.kubernetes.io/instance-type"
+L_ZONE = "topology.kubernetes.io/zone"
+L_CAPACITY = "karpenter.sh/capacity-type"
+L_POOL = "karpenter.sh/nodepool"
+REASON_NO_POOL = "incompatible with every NodePool (taints, selector or affinity)"
+REASON_NO_OFFERING = "no instance type of a compatible NodePool fits its requests"
+REASON_LIMITS = "every compatible NodePool would exceed its limits"
+_DURATION = re.compile(r"(\d+)(h|m|s)")
+
+
+def parse_duration(text: str | None) -> float | None:
+    """Seconds of a Go duration ("720h", "5m", "1h30m"); None for "Never", empty or unreadable."""
+    if not text or text == "Never":
+        return None
+    parts = _DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        return None
+    return float(sum(int(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in parts))
+
+
+@dataclass(frozen=True)
+class Offering:
+    """One way to launch a node: instance type, zone, capacity type, shape (cores, bytes, GPUs), $/h."""
+
+    instance_type: str
+    zone: str
+    capacity_type: str
+    cpu: float
+    memory: float
+    gpu: float
+    price: float
+
+    def holds(self, cpu: float, memory: float, gpu: float) -> bool:
+        return cpu <= self.cpu + 1e-9 and memory <= self.memory and gpu <= self.gpu
+
+
+@dataclass
+class Pool:
+    """A NodePool as the provisioner reads it: requirements, template, limits, disruption."""
+
+    name: str
+    environment: str
+    labels: dict[str, str]
+    taints: list[dict]
+    offerings: list[Offering]
+    limits: tuple[float, float, float]  # cores, bytes, GPUs (inf where not limited)
+    used: tuple[float, float, float] = (0.0, 0.0, 0.0)  # capacity of its nodes now
+    expire_after: float | None = None
+    consolidate_after: float | None = None
+    budget: str = "10%"
+
+
+@dataclass
+class PendingPod:
+    """A pod no node can take now: its key, requests (cores, bytes, GPUs), scheduling spec, class."""
+
+    key: str
+    cpu: float
+    memory: float
+    gpu: float
+    spec: dict
+    needs_on_demand: bool
+
+
+@dataclass
+class PlannedNode:
+    """A node to launch: its pool, the offering chosen and the pods it is for."""
+
+    pool: str
+    offering: Offering
+    pods: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Plan:
+    """The launches of one provisioning round and why the other pods wait."""
+
+    nodes: list[PlannedNode] = field(default_factory=list)
+    waiting: dict[str, str] = field(default_factory=dict)
+
+
+def _node_labels(pool: Pool, offering: Offering | None) -> dict[str, str]:
+    labels = {**pool.labels, L_POOL: pool.name}
+    if offering is not None:
+        labels.update(
+            {
+                L_TYPE: offering.instance_type,
+                L_ZONE: offering.zone,
+                L_CAPACITY: offering.capacity_type,
+            }
+        )
+    return labels
+
+
+def _candidates(pool: Pool, pod: PendingPod) -> list[Offering]:
+    """The pool's offerings this pod could run on (class, selector and affinity over their labels)."""
+    if untolerated_taint(pod.spec.get("tolerations") or [], pool.taints) is not None:
+        return []
+    return [
+        o
+        for o in pool.offerings
+        if not (pod.needs_on_demand and o.capacity_type == SPOT)
+        and matches_affinity(_node_labels(pool, o), pod.spec)
+    ]
+
+
+@dataclass
+class _Open:
+    pool: Pool
+    options: list[Offering]
+    cpu: float = 0.0
+    memory: float = 0.0
+    gpu: float = 0.0
+    pods: list[str] = field(default_factory=list)
+    keys: frozenset = frozenset()
+
+
+def plan_launches(pools: list[Pool], pending: list[PendingPod]) -> Plan:
+    """Nodes to launch for `pending` (first-fit-decreasing, cheapest fitting offering, within limits)."""
+    plan = Plan()
+    opened: list[_Open] = []
+    used = {p.name: list(p.used) for p in pools}
+    for pod in sorted(pending, key=lambda p: (-p.gpu, -p.cpu, -p.memory, p.key)):
+        per_pool = [(pool, _candidates(pool, pod)) for pool in pools]
+        per_pool = [(pool, c) for pool, c in per_pool if c]
+        if not per_pool:
+            plan.waiting[pod.key] = REASON_NO_POOL
+            continue
+        allowed = {(pool.name, o) for pool, c in per_pool for o in c}
+        placed = False
+        for node in opened:
+            options = [
+                o
+                for o in node.options
+                if (node.pool.name, o) in allowed
+                and o.holds(node.cpu + pod.cpu, node.memory + pod.memory, node.gpu + pod.gpu)
+            ]
+            if options:
+                node.options = options
+                node.cpu, node.memory, node.gpu = (
+                    node.cpu + pod.cpu,
+                    node.memory + pod.memory,
+                    node.gpu + pod.gpu,
+                )
+                node.pods.append(pod.key)
+                placed = True
+                break
+        if placed:
+            continue
+        fitting = [
+            (pool, [o for o in c if o.holds(pod.cpu, pod.memory, pod.gpu)]) for pool, c in per_pool
+        ]
+        fitting = [(pool, c) for pool, c in fitting if c]
+        if not fitting:
+            plan.waiting[pod.key] = REASON_NO_OFFERING
+            continue
+        within = [
+            (pool, [o for o in c if _within_limits(pool, used[pool.name], o)])
+            for pool, c in fitting
+        ]
+        within = [(pool, c) for pool, c in within if c]
+        if not within:
+            plan.waiting[pod.key] = REASON_LIMITS
+            continue
+        pool, options = min(within, key=lambda pc: min(o.price for o in pc[1]))
+        node = _Open(pool, options, pod.cpu, pod.memory, pod.gpu, [pod.key])
+        # Charge the pool for the largest option until the cheapest fitting one is chosen below.
+        opened.append(node)
+        biggest = max(options, key=lambda o: (o.cpu, o.memory))
+        _charge(used[pool.name], biggest)
+    for node in opened:
+        choice = min(node.options, key=lambda o: (o.price, o.instance_type, o.zone))
+        plan.nodes.append(PlannedNode(node.pool.name, choice, list(node.pods)))
+    return plan
+
+
+def _within_limits(pool: Pool, used: list[float], o: Offering) -> bool:
+    return (
+        used[0] + o.cpu <= pool.limits[0] + 1e-9
+        and used[1] + o.memory <= pool.limits[1]
+        and used[2] + o.gpu <= pool.limits[2]
+    )
+
+
+def _charge(used: list[float], o: Offering) -> None:
+    used[0] += o.cpu
+    used[1] += o.memory
+    used[2] += o.gpu
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """What disruption reads of a node: pool, age, how long it has been empty, whether already going."""
+
+    name: str
+    pool: str
+    age: float
+    empty_for: float | None  # seconds without a workload pod; None while it holds one
+    disrupting: bool
+
+
+def budget_allows(budget: str, pool_nodes: int) -> int:
+    """How many of a pool's nodes may be disrupted at once: a count, or a percentage rounded up."""
+    text = str(budget).strip()
+    try:
+        if text.endswith("%"):
+            return math.ceil(pool_nodes * float(text[:-1]) / 100.0)
+        return int(text)
+    except ValueError:
+        return 0  # an unreadable budget disrupts nothing voluntarily
+
+
+def plan_disruptions(pools: list[Pool], nodes: list[NodeState]) -> list[tuple[str, str]]:
+    """(node, reason) to disrupt now: every expired node, then empty ones within the budget."""
+    by_pool = {p.name: p for p in pools}
+    out: list[tuple[str, str]] = []
+    for pool_name in sorted({n.pool for n in nodes}):
+        pool = by_pool.get(pool_name)
+        members = [n for n in nodes if n.pool == pool_name]
+        if pool is None:
+            continue
+        going = sum(1 for n in members if n.disrupting)
+        for n in members:
+            if not n.disrupting and pool.expire_after is not None and n.age >= pool.expire_after:
+                out.append((n.name, "Expired"))
+                going += 1
+        room = budget_allows(pool.budget, len(members)) - going
+        chosen = {name for name, _ in out}
+        for n in sorted(members, key=lambda n: -(n.empty_for or 0.0)):
+            if room <= 0:
+                break
+            if (
+                n.name not in chosen
+                and not n.disrupting
+                and pool.consolidate_after is not None
+                and n.empty_for is not None
+                and n.empty_for >= pool.consolidate_after
+            ):
+                out.append((n.name, "Empty"))
+                room -= 1
+    return out

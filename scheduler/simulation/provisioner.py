@@ -1,0 +1,306 @@
+"""The simulated Karpenter: NodePools launch Nodes for unschedulable pods, and disrupt them again.
+
+The decisions are `scheduler.karpenter`'s (pure); this module reads NodePools,
+Nodes and Pods through the cluster interface, prices offerings from the price
+book (`simulation.pricing`), writes what Karpenter would write (a Node and its
+status; the `karpenter.sh/disrupted` taint, evictions and the Node's deletion
+when it disrupts one), and audits each launch and each disruption.
+
+`node_drain` is the one way a node goes (disruption, spot reclaim, teardown):
+taint, evict its pods (their controllers replace them elsewhere), delete it.
+"""
+
+from __future__ import annotations
+
+import secrets
+import string
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+import audit
+from kiln.cluster import AppliedRef, DeliveryBackend, ref_of
+from kiln.cluster.base import desired_state
+from kiln.cluster.nodes import (
+    A_EMPTY_SINCE,
+    DISRUPTED_TAINT,
+    L_ENVIRONMENT,
+    L_NODEPOOL,
+    UNSCHEDULABLE,
+    is_daemon_pod,
+    is_disrupting,
+    labels_of,
+    name_of,
+    node_list,
+    node_manifest,
+    node_status,
+    pod_node,
+    pod_phase,
+    pod_scheduled_condition,
+)
+from kiln.identity.permissions import system_actor
+from scheduler import karpenter, scoring
+from scheduler.extender.protocol import ProtocolError, pod_request
+from scheduler.nodesync import TERMINAL_PHASES
+from scheduler.simulation.pricing import allocatable, offerings, quantity
+
+ACTOR = "karpenter"
+INF = float("inf")
+_SUFFIX = string.ascii_lowercase + string.digits
+
+
+def _requirement(pool: dict, key: str) -> set[str] | None:
+    """The values a NodePool's requirement allows for `key` (None: no In requirement)."""
+    reqs = ((pool.get("spec") or {}).get("template") or {}).get("spec", {}).get(
+        "requirements"
+    ) or []
+    allowed: set[str] | None = None
+    excluded: set[str] = set()
+    for r in reqs:
+        if r.get("key") != key:
+            continue
+        if r.get("operator") == "In":
+            values = set(r.get("values") or [])
+            allowed = values if allowed is None else allowed & values
+        elif r.get("operator") == "NotIn":
+            excluded |= set(r.get("values") or [])
+    if allowed is not None:
+        return allowed - excluded
+    return None if not excluded else {"__not__", *excluded}  # NotIn alone: filtered below
+
+
+def pool_of(obj: dict, nodes: list[dict]) -> karpenter.Pool:
+    """A NodePool object as the provisioner reads it, with the capacity its nodes hold now."""
+    spec = obj.get("spec") or {}
+    template = spec.get("template") or {}
+    tspec = template.get("spec") or {}
+    name = name_of(obj)
+    types = _requirement(obj, karpenter.L_TYPE)
+    zones = _requirement(obj, karpenter.L_ZONE)
+    capacity = _requirement(obj, karpenter.L_CAPACITY) or {karpenter.ON_DEMAND}
+    offers = offerings(
+        types=None if types and "__not__" in types else types,
+        zones=None if zones and "__not__" in zones else zones,
+        capacity_types=capacity - {"__not__"},
+    )
+    for key, values in ((karpenter.L_TYPE, types), (karpenter.L_ZONE, zones)):
+        if values and "__not__" in values:
+            field = "instance_type" if key == karpenter.L_TYPE else "zone"
+            offers = [o for o in offers if getattr(o, field) not in values]
+    limits = spec.get("limits") or {}
+    used = [0.0, 0.0, 0.0]
+    for node in nodes:
+        if labels_of(node).get(L_NODEPOOL) == name:
+            for i, v in enumerate(allocatable(node)):
+                used[i] += v
+    budgets = (spec.get("disruption") or {}).get("budgets") or [{"nodes": "10%"}]
+    labels = dict(template.get("metadata", {}).get("labels") or {})
+    return karpenter.Pool(
+        name=name,
+        environment=labels.get(L_ENVIRONMENT) or labels_of(obj).get(L_ENVIRONMENT, ""),
+        labels=labels,
+        taints=list(tspec.get("taints") or []),
+        offerings=offers,
+        limits=(
+            quantity(limits.get("cpu"), INF),
+            quantity(limits.get("memory"), INF),
+            quantity(limits.get("nvidia.com/gpu"), INF),
+        ),
+        used=(used[0], used[1], used[2]),
+        expire_after=karpenter.parse_duration(tspec.get("expireAfter")),
+        consolidate_after=karpenter.parse_duration(
+            (spec.get("disruption") or {}).get("consolidateAfter")
+        ),
+        budget=str(budgets[0].get("nodes", "10%")),
+    )
+
+
+def _pending(pods: list[dict]) -> list[karpenter.PendingPod]:
+    out = []
+    for pod in pods:
+        condition = pod_scheduled_condition(pod) or {}
+        if pod_node(pod) or condition.get("reason") != UNSCHEDULABLE:
+            continue
+        try:
+            req = pod_request(pod)
+        except ProtocolError:
+            continue
+        out.append(
+            karpenter.PendingPod(
+                key=f"{pod['metadata'].get('namespace', '')}/{name_of(pod)}",
+                cpu=req.cpu,
+                memory=req.memory,
+                gpu=req.gpu,
+                spec=pod.get("spec") or {},
+                needs_on_demand=req.workload_class == scoring.LATENCY_SENSITIVE,
+            )
+        )
+    return out
+
+
+def pools_list(*, backend: DeliveryBackend, nodes: list[dict]) -> list[karpenter.Pool]:
+    """Every live NodePool, read for the provisioner."""
+    return [
+        pool_of(p, nodes)
+        for p in backend.list("karpenter.sh/v1", "NodePool", include_deleting=False)
+    ]
+
+
+def nodes_provision(*, backend: DeliveryBackend, pods: list[dict] | None = None) -> karpenter.Plan:
+    """Launch the nodes Karpenter would for the unschedulable pods; audited per launch round."""
+    nodes = node_list(backend)
+    pods = pods if pods is not None else backend.list("v1", "Pod", include_deleting=False)
+    pending = _pending(pods)
+    if not pending:
+        return karpenter.Plan()
+    pools = pools_list(backend=backend, nodes=nodes)
+    plan = karpenter.plan_launches(pools, pending)
+    if not plan.nodes:
+        return plan
+    by_name = {p.name: p for p in pools}
+    manifests, statuses = [], []
+    for planned in plan.nodes:
+        pool, o = by_name[planned.pool], planned.offering
+        name = f"{pool.name}-{''.join(secrets.choice(_SUFFIX) for _ in range(5))}"
+        manifests.append(
+            node_manifest(
+                name=name,
+                instance_type=o.instance_type,
+                zone=o.zone,
+                capacity_type=o.capacity_type,
+                nodepool=pool.name,
+                environment=pool.environment,
+                labels=pool.labels,
+                taints=pool.taints,
+            )
+        )
+        statuses.append(
+            (
+                AppliedRef("v1", "Node", "", name),
+                node_status(cpu=o.cpu, memory=int(o.memory), gpu=int(o.gpu)),
+            )
+        )
+    with transaction.atomic():
+        backend.apply(manifests, field_manager="karpenter")
+        backend.update_status(statuses)
+        audit.record(
+            system_actor(ACTOR),
+            "scheduler.nodes.launched",
+            "scheduler:nodes",
+            {
+                "nodes": [
+                    {
+                        "node": name_of(m),
+                        "nodepool": p.pool,
+                        "instanceType": p.offering.instance_type,
+                        "zone": p.offering.zone,
+                        "capacityType": p.offering.capacity_type,
+                        "hourly": p.offering.price,
+                        "pods": p.pods,
+                    }
+                    for m, p in zip(manifests, plan.nodes, strict=True)
+                ],
+                "waiting": plan.waiting,
+            },
+        )
+    return plan
+
+
+def node_with(
+    node: dict, *, annotations: dict[str, str | None] | None = None, taint: bool = False
+) -> dict:
+    """The node's desired state with annotations set (None removes) and, if asked, the disrupted taint."""
+    body = desired_state(node)
+    meta = body["metadata"]
+    meta.pop("finalizers", None)
+    meta.pop("uid", None)
+    current = dict(meta.get("annotations") or {})
+    for key, value in (annotations or {}).items():
+        if value is None:
+            current.pop(key, None)
+        else:
+            current[key] = value
+    meta["annotations"] = current
+    if taint:
+        taints = list((body.get("spec") or {}).get("taints") or [])
+        if not any(t.get("key") == DISRUPTED_TAINT["key"] for t in taints):
+            taints.append(dict(DISRUPTED_TAINT))
+        body["spec"] = {**(body.get("spec") or {}), "taints": taints}
+    return body
+
+
+def node_drain(
+    *, backend: DeliveryBackend, node: dict, reason: str, delete: bool = True
+) -> list[str]:
+    """Taint the node, evict its pods (their workloads replace them) and, unless told not to, delete it."""
+    backend.apply([node_with(node, taint=True)], field_manager="karpenter")
+    evicted = []
+    for pod in backend.list("v1", "Pod", include_deleting=False):
+        if pod_node(pod) == name_of(node) and not is_daemon_pod(pod):
+            if backend.delete(ref_of(pod)):
+                evicted.append(f"{pod['metadata'].get('namespace', '')}/{name_of(pod)}")
+    if delete:
+        backend.delete(AppliedRef("v1", "Node", "", name_of(node)))
+    audit.record(
+        system_actor(ACTOR),
+        "scheduler.node.drained",
+        f"scheduler:node:{name_of(node)}",
+        {
+            "reason": reason,
+            "nodepool": labels_of(node).get(L_NODEPOOL, ""),
+            "evicted": evicted,
+            "deleted": delete,
+        },
+    )
+    return evicted
+
+
+def _age(node: dict, now: datetime) -> float:
+    created = parse_datetime((node.get("metadata") or {}).get("creationTimestamp") or "")
+    return (now - created).total_seconds() if created else 0.0
+
+
+def nodes_disrupt(
+    *, backend: DeliveryBackend, now: datetime | None = None
+) -> list[tuple[str, str]]:
+    """Mark empty nodes, then drain what `karpenter.plan_disruptions` picks (expired, empty)."""
+    now = now or timezone.now()
+    nodes = node_list(backend)
+    busy = {
+        pod_node(p)
+        for p in backend.list("v1", "Pod", include_deleting=False)
+        if pod_node(p) and not is_daemon_pod(p) and pod_phase(p) not in TERMINAL_PHASES
+    }
+    states: list[karpenter.NodeState] = []
+    marks: list[dict[str, Any]] = []
+    for node in nodes:
+        since = ((node.get("metadata") or {}).get("annotations") or {}).get(A_EMPTY_SINCE)
+        empty = name_of(node) not in busy
+        if empty and since is None:
+            marks.append(
+                node_with(node, annotations={A_EMPTY_SINCE: now.strftime("%Y-%m-%dT%H:%M:%SZ")})
+            )
+        elif not empty and since is not None:
+            marks.append(node_with(node, annotations={A_EMPTY_SINCE: None}))
+        since_at = parse_datetime(since) if (empty and since) else None
+        states.append(
+            karpenter.NodeState(
+                name=name_of(node),
+                pool=labels_of(node).get(L_NODEPOOL, ""),
+                age=_age(node, now),
+                empty_for=(now - since_at).total_seconds()
+                if since_at
+                else (0.0 if empty else None),
+                disrupting=is_disrupting(node),
+            )
+        )
+    if marks:
+        backend.apply(marks, field_manager="karpenter")
+    chosen = karpenter.plan_disruptions(pools_list(backend=backend, nodes=nodes), states)
+    by_name = {name_of(n): n for n in nodes}
+    for name, reason in chosen:
+        node_drain(backend=backend, node=by_name[name], reason=reason)
+    return chosen

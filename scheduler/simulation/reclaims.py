@@ -1,0 +1,141 @@
+"""Spot reclaims: spot nodes are interrupted at the price book's rates, with the two-minute notice.
+
+A spot node of interruption bucket b is reclaimed at the band's midpoint
+frequency per month (`<5%` 2.5%, `5-10%` 7.5%, ... `>20%` 25%: the scorer's
+likelihood times 25%), as a Poisson process: over `dt` seconds the chance is
+`1 - exp(-rate * dt)` with `rate = monthly / (30 days) * KILN_SIM_SPOT_RECLAIM_SCALE`
+(1 is the real rate; the standalone demo scales it up so a reclaim is seen in
+minutes). A spot node with no quote is reclaimed at the worst band's rate.
+
+On the notice, as EC2 and Karpenter do: a `v1 Event` (`SpotInterrupted`, with
+the two-minute warning) on the Node, the `kiln.dev/reclaim-at` annotation, the
+`karpenter.sh/disrupted` taint and every pod evicted (their workloads place
+them again). When the notice runs out the Node goes. Both steps are audited
+(`scheduler.node.reclaim_noticed`, `scheduler.node.reclaimed`).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+import audit
+from kiln.cluster import AppliedRef, DeliveryBackend
+from kiln.cluster.nodes import (
+    A_RECLAIM_AT,
+    L_INSTANCE_TYPE,
+    L_NODEPOOL,
+    L_ZONE,
+    SPOT,
+    labels_of,
+    name_of,
+    node_list,
+)
+from kiln.identity.permissions import system_actor
+from scheduler import scoring, selectors
+from scheduler.simulation.provisioner import node_drain, node_with
+
+ACTOR = "karpenter"
+MONTH_SECONDS = 30 * 86400
+TOP_BAND = 0.25  # the midpoint of the >20% band, the likelihood's denominator
+NOTICE_MESSAGE = "Spot interruption warning: the instance will be reclaimed in two minutes"
+
+
+def monthly_rate(bucket: int | None) -> float:
+    """Interruptions per month of a spot node in `bucket` (None: unknown, the worst band)."""
+    likelihoods = [v for _, v in scoring.INTERRUPTION_BUCKETS]
+    likelihood = (
+        likelihoods[bucket] if bucket is not None and 0 <= bucket < len(likelihoods) else 1.0
+    )
+    return likelihood * TOP_BAND
+
+
+def reclaim_probability(bucket: int | None, seconds: float, scale: float) -> float:
+    """The chance a spot node is interrupted within `seconds` (Poisson at the scaled band rate)."""
+    rate = monthly_rate(bucket) / MONTH_SECONDS * max(0.0, scale)
+    return 1.0 - math.exp(-rate * max(0.0, seconds))
+
+
+def _iso(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def node_reclaim_notice(
+    *, backend: DeliveryBackend, node: dict, now: datetime | None = None
+) -> list[str]:
+    """Give a spot node its two-minute notice: Event, annotation, taint, evictions; audited."""
+    now = now or timezone.now()
+    at = now + timedelta(seconds=settings.KILN_SIM_SPOT_NOTICE_SECONDS)
+    name = name_of(node)
+    event = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{name}.spot-interrupted", "namespace": "default"},
+        "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": name},
+        "reason": "SpotInterrupted",
+        "message": NOTICE_MESSAGE,
+        "type": "Warning",
+        "source": {"component": "karpenter"},
+        "firstTimestamp": _iso(now),
+        "lastTimestamp": _iso(now),
+    }
+    with transaction.atomic():
+        backend.apply(
+            [event, node_with(node, annotations={A_RECLAIM_AT: _iso(at)})],
+            field_manager="karpenter",
+        )
+        live = backend.get("v1", "Node", None, name) or node
+        evicted = node_drain(backend=backend, node=live, reason="SpotInterrupted", delete=False)
+        audit.record(
+            system_actor(ACTOR),
+            "scheduler.node.reclaim_noticed",
+            f"scheduler:node:{name}",
+            {
+                "nodepool": labels_of(node).get(L_NODEPOOL, ""),
+                "reclaim_at": _iso(at),
+                "evicted": evicted,
+            },
+        )
+    return evicted
+
+
+def spot_reclaims(
+    *,
+    backend: DeliveryBackend,
+    seconds: float,
+    rng: random.Random | None = None,
+    now: datetime | None = None,
+) -> dict[str, list[str]]:
+    """One reclaim round over `seconds` of cluster time: notices drawn at the rates, due nodes removed."""
+    rng = rng or random.Random()
+    now = now or timezone.now()
+    _, spot = selectors.price_book()
+    scale = float(settings.KILN_SIM_SPOT_RECLAIM_SCALE)
+    noticed, reclaimed = [], []
+    for node in node_list(backend, capacity_type=SPOT):
+        annotations = (node.get("metadata") or {}).get("annotations") or {}
+        due = parse_datetime(annotations.get(A_RECLAIM_AT) or "")
+        if due is not None:
+            if now >= due:
+                with transaction.atomic():
+                    backend.delete(AppliedRef("v1", "Node", "", name_of(node)))
+                    audit.record(
+                        system_actor(ACTOR),
+                        "scheduler.node.reclaimed",
+                        f"scheduler:node:{name_of(node)}",
+                        {"nodepool": labels_of(node).get(L_NODEPOOL, "")},
+                    )
+                reclaimed.append(name_of(node))
+            continue
+        labels = labels_of(node)
+        quote = spot.get((labels.get(L_INSTANCE_TYPE, ""), labels.get(L_ZONE, "")))
+        if rng.random() < reclaim_probability(quote[1] if quote else None, seconds, scale):
+            node_reclaim_notice(backend=backend, node=node, now=now)
+            noticed.append(name_of(node))
+    return {"noticed": noticed, "reclaimed": reclaimed}

@@ -1,0 +1,169 @@
+"""The simulated cluster's scheduling end to end on the simulated backend: Karpenter launches, kube-scheduler
+binds through the extender, reclaims evict and re-place, disruption removes empty nodes."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from audit.models import OutboxEvent
+from kiln.cluster.nodes import (
+    A_SCORE_EXPLANATION,
+    L_NODEPOOL,
+    labels_of,
+    name_of,
+    node_list,
+    pod_list,
+    pod_node,
+    pod_scheduled_condition,
+    score_explanation,
+)
+from kiln.cluster.simulated import SimulatedBackend
+from portal.compose import EnvironmentSpec, node_pool
+from scheduler import seed
+from scheduler.simulation import cluster_tick
+from scheduler.simulation.demo import GENERAL_POOL, demo_workload, deployment, shared_pools
+from scheduler.simulation.kubescheduler import KubeScheduler, latency_sensitive_on_spot
+from scheduler.simulation.provisioner import nodes_disrupt, nodes_provision
+from scheduler.simulation.reclaims import node_reclaim_notice, spot_reclaims
+from scheduler.simulation.workloads import workloads_reconcile
+
+pytestmark = pytest.mark.django_db
+
+NS = "team-a-dev"
+
+
+@pytest.fixture
+def backend(settings):
+    settings.KILN_SIM_DELAY_PROFILE = "zero"
+    settings.KILN_SIM_SPOT_NOTICE_SECONDS = 0.0
+    seed.seed_demo()
+    b = SimulatedBackend()
+    spec = EnvironmentSpec(
+        request_id="r1",
+        team="team-a",
+        name="dev",
+        namespace=NS,
+        env_class="ephemeral",
+        ttl_hours=8,
+        workload_class="batch",
+        cpu=16,
+        memory_gib=64,
+        spot_node_pool=True,
+    )
+    b.apply(
+        [
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": NS, "labels": {"kiln.dev/environment": NS}},
+            },
+            node_pool(spec),
+            *shared_pools(),
+        ]
+    )
+    b.apply(demo_workload(NS))
+    return b
+
+
+def tick(b):
+    return cluster_tick(backend=b, seconds=0.0, rng=random.Random(1), demo=False)
+
+
+def test_demo_workload_lands_latency_sensitive_on_demand_and_batch_on_the_spot_pool(backend):
+    report = tick(backend)
+    pods = pod_list(backend, namespace=NS)
+    assert len(pods) == 5 and all(pod_node(p) for p in pods), report
+    nodes = {name_of(n): n for n in node_list(backend)}
+    for pod in pods:
+        node = nodes[pod_node(pod)]
+        capacity = labels_of(node)["karpenter.sh/capacity-type"]
+        if labels_of(pod)["app"] == "demo-web":
+            assert capacity == "on-demand" and labels_of(node)[L_NODEPOOL] == GENERAL_POOL
+        else:
+            # batch pods: the environment's spot pool, the cheapest offering that fits
+            assert capacity == "spot" and labels_of(node)[L_NODEPOOL] == f"kiln-{NS}"
+            assert labels_of(node)["kiln.dev/environment"] == NS
+        explanation = score_explanation(pod)
+        assert explanation["node"] == pod_node(pod) and 0 <= explanation["score"] <= 10
+    assert latency_sensitive_on_spot(backend) == []
+    assert OutboxEvent.objects.filter(action="scheduler.nodes.launched").exists()
+
+
+def test_a_reclaimed_spot_node_evicts_its_pods_and_they_are_placed_again(backend):
+    tick(backend)
+    [spot] = [n for n in node_list(backend, capacity_type="spot")][:1]
+    before = {name_of(p) for p in pod_list(backend, namespace=NS, node=name_of(spot))}
+    assert before
+    evicted = node_reclaim_notice(backend=backend, node=spot)
+    assert {e.split("/")[1] for e in evicted} == before
+    events = backend.list("v1", "Event", "default")
+    assert events[0]["reason"] == "SpotInterrupted"
+    assert spot_reclaims(backend=backend, seconds=0.0)["reclaimed"] == [name_of(spot)]
+    tick(backend)
+    pods = pod_list(backend, namespace=NS)
+    assert len(pods) == 5 and all(pod_node(p) and pod_node(p) != name_of(spot) for p in pods)
+    assert name_of(spot) not in {name_of(n) for n in node_list(backend)}
+    assert OutboxEvent.objects.filter(action="scheduler.node.reclaim_noticed").count() == 1
+    assert OutboxEvent.objects.filter(action="scheduler.node.reclaimed").count() == 1
+    assert latency_sensitive_on_spot(backend) == []
+
+
+def test_a_pod_larger_than_every_instance_type_stays_pending_with_a_reason(backend):
+    huge = deployment(
+        namespace=NS, name="huge", workload_class="batch", replicas=1, cpu="500", memory="1Gi"
+    )
+    backend.apply([huge])
+    tick(backend)
+    [pod] = [p for p in pod_list(backend, namespace=NS) if labels_of(p)["app"] == "huge"]
+    condition = pod_scheduled_condition(pod)
+    assert not pod_node(pod)
+    assert condition["reason"] == "Unschedulable"
+    assert "Insufficient cpu" in condition["message"] and condition["message"].startswith("0/")
+    tick(backend)  # the loop keeps going, and the others stay placed
+    assert sum(1 for p in pod_list(backend, namespace=NS) if pod_node(p)) == 5
+
+
+def test_a_killed_pod_is_replaced_by_its_workload(backend):
+    tick(backend)
+    victim = pod_list(backend, namespace=NS)[0]
+    assert backend.carry_out_pod_kill(namespace=NS, pods=[name_of(victim)]) == [name_of(victim)]
+    made = workloads_reconcile(backend=backend)
+    assert len(made.created) == 1
+    tick(backend)
+    pods = pod_list(backend, namespace=NS)
+    assert len(pods) == 5 and name_of(victim) not in {name_of(p) for p in pods}
+
+
+def test_empty_nodes_are_consolidated_after_consolidate_after(backend, settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    tick(backend)
+    for d in ("demo-web", "demo-batch"):
+        backend.delete(backend_ref(d))
+    workloads_reconcile(backend=backend)
+    nodes_disrupt(backend=backend)  # marks them empty
+    later = timezone.now() + timedelta(minutes=6)
+    gone = nodes_disrupt(backend=backend, now=later)
+    assert gone and all(reason == "Empty" for _, reason in gone)
+
+
+def backend_ref(name):
+    from kiln.cluster import AppliedRef
+
+    return AppliedRef("apps/v1", "Deployment", NS, name)
+
+
+@pytest.mark.parametrize("cache_mode", [True, False], ids=["nodeCacheCapable", "full-nodes"])
+def test_both_extender_modes_bind(backend, cache_mode):
+    workloads_reconcile(backend=backend)
+    KubeScheduler(backend=backend, node_cache_capable=cache_mode).run()
+    nodes_provision(backend=backend)
+    result = KubeScheduler(backend=backend, node_cache_capable=cache_mode).run()
+    assert len(result.bound) == 5
+    pod = pod_list(backend, namespace=NS)[0]
+    assert A_SCORE_EXPLANATION in pod["metadata"]["annotations"]
+    assert score_explanation(pod)["nodeCacheCapable"] is cache_mode
