@@ -15,6 +15,7 @@ import audit
 from audit.models import ChainEvent
 from kiln.cluster import AppliedRef, ref_of
 from kiln.cluster.backends import get_backend as _get_backend
+from kiln.cluster.nodes import name_of, node_list
 from kiln.errors import Forbidden, IllegalTransition, InvalidInput
 from kiln.identity.permissions import Actor, can_act_on_environment, system_actor
 from kiln.observability import tracer
@@ -219,6 +220,11 @@ def environment_teardown(*, environment_id: int) -> str:
         if not is_done(environment=env, name="finalizers-cleared"):
             step_started(environment=env, name="finalizers-cleared")
             remaining = [str(r) for r in workloads if backend.get(*r.key) is not None]
+            # The nodes its NodePool launched: drained and removed by Karpenter once the pool is gone.
+            remaining += [
+                f"v1 Node {name_of(n)}"
+                for n in node_list(backend, environment=env.namespace, include_deleting=True)
+            ]
             if remaining:
                 return _waiting(
                     env=env,

@@ -299,7 +299,14 @@ def nodes_disrupt(
         )
     if marks:
         backend.apply(marks, field_manager="karpenter")
-    chosen = karpenter.plan_disruptions(pools_list(backend=backend, nodes=nodes), states)
+    pools = pools_list(backend=backend, nodes=nodes)
+    chosen = karpenter.plan_disruptions(pools, states)
+    # A node whose NodePool is gone is drained at once, as Karpenter does when a pool is deleted
+    # (an environment's teardown deletes its pool, then waits for these nodes to go).
+    live = {p.name for p in pools}
+    chosen += [
+        (s.name, "NodePoolDeleted") for s in states if s.pool not in live and not s.disrupting
+    ]
     by_name = {name_of(n): n for n in nodes}
     for name, reason in chosen:
         node_drain(backend=backend, node=by_name[name], reason=reason)

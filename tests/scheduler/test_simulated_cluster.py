@@ -167,3 +167,19 @@ def test_both_extender_modes_bind(backend, cache_mode):
     pod = pod_list(backend, namespace=NS)[0]
     assert A_SCORE_EXPLANATION in pod["metadata"]["annotations"]
     assert score_explanation(pod)["nodeCacheCapable"] is cache_mode
+
+
+def test_deleting_an_environments_nodepool_drains_and_removes_its_nodes_in_order(backend):
+    from kiln.cluster import AppliedRef
+
+    tick(backend)
+    pool = f"kiln-{NS}"
+    assert node_list(backend, nodepool=pool)
+    for d in ("demo-web", "demo-batch"):  # teardown deletes the workloads, then the pool
+        backend.delete(AppliedRef("apps/v1", "Deployment", NS, d))
+    backend.delete(AppliedRef("karpenter.sh/v1", "NodePool", "", pool))
+    tick(backend)
+    assert node_list(backend, environment=NS, include_deleting=True) == []
+    drained = OutboxEvent.objects.filter(action="scheduler.node.drained")
+    assert {e.data["reason"] for e in drained} == {"NodePoolDeleted"}
+    assert node_list(backend, nodepool=GENERAL_POOL)  # other pools keep their nodes
