@@ -36,8 +36,9 @@ def test_spot_environment_demo_workload_reclaim_and_teardown(
     with django_capture_on_commit_callbacks(execute=True):
         env, _ = environment_request_submit(
             actor=people["alice"],
-            data=request_data(env_class="ephemeral", ttl_hours=8, spot_node_pool=True,
-                              workload_class="batch"),
+            data=request_data(
+                env_class="ephemeral", ttl_hours=8, spot_node_pool=True, workload_class="batch"
+            ),
         )
     env.refresh_from_db()
     assert env.status == Status.READY, env.status_reason
