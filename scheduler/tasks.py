@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from celery import shared_task
+from django.conf import settings
 
 from kiln.cluster.backends import get_backend
 from scheduler import nodesync
