@@ -27,6 +27,7 @@ from audit.services import (
     roles_setup,
     verification_run_store,
 )
+from audit.services.operations import verification_request
 from canary import services as canary_services
 from canary.chaos.models import ChaosExperiment, ChaosInjection, ChaosLease, ExperimentStatus
 from canary.chaos.services import (
@@ -331,6 +332,13 @@ OPERATIONS: dict[str, Operation] = {
         ),
         lambda ctx: VerificationRun.objects.count(),
         lambda r, ctx: r.ok,
+    ),
+    "audit.verification_request": Operation(
+        frozenset({c.AUDIT_VERIFY}),
+        "plain",
+        lambda a, ctx: verification_request(actor=a),
+        lambda ctx: OutboxEvent.objects.filter(action="audit.verification.requested").count(),
+        lambda r, ctx: OutboxEvent.objects.filter(action="audit.verification.requested").exists(),
     ),
     "audit.export_create": Operation(
         frozenset({c.AUDIT_VERIFY}),
