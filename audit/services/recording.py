@@ -6,10 +6,12 @@ import functools
 import json
 import re
 import uuid
+import weakref
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any
 
+import psycopg
 from django.db import connection, models, transaction
 from opentelemetry.instrumentation.utils import suppress_instrumentation
 
@@ -73,15 +75,42 @@ def record(actor: Any, action: str, target: Any, data: dict[str, Any] | None = N
 
 
 def _insert_outbox(values: tuple) -> None:
-    """The outbox INSERT, without a tracing span of its own.
+    """The one outbox INSERT, in the caller's transaction, without a tracing span of its own.
 
+    On PostgreSQL the statement runs as a psycopg 3 prepared statement (`prepare=True`) on a
+    server-side-binding `psycopg.Cursor` over Django's own DB-API connection
+    (`connection.connection`, so in the caller's transaction), one cursor per connection:
+    the server parses and plans the INSERT once per connection, the values travel as bound
+    parameters adapted by psycopg, and none of Django's per-statement cursor wrapping runs
+    (query capture does not list it). Errors are raised as Django's (`wrap_database_errors`).
+    Kept for the end-to-end target (>= 5,000 events/s, 400 us of CPU per event on two cores):
+    the INSERT through Django's client-binding cursor cost 171 us of client CPU an event and
+    this costs less than half of it (`audit_choices_bench`, figures in docs/audit.md).
+    Other databases (SQLite, standalone) take the same statement through Django's cursor.
     The event already carries the trace id of the request or task that recorded it, so a
-    span per INSERT tells nothing new. Kept for the end-to-end target (>= 5,000 events/s,
-    a budget of 400 us of CPU per event on two cores): with tracing on, the span cost 173 us
-    of the 343 us of client CPU an INSERT took (`audit_choices_bench`, docs/audit.md).
+    span per INSERT tells nothing new (with tracing on it cost 173 us an INSERT).
     """
-    with suppress_instrumentation(), connection.cursor() as cursor:
-        cursor.execute(INSERT_OUTBOX, outbox_values(values))
+    if connection.vendor != "postgresql":
+        with suppress_instrumentation(), connection.cursor() as cursor:
+            cursor.execute(INSERT_OUTBOX, outbox_values(values))
+        return
+    connection.ensure_connection()
+    with connection.wrap_database_errors:
+        _outbox_cursor(connection.connection).execute(INSERT_OUTBOX, values, prepare=True)
+
+
+_cursors: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _outbox_cursor(raw: psycopg.Connection) -> psycopg.Cursor:
+    """The server-side-binding cursor of this DB-API connection (a new one after a reconnect).
+
+    A connection belongs to one thread (Django), so its cursor is never shared between threads.
+    """
+    cursor = _cursors.get(raw)
+    if cursor is None or cursor.closed:
+        cursor = _cursors[raw] = psycopg.Cursor(raw)
+    return cursor
 
 
 _COLUMNS = ("event_id", "recorded_at", "actor", "action", "target", "data", "data_jcs", "trace_id")
@@ -92,13 +121,10 @@ INSERT_OUTBOX = (
 
 
 def outbox_values(values: tuple) -> list:
-    """The outbox row's values as the database takes them, adapted by the model's own fields.
+    """The outbox row's values as Django's cursor takes them, adapted by the model's own fields.
 
     `data` is passed as its canonical JSON text, which both databases take for a JSON column.
-    One INSERT through Django's cursor instead of `OutboxEvent.objects.create()`: kept for the
-    end-to-end target (>= 5,000 events/s, 400 us of CPU per event on two cores), it skips the
-    model instance and the SQL compiler: 171 us of client CPU per event against 684 us
-    (`audit_choices_bench`, docs/audit.md).
+    Used where the INSERT goes through Django's cursor (databases other than PostgreSQL).
     """
     fields = _outbox_fields()
     return [
