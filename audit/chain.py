@@ -109,6 +109,13 @@ class Entry:
     prev_hash: str
     hash: str
 
+    def body(self) -> bytes:
+        """The canonical entry (`entry_bytes`): what the chain hashes and the Merkle leaf holds."""
+        return entry_bytes(
+            self.seq, self.event_id, self.recorded_at, self.actor, self.action, self.target,
+            self.data, self.trace_id,
+        )  # fmt: skip
+
     def as_row(self) -> tuple:
         """The entry as the row tuple `verify_rows` reads."""
         return (

@@ -55,6 +55,28 @@ class ChainEvent(models.Model):
         return f"#{self.seq} {self.action} {self.target} by {self.actor}"
 
 
+class MerkleTile(models.Model):
+    """One C2SP tlog tile of the chain's RFC 6962 Merkle tree (audit/merkle.py).
+
+    Tile `level`/`index` holds the hashes of complete subtrees of height 8 * level, numbered
+    256 * index onwards, 32 bytes each (level 0: the leaf hashes of the chain's canonical
+    entries, leaf i being seq i + 1). Written by the audit writer in the transaction that
+    appends the entries; a tile only grows (database triggers reject any other change).
+    """
+
+    level = models.PositiveSmallIntegerField()
+    index = models.BigIntegerField()
+    hashes = models.BinaryField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["level", "index"], name="audit_merkletile_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"tile {self.level}/{self.index} ({len(self.hashes) // 32} hashes)"
+
+
 class Checkpoint(models.Model):
     """A signed statement (C2SP signed note) of the chain's size and head hash at a time."""
 

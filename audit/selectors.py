@@ -1,4 +1,4 @@
-"""Audit reads: the explorer's queries, chain status, writer lag, export segments."""
+"""Audit reads: the explorer's queries, chain status, writer lag, export segments, the Merkle tree."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Any
 from django.db.models import Max, Min, Q, QuerySet
 from django.utils import timezone
 
-from audit import renamed
-from audit.models import ChainEvent, Checkpoint, OutboxEvent, VerificationRun
+from audit import merkle, renamed
+from audit.models import ChainEvent, Checkpoint, MerkleTile, OutboxEvent, VerificationRun
 from kiln.errors import InvalidInput
 from kiln.params import BIGINT_MAX
 
@@ -169,3 +169,56 @@ def export_segment(since: datetime | None, until: datetime | None) -> Segment | 
         Checkpoint.objects.filter(size__gte=first - 1, size__lte=last).order_by("size", "id")
     )
     return Segment(first, last, checkpoints)
+
+
+# --- the Merkle tree (audit/merkle.py; its tiles are written by the audit writer) ----------
+
+
+def tree_size() -> int:
+    """Leaves in the Merkle tree: the chain's length (both grow in the writer's transaction)."""
+    return ChainEvent.objects.aggregate(head=Max("seq"))["head"] or 0
+
+
+def tile_read(*, level: int, index: int) -> bytes:
+    """The stored hashes of tile level/index (b"" when there is none yet)."""
+    hashes = MerkleTile.objects.filter(level=level, index=index).values_list("hashes", flat=True)
+    found = hashes.first()
+    return bytes(found) if found is not None else b""
+
+
+def tree_source() -> merkle.HashSource:
+    """Complete-subtree hashes read from the stored tiles, each tile once."""
+    return merkle.tile_source(lambda level, index: tile_read(level=level, index=index))
+
+
+def tree_root(*, size: int) -> bytes:
+    """MTH of the first `size` entries (size <= the tree's size)."""
+    return merkle.root(tree_source(), size)
+
+
+def inclusion_proof(*, seq: int, size: int | None = None) -> tuple[int, list[bytes], bytes]:
+    """(size, PATH(seq - 1, D[size]), root) for chain entry `seq`; size defaults to the whole tree.
+
+    InvalidInput (400) names the reason when seq or size lies outside the tree.
+    """
+    current = tree_size()
+    size = current if size is None else size
+    if not 1 <= size <= current:
+        raise InvalidInput(f"size {size} is not between 1 and the tree size {current}")
+    if not 1 <= seq <= size:
+        raise InvalidInput(f"seq {seq} is not in a tree of size {size} (seq runs from 1)")
+    source = tree_source()
+    return size, merkle.inclusion_proof(source, seq - 1, size), merkle.root(source, size)
+
+
+def consistency_proof(*, old: int, new: int | None = None) -> tuple[int, list[bytes], bytes, bytes]:
+    """(new, PROOF(old, D[new]), old root, new root); new defaults to the whole tree."""
+    current = tree_size()
+    new = current if new is None else new
+    if not 1 <= new <= current:
+        raise InvalidInput(f"to={new} is not between 1 and the tree size {current}")
+    if not 1 <= old <= new:
+        raise InvalidInput(f"from={old} is not between 1 and to={new}")
+    source = tree_source()
+    proof = merkle.consistency_proof(source, old, new)
+    return new, proof, merkle.root(source, old), merkle.root(source, new)

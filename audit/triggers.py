@@ -3,6 +3,10 @@
 UPDATE and DELETE are rejected row by row; TRUNCATE is rejected while the chain
 holds rows (emptying an empty table loses nothing, and test databases flush it);
 an INSERT must extend the head: seq = head seq + 1 and prev_hash = head hash.
+
+The Merkle tiles (`TILE_STATEMENTS`) only grow: an UPDATE must keep the tile's
+level and index and extend its hashes (the old ones a prefix of the new), DELETE is
+rejected, and TRUNCATE is rejected while tiles exist.
 """
 
 from __future__ import annotations
@@ -99,3 +103,72 @@ def statements(vendor: str, *, create: bool) -> list[str]:
     raise ImproperlyConfigured(
         f"the audit chain needs PostgreSQL or SQLite to enforce it; {vendor} is not supported"
     )
+
+
+TILES = "audit_merkletile"
+
+POSTGRESQL_TILES_CREATE = [
+    """
+CREATE OR REPLACE FUNCTION audit_tile_check_update() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.level IS DISTINCT FROM OLD.level OR NEW.index IS DISTINCT FROM OLD.index
+     OR length(NEW.hashes) < length(OLD.hashes)
+     OR substring(NEW.hashes FROM 1 FOR length(OLD.hashes)) IS DISTINCT FROM OLD.hashes THEN
+    RAISE EXCEPTION 'audit Merkle tile %/% may only grow', OLD.level, OLD.index
+      USING ERRCODE = 'integrity_constraint_violation';
+  END IF;
+  RETURN NEW;
+END
+$$""",
+    f"""
+CREATE OR REPLACE FUNCTION audit_tile_reject_change() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF TG_OP = 'TRUNCATE' AND NOT EXISTS (SELECT 1 FROM {TILES}) THEN
+    RETURN NULL;
+  END IF;
+  RAISE EXCEPTION 'audit Merkle tiles only grow: % rejected', TG_OP USING ERRCODE = 'insufficient_privilege';
+END
+$$""",
+    f"DROP TRIGGER IF EXISTS audit_tile_grow ON {TILES}",
+    f"""CREATE TRIGGER audit_tile_grow BEFORE UPDATE ON {TILES}
+        FOR EACH ROW EXECUTE FUNCTION audit_tile_check_update()""",
+    f"DROP TRIGGER IF EXISTS audit_tile_no_delete ON {TILES}",
+    f"""CREATE TRIGGER audit_tile_no_delete BEFORE DELETE ON {TILES}
+        FOR EACH ROW EXECUTE FUNCTION audit_tile_reject_change()""",
+    f"DROP TRIGGER IF EXISTS audit_tile_no_truncate ON {TILES}",
+    f"""CREATE TRIGGER audit_tile_no_truncate BEFORE TRUNCATE ON {TILES}
+        FOR EACH STATEMENT EXECUTE FUNCTION audit_tile_reject_change()""",
+]
+
+POSTGRESQL_TILES_DROP = [
+    f"DROP TRIGGER IF EXISTS audit_tile_no_truncate ON {TILES}",
+    f"DROP TRIGGER IF EXISTS audit_tile_no_delete ON {TILES}",
+    f"DROP TRIGGER IF EXISTS audit_tile_grow ON {TILES}",
+    "DROP FUNCTION IF EXISTS audit_tile_reject_change()",
+    "DROP FUNCTION IF EXISTS audit_tile_check_update()",
+]
+
+SQLITE_TILES_CREATE = [
+    f"""CREATE TRIGGER IF NOT EXISTS audit_tile_grow BEFORE UPDATE ON {TILES}
+        BEGIN
+          SELECT RAISE(ABORT, 'audit Merkle tiles may only grow')
+            WHERE NEW.level IS NOT OLD.level OR NEW."index" IS NOT OLD."index"
+               OR length(NEW.hashes) < length(OLD.hashes)
+               OR substr(NEW.hashes, 1, length(OLD.hashes)) IS NOT OLD.hashes;
+        END""",
+    f"""CREATE TRIGGER IF NOT EXISTS audit_tile_no_delete BEFORE DELETE ON {TILES}
+        BEGIN SELECT RAISE(ABORT, 'audit Merkle tiles only grow: DELETE rejected'); END""",
+]
+
+SQLITE_TILES_DROP = [
+    "DROP TRIGGER IF EXISTS audit_tile_no_delete",
+    "DROP TRIGGER IF EXISTS audit_tile_grow",
+]
+
+
+def tile_statements(vendor: str, *, create: bool) -> list[str]:
+    """The Merkle tiles' trigger DDL for a database vendor (`postgresql` or `sqlite`)."""
+    statements(vendor, create=create)  # refuses any other vendor, with the reason
+    if vendor == "postgresql":
+        return POSTGRESQL_TILES_CREATE if create else POSTGRESQL_TILES_DROP
+    return SQLITE_TILES_CREATE if create else SQLITE_TILES_DROP

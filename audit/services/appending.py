@@ -18,6 +18,7 @@ from prometheus_client import Counter
 from audit import chain, notes
 from audit.anchors import configured_anchors
 from audit.models import ChainEvent, Checkpoint, OutboxEvent
+from audit.services.tree import tree_extend
 from audit.topic import Message
 from kiln.errors import Forbidden
 from kiln.identity.permissions import Actor, can_append_chain, system_actor
@@ -96,7 +97,8 @@ def chain_append(
     """Append a batch of stream entries to the chain in one transaction (the writer's only write).
 
     Redelivered event ids (already chained, or twice in the batch) are skipped;
-    the chained events' outbox rows are deleted in the same transaction. With
+    the entries' Merkle leaves are added to the tree's tiles and the chained events'
+    outbox rows are deleted in the same transaction. With
     `role` (PostgreSQL) the insert runs as that role, the only one allowed to.
     Only the audit writer (`audit.chain`, the default actor) appends.
     """
@@ -125,6 +127,7 @@ def chain_append(
         entries = list(chain.build_entries(head_seq, head_hash, fresh))
         if entries:
             insert_entries(entries=entries)
+            tree_extend(size=head_seq, entries=entries)
             head_seq, head_hash = entries[-1].seq, entries[-1].hash
         OutboxEvent.objects.filter(event_id__in=ids).delete()
     CHAIN_APPENDED.inc(len(entries))

@@ -131,19 +131,23 @@ def roles_setup(*, writer_role: str, app_role: str, actor: Actor | None = None) 
             f"GRANT SELECT, INSERT, UPDATE, DELETE ON audit_outboxevent TO {a}",
             f"GRANT SELECT, DELETE ON audit_outboxevent TO {w}",
             f"GRANT SELECT ON audit_checkpoint, audit_verificationrun TO {a}, {w}",
+            f"REVOKE ALL ON audit_merkletile FROM PUBLIC, {w}, {a}",
+            f"GRANT SELECT ON audit_merkletile TO {a}",
+            f"GRANT SELECT, INSERT, UPDATE ON audit_merkletile TO {w}",
         ]
-        for table in ("audit_outboxevent",):
+        for table, role in (("audit_outboxevent", a), ("audit_merkletile", w)):
             cursor.execute("SELECT pg_get_serial_sequence(%s, 'id')", [table])
             sequence = cursor.fetchone()[0]
             if sequence:
-                statements.append(f"GRANT USAGE, SELECT ON SEQUENCE {sequence} TO {a}")
+                statements.append(f"GRANT USAGE, SELECT ON SEQUENCE {sequence} TO {role}")
         cursor.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
         if not cursor.fetchone()[0]:
             statements.append(f'GRANT {w} TO "{me}"')
         for sql in statements:
             cursor.execute(sql)
         done.append(
-            f"{writer_role}: SELECT, INSERT on the chain; {app_role}: SELECT only (database {database})"
+            f"{writer_role}: SELECT, INSERT on the chain and its tiles; {app_role}: SELECT only "
+            f"(database {database})"
         )
         record(
             actor,

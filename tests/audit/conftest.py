@@ -30,12 +30,13 @@ def audit_settings(settings, tmp_path: Path):
 
 
 def wipe_chain() -> None:
-    """Empty the chain behind the triggers' back (test teardown of committed data only)."""
+    """Empty the chain and its Merkle tiles behind the triggers' back (teardown of committed data)."""
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            cursor.execute("ALTER TABLE audit_chainevent DISABLE TRIGGER USER")
-            cursor.execute("DELETE FROM audit_chainevent")
-            cursor.execute("ALTER TABLE audit_chainevent ENABLE TRIGGER USER")
+            for table in ("audit_chainevent", "audit_merkletile"):
+                cursor.execute(f"ALTER TABLE {table} DISABLE TRIGGER USER")
+                cursor.execute(f"DELETE FROM {table}")  # noqa: S608 - fixed table names
+                cursor.execute(f"ALTER TABLE {table} ENABLE TRIGGER USER")
 
 
 @pytest.fixture
