@@ -78,10 +78,11 @@ class MerkleTile(models.Model):
 
 
 class Checkpoint(models.Model):
-    """A signed statement (C2SP signed note) of the chain's size and head hash at a time."""
+    """A signed statement (C2SP tlog-checkpoint) of the log's size, tree root and chain head at a time."""
 
     size = models.BigIntegerField(db_index=True)
-    head_hash = models.CharField(max_length=64)
+    head_hash = models.CharField(max_length=64)  # the hash chain's head at `size`
+    root_hash = models.CharField(max_length=64, blank=True, default="")  # Merkle root; "" before it
     signed_at = models.DateTimeField()
     note = models.TextField()
     anchored = models.TextField(blank=True, default="")

@@ -4,12 +4,15 @@ A checkpoint note (https://c2sp.org/tlog-checkpoint, https://c2sp.org/signed-not
 
     <origin>\\n
     <size, decimal>\\n
-    <head hash, 32 bytes, standard base64>\\n
+    <Merkle tree root (RFC 6962), 32 bytes, standard base64>\\n
+    chain <hash chain head at that size, 32 bytes, standard base64>\\n   (extension line)
     time <RFC 3339 UTC>\\n          (extension line)
     \\n
     \\u2014 <key name> <base64(key hash[4] || Ed25519 signature[64])>\\n
 
-The signature covers the note text (every line above the blank line, each ending
+Checkpoints signed before the tree existed carry no `chain` line: their root line is the
+hash chain head. Either way `Checkpoint.head_hash` is the chain head and `root_hash` the tree
+root ("" for the old form). The signature covers the note text (every line above the blank line, each ending
 in \\n). The key hash is the first 4 bytes of SHA-256(key name || 0x0A || 0x01 ||
 public key[32]), 0x01 being the Ed25519 signature type. Public keys are shared as
 verifier keys: `<key name>+<key hash, 8 hex>+<base64(0x01 || public key)>`.
@@ -42,13 +45,21 @@ class Checkpoint:
 
     origin: str
     size: int
-    head_hash: str  # 64 lowercase hex digits
+    head_hash: str  # the hash chain's head, 64 lowercase hex digits
     time: str  # RFC 3339 UTC
+    root_hash: str = ""  # the Merkle tree root, 64 lowercase hex digits ("" before the tree)
 
     def body(self) -> str:
         """The note text that is signed."""
-        root = base64.b64encode(bytes.fromhex(self.head_hash)).decode("ascii")
-        return f"{self.origin}\n{self.size}\n{root}\ntime {self.time}\n"
+        head = _b64hex(self.head_hash)
+        if not self.root_hash:
+            return f"{self.origin}\n{self.size}\n{head}\ntime {self.time}\n"
+        root = _b64hex(self.root_hash)
+        return f"{self.origin}\n{self.size}\n{root}\nchain {head}\ntime {self.time}\n"
+
+
+def _b64hex(digest_hex: str) -> str:
+    return base64.b64encode(bytes.fromhex(digest_hex)).decode("ascii")
 
 
 def key_hash(name: str, public_raw: bytes) -> bytes:
@@ -115,10 +126,17 @@ def parse(note: str) -> tuple[Checkpoint, list[tuple[str, bytes]]]:
         raise NoteError("checkpoint hash is not base64") from exc
     if len(head) != 32:
         raise NoteError("checkpoint hash is not 32 bytes")
-    time = ""
+    time, chain_head = "", b""
     for extra in lines[3:]:
         if extra.startswith("time "):
             time = extra[5:]
+        elif extra.startswith("chain "):
+            try:
+                chain_head = base64.b64decode(extra[6:], validate=True)
+            except ValueError as exc:
+                raise NoteError("checkpoint chain line is not base64") from exc
+            if len(chain_head) != 32:
+                raise NoteError("checkpoint chain hash is not 32 bytes")
     signatures: list[tuple[str, bytes]] = []
     for line in sigs.split("\n"):
         if not line:
@@ -130,6 +148,8 @@ def parse(note: str) -> tuple[Checkpoint, list[tuple[str, bytes]]]:
             signatures.append((name, base64.b64decode(encoded, validate=True)))
         except ValueError as exc:
             raise NoteError("signature is not base64") from exc
+    if chain_head:
+        return Checkpoint(origin, int(size_text), chain_head.hex(), time, head.hex()), signatures
     return Checkpoint(origin, int(size_text), head.hex(), time), signatures
 
 

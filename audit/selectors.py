@@ -11,9 +11,9 @@ from typing import Any
 from django.db.models import Max, Min, Q, QuerySet
 from django.utils import timezone
 
-from audit import merkle, renamed
+from audit import chain, merkle, renamed
 from audit.models import ChainEvent, Checkpoint, MerkleTile, OutboxEvent, VerificationRun
-from kiln.errors import InvalidInput
+from kiln.errors import Conflict, InvalidInput, NotFound
 from kiln.params import BIGINT_MAX
 
 
@@ -222,3 +222,77 @@ def consistency_proof(*, old: int, new: int | None = None) -> tuple[int, list[by
     source = tree_source()
     proof = merkle.consistency_proof(source, old, new)
     return new, proof, merkle.root(source, old), merkle.root(source, new)
+
+
+def _b64(digest: bytes) -> str:
+    return base64.b64encode(digest).decode("ascii")
+
+
+def event_inclusion(*, seq: int, size: int | None = None) -> dict[str, Any]:
+    """Entry `seq`'s inclusion proof at `size`, base64, with the checkpoint signed at that size."""
+    size, proof, root = inclusion_proof(seq=seq, size=size)
+    leaf = tile_hashes(level=0, index=(seq - 1) // merkle.TILE_WIDTH, width=None)
+    offset = ((seq - 1) % merkle.TILE_WIDTH) * merkle.HASH_SIZE
+    note = (
+        Checkpoint.objects.filter(size=size).exclude(root_hash="").values_list("note", flat=True)
+    ).first()
+    return {
+        "seq": seq,
+        "index": seq - 1,
+        "size": size,
+        "root": _b64(root),
+        "leaf_hash": _b64(leaf[offset : offset + merkle.HASH_SIZE]),
+        "proof": [_b64(p) for p in proof],
+        "checkpoint": note,
+    }
+
+
+def event_proof_bundle(*, seq: int) -> dict[str, Any]:
+    """Entry `seq` with its inclusion proof at the latest signed tree that holds it (404 if none)."""
+    row = ChainEvent.objects.filter(seq=seq).first() if 1 <= seq <= BIGINT_MAX else None
+    signed = latest_tree_checkpoint()
+    if row is None or signed is None or signed.size < seq:
+        raise NotFound(f"no signed checkpoint covers seq {seq} yet")
+    bundle = event_inclusion(seq=seq, size=signed.size)
+    entry = chain.entry_bytes(
+        row.seq, str(row.event_id), chain.format_time(row.recorded_at), row.actor, row.action,
+        row.target, row.data, row.trace_id,
+    )  # fmt: skip
+    return {**bundle, "entry": entry.decode("utf-8")}
+
+
+def latest_tree_checkpoint() -> Checkpoint | None:
+    """The newest checkpoint that carries a Merkle root."""
+    return Checkpoint.objects.exclude(root_hash="").order_by("-size", "-id").first()
+
+
+def tile_hashes(*, level: int, index: int, width: int | None) -> bytes:
+    """The first `width` hashes of tile level/index (all it holds when None); 404 until it has them."""
+    stored = tile_read(level=level, index=index)
+    if width is None:
+        return stored
+    if len(stored) < width * merkle.HASH_SIZE:
+        raise NotFound(f"tile {level}/{index} does not hold {width} hashes yet")
+    return stored[: width * merkle.HASH_SIZE]
+
+
+def entry_bundle(*, index: int, width: int) -> bytes:
+    """Entries 256*index .. +width (seq = entry index + 1), each as a big-endian uint16 length and
+    the canonical entry (C2SP tlog-tiles entry bundle); 404 until the chain has them all."""
+    first = index * merkle.TILE_WIDTH + 1
+    rows = list(
+        ChainEvent.objects.filter(seq__gte=first, seq__lt=first + width)
+        .order_by("seq")
+        .values_list(*chain.ROW_COLUMNS[:8])
+    )
+    if len(rows) != width:
+        raise NotFound(f"entry bundle {index} does not hold {width} entries yet")
+    out = bytearray()
+    for seq, event_id, at, actor, action, target, data, trace_id in rows:
+        entry = chain.entry_bytes(
+            seq, str(event_id), chain.format_time(at), actor, action, target, data, trace_id
+        )
+        if len(entry) > 0xFFFF:
+            raise Conflict(f"entry {seq} is longer than an entry bundle can carry (64 KiB)")
+        out += len(entry).to_bytes(2, "big") + entry
+    return bytes(out)

@@ -12,8 +12,16 @@ urlpatterns = [
     path("audit/status/", views.status_panel, name="status"),
     path("audit/public-key/", views.public_key, name="public-key"),
     path("audit/verify/", views.verify_now, name="verify"),
+    path("audit/tlog/checkpoint", api.TlogCheckpointApi.as_view(), name="tlog-checkpoint"),
+    path("audit/tlog/tile/entries/<path:rest>", api.TlogTileApi.as_view(), name="tlog-entries"),
+    path("audit/tlog/tile/<int:level>/<path:rest>", api.TlogTileApi.as_view(), name="tlog-tile"),
 ]
 api_urlpatterns = [
     path("audit/events/", api.AuditEventListApi.as_view(), name="events"),
     path("audit/export", api.AuditExportApi.as_view(), name="export"),
+    path("audit/events/<int:seq>/proof", api.AuditEventProofApi.as_view(), name="event-proof"),
+    path("audit/proofs/inclusion", api.AuditInclusionProofApi.as_view(), name="proof-inclusion"),
+    path(
+        "audit/proofs/consistency", api.AuditConsistencyProofApi.as_view(), name="proof-consistency"
+    ),
 ]

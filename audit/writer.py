@@ -19,6 +19,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 
 from audit import services
+from audit.services.tree import CheckpointRefused
 from audit.topic import Topic, TopicUnavailable, get_topic
 
 log = logging.getLogger("kiln.audit.writer")
@@ -143,8 +144,13 @@ class AuditWriter:
             self._checkpoint()
 
     def _checkpoint(self) -> None:
-        if services.checkpoint_create() is not None:
-            self.stats.checkpoints += 1
+        try:
+            if services.checkpoint_create() is not None:
+                self.stats.checkpoints += 1
+        except CheckpointRefused as exc:
+            # The tiles do not extend the last signed tree: sign nothing, keep chaining (the
+            # chain stays verifiable) and say so; `audit_verify` names the damaged entries.
+            log.error("audit checkpoint refused: %s", exc)
         self._since_checkpoint = 0
         self._needs_checkpoint = False
         self._last_checkpoint = time.monotonic()

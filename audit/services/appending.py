@@ -18,7 +18,8 @@ from prometheus_client import Counter
 from audit import chain, notes
 from audit.anchors import configured_anchors
 from audit.models import ChainEvent, Checkpoint, OutboxEvent
-from audit.services.tree import tree_extend
+from audit.selectors import tree_root
+from audit.services.tree import tree_check_consistent, tree_extend
 from audit.topic import Message
 from kiln.errors import Forbidden
 from kiln.identity.permissions import Actor, can_append_chain, system_actor
@@ -201,7 +202,12 @@ def public_key_path() -> Path:
 
 
 def checkpoint_create(*, force: bool = False, actor: Actor | None = None) -> Checkpoint | None:
-    """Sign the current head and store it (and push it to the anchors), unless already covered."""
+    """Sign the current tree head and store it (and push it to the anchors), unless already covered.
+
+    Never two inconsistent checkpoints: before signing, the new tree is proved (RFC 9162
+    consistency proof from the stored tiles) to extend the one of the last checkpoint that
+    carries a root; if it does not, nothing is signed and CheckpointRefused names both sizes.
+    """
     _need_chain(actor)
     head_seq, head_hash = chain_head()
     if head_seq == 0:
@@ -209,9 +215,15 @@ def checkpoint_create(*, force: bool = False, actor: Actor | None = None) -> Che
     last = Checkpoint.objects.order_by("-size", "-id").values_list("size", flat=True).first()
     if last == head_seq and not force:
         return None
+    root = tree_root(size=head_seq)
+    tree_check_consistent(size=head_seq, root=root)
     now = timezone.now()
     statement = notes.Checkpoint(
-        settings.KILN_AUDIT_ORIGIN, head_seq, head_hash, notes.time_text(now.astimezone(chain.UTC))
+        settings.KILN_AUDIT_ORIGIN,
+        head_seq,
+        head_hash,
+        notes.time_text(now.astimezone(chain.UTC)),
+        root.hex(),
     )
     note = notes.sign(statement, settings.KILN_AUDIT_ORIGIN, signing_key())
     results = []
@@ -223,5 +235,10 @@ def checkpoint_create(*, force: bool = False, actor: Actor | None = None) -> Che
             results.append(f"{anchor.name}: FAILED {exc.__class__.__name__}")
     CHECKPOINTS_SIGNED.inc()
     return Checkpoint.objects.create(
-        size=head_seq, head_hash=head_hash, signed_at=now, note=note, anchored="\n".join(results)
+        size=head_seq,
+        head_hash=head_hash,
+        root_hash=root.hex(),
+        signed_at=now,
+        note=note,
+        anchored="\n".join(results),
     )

@@ -8,7 +8,9 @@ from operator import or_
 from django.db.models import Q
 
 from audit import chain, merkle
-from audit.models import MerkleTile
+from audit.models import Checkpoint, MerkleTile
+from audit.selectors import tree_source
+from kiln.errors import Conflict
 
 
 def tree_extend(*, size: int, entries: list[chain.Entry]) -> None:
@@ -50,3 +52,32 @@ def tree_right_edge(*, size: int) -> dict[int, bytes]:
     # A stored tile that does not hold exactly the hashes a tree of `size` leaves has is refused
     # by `extend_tiles`: the writer stops rather than build on a tree that disagrees with the chain.
     return {lvl: found.get(lvl, b"") for lvl in wanted}
+
+
+class CheckpointRefused(Conflict):
+    """The tree to be signed does not extend the last signed one: signing it would fork the log."""
+
+    code = "audit_checkpoint_refused"
+
+
+def tree_check_consistent(*, size: int, root: bytes) -> None:
+    """Raise CheckpointRefused unless the tree (size, root) extends the last checkpoint with a root."""
+    last = (
+        Checkpoint.objects.exclude(root_hash="")
+        .order_by("-size", "-id")
+        .values_list("size", "root_hash")
+        .first()
+    )
+    if last is None:
+        return
+    old_size, old_root = last[0], bytes.fromhex(last[1])
+    try:
+        if old_size > size:
+            raise merkle.ProofError(f"the tree has {size} leaves, fewer than the {old_size} signed")
+        proof = merkle.consistency_proof(tree_source(), old_size, size) if old_size else []
+        merkle.verify_consistency(old_size, size, old_root, root, proof)
+    except merkle.ProofError as exc:
+        raise CheckpointRefused(
+            f"not signing size {size}: it is not consistent with the checkpoint at size "
+            f"{old_size} ({exc})"
+        ) from exc

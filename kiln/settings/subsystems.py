@@ -43,6 +43,7 @@ KILN_AUDIT_REPUBLISH_SECONDS = env_float("KILN_AUDIT_REPUBLISH_SECONDS", 300.0)
 KILN_AUDIT_MAX_LAG_SECONDS = env_float("KILN_AUDIT_MAX_LAG_SECONDS", 120.0)
 KILN_AUDIT_RELAY_ON_COMMIT = env_bool("KILN_AUDIT_RELAY_ON_COMMIT", True)
 KILN_AUDIT_ORIGIN = env("KILN_AUDIT_ORIGIN", "kiln.local/audit")
+KILN_AUDIT_TLOG_PUBLIC = env_bool("KILN_AUDIT_TLOG_PUBLIC", False)
 # Ed25519 PEM private key signing checkpoints; unset: a dev key generated under var/audit/.
 KILN_AUDIT_SIGNING_KEY = env(
     "KILN_AUDIT_SIGNING_KEY", str(VAR_DIR / "audit" / "checkpoint-key.pem")

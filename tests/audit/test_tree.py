@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 import sqlite3
 
 import pytest
 from django.db import connection, transaction
 from django.db.utils import DatabaseError
 
-from audit import chain, merkle, record, selectors, triggers
+from audit import chain, merkle, notes, record, selectors, triggers
 from audit.models import ChainEvent, MerkleTile
 from audit.services.tree import tree_extend
 from audit.verification import iter_rows
@@ -149,3 +150,51 @@ def test_sqlite_tile_triggers_allow_growth_only():
         with pytest.raises(sqlite3.DatabaseError, match="only grow"):
             db.execute(sql, params)
     assert db.execute("SELECT hashes FROM audit_merkletile").fetchone()[0] == b"a" * 32 + b"b" * 32
+
+
+def test_a_checkpoint_carries_the_tree_root_and_the_chain_head(settings):
+    from audit.models import Checkpoint
+    from audit.services import signing_key
+
+    _record(5)
+    drain()
+    cp = Checkpoint.objects.order_by("-size").first()
+    assert cp.size == 5 and bytes.fromhex(cp.root_hash) == selectors.tree_root(size=5)
+    lines = cp.note.split("\n")
+    assert lines[2] == base64.b64encode(bytes.fromhex(cp.root_hash)).decode()
+    assert lines[3] == "chain " + base64.b64encode(bytes.fromhex(cp.head_hash)).decode()
+    signed = notes.verify(cp.note, settings.KILN_AUDIT_ORIGIN, signing_key().public_key())
+    assert (signed.size, signed.root_hash, signed.head_hash) == (5, cp.root_hash, cp.head_hash)
+
+
+def test_a_checkpoint_signed_before_the_tree_still_reads_as_the_chain_head(settings):
+    from audit.services import signing_key
+
+    old = notes.Checkpoint(settings.KILN_AUDIT_ORIGIN, 3, "ab" * 32, "2026-11-30T00:00:00Z")
+    note = notes.sign(old, settings.KILN_AUDIT_ORIGIN, signing_key())
+    assert note.split("\n")[3].startswith("time ")
+    assert notes.verify(note, settings.KILN_AUDIT_ORIGIN, signing_key().public_key()) == old
+
+
+def test_the_writer_refuses_to_sign_a_tree_that_forks_from_its_last_checkpoint(caplog):
+    from audit.models import Checkpoint
+    from audit.services import checkpoint_create
+    from audit.services.tree import CheckpointRefused
+
+    _record(5)
+    drain()
+    _record(3, 5)
+    with connection.cursor() as cursor:  # a tamperer rewrites leaf 2 in the stored tile
+        cursor.execute("ALTER TABLE audit_merkletile DISABLE TRIGGER USER")
+        cursor.execute(
+            "UPDATE audit_merkletile SET hashes = overlay(hashes placing %s from 65) "
+            "WHERE level = 0 AND index = 0",
+            [b"\x07" * 32],
+        )
+        cursor.execute("ALTER TABLE audit_merkletile ENABLE TRIGGER USER")
+    drain()  # chains the three events; its checkpoint is refused and logged
+    assert ChainEvent.objects.count() == 8
+    assert list(Checkpoint.objects.values_list("size", flat=True)) == [5]
+    assert "not consistent with the checkpoint at size 5" in caplog.text
+    with pytest.raises(CheckpointRefused, match="not signing size 8"):
+        checkpoint_create(force=True)
