@@ -208,6 +208,7 @@ class AuditExportApi(APIView):
 
 # --- the transparency log: proofs (/api/v1/audit/proofs/...) and tiles (/audit/tlog/...) ----
 
+SEQ = {"type": "integer", "minimum": 1, "maximum": params.BIGINT_MAX}
 TLOG_CACHE = "public, max-age=31536000, immutable"  # tiles and bundles never change (prefixes)
 
 
@@ -249,8 +250,8 @@ class AuditInclusionProofApi(APIView):
     @extend_schema(
         operation_id="audit_proof_inclusion",
         parameters=[
-            OpenApiParameter("seq", int, required=True, description="Chain seq (from 1)."),
-            OpenApiParameter("size", int, description="Tree size (default: the whole tree)."),
+            OpenApiParameter("seq", SEQ, required=True, description="Chain seq (from 1)."),
+            OpenApiParameter("size", SEQ, description="Tree size (default: the whole tree)."),
         ],
         responses={200: OutputSerializer, **errors(400)},
     )
@@ -279,8 +280,8 @@ class AuditConsistencyProofApi(APIView):
     @extend_schema(
         operation_id="audit_proof_consistency",
         parameters=[
-            OpenApiParameter("from", int, required=True, description="Older tree size."),
-            OpenApiParameter("to", int, description="Newer tree size (default: the whole tree)."),
+            OpenApiParameter("from", SEQ, required=True, description="Older tree size."),
+            OpenApiParameter("to", SEQ, description="Newer tree size (default: the whole tree)."),
         ],
         responses={200: OutputSerializer, **errors(400)},
     )

@@ -251,6 +251,8 @@ RULES_BEYOND_THE_SCHEMA = {
     "chaos_experiment_create": "fields per fault kind; label key syntax; namespace ownership",
     "audit_events_list": "a cursor is only valid if Kiln issued it",
     "audit_export": "`from` before `to`",
+    "audit_proof_inclusion": "`seq` within `size`, `size` within the tree",
+    "audit_proof_consistency": "`from` not above `to`, `to` within the tree",
     "teams_members_create": "the user must exist",
 }
 
