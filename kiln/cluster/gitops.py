@@ -22,6 +22,7 @@ import fcntl
 import hashlib
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
@@ -30,6 +31,7 @@ from typing import Any
 import yaml
 from django.conf import settings
 
+from kiln.cluster.argocd import ArgoCDRefresher
 from kiln.cluster.base import (
     AppliedRef,
     DeliveryBackend,
@@ -45,6 +47,13 @@ from kiln.cluster.base import (
 ENV_LABEL = "kiln.dev/environment"
 AUTHOR = ["-c", "user.name=Kiln", "-c", "user.email=kiln@localhost"]
 PUSH_ATTEMPTS = 5
+
+
+def manifest_file_text(manifest: dict) -> str:
+    """The exact text committed for a manifest: its desired state (no server-set fields) as YAML
+    with sorted keys. The portal's plan renders manifests with this same function, so what an
+    approver saw is byte for byte what is committed."""
+    return yaml.safe_dump(desired_state(manifest), sort_keys=True)
 
 
 class GitOpsBackend:
@@ -64,8 +73,12 @@ class GitOpsBackend:
         branch: str = "main",
         work_dir: Path | None = None,
         observer: DeliveryBackend | None = None,
+        refresher: ArgoCDRefresher | None = None,
     ) -> None:
         self.repo = repo
+        self.refresher = refresher
+        self.last_revision = ""  # the commit the last push made, and when (time.time())
+        self.last_pushed_at = 0.0
         self.branch = branch
         digest = hashlib.sha256(repo.encode()).hexdigest()[:12]
         self.work_dir = Path(work_dir or Path(settings.VAR_DIR) / "gitops-work" / digest)
@@ -80,6 +93,7 @@ class GitOpsBackend:
             str(getattr(settings, "KILN_GITOPS_REPO", "") or Path(settings.VAR_DIR) / "gitops.git"),
             branch=getattr(settings, "KILN_GITOPS_BRANCH", "main"),
             observer=observer,
+            refresher=ArgoCDRefresher.from_settings(),
         )
 
     # --- git plumbing -------------------------------------------------------------
@@ -136,7 +150,10 @@ class GitOpsBackend:
             self._git("clean", "-q", "-fd")
 
     def _commit_and_push(self, message: str, change) -> bool:
-        """Run `change()` on a fresh tree, commit if anything changed, push; retry on a race."""
+        """Run `change()` on a fresh tree, commit if anything changed, push; retry on a race.
+
+        After a push (outside the work tree's lock) Argo CD is asked to refresh, when one is
+        configured, so it syncs now rather than at its next poll."""
         for _ in range(PUSH_ATTEMPTS):
             self._sync_from_remote()
             change()
@@ -148,10 +165,16 @@ class GitOpsBackend:
                 self._git("push", "-q", "origin", f"HEAD:{self.branch}", check=False).returncode
                 == 0
             ):
+                self.last_pushed_at = time.time()
+                self.last_revision = self._git("rev-parse", "HEAD").stdout.strip()
                 return True
         raise DeliveryError(
             f"could not push to {self.repo} after {PUSH_ATTEMPTS} attempts", retryable=True
         )
+
+    def _refresh(self, pushed: bool) -> None:
+        if pushed and self.refresher is not None:
+            self.refresher.refresh()
 
     # --- layout -------------------------------------------------------------------
 
@@ -180,19 +203,20 @@ class GitOpsBackend:
     def apply(self, manifests: list[dict], *, field_manager: str = "kiln") -> list[AppliedRef]:
         """Commit the manifests (one commit, none if unchanged), then let the observer sync them."""
         refs = [ref_of(m) for m in manifests]
-        bodies = [desired_state(m) for m in manifests]
+        texts = [manifest_file_text(m) for m in manifests]
 
         def change() -> None:
-            for ref, body in zip(refs, bodies, strict=True):
-                path = self._path(ref, self.environment_of(body))
+            for ref, manifest, text in zip(refs, manifests, texts, strict=True):
+                path = self._path(ref, self.environment_of(manifest))
                 path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(yaml.safe_dump(body, sort_keys=True))
+                path.write_text(text)
 
-        envs = sorted({self.environment_of(b) for b in bodies})
+        envs = sorted({self.environment_of(m) for m in manifests})
         with self._locked():
-            self._commit_and_push(
+            pushed = self._commit_and_push(
                 f"{field_manager}: apply {len(refs)} objects for {', '.join(envs)}", change
             )
+        self._refresh(pushed)
         if self.syncs:
             return self.observer.apply(manifests, field_manager="argocd-controller")
         return refs
@@ -208,7 +232,8 @@ class GitOpsBackend:
                 found["file"] = True
 
         with self._locked():
-            self._commit_and_push(f"kiln: delete {ref}", change)
+            pushed = self._commit_and_push(f"kiln: delete {ref}", change)
+        self._refresh(pushed)
         existed = found["file"]
         if self.observer is not None and self.syncs:
             existed = self.observer.delete(ref) or existed

@@ -71,6 +71,11 @@ KILN_GITOPS_REPO = env("KILN_GITOPS_REPO", str(VAR_DIR / "gitops.git"))
 KILN_GITOPS_BRANCH = env("KILN_GITOPS_BRANCH", "main")
 # Where gitops reads health back: simulated (stands in for Argo CD) or kubernetes.
 KILN_GITOPS_OBSERVER = env("KILN_GITOPS_OBSERVER", "simulated")
+# Argo CD's API, asked to refresh after each gitops commit (unset: its poll alone syncs).
+KILN_ARGOCD_URL = env("KILN_ARGOCD_URL", "")
+KILN_ARGOCD_TOKEN_FILE = env("KILN_ARGOCD_TOKEN_FILE", "")
+KILN_ARGOCD_APPLICATION = env("KILN_ARGOCD_APPLICATION", "kiln-environments")
+KILN_ARGOCD_APP_NAMESPACE = env("KILN_ARGOCD_APP_NAMESPACE", "argocd")
 # kubernetes backend: API server URL and bearer token file (unset: kubeconfig / in-cluster).
 KILN_KUBE_API_URL = env("KILN_KUBE_API_URL")
 KILN_KUBE_TOKEN_FILE = env("KILN_KUBE_TOKEN_FILE")
