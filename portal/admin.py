@@ -5,6 +5,7 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin, messages
 from django.http import HttpRequest
+from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 
 from kiln.admin_site import KilnModelAdmin, ReadOnlyInline, admin_actor
@@ -20,6 +21,7 @@ from portal.models import (
     TeamWebhook,
 )
 from portal.services.notices import team_webhook_delete, team_webhook_set
+from portal.services.plan import environment_plan
 
 
 def _can_view(actor: permissions.Actor) -> bool:
@@ -87,6 +89,7 @@ class EnvironmentAdmin(KilnModelAdmin):
         "created_at",
         "ready_at",
         "deleted_at",
+        "plan",
     )
     fields = readonly_fields
     inlines = [ApprovalDecisionInline, PolicyDecisionInline, StepInline]
@@ -95,6 +98,11 @@ class EnvironmentAdmin(KilnModelAdmin):
 
     def get_queryset(self, request):
         return super().get_queryset(request).select_related("team", "request__requested_by")
+
+    @admin.display(description="plan")
+    def plan(self, obj: Environment) -> str:
+        """What approving creates: manifests as committed, diff, policy verdicts, cost."""
+        return render_to_string("portal/_plan.html", {"plan": environment_plan(environment=obj)})
 
     @admin.display(description="requested by")
     def requested_by(self, obj: Environment) -> str:

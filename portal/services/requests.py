@@ -17,7 +17,7 @@ from portal import compose as c
 from portal import conf, policy
 from portal.lifecycle import Status
 from portal.models import Environment, EnvironmentRequest, PolicyDecision
-from portal.services import cost, gate, tenancy
+from portal.services import cost, gate, plan, tenancy
 from portal.services.lifecycle import audit_target, environment_transition
 from portal.services.queueing import enqueue_provisioning
 from portal.validation import FIELDS, field_errors, namespace_for
@@ -196,6 +196,8 @@ def _create(
     )
     if not allowed:
         return env
+    # The plan approvers see: composed now, delivered as it is (portal.services.plan).
+    plan.environment_plan_make(actor=system_actor("policy-gate"), environment=env)
     if env.env_class in conf.auto_approve_classes():
         environment_transition(
             actor=system_actor("auto-approval"),

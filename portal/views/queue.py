@@ -21,6 +21,7 @@ from kiln.identity.permissions import (
 )
 from portal import selectors, services
 from portal.forms import ReasonForm
+from portal.services.plan import environment_plan
 from portal.views.common import env_or_404
 
 # Session key: {public_id: message} of the last refused decision, shown on that row once.
@@ -50,6 +51,7 @@ def approval_queue(request: HttpRequest) -> HttpResponse:
                 ),
                 "age": now - env.created_at,
                 "error": errors.get(env.public_id, ""),
+                "plan": environment_plan(environment=env),
             }
         )
     return render(request, "portal/approvals.html", {"rows": rows})
