@@ -40,6 +40,8 @@ class ArgoCDRefresher:
         token: str = "",
         timeout: float = REFRESH_TIMEOUT_SECONDS,
     ) -> None:
+        if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+            raise ValueError(f"KILN_ARGOCD_URL must be an http(s) URL, not {url!r}")
         self.url = url.rstrip("/")
         self.application = application
         self.app_namespace = app_namespace
@@ -70,7 +72,7 @@ class ArgoCDRefresher:
 
     def refresh(self) -> bool:
         """Ask for a refresh; True if Argo CD accepted it. Never raises: the poll is the fallback."""
-        request = urllib.request.Request(self.refresh_url(), method="GET")
+        request = urllib.request.Request(self.refresh_url(), method="GET")  # noqa: S310 - http(s) only, checked above
         if self.token:
             request.add_header("Authorization", f"Bearer {self.token}")
         try:

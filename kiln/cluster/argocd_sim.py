@@ -59,9 +59,18 @@ class SimulatedArgoCD:
 
     def _head(self) -> str:
         result = subprocess.run(
-            ["git", "--git-dir", str(self.repo), "rev-parse", "-q", "--verify",
-             f"refs/heads/{self.branch}"],
-            capture_output=True, text=True, timeout=30,
+            [
+                "git",
+                "--git-dir",
+                str(self.repo),
+                "rev-parse",
+                "-q",
+                "--verify",
+                f"refs/heads/{self.branch}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
         return result.stdout.strip() if result.returncode == 0 else ""
 
@@ -103,8 +112,13 @@ class SimulatedArgoCD:
         return {
             "metadata": {"name": self.application, "namespace": "argocd"},
             "status": {
-                "sync": {"status": "Synced" if revision == head else "OutOfSync", "revision": revision},
-                "reconciledAt": datetime.fromtimestamp(reconciled, UTC).isoformat() if reconciled else None,
+                "sync": {
+                    "status": "Synced" if revision == head else "OutOfSync",
+                    "revision": revision,
+                },
+                "reconciledAt": datetime.fromtimestamp(reconciled, UTC).isoformat()
+                if reconciled
+                else None,
             },
         }
 
@@ -132,8 +146,8 @@ class SimulatedArgoCD:
                 if not url.path.startswith(prefix):
                     self._send(404, {"error": "not found", "code": 5})
                     return
-                if url.path[len(prefix):] != argocd.application:
-                    self._send(404, {"error": f"application not found", "code": 5})
+                if url.path[len(prefix) :] != argocd.application:
+                    self._send(404, {"error": "application not found", "code": 5})
                     return
                 refresh = parse_qs(url.query).get("refresh", [""])[0]
                 if refresh in ("normal", "hard"):

@@ -124,9 +124,7 @@ def environment_plan(*, environment: Environment) -> Plan:
     hours = Decimal(env.request.ttl_hours)
     return Plan(
         environment=env,
-        files=[
-            (GitOpsBackend.file_name(ref_of(m)), manifest_file_text(m)) for m in env.manifests
-        ],
+        files=[(GitOpsBackend.file_name(ref_of(m)), manifest_file_text(m)) for m in env.manifests],
         previous=previous,
         diff=diff,
         verdicts=list(env.policy_decisions.filter(stage=PolicyDecision.MANIFEST)),

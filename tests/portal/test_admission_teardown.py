@@ -57,9 +57,7 @@ class AdmittingBackend:
         return getattr(self.inner, name)
 
     def _admit(self, operation: str, new: dict | None, old: dict | None, user: dict) -> None:
-        verdicts = policy.admit(
-            self.policies, policy.AdmissionRequest(operation, new, old, user)
-        )
+        verdicts = policy.admit(self.policies, policy.AdmissionRequest(operation, new, old, user))
         subject = new if new is not None else old
         self.reviews.append((operation, str(ref_of(subject)), verdicts))
         denied = [v for v in verdicts if not v.allowed]
@@ -146,7 +144,9 @@ def test_teardown_through_the_rendered_admission_policies_is_never_denied(
     assert by_operation["UPDATE"] >= 2
     assert by_operation["DELETE"] >= len(env.manifests)
     guarded = [
-        v for _, _, verdicts in admitting.reviews for v in verdicts
+        v
+        for _, _, verdicts in admitting.reviews
+        for v in verdicts
         if v.policy in ("kiln-guarded-updates", "kiln-guarded-deletes")
     ]
     assert guarded and all(v.outcome == policy.ALLOW for v in guarded)
@@ -155,8 +155,15 @@ def test_teardown_through_the_rendered_admission_policies_is_never_denied(
 def test_the_same_policies_deny_a_stranger_and_an_update_that_strips_attribution(people):
     manifests = c.compose(
         c.EnvironmentSpec(
-            request_id="env_x", team="payments", name="checkout", namespace="payments-checkout",
-            env_class="dev", ttl_hours=48, workload_class="standard", cpu=4, memory_gib=16,
+            request_id="env_x",
+            team="payments",
+            name="checkout",
+            namespace="payments-checkout",
+            env_class="dev",
+            ttl_hours=48,
+            workload_class="standard",
+            cpu=4,
+            memory_gib=16,
         )
     )
     namespace = manifests[0]
@@ -167,7 +174,10 @@ def test_the_same_policies_deny_a_stranger_and_an_update_that_strips_attribution
         return [v.message for v in policy.admit(policies, request) if not v.allowed]
 
     assert outcome("DELETE", None, namespace, KILN) == []
-    assert outcome("DELETE", None, namespace, {"username": "x", "groups": ["kiln:platform-admin"]}) == []
+    assert (
+        outcome("DELETE", None, namespace, {"username": "x", "groups": ["kiln:platform-admin"]})
+        == []
+    )
     assert "deleted only by Kiln" in outcome("DELETE", None, namespace, STRANGER)[0]
     stripped = copy.deepcopy(namespace)
     stripped["metadata"]["labels"]["kiln.dev/team"] = "search"

@@ -60,7 +60,9 @@ def test_the_plan_is_byte_identical_to_what_the_gitops_backend_commits(
         committed.append(
             subprocess.run(
                 ["git", "--git-dir", settings.KILN_GITOPS_REPO, "show", f"main:{path}"],
-                capture_output=True, text=True, check=True,
+                capture_output=True,
+                text=True,
+                check=True,
             ).stdout
         )
     assert [text for _, text in plan.files] == committed
@@ -80,8 +82,8 @@ def test_the_plan_is_diffed_against_the_previous_version_of_the_environment(peop
     assert "-    requests.cpu: '4'" in lines and "+    requests.cpu: '8'" in lines
     # The request id label differs too, and the pod quota follows the CPU (10 pods a core);
     # nothing else was asked differently.
-    changed = [l for l in lines[2:] if l[:1] in "+-" and not l.startswith(("+++", "---"))]
-    unexpected = [l for l in changed if not any(w in l for w in ("cpu", "pods", "request-id"))]
+    changed = [x for x in lines[2:] if x[:1] in "+-" and not x.startswith(("+++", "---"))]
+    unexpected = [x for x in changed if not any(w in x for w in ("cpu", "pods", "request-id"))]
     assert unexpected == [], unexpected
 
 

@@ -49,17 +49,25 @@ def test_flow_schema_bounds_service_account_writes_per_user():
     objects = by_kind(c.flow_control(spec(**TCP)))
     flow, level = objects["FlowSchema"]["spec"], objects["PriorityLevelConfiguration"]["spec"]
     assert flow["distinguisherMethod"] == {"type": "ByUser"}
-    assert flow["priorityLevelConfiguration"]["name"] == objects["PriorityLevelConfiguration"][
-        "metadata"
-    ]["name"]
+    assert (
+        flow["priorityLevelConfiguration"]["name"]
+        == objects["PriorityLevelConfiguration"]["metadata"]["name"]
+    )
     # Matched before the built-in service-accounts schema (precedence 9000).
     assert flow["matchingPrecedence"] < 9000
     (rule,) = flow["rules"]
     assert rule["subjects"] == [
-        {"kind": "ServiceAccount", "serviceAccount": {"namespace": "payments-checkout", "name": "*"}}
+        {
+            "kind": "ServiceAccount",
+            "serviceAccount": {"namespace": "payments-checkout", "name": "*"},
+        }
     ]
     assert set(rule["resourceRules"][0]["verbs"]) == {
-        "create", "update", "patch", "delete", "deletecollection"
+        "create",
+        "update",
+        "patch",
+        "delete",
+        "deletecollection",
     }
     assert "get" not in rule["resourceRules"][0]["verbs"]  # reads are not throttled here
     assert level["type"] == "Limited" and level["limited"]["limitResponse"]["type"] == "Queue"
@@ -87,7 +95,11 @@ def test_control_plane_has_konnectivity_cert_sans_resources_and_the_audit_sink()
     policy = yaml.safe_load(data["policy.yaml"])
     assert policy["apiVersion"] == "audit.k8s.io/v1" and policy["kind"] == "Policy"
     # Secrets are audited as metadata only: their content never reaches the archive.
-    secrets = next(r for r in policy["rules"] if any("secrets" in g["resources"] for g in r.get("resources", [])))
+    secrets = next(
+        r
+        for r in policy["rules"]
+        if any("secrets" in g["resources"] for g in r.get("resources", []))
+    )
     assert secrets["level"] == "Metadata"
     webhook = yaml.safe_load(data["webhook.kubeconfig"])
     assert webhook["clusters"][0]["cluster"]["server"] == (
@@ -95,7 +107,8 @@ def test_control_plane_has_konnectivity_cert_sans_resources_and_the_audit_sink()
     )
     prod = by_kind(c.compose(spec(**TCP, env_class="prod", ttl_hours=48)))["TenantControlPlane"]
     assert prod["spec"]["controlPlane"]["deployment"]["resources"]["apiServer"]["limits"] == {
-        "cpu": "2", "memory": "4Gi"
+        "cpu": "2",
+        "memory": "4Gi",
     }
 
 
@@ -121,8 +134,17 @@ def test_teardown_removes_the_cluster_scoped_flow_control_with_the_control_plane
         ("etcd-a1:zone-a:30,", "entry 2"),
     ],
     ids=[
-        "empty", "two-parts", "four-parts", "bad-name", "empty-label", "word-cap", "zero-cap",
-        "negative-cap", "superscript-digit", "duplicate", "trailing-comma",
+        "empty",
+        "two-parts",
+        "four-parts",
+        "bad-name",
+        "empty-label",
+        "word-cap",
+        "zero-cap",
+        "negative-cap",
+        "superscript-digit",
+        "duplicate",
+        "trailing-comma",
     ],
 )
 def test_a_pool_spec_that_does_not_parse_is_refused_with_the_reason(raw, reason):
@@ -180,8 +202,13 @@ def test_the_api_answers_a_broken_pool_spec_with_503_and_the_reason(api_client_f
     settings.KILN_DATASTORE_POOLS = "etcd-a1:zone-a"
     alice = api_client_for("engineer", sub="alice", team="payments")
     body = {
-        "team": "payments", "name": "checkout", "env_class": "dev", "ttl_hours": 48,
-        "cpu": 4, "memory_gib": 16, "tenant_control_plane": True,
+        "team": "payments",
+        "name": "checkout",
+        "env_class": "dev",
+        "ttl_hours": 48,
+        "cpu": 4,
+        "memory_gib": 16,
+        "tenant_control_plane": True,
     }
     response = alice.post("/api/v1/environments/", body, format="json")
     assert response.status_code == 503

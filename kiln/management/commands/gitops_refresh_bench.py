@@ -25,7 +25,7 @@ from kiln.cluster.argocd import ArgoCDRefresher
 from kiln.cluster.argocd_sim import SimulatedArgoCD
 from kiln.cluster.gitops import GitOpsBackend
 
-TOKEN = "gitops-refresh-bench"
+TOKEN = "gitops-refresh-bench"  # noqa: S105 - the loopback simulator's token, not a secret
 
 
 def _manifest(revision: int) -> list[dict]:
@@ -95,7 +95,9 @@ class Command(BaseCommand):
         rng = random.Random(opts["seed"])
         with tempfile.TemporaryDirectory(prefix="kiln-gitops-refresh-") as tmp:
             modes = {
-                mode: self._run(mode=mode, root=Path(tmp), port=opts["port"] + i, rng=rng, opts=opts)
+                mode: self._run(
+                    mode=mode, root=Path(tmp), port=opts["port"] + i, rng=rng, opts=opts
+                )
                 for i, mode in enumerate(("refresh", "poll"))
             }
         result = {
