@@ -196,15 +196,18 @@ def _create(
     )
     if not allowed:
         return env
-    # The plan approvers see: composed now, delivered as it is (portal.services.plan).
-    plan.environment_plan_make(actor=system_actor("policy-gate"), environment=env)
-    if env.env_class in conf.auto_approve_classes():
-        environment_transition(
-            actor=system_actor("auto-approval"),
-            environment=env,
-            to=Status.APPROVED,
-            reason=f"{env.env_class} environments are approved automatically when every policy allows",
-            created_in_this_transaction=True,
-        )
-        enqueue_provisioning(environment=env)
+    if env.env_class not in conf.auto_approve_classes():
+        # The plan approvers see: composed now, delivered as it is (portal.services.plan).
+        # Classes approved automatically have no approver to show it to: they compose in
+        # provisioning, as before, and keep the submission's few queries.
+        plan.environment_plan_make(actor=system_actor("policy-gate"), environment=env)
+        return env
+    environment_transition(
+        actor=system_actor("auto-approval"),
+        environment=env,
+        to=Status.APPROVED,
+        reason=f"{env.env_class} environments are approved automatically when every policy allows",
+        created_in_this_transaction=True,
+    )
+    enqueue_provisioning(environment=env)
     return env

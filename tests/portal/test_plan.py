@@ -13,7 +13,7 @@ from kiln.cluster import ref_of
 from kiln.cluster.gitops import GitOpsBackend
 from portal.lifecycle import Status
 from portal.models import Environment
-from portal.services import environment_request_submit
+from portal.services import environment_approve, environment_request_submit
 from portal.services.plan import SEPARATOR, environment_plan, plan_sha256
 from tests.portal.conftest import request_data
 from tests.portal.test_admin import staff
@@ -22,7 +22,7 @@ from tests.portal.test_pages import login
 pytestmark = pytest.mark.django_db
 
 
-def test_a_submitted_request_carries_its_plan_and_the_audit_event_names_its_hash(people):
+def test_a_request_for_approval_carries_its_plan_and_the_audit_event_names_its_hash(people):
     env, _ = environment_request_submit(
         actor=people["alice"], data=request_data(env_class="staging", tenant_control_plane=True)
     )
@@ -44,11 +44,15 @@ def test_the_plan_is_byte_identical_to_what_the_gitops_backend_commits(
     people, settings, django_capture_on_commit_callbacks
 ):
     settings.KILN_DELIVERY_BACKEND = "gitops"
+    env, _ = environment_request_submit(
+        actor=people["alice"],
+        data=request_data(env_class="staging", tenant_control_plane=True, database=True),
+    )
+    planned = plan_sha256(env.manifests)
     with django_capture_on_commit_callbacks(execute=True):
-        env, _ = environment_request_submit(
-            actor=people["alice"], data=request_data(tenant_control_plane=True, database=True)
-        )
+        environment_approve(actor=people["carol"], environment=env, reason="plan read")
     env.refresh_from_db()
+    assert plan_sha256(env.manifests) == planned  # provisioning delivered the plan, not a new one
     assert env.status == Status.READY, env.status_reason
     plan = environment_plan(environment=env)
     committed = []
@@ -71,10 +75,14 @@ def test_the_plan_is_byte_identical_to_what_the_gitops_backend_commits(
 
 
 def test_the_plan_is_diffed_against_the_previous_version_of_the_environment(people):
-    first, _ = environment_request_submit(actor=people["alice"], data=request_data(cpu=4))
+    first, _ = environment_request_submit(
+        actor=people["alice"], data=request_data(env_class="staging", cpu=4)
+    )
     # The first version is gone (its teardown is another test's subject); the name is free again.
     Environment.objects.filter(pk=first.pk).update(status=Status.DELETED.value)
-    second, _ = environment_request_submit(actor=people["alice"], data=request_data(cpu=8))
+    second, _ = environment_request_submit(
+        actor=people["alice"], data=request_data(env_class="staging", cpu=8)
+    )
     plan = environment_plan(environment=second)
     assert plan.previous.pk == first.pk
     lines = plan.diff.splitlines()
