@@ -154,35 +154,44 @@ def environment_resources(env: Environment) -> list[dict[str, Any]]:
     return out
 
 
-def team_showback(*, viewer: Actor, team: str | None = None) -> list[dict[str, Any]]:
-    """Spend per team, environment and class: the request-time estimate (hourly price x hours
-    alive, ready until deleted or now) beside the cost from what ran (node-hours the
-    environment's NodePool provisioned, priced: scheduler/showback.py)."""
+SHOWBACK_PERIODS = {"7d": 7, "30d": 30, "90d": 90, "365d": 365}
+DEFAULT_SHOWBACK_PERIOD = "30d"
+
+
+def _overlap_hours(begin: datetime, end: datetime) -> Decimal:
+    return Decimal(max((end - begin).total_seconds(), 0) / 3600).quantize(Decimal("0.01"))
+
+
+def team_showback(
+    *, viewer: Actor, team: str | None = None, since: datetime | None = None
+) -> list[dict[str, Any]]:
+    """Spend per team, environment and class over the period from `since` (all time if None):
+    the request-time estimate (hourly price x hours alive within the period, ready until
+    deleted or now) beside the cost from what ran (node-hours the environment's NodePool
+    provisioned in the period, priced: scheduler/showback.py). Every team the viewer may see
+    has a row, at $0 when nothing of it ran."""
     now = timezone.now()
     rows: dict[str, dict[str, Any]] = {}
+    for slug in teams_visible(viewer).values_list("slug", flat=True):
+        if not team or slug == team:
+            rows[slug] = _showback_row(slug)
     qs = environment_queryset(viewer).exclude(ready_at__isnull=True)
     if team:
         qs = qs.filter(team__slug=team)
+    if since is not None:
+        qs = qs.exclude(deleted_at__lt=since)
     envs = list(qs)
     ran = environment_ran_cost(
-        windows={e.pk: Window(e.namespace, e.created_at, e.deleted_at) for e in envs}, now=now
+        windows={
+            e.pk: Window(e.namespace, max(e.created_at, since or e.created_at), e.deleted_at)
+            for e in envs
+        },
+        now=now,
     )
     for env in envs:
-        end = env.deleted_at or now
-        hours = Decimal(max((end - env.ready_at).total_seconds(), 0) / 3600).quantize(
-            Decimal("0.01")
-        )
+        hours = _overlap_hours(max(env.ready_at, since or env.ready_at), env.deleted_at or now)
         spend = (env.hourly_cost * hours).quantize(Decimal("0.01"))
-        bucket = rows.setdefault(
-            env.team.slug,
-            {
-                "team": env.team.slug,
-                "total": Decimal("0.00"),
-                "ran_total": Decimal("0.00"),
-                "by_class": {},
-                "environments": [],
-            },
-        )
+        bucket = rows.setdefault(env.team.slug, _showback_row(env.team.slug))
         bucket["total"] += spend
         bucket["ran_total"] += ran[env.pk].cost
         bucket["by_class"][env.env_class] = (
@@ -198,6 +207,53 @@ def team_showback(*, viewer: Actor, team: str | None = None) -> list[dict[str, A
             }
         )
     return sorted(rows.values(), key=lambda r: r["team"])
+
+
+def _showback_row(slug: str) -> dict[str, Any]:
+    return {
+        "team": slug,
+        "total": Decimal("0.00"),
+        "ran_total": Decimal("0.00"),
+        "by_class": {},
+        "environments": [],
+    }
+
+
+def spend_by_day(*, viewer: Actor, days: int, team: str | None = None) -> list[dict[str, Any]]:
+    """Estimated spend (hourly price x hours up) per UTC day over the last `days` days, oldest
+    first, over the environments the viewer may see; each day's share of the largest day as
+    `percent` for the chart."""
+    now = timezone.now()
+    today = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    starts = [today - timedelta(days=n) for n in range(days - 1, -1, -1)]
+    qs = environment_queryset(viewer).exclude(ready_at__isnull=True)
+    if team:
+        qs = qs.filter(team__slug=team)
+    envs = list(qs.exclude(deleted_at__lt=starts[0]))
+    series = []
+    for start in starts:
+        end = min(start + timedelta(days=1), now)
+        spend = sum(
+            (
+                env.hourly_cost
+                * _overlap_hours(max(env.ready_at, start), min(env.deleted_at or now, end))
+                for env in envs
+            ),
+            Decimal(0),
+        ).quantize(Decimal("0.01"))
+        series.append({"day": start.date(), "spend": spend})
+    peak = max((d["spend"] for d in series), default=Decimal(0))
+    for d in series:
+        d["percent"] = int(d["spend"] * 100 / peak) if peak else 0
+        d["top"] = 100 - d["percent"]
+    return series
+
+
+def teams_visible(viewer: Actor) -> QuerySet[Team]:
+    """Teams whose spend the viewer may see (their own; approvers, auditors and admins all)."""
+    if _sees_everything(viewer):
+        return Team.objects.order_by("slug")
+    return Team.objects.filter(slug__in=list(viewer.teams)).order_by("slug")
 
 
 def teams_for(viewer: Actor) -> QuerySet[Team]:

@@ -12,6 +12,7 @@ urlpatterns: list = [
     path("environments/estimate/", views.environment_estimate, name="environment-estimate"),
     path("environments/approvals/", views.approval_queue, name="approval-queue"),
     path("environments/showback/", views.showback, name="showback"),
+    path("environments/showback.csv", views.showback_csv, name="showback-csv"),
     path("environments/<str:public_id>/", views.environment_detail, name="environment-detail"),
     path(
         "environments/<str:public_id>/progress/",

@@ -10,8 +10,9 @@ from portal.views.environment import (
     environment_teardown,
 )
 from portal.views.lifecycle import environment_defer, environment_keep
-from portal.views.queue import approval_queue, environment_decide, showback
+from portal.views.queue import approval_queue, environment_decide
 from portal.views.requests import environment_estimate, environment_list, environment_request
+from portal.views.showback import showback, showback_csv
 
 __all__ = [
     "approval_queue",
@@ -28,4 +29,5 @@ __all__ = [
     "environment_request",
     "environment_teardown",
     "showback",
+    "showback_csv",
 ]

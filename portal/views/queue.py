@@ -1,4 +1,4 @@
-"""The approval queue (inline errors per row), approve/reject, and showback."""
+"""The approval queue (inline errors per row) and approve/reject."""
 
 from __future__ import annotations
 
@@ -84,11 +84,3 @@ def environment_decide(request: HttpRequest, public_id: str) -> HttpResponse:
     ):
         target = reverse("portal:approval-queue") + f"#row-{env.public_id}"
     return redirect(target)
-
-
-@login_required
-def showback(request: HttpRequest) -> HttpResponse:
-    """Spend per team, by environment and class, from hourly prices and lifetimes."""
-    actor = actor_from_request(request)
-    rows = selectors.team_showback(viewer=actor, team=request.GET.get("team") or None)
-    return render(request, "portal/showback.html", {"rows": rows})

@@ -1,6 +1,6 @@
 """A walk through every page as each role, at 1366 and 390 px: no console error, no failed
-request, no 4xx/5xx answer, nothing wider than the screen. With KILN_UPDATE_DOCS_SCREENSHOTS=1
-it also refreshes the pictures of the README's tour in docs/screenshots/."""
+request, no 4xx/5xx answer, nothing wider than the screen, no form control without a label.
+With KILN_UPDATE_DOCS_SCREENSHOTS=1 it also refreshes the pictures of the README's tour in docs/screenshots/."""
 
 from __future__ import annotations
 
@@ -25,6 +25,15 @@ DETAILS = [
     ("/audit/", "table.audit-events tbody td:first-child a"),
 ]
 # Tour pictures: (user, path or list to follow, file name).
+# Form controls without an accessible name: no <label for>, no wrapping <label>, no
+# aria-label or aria-labelledby (hidden inputs, buttons and submit inputs name themselves).
+UNLABELLED = """() => [...document.querySelectorAll('input, select, textarea')].filter(el => {
+  if (['hidden', 'submit', 'button', 'reset', 'image'].includes(el.type)) return false;
+  if (el.closest('label') || el.getAttribute('aria-label')) return false;
+  const by = el.getAttribute('aria-labelledby');
+  if (by && by.split(/\\s+/).some(id => (document.getElementById(id)?.textContent || '').trim())) return false;
+  return !(el.id && document.querySelector(`label[for="${CSS.escape(el.id)}"]`));
+}).map(el => el.outerHTML.slice(0, 120))"""
 TOUR = {
     ("alice", "/"): "1-home",
     ("alice", "/environments/new/"): "2-request",
@@ -63,6 +72,9 @@ def test_every_page_as_each_role_at_desktop_and_phone_width(browser_page: Watche
             page.wait_for_load_state("networkidle")
             scroll = page.evaluate("document.documentElement.scrollWidth")
             assert scroll <= width, f"{user} {path} is {scroll} px wide at {width} px"
+            if width == WIDTHS[0]:
+                unlabelled = page.evaluate(UNLABELLED)
+                assert unlabelled == [], f"{user} {path}: controls without a label {unlabelled}"
             name = TOUR.get((user, path))
             if name and width == 1366 and os.environ.get("KILN_UPDATE_DOCS_SCREENSHOTS") == "1":
                 DOCS.mkdir(parents=True, exist_ok=True)

@@ -218,3 +218,36 @@ def test_showback_prices_the_node_hours_the_environments_pool_ran_beside_the_est
 def system_view():
     """An actor who sees every team's showback."""
     return Actor(username="root", roles=frozenset({"platform-admin"}))
+
+
+def test_showback_period_counts_only_hours_inside_it_and_lists_teams_at_zero(
+    team, django_capture_on_commit_callbacks
+):
+    alice = login("alice", "engineer", team)
+    Team.objects.create(slug="search", name="Search")
+    now = timezone.now()
+    with django_capture_on_commit_callbacks(execute=True):
+        alice.post(reverse("portal:environment-request"), {**FORM, "env_class": "dev"})
+    env = Environment.objects.get()
+    # Up for the last 10 days at $1/h: 7 days in a 7-day period, all 10 in 30 days.
+    Environment.objects.filter(pk=env.pk).update(
+        hourly_cost=Decimal("1.00"),
+        created_at=now - timedelta(days=10),
+        ready_at=now - timedelta(days=10),
+    )
+    (week,) = selectors.team_showback(
+        viewer=system_view(), team="payments", since=now - timedelta(days=7)
+    )
+    assert Decimal("167.9") < week["total"] <= Decimal("168.01")
+    rows = {r["team"]: r for r in selectors.team_showback(viewer=system_view())}
+    assert rows["search"]["total"] == Decimal("0.00") and rows["search"]["environments"] == []
+    assert Decimal("239.9") < rows["payments"]["total"] <= Decimal("240.01")
+    page = alice.get(reverse("portal:showback"), {"period": "7d"}).content.decode()
+    assert page.count("<rect ") == 7 and "Spend by day as a table" in page
+    assert "search" not in page  # alice sees her own team only
+    csv = alice.get(reverse("portal:showback-csv"), {"period": "30d"})
+    lines = csv.content.decode().splitlines()
+    assert csv["Content-Disposition"] == 'attachment; filename="showback-30d.csv"'
+    assert lines[0].startswith("team,environment") and lines[1].startswith("payments,")
+    assert len(lines) == 2
+    assert alice.get(reverse("portal:showback"), {"period": "forever"}).status_code == 400

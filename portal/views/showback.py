@@ -1,0 +1,93 @@
+"""Showback: spend per team over a chosen period, a chart of spend by day, and a CSV export.
+The export answers to the same viewer as the page: only the teams and environments it shows."""
+
+from __future__ import annotations
+
+import csv
+from datetime import timedelta
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.shortcuts import render
+from django.utils import timezone
+
+from kiln.identity.permissions import actor_from_request
+from portal import selectors
+
+CSV_HEADER = [
+    "team",
+    "environment",
+    "class",
+    "status",
+    "hours",
+    "hourly_usd",
+    "spend_usd",
+    "node_hours_ran",
+    "spend_from_what_ran_usd",
+]
+
+
+def _period(request: HttpRequest) -> str | None:
+    period = request.GET.get("period") or selectors.DEFAULT_SHOWBACK_PERIOD
+    return period if period in selectors.SHOWBACK_PERIODS else None
+
+
+def _bad_period() -> HttpResponse:
+    choices = ", ".join(selectors.SHOWBACK_PERIODS)
+    return HttpResponseBadRequest(f"period must be one of {choices}", content_type="text/plain")
+
+
+def _report(request: HttpRequest, period: str) -> dict[str, Any]:
+    actor = actor_from_request(request)
+    days = selectors.SHOWBACK_PERIODS[period]
+    team = request.GET.get("team") or None
+    since = timezone.now() - timedelta(days=days)
+    return {
+        "rows": selectors.team_showback(viewer=actor, team=team, since=since),
+        "series": selectors.spend_by_day(viewer=actor, days=days, team=team),
+        "period": period,
+        "periods": list(selectors.SHOWBACK_PERIODS),
+        "team": team or "",
+    }
+
+
+@login_required
+def showback(request: HttpRequest) -> HttpResponse:
+    """Spend per team over the period, by environment and class, beside what ran."""
+    period = _period(request)
+    if period is None:
+        return _bad_period()
+    return render(request, "portal/showback.html", _report(request, period))
+
+
+@login_required
+def showback_csv(request: HttpRequest) -> HttpResponse:
+    """The page's table as CSV: one line per environment, and one per team with nothing up."""
+    period = _period(request)
+    if period is None:
+        return _bad_period()
+    report = _report(request, period)
+    response = HttpResponse(content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="showback-{period}.csv"'
+    writer = csv.writer(response)
+    writer.writerow(CSV_HEADER)
+    for row in report["rows"]:
+        if not row["environments"]:
+            writer.writerow([row["team"], "", "", "", "0.00", "", "0.00", "0.00", "0.00"])
+        for e in row["environments"]:
+            env, ran = e["environment"], e["ran"]
+            writer.writerow(
+                [
+                    row["team"],
+                    env.namespace,
+                    env.env_class,
+                    env.status,
+                    e["hours"],
+                    e["hourly"],
+                    e["spend"],
+                    f"{ran.node_hours:.2f}",
+                    ran.cost,
+                ]
+            )
+    return response
