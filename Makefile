@@ -88,10 +88,13 @@ BENCH_extender_bench-adaptive := extender_bench --nodes 12477 --requests 2000 --
 BENCH_scheduler_bench := scheduler_bench --nodes 5000 --requests 500
 BENCH_scheduler_replay := scheduler_replay --trace $(TRACE) --parts 0-13 \
   --spot-fractions 0.1,0.3,0.5,0.7,0.9 --start trace,empty --schedulers kiln,default --seed 1 --workers 1
+BENCH_cluster_bench := cluster_bench --nodes 1000 --pods 10000 --seed 2 --json
+BENCH_cluster_bench-nocache := cluster_bench --nodes 1000 --pods 10000 --seed 2 \
+  --node-cache-capable false --json
 BENCH_provision_bench := provision_bench --requests 100 --concurrency 20 --json
 BENCHMARKS := audit_bench audit_choices_bench canary_bench canary_bench-tune canary_promote_bench \
   chaos_crash_bench extender_bench extender_bench-varied extender_bench-adaptive scheduler_bench scheduler_replay \
-  provision_bench schemathesis
+  cluster_bench cluster_bench-nocache provision_bench schemathesis
 
 bench: $(addprefix bench-,$(BENCHMARKS))
 

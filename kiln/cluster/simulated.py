@@ -316,7 +316,7 @@ class SimulatedBackend:
             elif op == "exists":
                 qs = qs.filter(labels__has_key=key)
         rendered = (
-            render(o)
+            render(o, fresh=True)
             for o in qs.order_by("namespace", "name")
             if match_labels(o.labels, label_selector)
         )

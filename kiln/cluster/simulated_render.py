@@ -20,10 +20,15 @@ def iso(value: datetime | None) -> str | None:
     return value.strftime("%Y-%m-%dT%H:%M:%SZ") if value else None
 
 
-def render(obj: SimulatedObject) -> dict[str, Any]:
-    """The live object: its manifest, server-set metadata and a status derived from the row."""
+def render(obj: SimulatedObject, *, fresh: bool = False) -> dict[str, Any]:
+    """The live object: its manifest, server-set metadata and a status derived from the row.
+
+    `fresh`: the row was just read for this call and is dropped after it, so its
+    manifest is rendered in place instead of copied (a list of 10,000 pods spends
+    more in `deepcopy` than in reading them).
+    """
     now = timezone.now()
-    body = copy.deepcopy(obj.manifest)
+    body = obj.manifest if fresh else copy.deepcopy(obj.manifest)
     metadata = body.setdefault("metadata", {})
     metadata.update(
         {

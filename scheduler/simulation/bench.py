@@ -9,8 +9,9 @@ bindings written `BIND_BATCH` at a time) until no pod is left that could be
 bound. A pod's bind latency runs from the start of its scheduling cycle to the
 commit of the batch holding its binding.
 
-Workload Commitment at the end is the simple cluster figure, sum of bound pods'
-requests over sum of allocatable, per resource.
+Workload Commitment at the end is `scheduler.commitment`'s full figure (ratio,
+pending, stranded capacity and spread over nodes, per resource), computed as the
+node sync computes it (`nodesync.commitment_of`).
 """
 
 from __future__ import annotations
@@ -26,10 +27,9 @@ from kiln.cluster import AppliedRef, DeliveryBackend
 from kiln.cluster.models import SimulatedObject
 from kiln.cluster.nodes import node_manifest, node_status, pod_node
 from scheduler import scoring
-from scheduler.extender.protocol import pod_request
 from scheduler.models import InstanceType
+from scheduler.nodesync import commitment_of
 from scheduler.simulation.kubescheduler import KubeScheduler
-from scheduler.simulation.pricing import allocatable
 
 NAMESPACE = "cluster-bench"
 POOL = "cluster-bench"
@@ -106,27 +106,16 @@ def bench_cluster(*, backend: DeliveryBackend, nodes: int, pods: int, seed: int)
 
 
 def commitment(backend: DeliveryBackend) -> dict[str, Any]:
-    """Sum of bound pods' requests over sum of allocatable, per resource, over the bench's nodes."""
+    """Workload Commitment (`scheduler.commitment`, as the node sync computes it) of the bench's nodes."""
     nodes = backend.list(
         "v1", "Node", None, f"karpenter.sh/nodepool={POOL}", include_deleting=False
     )
-    alloc = np.sum([allocatable(n) for n in nodes], axis=0) if nodes else np.zeros(3)
-    names = {n["metadata"]["name"] for n in nodes}
-    requested = np.zeros(3)
-    pending = 0
-    for pod in backend.list("v1", "Pod", NAMESPACE, include_deleting=False):
-        req = pod_request(pod)
-        if pod_node(pod) in names:
-            requested += (req.cpu, req.memory, req.gpu)
-        elif not pod_node(pod):
-            pending += 1
-    ratio = [float(r / a) if a else None for r, a in zip(requested, alloc, strict=True)]
+    pods = backend.list("v1", "Pod", NAMESPACE, include_deleting=False)
+    figure = commitment_of(nodes, pods).as_dict(per_node=False)
     return {
-        "definition": "sum of bound pod requests / sum of node allocatable, per resource",
-        "cpu": ratio[0],
-        "memory": ratio[1],
-        "gpu": ratio[2],
-        "pending_pods": pending,
+        "definition": "scheduler.commitment: committed requests of bound, non-terminal pods "
+        "/ allocatable, per resource (millicores, bytes, GPUs)",
+        **figure,
     }
 
 

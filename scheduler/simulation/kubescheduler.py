@@ -4,8 +4,11 @@ One scheduling pass, pod by pod as kube-scheduler's scheduling cycle runs:
 
 1. the default filters (`scheduler.kubefilters`) over every live, schedulable
    node, against the scheduler's own cache of what is requested (a bound pod is
-   assumed at once, before its binding is written);
-2. the extender's `filter` and then `prioritize`, by calling `extender_call` -
+   assumed at once, before its binding is written); as kube-scheduler, only the
+   first `num_feasible_nodes_to_find` feasible nodes (adaptive
+   percentageOfNodesToScore: all below 100 nodes, 420 of 1,000) from a start
+   index that moves round the node list cycle after cycle go on (`_sample`);
+2. the extender's `filter` and then `prioritize` on those, by calling `extender_call` -
    the function the HTTP handler serves - with the body kube-scheduler would
    send: `NodeNames` (`nodeCacheCapable: true`) or full `Nodes`
    (`nodeCacheCapable: false`). The extender answers from a snapshot of the very
@@ -55,6 +58,7 @@ from scheduler import scoring
 from scheduler.extender.handler import FILTER, PRIORITIZE, extender_call
 from scheduler.extender.protocol import ProtocolError, pod_request
 from scheduler.extender.snapshot import NodeSnapshot
+from scheduler.kubedefault import num_feasible_nodes_to_find
 from scheduler.kubefilters import NodeTable, unschedulable_message
 from scheduler.nodesync import TERMINAL_PHASES
 from scheduler.simulation.pricing import PriceBook, scoring_rows
@@ -118,6 +122,8 @@ class KubeScheduler:
         self.node_cache_capable = node_cache_capable
         self._view: tuple[list[str], NodeSnapshot] | None = None
         self._view_until = 0.0
+        self._next_start = 0  # kube-scheduler's nextStartNodeIndex
+        self._name_array = np.array([], dtype=object)
 
     def _snapshot(self, names, matrix, index, max_price) -> NodeSnapshot:
         """The extender's view of the pass's nodes: a copy of the cache, at most TTL seconds old."""
@@ -146,6 +152,7 @@ class KubeScheduler:
             return
         table, matrix, max_price = _table(nodes, pods, book)
         names = table.names
+        self._name_array = np.array(names, dtype=object)
         index = {n: i for i, n in enumerate(names)}
         for pod in pending:
             started = time.perf_counter()
@@ -179,12 +186,13 @@ class KubeScheduler:
             return f"pod has malformed requests: {exc}"
         request = np.array([req.cpu, req.memory, req.gpu])
         ok, counts = table.feasible(pod.get("spec") or {}, request)
-        candidates = [names[i] for i in np.flatnonzero(ok)]
-        if not candidates:
+        found = self._sample(ok)
+        if not found.size:
             return unschedulable_message(len(names), counts)
+        candidates = self._name_array[found].tolist()
         snapshot = self._snapshot(names, matrix, index, max_price)
         source = lambda: snapshot  # noqa: E731 - the snapshot of this cycle, as the extender sees it
-        objects = [nodes[index[n]] for n in candidates] if not self.node_cache_capable else []
+        objects = [nodes[i] for i in found] if not self.node_cache_capable else []
         status, raw = extender_call(FILTER, self._body(pod, candidates, objects), None, source)
         filtered = orjson.loads(raw)
         if status != 200 or filtered.get("Error"):
@@ -200,13 +208,13 @@ class KubeScheduler:
         if status != 200:
             return f"extender prioritize failed: HTTP {status}"
         hosts = orjson.loads(raw)
-        scores = {h["Host"]: int(h["Score"]) for h in hosts}
-        values = np.array([scores.get(n, 0) for n in passing])
+        values = np.fromiter((h["Score"] for h in hosts), dtype=np.int64, count=len(hosts))
         top = np.argsort(-values, kind="stable")[:3]  # stable: the first of equal scores wins
-        best = passing[int(top[0])]
+        best = hosts[int(top[0])]["Host"]
+        scores = {hosts[int(j)]["Host"]: int(values[j]) for j in top}
         i = index[best]
         table.assume(i, request)  # matrix columns 3:6 are the table's requested cache
-        ranked = [passing[int(j)] for j in top]
+        ranked = list(scores)
         explanation = {
             "node": best,
             "score": scores.get(best, 0),
@@ -214,6 +222,7 @@ class KubeScheduler:
             "capacityType": "spot" if matrix[i, 8] > 0.5 else "on-demand",
             "hourly": None if np.isnan(matrix[i, 6]) else round(float(matrix[i, 6]), 4),
             "candidates": len(candidates),
+            "feasibleNodes": int(np.count_nonzero(ok)),
             "passedExtender": len(passing),
             "extenderRejected": dict(_failed_counts(filtered)),
             "defaultFilterRejected": dict(counts),
@@ -226,6 +235,27 @@ class KubeScheduler:
             best,
             explanation_annotation(explanation),
         )
+
+    def _sample(self, ok: np.ndarray) -> np.ndarray:
+        """The feasible nodes kube-scheduler hands the extenders, as node indices in its order.
+
+        schedule_one.go `findNodesThatPassFilters`: the nodes are checked from
+        nextStartNodeIndex round the list, and checking stops once
+        `numFeasibleNodesToFind` (adaptive percentageOfNodesToScore: all nodes
+        below 100, 42% of 1,000) have passed; the next cycle starts after the last
+        node checked.
+        """
+        total = len(ok)
+        start = self._next_start % total if total else 0
+        positions = np.flatnonzero(np.roll(ok, -start))
+        want = num_feasible_nodes_to_find(total)
+        if positions.size > want:
+            positions = positions[:want]
+            processed = int(positions[-1]) + 1
+        else:
+            processed = total
+        self._next_start = (start + processed) % total if total else 0
+        return (positions + start) % total
 
     def _flush(self, batch: list[tuple[PodBinding, float]], result: SchedulePass) -> None:
         if not batch:

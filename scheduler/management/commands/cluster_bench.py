@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 from kiln import benchjson
 from kiln.cluster.simulated import SimulatedBackend
 from scheduler import seed
+from scheduler.kubedefault import num_feasible_nodes_to_find
 from scheduler.simulation import bench
 
 
@@ -40,6 +41,11 @@ class Command(BaseCommand):
             "seeds_note": "constants were chosen on seed 1; reported runs use seed 2",
             "node_cache_capable": opts["node_cache_capable"] == "true",
             "target": {"pods_per_second": 300, "latency_sensitive_on_spot": 0},
+            "extender_candidates": {
+                "per_pod": num_feasible_nodes_to_find(opts["nodes"]),
+                "note": "as kube-scheduler sends them: the first numFeasibleNodesToFind "
+                "feasible nodes (adaptive percentageOfNodesToScore) from a rotating start",
+            },
         }
         result.update(
             bench.bench_run(backend=backend, node_cache_capable=result["node_cache_capable"])
