@@ -105,8 +105,11 @@ def test_an_inconclusive_rollout_is_shown_plainly_with_what_would_settle_it(alic
     page = alice.get(reverse("canary:rollout-detail", args=[rollout.pk])).content.decode()
     assert "Inconclusive — held at 10%" in page
     assert "What would settle it:" in page and "more canary requests" in page
-    for term in ("<strong>LLR</strong>", "<strong>Bounds</strong>", "<strong>CUSUM</strong>"):
-        assert term in page
+    for term in ("LLR", "Bounds", "CUSUM", "SPRT", "Tick"):
+        assert f"<strong>{term}</strong>" in page
+    assert "docs/canary.md" in page
+    listing = alice.get(reverse("canary:rollout-list")).content.decode()
+    assert '<abbr title="analysis windows done' in listing
     assert "<strong>Requests still needed</strong>" in page
     # The engineer of the team may extend, retry or abort, not promote anyway.
     assert 'value="extend"' in page and 'value="retry"' in page and 'value="abort"' in page
