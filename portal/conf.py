@@ -68,6 +68,11 @@ def teardown_deadline() -> float:
     return float(_get("KILN_TEARDOWN_DEADLINE_SECONDS", 300))
 
 
+def tenant_audit_ack_timeout() -> float:
+    """Seconds teardown waits for the tenant API server's last audit batch before it goes on."""
+    return float(_get("KILN_TENANT_AUDIT_ACK_SECONDS", 30))
+
+
 def quarantine_owner() -> str:
     """Username who owns quarantined environments (empty: the requester)."""
     return str(_get("KILN_QUARANTINE_OWNER", "") or "")

@@ -3,6 +3,7 @@
 from django.urls import path
 
 from portal import api, api_lifecycle, views
+from portal.views.tenant_audit import tenant_audit_sink
 
 app_name = "portal"
 
@@ -52,6 +53,7 @@ urlpatterns: list = [
     ),
 ]
 api_urlpatterns: list = [
+    path("tenant-audit/<str:public_id>/", tenant_audit_sink, name="tenant-audit-sink"),
     path("environments/", api.EnvironmentListCreateApi.as_view(), name="environment-list"),
     path(
         "environments/estimate/", api.EnvironmentEstimateApi.as_view(), name="environment-estimate"

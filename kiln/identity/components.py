@@ -72,6 +72,8 @@ COMPONENTS: dict[str, frozenset[str]] = {
     "chaos-reaper": _job(CHAOS_REAP),
     "scheduler-node-sync": _job(NODES_SYNC),
     # The simulated cluster's Karpenter and kube-scheduler: they write only the cluster and audit.
+    # The tenant audit sink: it only archives what a tenant API server posts, and audits that.
+    "tenant-audit-sink": _job(),
     "karpenter": _job(),
     "kube-scheduler": _job(),
     "audit-writer": _job(AUDIT_CHAIN),

@@ -17,6 +17,7 @@ TEARDOWN_STEPS = (
     "cordon",
     "delete-workloads",
     "finalizers-cleared",
+    "tenant-audit-acknowledged",
     "audit-confirmed",
     "delete-namespace",
 )

@@ -5,7 +5,7 @@ owned by a person, resources left labelled and attributable.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
@@ -26,6 +26,7 @@ from portal.models import Environment, ProvisioningStep
 from portal.services.lifecycle import audit_target, environment_transition
 from portal.services.queueing import enqueue_teardown
 from portal.services.steps import TEARDOWN_STEPS, is_done, step_detail, step_done, step_started
+from portal.services.tenant_audit import deletions_unacknowledged, sink_token_issued
 
 REAPER = "reaper"
 DELETED, PENDING, QUARANTINED, NOOP = "deleted", "pending", "quarantined", "noop"
@@ -238,6 +239,10 @@ def environment_teardown(*, environment_id: int) -> str:
                 detail="no workloads remain",
             )
 
+        if not is_done(environment=env, name=TENANT_AUDIT_STEP):
+            if not _tenant_audit_acknowledged(env=env, refs=refs, workloads=workloads):
+                return PENDING
+
         if not is_done(environment=env, name="audit-confirmed"):
             step_started(environment=env, name="audit-confirmed")
             event_id = step_detail(environment=env, name="audit-confirmed")
@@ -297,6 +302,59 @@ def environment_teardown(*, environment_id: int) -> str:
                 )
             return DELETED
         return NOOP
+
+
+TENANT_AUDIT_STEP = "tenant-audit-acknowledged"
+
+
+def _tenant_audit_acknowledged(*, env: Environment, refs: list[AppliedRef], workloads) -> bool:
+    """True once the tenant API server's audit events for teardown's deletions are archived (or
+    there is no tenant control plane); after KILN_TENANT_AUDIT_ACK_SECONDS teardown goes on
+    anyway and audits that the tenant's evidence may be incomplete."""
+    actor = system_actor(REAPER)
+    if not any(r.kind == "TenantControlPlane" for r in refs) or not sink_token_issued(
+        environment=env
+    ):
+        detail = "no tenant API server holds a sink token: nothing to wait for"
+        step_done(actor=actor, environment=env, name=TENANT_AUDIT_STEP, detail=detail)
+        return True
+    step_started(environment=env, name=TENANT_AUDIT_STEP)
+    since = step_detail(environment=env, name=TENANT_AUDIT_STEP)
+    if not since.startswith("since:"):
+        since = f"since:{timezone.now().isoformat()}"
+        ProvisioningStep.objects.filter(environment=env, name=TENANT_AUDIT_STEP).update(
+            detail=since
+        )
+    wanted = [(r.namespace, r.name) for r in workloads if r.namespace == env.namespace]
+    missing = deletions_unacknowledged(environment=env, objects=wanted)
+    if not missing:
+        step_done(
+            actor=actor,
+            environment=env,
+            name=TENANT_AUDIT_STEP,
+            detail=f"{len(wanted)} deletions acknowledged",
+        )
+        return True
+    waited = (timezone.now() - datetime.fromisoformat(since.removeprefix("since:"))).total_seconds()
+    if waited < conf.tenant_audit_ack_timeout():
+        return False
+    with transaction.atomic():
+        audit.record(
+            actor,
+            "portal.environment.tenant_audit_incomplete",
+            audit_target(env),
+            {
+                "waited_seconds": round(waited, 1),
+                "unacknowledged": [f"{n}/{m}" for n, m in missing],
+            },
+        )
+        step_done(
+            actor=actor,
+            environment=env,
+            name=TENANT_AUDIT_STEP,
+            detail=f"timed out: {len(missing)} deletions unacknowledged, evidence may be incomplete",
+        )
+    return True
 
 
 def _exists_alive(backend, ref: AppliedRef) -> bool:

@@ -128,6 +128,7 @@ def test_teardown_deletes_everything_after_the_audit_event_is_chained(
         "cordon",
         "delete-workloads",
         "finalizers-cleared",
+        "tenant-audit-acknowledged",
         "audit-confirmed",
         "delete-namespace",
     ]

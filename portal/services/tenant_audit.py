@@ -1,0 +1,154 @@
+"""Tenant audit evidence: the per-environment sink token, the sink itself (an EventList in, an
+append-only archive row per new event, one chained audit event per accepted batch), and the
+archive read back and verified, also after the environment is gone. Hashing and validation:
+portal/tenant_audit.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import secrets
+
+from django.db import transaction
+
+import audit
+from audit.models import ChainEvent
+from kiln.errors import Forbidden, InvalidInput, NotAuthenticated
+from kiln.identity.permissions import system_actor
+from portal import tenant_audit as ta
+from portal.models import Environment, TenantAuditEvent, TenantAuditToken
+from portal.services.lifecycle import audit_target
+
+SINK = "tenant-audit-sink"
+ARCHIVED = "portal.environment.tenant_audit_archived"
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def tenant_audit_token_issue(*, environment: Environment) -> str:
+    """A fresh sink token for the environment (replacing any earlier one); only its hash is kept."""
+    token = secrets.token_urlsafe(32)
+    TenantAuditToken.objects.update_or_create(
+        environment=environment, defaults={"token_sha256": _digest(token)}
+    )
+    return token
+
+
+def sink_token_issued(*, environment: Environment) -> bool:
+    """True if a tenant API server may post for the environment (it was given a sink token)."""
+    return TenantAuditToken.objects.filter(environment=environment).exists()
+
+
+def _authenticated(*, environment_id: str, token: str) -> Environment:
+    """The environment the sink URL names, if the token is that environment's."""
+    if not token:
+        raise NotAuthenticated("a bearer token is required")
+    row = TenantAuditToken.objects.filter(token_sha256=_digest(token)).first()
+    if row is None:
+        raise NotAuthenticated("the token is not a tenant audit sink token")
+    env = Environment.objects.filter(public_id=environment_id).first()
+    if env is None or not hmac.compare_digest(str(row.environment_id), str(env.pk)):
+        raise Forbidden("the token is not this environment's")
+    return env
+
+
+def tenant_audit_ingest(*, environment_id: str, token: str, body: bytes) -> dict:
+    """Archive an EventList a tenant API server posted: new events appended (an auditID already
+    archived is skipped, so a retried batch stores nothing twice), one chained audit event per
+    batch with its count and running hash. Bad input or a wrong token changes nothing."""
+    env = _authenticated(environment_id=environment_id, token=token)
+    try:
+        items = ta.parse_event_list(body)
+    except ta.TenantAuditInvalid as exc:
+        raise InvalidInput(f"not an audit EventList: {exc}") from None
+    with transaction.atomic():
+        Environment.objects.select_for_update().filter(pk=env.pk).first()  # one writer per archive
+        ids = [e["auditID"] for e in items]
+        seen = set(
+            TenantAuditEvent.objects.filter(environment=env, audit_id__in=ids).values_list(
+                "audit_id", flat=True
+            )
+        )
+        last = TenantAuditEvent.objects.filter(environment=env).order_by("-seq").first()
+        seq, running = (last.seq, last.running_sha256) if last else (0, ta.GENESIS)
+        rows = []
+        for event in items:
+            if event["auditID"] in seen:
+                continue
+            seen.add(event["auditID"])
+            digest = ta.event_sha256(event)
+            seq, running = seq + 1, ta.running_sha256(running, digest)
+            rows.append(
+                TenantAuditEvent(
+                    environment=env,
+                    seq=seq,
+                    audit_id=event["auditID"],
+                    event=event,
+                    event_sha256=digest,
+                    running_sha256=running,
+                )
+            )
+        if rows:
+            TenantAuditEvent.objects.bulk_create(rows)
+            audit.record(
+                system_actor(SINK),
+                ARCHIVED,
+                audit_target(env),
+                {
+                    "count": len(rows),
+                    "first_seq": rows[0].seq,
+                    "last_seq": seq,
+                    "running_sha256": running,
+                },
+            )
+    return {"accepted": len(rows), "duplicates": len(items) - len(rows), "running_sha256": running}
+
+
+def _anchors(env: Environment) -> list[dict]:
+    """The archive hashes Kiln's audit chain holds for the environment, oldest first."""
+    rows = ChainEvent.objects.filter(action=ARCHIVED, target=audit_target(env)).order_by("seq")
+    return [json.loads(r.data) for r in rows]
+
+
+def tenant_audit_export(*, environment: Environment) -> dict:
+    """An environment's archive (every event in order with its hashes), the hashes the chain
+    holds for it and what verification found: readable whatever the environment's status."""
+    rows = list(TenantAuditEvent.objects.filter(environment=environment).order_by("seq"))
+    anchors = _anchors(environment)
+    problems = ta.verify_archive(
+        [ta.ArchivedEvent(r.seq, r.event, r.event_sha256, r.running_sha256) for r in rows], anchors
+    )
+    return {
+        "environment": environment.public_id,
+        "namespace": environment.namespace,
+        "status": environment.status,
+        "events": [
+            {
+                "seq": r.seq,
+                "event": r.event,
+                "event_sha256": r.event_sha256,
+                "running_sha256": r.running_sha256,
+            }
+            for r in rows
+        ],
+        "chained_batches": anchors,
+        "verified": not problems,
+        "problems": problems,
+    }
+
+
+def deletions_unacknowledged(*, environment: Environment, objects: list[tuple[str, str]]) -> list:
+    """Which (namespace, name) deletions the archive holds no completed `delete` event for."""
+    done = {
+        (e.get("objectRef", {}).get("namespace"), e.get("objectRef", {}).get("name"))
+        for e in TenantAuditEvent.objects.filter(
+            environment=environment,
+            event__verb="delete",
+            event__stage="ResponseComplete",
+        ).values_list("event", flat=True)
+    }
+    return [o for o in objects if o not in done]
