@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
@@ -16,6 +19,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from kiln import dashboard, health
+from kiln.dbpool import pool_exhausted
 from kiln.errors import error_body
 from kiln.identity.permissions import actor_from_request, can_use_admin
 
@@ -132,7 +136,15 @@ def bad_request(request: HttpRequest, exception=None) -> HttpResponse:
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
-    """500: logged by Django; the response says so and nothing more."""
+    """500: logged by Django; the response says so and nothing more.
+
+    Django calls this while handling the exception, so `sys.exc_info()` names it: the database
+    pool's bounded wait running out is a 503 with its reason and a Retry-After, not a 500.
+    """
+    if pool_exhausted(sys.exc_info()[1]):
+        response = _pool_exhausted(request)
+        response["Retry-After"] = "1"
+        return response
     if _wants_json(request):
         return JsonResponse(
             error_body("server_error", "Internal error; it has been logged."), status=500
@@ -140,6 +152,18 @@ def server_error(request: HttpRequest) -> HttpResponse:
     return _error_page(
         None, 500, "Something went wrong", "The error has been logged. Please try again."
     )
+
+
+def _pool_exhausted(request: HttpRequest) -> HttpResponse:
+    reason = (
+        "Every database connection of this process stayed busy for "
+        f"{getattr(settings, 'KILN_DB_POOL_TIMEOUT', 0):g} s (KILN_DB_POOL_TIMEOUT); try again."
+    )
+    if _wants_json(request):
+        return JsonResponse(
+            error_body("database_busy", "The database is busy.", {"reason": reason}), status=503
+        )
+    return _error_page(None, 503, "Busy", reason)
 
 
 def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:

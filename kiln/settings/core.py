@@ -6,6 +6,7 @@ from __future__ import annotations
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from kiln.dbpool import reset_connection
 from kiln.settings.environ import (
     BASE_DIR,
     DATABASE_URL,
@@ -14,6 +15,7 @@ from kiln.settings.environ import (
     VAR_DIR,
     env,
     env_bool,
+    env_float,
     env_int,
 )
 
@@ -105,9 +107,29 @@ TEMPLATES = [
 # --- data ------------------------------------------------------------------
 
 if DATABASE_URL:
-    DATABASES = {
-        "default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)
-    }
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_health_checks=True)}
+    # Under ASGI every in-flight request runs its sync code in a thread of its own, so a
+    # connection kept per thread (CONN_MAX_AGE > 0) grows with concurrency until PostgreSQL
+    # refuses more. A bounded psycopg pool per process instead: at most KILN_DB_POOL_MAX
+    # connections, a request waits up to KILN_DB_POOL_TIMEOUT seconds for one and then gets a
+    # 503 (kiln.views.server_error). KILN_DB_POOL_MAX=0: no pool, a connection per request.
+    KILN_DB_POOL_MAX = env_int("KILN_DB_POOL_MAX", 10)
+    KILN_DB_POOL_MIN = env_int("KILN_DB_POOL_MIN", 1)
+    KILN_DB_POOL_TIMEOUT = env_float("KILN_DB_POOL_TIMEOUT", 5.0)
+    if KILN_DB_POOL_MAX < 0 or not 0 <= KILN_DB_POOL_MIN <= max(KILN_DB_POOL_MAX, 0):
+        raise ImproperlyConfigured(
+            "KILN_DB_POOL_MAX must be >= 0 and KILN_DB_POOL_MIN between 0 and KILN_DB_POOL_MAX"
+        )
+    if KILN_DB_POOL_TIMEOUT <= 0:
+        raise ImproperlyConfigured("KILN_DB_POOL_TIMEOUT must be a positive number of seconds")
+    DATABASES["default"]["CONN_MAX_AGE"] = 0  # a pool requires it; without one: per request
+    if KILN_DB_POOL_MAX:
+        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+            "min_size": KILN_DB_POOL_MIN,
+            "max_size": KILN_DB_POOL_MAX,
+            "timeout": KILN_DB_POOL_TIMEOUT,
+            "reset": reset_connection,
+        }
 else:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {

@@ -1,0 +1,102 @@
+"""The web's PostgreSQL connections stay within its pool under concurrent HTTP load, and a pool
+that stays exhausted answers 503 with its reason, not 500 (kiln/settings/core.py, kiln/dbpool.py)."""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import psycopg
+import pytest
+from django.db import OperationalError, connection
+from django.test import RequestFactory
+from psycopg_pool import PoolTimeout
+
+from canary.chaos.loadtest.shape import Shape
+from kiln.identity.models import Team
+from kiln.views import server_error
+from tests.audit.conftest import subprocess_env
+from tests.kiln.standalone_process import free_port
+
+POOL_MAX = 4
+APP_NAME = "kiln-pool-test-web"
+
+
+def _get(url: str, token: str) -> int:
+    request = urllib.request.Request(  # noqa: S310 - loopback
+        url, headers={"Authorization": f"Bearer {token}"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310 - loopback
+            response.read()
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_requests_stay_within_the_pool_and_never_500(settings, make_token, tmp_path):
+    Team.objects.create(slug="payments", name="Payments")
+    token = make_token(sub="alice", roles=["engineer"], team="payments")
+    db = connection.settings_dict
+    environment = subprocess_env(
+        settings,
+        KILN_JWT_JWKS=settings.KILN_JWT_JWKS,
+        KILN_JWT_ISSUER=settings.KILN_JWT_ISSUER,
+        KILN_JWT_AUDIENCE=settings.KILN_JWT_AUDIENCE,
+        KILN_TRACING="0",
+        KILN_DB_POOL_MAX=str(POOL_MAX),
+        KILN_DB_POOL_TIMEOUT="30",
+        PGAPPNAME=APP_NAME,  # libpq names the web's backends: pg_stat_activity counts them
+    )
+    shape = Shape(port=free_port(), environment=environment, workdir=tmp_path, names=("web",))
+    peak, stop = [0], threading.Event()
+
+    def sample() -> None:
+        dsn = f"host={db['HOST']} port={db['PORT'] or 5432} user={db['USER']} dbname={db['NAME']}"
+        with psycopg.connect(dsn, autocommit=True) as sampler:
+            while not stop.is_set():
+                count = sampler.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = %s"
+                    " AND application_name = %s",
+                    [db["NAME"], APP_NAME],
+                ).fetchone()[0]
+                peak[0] = max(peak[0], count)
+                time.sleep(0.02)
+
+    try:
+        shape.start_all(timeout=90)
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        urls = [shape.base_url + "/readyz", shape.base_url + "/api/v1/environments/"] * 60
+        with ThreadPoolExecutor(max_workers=100) as pool:
+            statuses = list(pool.map(lambda url: _get(url, token), urls))
+        stop.set()
+        sampler.join(timeout=5)
+    finally:
+        stop.set()
+        shape.stop_all()
+    assert 500 not in statuses, statuses
+    assert statuses.count(200) == len(urls), statuses
+    assert 0 < peak[0] <= POOL_MAX, peak[0]
+
+
+def test_an_exhausted_pool_answers_503_with_its_reason():
+    request = RequestFactory().get("/api/v1/environments/", HTTP_ACCEPT="application/json")
+    try:
+        try:
+            raise PoolTimeout("couldn't get a connection after 5.00 sec")
+        except PoolTimeout as exc:
+            raise OperationalError(str(exc)) from exc
+    except OperationalError:
+        response = server_error(request)
+    assert response.status_code == 503
+    assert response["Retry-After"] == "1"
+    assert b"database_busy" in response.content and b"KILN_DB_POOL_TIMEOUT" in response.content
+    try:
+        raise OperationalError("connection refused")
+    except OperationalError:
+        assert server_error(request).status_code == 500
