@@ -20,27 +20,27 @@ import hashlib
 import re
 from collections.abc import Callable, Iterable, Sequence
 
-HASH_SIZE = 32
+from audit.tlog_verify import (  # the verifying half lives in the standalone verifier
+    HASH_SIZE,
+    ProofError,
+    computed_root,
+    leaf_hash,
+    need_hash,
+    node_hash,
+    verify_consistency,
+    verify_inclusion,
+)
+
 TILE_HEIGHT = 8
 TILE_WIDTH = 1 << TILE_HEIGHT  # hashes in a full tile
 EMPTY_ROOT = hashlib.sha256(b"").digest()
 
+__all__ = [  # re-exported: the verifying half lives in audit/tlog_verify.py
+    "ProofError", "computed_root", "leaf_hash", "node_hash", "verify_consistency", "verify_inclusion",
+]  # fmt: skip
+
 # hash of the complete subtree at (level, index): leaves index << level .. (index + 1) << level
 HashSource = Callable[[int, int], bytes]
-
-
-class ProofError(ValueError):
-    """A proof that does not verify, or a request for one that cannot exist."""
-
-
-def leaf_hash(entry: bytes) -> bytes:
-    """RFC 9162 leaf hash: SHA-256(0x00 || entry)."""
-    return hashlib.sha256(b"\x00" + entry).digest()
-
-
-def node_hash(left: bytes, right: bytes) -> bytes:
-    """RFC 9162 interior node hash: SHA-256(0x01 || left || right)."""
-    return hashlib.sha256(b"\x01" + left + right).digest()
 
 
 def _split(n: int) -> int:
@@ -108,91 +108,6 @@ def consistency_proof(source: HashSource, old_size: int, new_size: int) -> list[
     return proof
 
 
-def verify_inclusion(
-    index: int, size: int, leaf: bytes, proof: Sequence[bytes], expected_root: bytes
-) -> None:
-    """RFC 9162 2.1.3.2: raise ProofError unless `proof` puts `leaf` at `index` under the root."""
-    if not 0 <= index < size:
-        raise ProofError(f"leaf index {index} is not in a tree of size {size}")
-    _need_hash(leaf)
-    _need_hash(expected_root)
-    if computed_root(index, size, leaf, proof) != expected_root:
-        raise ProofError(
-            f"inclusion proof for index {index} does not match the root at size {size}"
-        )
-
-
-def computed_root(index: int, size: int, leaf: bytes, proof: Sequence[bytes]) -> bytes:
-    """The root an inclusion proof leads to (ProofError if it has the wrong length)."""
-    fn, sn, r = index, size - 1, leaf
-    for p in proof:
-        _need_hash(p)
-        if sn == 0:
-            raise ProofError("inclusion proof is longer than the tree is deep")
-        if fn & 1 or fn == sn:
-            r = node_hash(p, r)
-            while not fn & 1 and fn != 0:
-                fn, sn = fn >> 1, sn >> 1
-        else:
-            r = node_hash(r, p)
-        fn, sn = fn >> 1, sn >> 1
-    if sn != 0:
-        raise ProofError("inclusion proof is shorter than the tree is deep")
-    return r
-
-
-def verify_consistency(
-    old_size: int, new_size: int, old_root: bytes, new_root: bytes, proof: Sequence[bytes]
-) -> None:
-    """RFC 9162 2.1.4.2: raise ProofError unless the tree at new_size extends the one at old_size."""
-    if old_size > new_size:
-        raise ProofError(f"size {old_size} is larger than size {new_size}")
-    if old_size == 0:
-        raise ProofError("a consistency proof from the empty tree proves nothing")
-    if old_size == new_size:
-        if proof:
-            raise ProofError("a proof between equal sizes must be empty")
-        if old_root != new_root:
-            raise ProofError(f"two different roots at size {old_size}: the log forked")
-        return
-    if not proof:
-        raise ProofError("empty consistency proof between different sizes")
-    _need_hash(old_root)
-    _need_hash(new_root)
-    path = list(proof)
-    for p in path:
-        _need_hash(p)
-    if old_size & (old_size - 1) == 0:
-        path.insert(0, old_root)
-    fn, sn = old_size - 1, new_size - 1
-    while fn & 1:
-        fn, sn = fn >> 1, sn >> 1
-    fr = sr = path[0]
-    for c in path[1:]:
-        if sn == 0:
-            raise ProofError("consistency proof is longer than the tree is deep")
-        if fn & 1 or fn == sn:
-            fr, sr = node_hash(c, fr), node_hash(c, sr)
-            while not fn & 1 and fn != 0:
-                fn, sn = fn >> 1, sn >> 1
-        else:
-            sr = node_hash(sr, c)
-        fn, sn = fn >> 1, sn >> 1
-    if sn != 0:
-        raise ProofError("consistency proof is shorter than the tree is deep")
-    if fr != old_root:
-        raise ProofError(
-            f"the tree at size {new_size} does not contain the tree at size {old_size}"
-        )
-    if sr != new_root:
-        raise ProofError(f"consistency proof does not match the root at size {new_size}")
-
-
-def _need_hash(value: bytes) -> None:
-    if not isinstance(value, bytes | bytearray) or len(value) != HASH_SIZE:
-        raise ProofError("a proof element, leaf or root is not a 32-byte hash")
-
-
 # --- tiles (C2SP tlog-tiles) ----------------------------------------------------------------
 
 _TILE_PATH = re.compile(r"^(?:x\d{3}/)*\d{3}(?:\.p/(\d{1,3}))?$")
@@ -255,7 +170,7 @@ def extend_tiles(
     edge = {level: bytearray(content) for level, content in right_edge.items()}
     changed: dict[tuple[int, int], bytearray | bytes] = {}
     for leaf in leaves:
-        _need_hash(leaf)
+        need_hash(leaf)
         level, value, position = 0, leaf, size  # `value` is hash number `position` of its level
         while True:
             tile = edge.setdefault(level, bytearray())

@@ -21,22 +21,27 @@ verifier keys: `<key name>+<key hash, 8 hex>+<base64(0x01 || public key)>`.
 from __future__ import annotations
 
 import base64
-import hashlib
 import os
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-ALG_ED25519 = 0x01
-SIG_PREFIX = "\u2014 "
+from audit.tlog_verify import (  # the verifying half lives in the standalone verifier
+    ALG_ED25519,
+    SIG_PREFIX,
+    NoteError,
+    key_hash,
+    parse_checkpoint,
+    parse_verifier_key,
+    split_note,
+    verify_note_signature,
+)
+from audit.tlog_verify import raw_public as public_raw
 
-
-class NoteError(ValueError):
-    """A note or key that does not parse, or a signature that does not verify."""
+__all__ = ["NoteError", "key_hash", "parse_verifier_key", "public_raw"]  # re-exported
 
 
 @dataclass(frozen=True)
@@ -62,43 +67,11 @@ def _b64hex(digest_hex: str) -> str:
     return base64.b64encode(bytes.fromhex(digest_hex)).decode("ascii")
 
 
-def key_hash(name: str, public_raw: bytes) -> bytes:
-    """The 4-byte key id of an Ed25519 verifier key (signed-note)."""
-    return hashlib.sha256(
-        name.encode("utf-8") + b"\n" + bytes([ALG_ED25519]) + public_raw
-    ).digest()[:4]
-
-
-def public_raw(key: Ed25519PublicKey) -> bytes:
-    """The 32 raw bytes of an Ed25519 public key."""
-    return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-
-
 def verifier_key(name: str, key: Ed25519PublicKey) -> str:
     """The signed-note verifier key line `<name>+<hash hex>+<base64(0x01||key)>`."""
     raw = public_raw(key)
     encoded = base64.b64encode(bytes([ALG_ED25519]) + raw).decode("ascii")
     return f"{name}+{key_hash(name, raw).hex()}+{encoded}"
-
-
-def parse_verifier_key(text: str) -> tuple[str, Ed25519PublicKey]:
-    """Read a verifier key line, or a PEM public key (named `kiln`), into (name, key)."""
-    text = text.strip()
-    if text.startswith("-----BEGIN"):
-        key = serialization.load_pem_public_key(text.encode("ascii"))
-        if not isinstance(key, Ed25519PublicKey):
-            raise NoteError("the PEM public key is not Ed25519")
-        return "kiln", key
-    try:
-        name, hash_hex, encoded = text.split("+", 2)  # names never contain "+"
-        blob = base64.b64decode(encoded, validate=True)
-    except ValueError as exc:
-        raise NoteError("not a verifier key (<name>+<hash>+<key>)") from exc
-    if len(blob) != 33 or blob[0] != ALG_ED25519:
-        raise NoteError("verifier key is not an Ed25519 key")
-    if key_hash(name, blob[1:]).hex() != hash_hex:
-        raise NoteError("verifier key hash does not match its name and key")
-    return name, Ed25519PublicKey.from_public_bytes(blob[1:])
 
 
 def sign(checkpoint: Checkpoint, name: str, private_key: Ed25519PrivateKey) -> str:
@@ -111,21 +84,9 @@ def sign(checkpoint: Checkpoint, name: str, private_key: Ed25519PrivateKey) -> s
 
 def parse(note: str) -> tuple[Checkpoint, list[tuple[str, bytes]]]:
     """Split a signed note into its checkpoint and its (key name, key hash + signature) lines."""
-    body, sep, sigs = note.partition("\n\n")
-    if not sep:
-        raise NoteError("note has no signature block")
-    lines = body.split("\n")
-    if len(lines) < 3:
-        raise NoteError("checkpoint needs origin, size and hash lines")
-    origin, size_text, root = lines[0], lines[1], lines[2]
-    if not size_text.isdigit() or (size_text != "0" and size_text.startswith("0")):
-        raise NoteError(f"checkpoint size {size_text!r} is not a decimal number")
-    try:
-        head = base64.b64decode(root, validate=True)
-    except ValueError as exc:
-        raise NoteError("checkpoint hash is not base64") from exc
-    if len(head) != 32:
-        raise NoteError("checkpoint hash is not 32 bytes")
+    text, signatures = split_note(note)
+    top = parse_checkpoint(text)
+    lines = text[:-1].split("\n")
     time, chain_head = "", b""
     for extra in lines[3:]:
         if extra.startswith("time "):
@@ -137,35 +98,15 @@ def parse(note: str) -> tuple[Checkpoint, list[tuple[str, bytes]]]:
                 raise NoteError("checkpoint chain line is not base64") from exc
             if len(chain_head) != 32:
                 raise NoteError("checkpoint chain hash is not 32 bytes")
-    signatures: list[tuple[str, bytes]] = []
-    for line in sigs.split("\n"):
-        if not line:
-            continue
-        if not line.startswith(SIG_PREFIX):
-            raise NoteError("malformed signature line")
-        name, _, encoded = line[len(SIG_PREFIX) :].rpartition(" ")
-        try:
-            signatures.append((name, base64.b64decode(encoded, validate=True)))
-        except ValueError as exc:
-            raise NoteError("signature is not base64") from exc
     if chain_head:
-        return Checkpoint(origin, int(size_text), chain_head.hex(), time, head.hex()), signatures
-    return Checkpoint(origin, int(size_text), head.hex(), time), signatures
+        return Checkpoint(top.origin, top.size, chain_head.hex(), time, top.root.hex()), signatures
+    return Checkpoint(top.origin, top.size, top.root.hex(), time), signatures
 
 
 def verify(note: str, name: str, public_key: Ed25519PublicKey) -> Checkpoint:
     """Return the checkpoint if `note` carries a valid signature by (name, key); else NoteError."""
-    checkpoint, signatures = parse(note)
-    body = note.partition("\n\n")[0] + "\n"
-    kid = key_hash(name, public_raw(public_key))
-    for sig_name, blob in signatures:
-        if sig_name == name and blob[:4] == kid:
-            try:
-                public_key.verify(blob[4:], body.encode("utf-8"))
-            except InvalidSignature as exc:
-                raise NoteError("checkpoint signature does not verify") from exc
-            return checkpoint
-    raise NoteError(f"checkpoint has no signature by key {name!r}")
+    verify_note_signature(note, name, public_key)
+    return parse(note)[0]
 
 
 def load_or_create_private_key(path: Path, *, create: bool) -> Ed25519PrivateKey:

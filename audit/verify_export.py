@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from audit import chain, notes
+from audit import chain, merkle, notes
 
 
 @dataclass
@@ -69,6 +69,7 @@ def verify_export(path: Path, public_key_text: str) -> ExportReport:
     name, key = notes.parse_verifier_key(public_key_text)
     header, rows, cps = _read(path)
     expected: dict[int, str] = {}
+    roots: dict[int, str] = {}
     problem: chain.Problem | None = None
     for size, note in cps:
         try:
@@ -82,6 +83,8 @@ def verify_export(path: Path, public_key_text: str) -> ExportReport:
             )
             continue
         expected[cp.size] = cp.head_hash
+        if cp.root_hash:
+            roots[cp.size] = cp.root_hash
     state, row_problem = chain.verify_rows(rows, expect_hash_at=expected, segment=True)
     if row_problem and (problem is None or row_problem.seq <= problem.seq):
         problem = row_problem
@@ -104,7 +107,20 @@ def verify_export(path: Path, public_key_text: str) -> ExportReport:
             )
         else:
             problem = chain.check_checkpoint_sizes(last, [s for s in expected if s >= first - 1])
+    if problem is None and rows and rows[0][0] == 1:
+        problem = _check_tree(rows, roots)
     return ExportReport(problem is None, state.checked, len(expected), problem)
+
+
+def _check_tree(rows: list[tuple], roots: dict[int, str]) -> chain.Problem | None:
+    """An export from seq 1 rebuilds the Merkle tree: each signed root must be the tree's at its size."""
+    source = merkle.memory_source([merkle.leaf_hash(chain.entry_bytes(*row[:8])) for row in rows])
+    for size in sorted(s for s in roots if s <= len(rows)):
+        if merkle.root(source, size).hex() != roots[size]:
+            return chain.Problem(
+                size, f"checkpoint {size}: its Merkle root is not the tree of entries 1..{size}"
+            )
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
