@@ -49,7 +49,7 @@ def datastore_pools() -> list[DatastorePool]:
 def tenant_audit_sink() -> str:
     """Base URL tenant API servers post their audit EventLists to (the environment id is appended)."""
     return str(
-        _get("KILN_TENANT_AUDIT_SINK", "") or "https://kiln.kiln-system.svc/api/v1/tenant-audit"
+        _get("KILN_TENANT_AUDIT_SINK", "") or "https://kiln.kiln-system.svc/hooks/tenant-audit"
     )
 
 

@@ -51,9 +51,10 @@ urlpatterns: list = [
         views.environment_keep,
         name="environment-keep",
     ),
+    # Posted by tenant API servers, not people: authenticated by the environment's sink token.
+    path("hooks/tenant-audit/<str:public_id>/", tenant_audit_sink, name="tenant-audit-sink"),
 ]
 api_urlpatterns: list = [
-    path("tenant-audit/<str:public_id>/", tenant_audit_sink, name="tenant-audit-sink"),
     path("environments/", api.EnvironmentListCreateApi.as_view(), name="environment-list"),
     path(
         "environments/estimate/", api.EnvironmentEstimateApi.as_view(), name="environment-estimate"

@@ -15,8 +15,11 @@ from kiln.identity import permissions
 
 # Page namespaces the rule covers (the admin asks can_use_admin, the API asks HasKilnRole).
 APP_PAGE_NAMESPACES = frozenset({"portal", "scheduler", "canary", "chaos", "audit"})
-# Called by kube-scheduler, not by people: protected by the extender token instead.
-MACHINE_ROUTES = frozenset({"scheduler:extender-filter", "scheduler:extender-prioritize"})
+# Called by machines, not by people: kube-scheduler (protected by the extender token) and
+# tenant API servers' audit webhooks (by each environment's sink token).
+MACHINE_ROUTES = frozenset(
+    {"scheduler:extender-filter", "scheduler:extender-prioritize", "portal:tenant-audit-sink"}
+)
 
 
 class RoleRequiredPagesMiddleware:

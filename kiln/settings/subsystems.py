@@ -98,7 +98,7 @@ KILN_DATASTORE_POOLS = env(
 )
 # Base URL tenant API servers post their audit EventLists to (the environment id is appended).
 KILN_TENANT_AUDIT_SINK = env(
-    "KILN_TENANT_AUDIT_SINK", "https://kiln.kiln-system.svc/api/v1/tenant-audit"
+    "KILN_TENANT_AUDIT_SINK", "https://kiln.kiln-system.svc/hooks/tenant-audit"
 )
 KILN_PROVISION_TIMEOUT_SECONDS = env_float("KILN_PROVISION_TIMEOUT_SECONDS", 900)
 KILN_PROVISION_POLL_SECONDS = env_float("KILN_PROVISION_POLL_SECONDS", 0.5)

@@ -53,7 +53,7 @@ class EnvironmentSpec:
     zones: tuple[str, ...] = DEFAULT_ZONES
     node_class: str = "default"
     tenant_domain: str = "tenants.kiln.internal"
-    tenant_audit_sink: str = "https://kiln.kiln-system.svc/api/v1/tenant-audit"
+    tenant_audit_sink: str = "https://kiln.kiln-system.svc/hooks/tenant-audit"
     extra_labels: Mapping[str, str] = field(default_factory=dict)
 
 

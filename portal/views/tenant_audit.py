@@ -15,7 +15,7 @@ from portal.services.tenant_audit import tenant_audit_ingest
 @csrf_exempt
 @require_POST
 def tenant_audit_sink(request: HttpRequest, public_id: str) -> JsonResponse:
-    """POST /api/v1/tenant-audit/<environment>/: an audit.k8s.io/v1 EventList in, counts out."""
+    """POST /hooks/tenant-audit/<environment>/: an audit.k8s.io/v1 EventList in, counts out."""
     auth = request.headers.get("Authorization", "")
     token = auth.removeprefix("Bearer ").strip() if auth.startswith("Bearer ") else ""
     try:

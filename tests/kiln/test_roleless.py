@@ -65,6 +65,7 @@ APP_PAGES = sorted(
         if ns in {"portal", "scheduler", "canary", "chaos", "audit"}
         and not route.startswith("scheduler/filter")
         and not route.startswith("scheduler/prioritize")
+        and not route.startswith("hooks/")
     }
 )
 

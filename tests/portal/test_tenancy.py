@@ -103,7 +103,7 @@ def test_control_plane_has_konnectivity_cert_sans_resources_and_the_audit_sink()
     assert secrets["level"] == "Metadata"
     webhook = yaml.safe_load(data["webhook.kubeconfig"])
     assert webhook["clusters"][0]["cluster"]["server"] == (
-        "https://kiln.kiln-system.svc/api/v1/tenant-audit/env_golden0001/"
+        "https://kiln.kiln-system.svc/hooks/tenant-audit/env_golden0001/"
     )
     prod = by_kind(c.compose(spec(**TCP, env_class="prod", ttl_hours=48)))["TenantControlPlane"]
     assert prod["spec"]["controlPlane"]["deployment"]["resources"]["apiServer"]["limits"] == {

@@ -27,7 +27,7 @@ from tests.audit.conftest import wipe_chain
 from tests.portal.conftest import drain_audit, request_data
 
 pytestmark = pytest.mark.django_db
-SINK = "/api/v1/tenant-audit/{}/"
+SINK = "/hooks/tenant-audit/{}/"
 ARCHIVED = "portal.environment.tenant_audit_archived"
 
 
@@ -244,7 +244,7 @@ def test_the_simulated_tenant_api_server_posts_over_http_and_teardown_waits_for_
 ):
     tokens: dict[str, str] = {}
     sim = TenantApiServerSim(
-        SimulatedBackend(), http_poster(f"{live_server.url}/api/v1/tenant-audit", tokens)
+        SimulatedBackend(), http_poster(f"{live_server.url}/hooks/tenant-audit", tokens)
     )
     monkeypatch.setattr("portal.services.provisioning.get_backend", lambda: sim)
     monkeypatch.setattr("portal.services.teardown._get_backend", lambda: sim)
