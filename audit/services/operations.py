@@ -81,6 +81,16 @@ def verification_request(*, actor: Actor) -> None:
 
 # --- database roles ------------------------------------------------------------------------
 
+# The tables the grants below name.
+AUDIT_TABLES = frozenset(
+    {
+        "audit_chainevent",
+        "audit_outboxevent",
+        "audit_checkpoint",
+        "audit_verificationrun",
+        "audit_merkletile",
+    }
+)
 ROLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
@@ -109,10 +119,12 @@ def roles_setup(*, writer_role: str, app_role: str, actor: Actor | None = None) 
         # test database pytest creates): roles are server-wide, so create them from the server's
         # maintenance database; grants follow once the tables exist.
         return _roles_create_on_server((writer_role, app_role))
-    if "audit_chainevent" not in connection.introspection.table_names():
+    missing = sorted(AUDIT_TABLES - set(connection.introspection.table_names()))
+    if missing:
+        # Before `migrate` (or part-way through it) there is nothing to grant on yet.
         return [
             *_roles_create_on_server((writer_role, app_role)),
-            "no audit tables yet: run migrate, then again",
+            f"audit tables not migrated yet ({', '.join(missing)}): run migrate, then again",
         ]
     with transaction.atomic(), connection.cursor() as cursor:
         for role in (writer_role, app_role):
