@@ -62,6 +62,9 @@ EXPECTED: dict[str, tuple] = {
         {"policy-gate", "auto-approval", "provisioner", "reaper"},
     ),
     "can_approve": (lambda p, a: p(a, "someone-else"), set()),
+    # Cluster nodes and pods are read by people (the scheduler API); no component asks.
+    "can_view_node": (lambda p, a: p(a, environment="env_1", team=TEAM), set()),
+    "can_view_pod": (lambda p, a: p(a, team=TEAM), set()),
     "can_manage_rollout": (lambda p, a: p(a, TEAM), {"seed", "canary-bench"}),
     "can_analyze_rollout": (lambda p, a: p(a), {"canary-analyzer"}),
     "can_decide_rollout": (lambda p, a: p(a, "step_advanced"), {"canary-analyzer"}),
