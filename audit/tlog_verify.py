@@ -1,5 +1,7 @@
 """Standalone verifier of the audit transparency log: only the standard library and `cryptography`.
 
+One file on purpose (an auditor copies it alone), so it may run a little past ~400 lines.
+
 Copy this one file anywhere and, with the checkpoint verifier key (`/audit/public-key/`), check
 offline a per-event proof bundle (`GET /api/v1/audit/events/<seq>/proof`):
 

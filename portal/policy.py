@@ -1,11 +1,10 @@
 """The policy gate: Kyverno `ValidatingPolicy` files evaluated with CEL, failing closed.
 
-Pure (no Django). A policy set is a directory of ValidatingPolicy YAML files;
-its version is the SHA-256 over every file's name and SHA-256. Each file is
-evaluated exactly as written: `spec.matchConstraints.resourceRules` pick the
-objects, `spec.matchConditions` must all hold, `spec.variables` are evaluated
-in order into `variables`, and every `spec.validations[].expression` must
-return the boolean true.
+Pure (no Django). A policy set is a directory of ValidatingPolicy YAML files; its version is
+the SHA-256 over every file's name and SHA-256. Each file is evaluated exactly as written:
+`spec.matchConstraints.resourceRules` pick the objects, `spec.matchConditions` must all hold,
+`spec.variables` are evaluated in order into `variables`, and every
+`spec.validations[].expression` must return the boolean true.
 
 Fail closed: a missing or empty policy set, a file that does not parse, a
 compile error, a runtime error (missing field, unknown function), a non-boolean
