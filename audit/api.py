@@ -1,18 +1,12 @@
-"""Audit API: chain entries (filters, cursor pagination), exports, and the transparency log's proofs
-and tiles. Auditors only (tiles and proofs: publicly when KILN_AUDIT_TLOG_PUBLIC is on)."""
+"""Audit API: chain entries (filters, cursor pagination) and exports, for auditors. The transparency
+log's proofs and tiles are audit/tlog_api.py."""
 
 from __future__ import annotations
 
-import base64
-import itertools
 import json
-from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 
-from asgiref.sync import sync_to_async
-from django.conf import settings
-from django.core.handlers.asgi import ASGIRequest
-from django.http import HttpResponse, QueryDict, StreamingHttpResponse
+from django.http import QueryDict, StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -21,41 +15,21 @@ from drf_spectacular.utils import (
     extend_schema_field,
 )
 from rest_framework import serializers
-from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from audit import merkle, selectors, services
+from audit import selectors, services
 from audit.chain import format_time
 from audit.export import csv_lines, jsonl_lines
 from audit.models import ChainEvent
 from kiln import params
-from kiln.errors import InvalidInput, NotFound
+from kiln.errors import InvalidInput
 from kiln.identity.drf import IsAuditor
-from kiln.identity.permissions import actor_from_request, can_view_audit
-from kiln.openapi import LIMIT, errors, moment_parameter, text_parameter
+from kiln.identity.permissions import actor_from_request
+from kiln.openapi import LIMIT, moment_parameter, text_parameter
 
 MAX_LIMIT = params.MAX_LIMIT
-STREAM_LINES = 500
-
-
-async def stream_async(lines: Iterator[str]) -> AsyncIterator[str]:
-    """Serve a sync line generator under ASGI in chunks, in one thread (its DB transaction
-    spans the chunks), closing it if the client goes away."""
-    iterator = iter(lines)
-
-    def take() -> str:
-        return "".join(itertools.islice(iterator, STREAM_LINES))
-
-    take_async = sync_to_async(take, thread_sensitive=True)
-    try:
-        while chunk := await take_async():
-            yield chunk
-    finally:
-        close = getattr(iterator, "close", None)
-        if close is not None:
-            await sync_to_async(close, thread_sensitive=True)()
 
 
 def filters_from(query: QueryDict) -> selectors.EventFilter:
@@ -171,6 +145,13 @@ class AuditExportApi(APIView):
         parameters=[
             *FILTER_PARAMS[:2],
             OpenApiParameter("format", str, enum=["jsonl", "csv"], default="jsonl"),
+            OpenApiParameter(
+                "proofs",
+                str,
+                enum=["0", "1"],
+                default="0",
+                description="1: each entry's inclusion proof in the last signed tree (jsonl only).",
+            ),  # fmt: skip
             EXPORT_FILE,
         ],
         responses={
@@ -188,14 +169,22 @@ class AuditExportApi(APIView):
             raise InvalidInput(
                 "format must be jsonl or csv", extra={"fields": {"format": ["jsonl or csv"]}}
             )
+        proofs = request.query_params.get("proofs", "0")
+        if proofs not in ("0", "1") or (proofs == "1" and fmt != "jsonl"):
+            raise InvalidInput(
+                "proofs must be 0 or 1, and 1 needs format=jsonl",
+                extra={"fields": {"proofs": ["0, or 1 with format=jsonl"]}},
+            )
+        proofs = proofs == "1"
         segment = services.export_create(
             actor=actor_from_request(request), since=filters.since, until=filters.until, fmt=fmt
         )
-        lines = jsonl_lines if fmt == "jsonl" else csv_lines
         content_type = "application/x-ndjson" if fmt == "jsonl" else "text/csv"
-        content = lines(segment, filters.since, filters.until)
-        if isinstance(request._request, ASGIRequest):
-            content = stream_async(content)  # ASGI would otherwise buffer a sync iterator whole
+        # Under ASGI kiln.streaming serves the lines in chunks from this request's thread.
+        if fmt == "jsonl":
+            content = jsonl_lines(segment, filters.since, filters.until, proofs=proofs)
+        else:
+            content = csv_lines(segment, filters.since, filters.until)
         response = StreamingHttpResponse(content, content_type=content_type)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         response["Content-Disposition"] = f'attachment; filename="kiln-audit-{stamp}.{fmt}"'
@@ -204,149 +193,3 @@ class AuditExportApi(APIView):
     def perform_content_negotiation(self, request: Request, force: bool = False):
         # `format` selects jsonl/csv here, not a DRF renderer; errors still render as JSON.
         return super().perform_content_negotiation(request, force=True)
-
-
-# --- the transparency log: proofs (/api/v1/audit/proofs/...) and tiles (/audit/tlog/...) ----
-
-SEQ = {"type": "integer", "minimum": 1, "maximum": params.BIGINT_MAX}
-TLOG_CACHE = "public, max-age=31536000, immutable"  # tiles and bundles never change (prefixes)
-
-
-def _b64(digest: bytes) -> str:
-    return base64.b64encode(digest).decode("ascii")
-
-
-def _seq_param(query: QueryDict, name: str, *, required: bool) -> int | None:
-    value = params.parse_int(query.get(name), name, minimum=1, maximum=params.BIGINT_MAX)
-    if value is None and required:
-        raise InvalidInput(f"`{name}` is required", extra={"fields": {name: ["required"]}})
-    return value
-
-
-class TlogReader(BasePermission):
-    """Auditors read the log's tiles and proofs; anyone does when KILN_AUDIT_TLOG_PUBLIC is on."""
-
-    def has_permission(self, request: Request, view: APIView) -> bool:
-        return settings.KILN_AUDIT_TLOG_PUBLIC or can_view_audit(actor_from_request(request))
-
-
-class AuditInclusionProofApi(APIView):
-    """GET /api/v1/audit/proofs/inclusion?seq=N[&size=M]: RFC 9162 inclusion proof of entry N."""
-
-    permission_classes = [TlogReader]
-
-    class OutputSerializer(serializers.Serializer):
-        seq = serializers.IntegerField()
-        index = serializers.IntegerField(help_text="Leaf index: seq - 1.")
-        size = serializers.IntegerField()
-        root = serializers.CharField(help_text="Merkle root at `size`, base64.")
-        leaf_hash = serializers.CharField(help_text="SHA-256(0x00 || entry), base64.")
-        proof = serializers.ListField(child=serializers.CharField(), help_text="base64 hashes.")
-        checkpoint = serializers.CharField(allow_null=True, help_text="Signed note at `size`.")
-
-        class Meta:
-            ref_name = "AuditInclusionProof"
-
-    @extend_schema(
-        operation_id="audit_proof_inclusion",
-        parameters=[
-            OpenApiParameter("seq", SEQ, required=True, description="Chain seq (from 1)."),
-            OpenApiParameter("size", SEQ, description="Tree size (default: the whole tree)."),
-        ],
-        responses={200: OutputSerializer, **errors(400)},
-    )
-    def get(self, request: Request) -> Response:
-        seq = _seq_param(request.query_params, "seq", required=True)
-        size = _seq_param(request.query_params, "size", required=False)
-        proof = selectors.event_inclusion(seq=seq, size=size)
-        return Response(self.OutputSerializer(proof).data)
-
-
-class AuditConsistencyProofApi(APIView):
-    """GET /api/v1/audit/proofs/consistency?from=A[&to=B]: RFC 9162 consistency proof A -> B."""
-
-    permission_classes = [TlogReader]
-
-    class OutputSerializer(serializers.Serializer):
-        old_size = serializers.IntegerField()
-        new_size = serializers.IntegerField()
-        old_root = serializers.CharField()
-        new_root = serializers.CharField()
-        proof = serializers.ListField(child=serializers.CharField())
-
-        class Meta:
-            ref_name = "AuditConsistencyProof"
-
-    @extend_schema(
-        operation_id="audit_proof_consistency",
-        parameters=[
-            OpenApiParameter("from", SEQ, required=True, description="Older tree size."),
-            OpenApiParameter("to", SEQ, description="Newer tree size (default: the whole tree)."),
-        ],
-        responses={200: OutputSerializer, **errors(400)},
-    )
-    def get(self, request: Request) -> Response:
-        old = _seq_param(request.query_params, "from", required=True)
-        new = _seq_param(request.query_params, "to", required=False)
-        new, proof, old_root, new_root = selectors.consistency_proof(old=old, new=new)
-        out = {"old_size": old, "new_size": new, "old_root": _b64(old_root),
-               "new_root": _b64(new_root), "proof": [_b64(p) for p in proof]}  # fmt: skip
-        return Response(self.OutputSerializer(out).data)
-
-
-class AuditEventProofApi(APIView):
-    """GET /api/v1/audit/events/<seq>/proof: an offline proof bundle for one entry."""
-
-    permission_classes = [TlogReader]
-
-    class OutputSerializer(AuditInclusionProofApi.OutputSerializer):
-        entry = serializers.CharField(help_text="The canonical entry (RFC 8785 JSON) as hashed.")
-
-        class Meta:
-            ref_name = "AuditEventProofBundle"
-
-    @extend_schema(
-        operation_id="audit_event_proof", responses={200: OutputSerializer, **errors(404)}
-    )
-    def get(self, request: Request, seq: int) -> Response:
-        bundle = selectors.event_proof_bundle(seq=seq)
-        response = Response(self.OutputSerializer(bundle).data)
-        response["Content-Disposition"] = f'attachment; filename="kiln-audit-proof-{seq}.json"'
-        return response
-
-
-class TlogCheckpointApi(APIView):
-    """GET /audit/tlog/checkpoint: the latest signed checkpoint (C2SP tlog-checkpoint note)."""
-
-    permission_classes = [TlogReader]
-
-    @extend_schema(exclude=True)
-    def get(self, request: Request) -> HttpResponse:
-        note = selectors.latest_tree_checkpoint()
-        if note is None:
-            raise NotFound("no checkpoint with a tree root has been signed yet")
-        response = HttpResponse(note.note, content_type="text/plain; charset=utf-8")
-        response["Cache-Control"] = "no-cache"
-        return response
-
-
-class TlogTileApi(APIView):
-    """GET /audit/tlog/tile/<L>/<N>[.p/<W>] and /audit/tlog/tile/entries/<N>[.p/<W>] (C2SP tlog-tiles)."""
-
-    permission_classes = [TlogReader]
-
-    @extend_schema(exclude=True)
-    def get(self, request: Request, rest: str, level: int | None = None) -> HttpResponse:
-        try:
-            index, width = merkle.parse_tile_index(rest)
-        except ValueError as exc:
-            raise InvalidInput(str(exc)) from exc
-        if level is None:
-            body = selectors.entry_bundle(index=index, width=width)
-        elif level > 63:
-            raise InvalidInput(f"tile level {level} is not in 0..63")
-        else:
-            body = selectors.tile_hashes(level=level, index=index, width=width)
-        response = HttpResponse(body, content_type="application/octet-stream")
-        response["Cache-Control"] = TLOG_CACHE
-        return response

@@ -34,8 +34,9 @@ HEX64 = re.compile(r"^[0-9a-f]{64}$")
 TRACE_ID = re.compile(r"^([0-9a-f]{32})?$")
 
 # A JSON string as RFC 8785 writes it (section 3.2.2.2): only `"`, `\\` and control characters
-# are escaped, controls without a short form as lowercase `\\u00xx`, everything else as is.
-_json_string = json.JSONEncoder(ensure_ascii=False).encode
+# are escaped, controls without a short form as lowercase `\\u00xx`, everything else as is: the
+# standard library's string encoder with `ensure_ascii=False` (what `json.dumps` calls for a str).
+_json_string = json.encoder.encode_basestring
 
 
 class CanonicalError(ValueError):
@@ -198,9 +199,18 @@ def verify_rows(
                     return st, Problem(
                         seq, f"prev_hash does not match the checkpoint signed at size {seq - 1}"
                     )
-        problem = _row_problem(st, expected, row)
-        if problem is not None:
-            return st, problem
+        # The intact row's checks; `_row_problem` says what is wrong with one that fails them.
+        if (
+            seq != st.last_seq + 1
+            or prev_hash != st.last_hash
+            or entry_hash(
+                prev_hash,
+                entry_bytes(seq, event_id, recorded_at, actor, action, target, data, trace_id),
+            )
+            != digest
+            or (seq in expected and expected[seq] != digest)
+        ):
+            return st, _row_problem(st, expected, row)
         st.before_last_hash, st.last_hash, st.last_seq = st.last_hash, digest, seq
         st.checked += 1
     return st, None

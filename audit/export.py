@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import csv
 import io
 import json
@@ -11,8 +12,8 @@ from datetime import datetime
 from django.conf import settings
 from django.db import transaction
 
-from audit import chain
-from audit.selectors import Segment
+from audit import chain, merkle
+from audit.selectors import Segment, cosigned_note, tree_source
 from audit.verification import iter_rows
 
 CSV_COLUMNS = ("type", *chain.ROW_COLUMNS, "note")
@@ -27,6 +28,8 @@ def _header(segment: Segment | None, since: datetime | None, until: datetime | N
         "to": until.isoformat() if until else None,
         "first_seq": segment.first_seq if segment else None,
         "last_seq": segment.last_seq if segment else None,
+        # Newer entries in the range that no checkpoint signs yet, left out of this export.
+        "unsigned_after_last": segment.unsigned if segment else 0,
     }
 
 
@@ -48,9 +51,10 @@ def _event_line(row: tuple) -> str:
 
 
 def jsonl_lines(
-    segment: Segment | None, since: datetime | None, until: datetime | None
+    segment: Segment | None, since: datetime | None, until: datetime | None, proofs: bool = False
 ) -> Iterator[str]:
-    """The export as JSON lines: a header, the entries in seq order, then the checkpoints."""
+    """The export as JSON lines: a header, the entries in seq order, then the checkpoints; with
+    `proofs`, each entry's inclusion proof in the newest signed tree the segment ends at."""
     yield json.dumps(_header(segment, since, until)) + "\n"
     if segment is None:
         return
@@ -59,10 +63,32 @@ def jsonl_lines(
     for cp in segment.checkpoints:
         yield (
             json.dumps(
-                {"type": "checkpoint", "size": cp.size, "hash": cp.head_hash, "note": cp.note}
+                {
+                    "type": "checkpoint",
+                    "size": cp.size,
+                    "hash": cp.head_hash,
+                    "note": cosigned_note(cp),
+                }  # fmt: skip
             )
             + "\n"
         )
+    if proofs:
+        yield from _proof_lines(segment)
+
+
+def _proof_lines(segment: Segment) -> Iterator[str]:
+    """One `proof` line an entry: its RFC 9162 inclusion proof in the tree of the segment's last
+    checkpoint with a root (none when no such checkpoint covers the segment's end)."""
+    signed = [cp for cp in segment.checkpoints if cp.root_hash and cp.size >= segment.last_seq]
+    if not signed:
+        return
+    size, source = signed[-1].size, tree_source()
+    for seq in range(segment.first_seq, segment.last_seq + 1):
+        proof = [
+            base64.b64encode(h).decode("ascii")
+            for h in merkle.inclusion_proof(source, seq - 1, size)
+        ]
+        yield json.dumps({"type": "proof", "seq": seq, "size": size, "proof": proof}) + "\n"
 
 
 def csv_lines(
@@ -88,6 +114,6 @@ def csv_lines(
             yield flush()
     for cp in segment.checkpoints:
         writer.writerow(
-            ("checkpoint", cp.size, "", "", "", "", "", "", "", "", cp.head_hash, cp.note)
+            ("checkpoint", cp.size, "", "", "", "", "", "", "", "", cp.head_hash, cosigned_note(cp))
         )
     yield flush()

@@ -40,9 +40,9 @@ class ChainEvent(models.Model):
     seq = models.BigIntegerField(primary_key=True)
     event_id = models.UUIDField(unique=True)
     recorded_at = models.DateTimeField(db_index=True)
-    actor = models.CharField(max_length=200, db_index=True)
-    action = models.CharField(max_length=200, db_index=True)
-    target = models.CharField(max_length=300, db_index=True)
+    actor = models.CharField(max_length=200)  # indexed below, exact match only
+    action = models.CharField(max_length=200, db_index=True)  # also by prefix (`action__startswith`)
+    target = models.CharField(max_length=300)  # indexed below, exact match only
     data = models.TextField()
     trace_id = models.CharField(max_length=32, blank=True, default="")
     prev_hash = models.CharField(max_length=64)
@@ -50,6 +50,13 @@ class ChainEvent(models.Model):
 
     class Meta:
         ordering = ["seq"]
+        # Plain B-trees: the explorer filters actor and target by equality, so the
+        # `varchar_pattern_ops` copies that `db_index=True` adds on PostgreSQL (for LIKE) would
+        # only be two more indexes for the single writer to update on every append.
+        indexes = [
+            models.Index(fields=["actor"], name="audit_chain_actor"),
+            models.Index(fields=["target"], name="audit_chain_target"),
+        ]
 
     def __str__(self) -> str:
         return f"#{self.seq} {self.action} {self.target} by {self.actor}"
@@ -92,6 +99,35 @@ class Checkpoint(models.Model):
 
     def __str__(self) -> str:
         return f"checkpoint {self.size} {self.head_hash[:12]}"
+
+
+class Cosignature(models.Model):
+    """A witness's C2SP tlog-cosignature/v1 on one signed checkpoint, verified before it is stored.
+
+    The witness checked that the checkpoint's tree extends every tree it cosigned before
+    (audit/witness.py); `line` is its signature line as sent, appended to the checkpoint's note
+    when the log serves it, so a verifier can require a quorum of witnesses.
+    """
+
+    checkpoint = models.ForeignKey(
+        Checkpoint, on_delete=models.PROTECT, related_name="cosignatures"
+    )
+    witness = models.CharField(max_length=200)  # the witness key's name
+    key_id = models.CharField(max_length=8)  # the 4-byte key hash, hex
+    timestamp = models.BigIntegerField()  # the witness's signed time, seconds since the epoch
+    line = models.TextField()  # "\u2014 <name> <base64(key id || time || signature)>\n"
+    received_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["checkpoint_id", "witness"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["checkpoint", "witness"], name="audit_cosignature_one_per_witness"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"cosignature by {self.witness} on checkpoint {self.checkpoint_id}"
 
 
 class VerificationRun(models.Model):

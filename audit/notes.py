@@ -41,7 +41,7 @@ from audit.tlog_verify import (  # the verifying half lives in the standalone ve
 )
 from audit.tlog_verify import raw_public as public_raw
 
-__all__ = ["NoteError", "key_hash", "parse_verifier_key", "public_raw"]  # re-exported
+__all__ = ["NoteError", "key_hash", "parse_verifier_key", "public_raw", "split_note"]  # re-exported
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,9 @@ an INSERT must extend the head: seq = head seq + 1 and prev_hash = head hash.
 The Merkle tiles (`TILE_STATEMENTS`) only grow: an UPDATE must keep the tile's
 level and index and extend its hashes (the old ones a prefix of the new), DELETE is
 rejected, and TRUNCATE is rejected while tiles exist.
+
+Witness cosignatures (`cosignature_statements`) are append-only as the chain is: UPDATE
+and DELETE are rejected, TRUNCATE while any is stored.
 """
 
 from __future__ import annotations
@@ -172,3 +175,50 @@ def tile_statements(vendor: str, *, create: bool) -> list[str]:
     if vendor == "postgresql":
         return POSTGRESQL_TILES_CREATE if create else POSTGRESQL_TILES_DROP
     return SQLITE_TILES_CREATE if create else SQLITE_TILES_DROP
+
+
+COSIGNATURES = "audit_cosignature"
+
+POSTGRESQL_COSIGNATURES_CREATE = [
+    f"""
+CREATE OR REPLACE FUNCTION audit_cosignature_reject_change() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF TG_OP = 'TRUNCATE' AND NOT EXISTS (SELECT 1 FROM {COSIGNATURES}) THEN
+    RETURN NULL;
+  END IF;
+  RAISE EXCEPTION 'audit cosignatures are append-only: % rejected', TG_OP USING ERRCODE = 'insufficient_privilege';
+END
+$$""",
+    f"DROP TRIGGER IF EXISTS audit_cosignature_no_change ON {COSIGNATURES}",
+    f"""CREATE TRIGGER audit_cosignature_no_change BEFORE UPDATE OR DELETE ON {COSIGNATURES}
+        FOR EACH ROW EXECUTE FUNCTION audit_cosignature_reject_change()""",
+    f"DROP TRIGGER IF EXISTS audit_cosignature_no_truncate ON {COSIGNATURES}",
+    f"""CREATE TRIGGER audit_cosignature_no_truncate BEFORE TRUNCATE ON {COSIGNATURES}
+        FOR EACH STATEMENT EXECUTE FUNCTION audit_cosignature_reject_change()""",
+]
+
+POSTGRESQL_COSIGNATURES_DROP = [
+    f"DROP TRIGGER IF EXISTS audit_cosignature_no_truncate ON {COSIGNATURES}",
+    f"DROP TRIGGER IF EXISTS audit_cosignature_no_change ON {COSIGNATURES}",
+    "DROP FUNCTION IF EXISTS audit_cosignature_reject_change()",
+]
+
+SQLITE_COSIGNATURES_CREATE = [
+    f"""CREATE TRIGGER IF NOT EXISTS audit_cosignature_no_update BEFORE UPDATE ON {COSIGNATURES}
+        BEGIN SELECT RAISE(ABORT, 'audit cosignatures are append-only: UPDATE rejected'); END""",
+    f"""CREATE TRIGGER IF NOT EXISTS audit_cosignature_no_delete BEFORE DELETE ON {COSIGNATURES}
+        BEGIN SELECT RAISE(ABORT, 'audit cosignatures are append-only: DELETE rejected'); END""",
+]
+
+SQLITE_COSIGNATURES_DROP = [
+    "DROP TRIGGER IF EXISTS audit_cosignature_no_delete",
+    "DROP TRIGGER IF EXISTS audit_cosignature_no_update",
+]
+
+
+def cosignature_statements(vendor: str, *, create: bool) -> list[str]:
+    """The witness cosignatures' trigger DDL for a database vendor (`postgresql` or `sqlite`)."""
+    statements(vendor, create=create)  # refuses any other vendor, with the reason
+    if vendor == "postgresql":
+        return POSTGRESQL_COSIGNATURES_CREATE if create else POSTGRESQL_COSIGNATURES_DROP
+    return SQLITE_COSIGNATURES_CREATE if create else SQLITE_COSIGNATURES_DROP

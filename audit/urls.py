@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from audit import api, views
+from audit import api, tlog_api, views
 
 app_name = "audit"
 
@@ -12,16 +12,26 @@ urlpatterns = [
     path("audit/status/", views.status_panel, name="status"),
     path("audit/public-key/", views.public_key, name="public-key"),
     path("audit/verify/", views.verify_now, name="verify"),
-    path("audit/tlog/checkpoint", api.TlogCheckpointApi.as_view(), name="tlog-checkpoint"),
-    path("audit/tlog/tile/entries/<path:rest>", api.TlogTileApi.as_view(), name="tlog-entries"),
-    path("audit/tlog/tile/<int:level>/<path:rest>", api.TlogTileApi.as_view(), name="tlog-tile"),
+    path("audit/tlog_verify.py", views.verifier_script, name="verifier"),
+    path("audit/tlog/checkpoint", tlog_api.TlogCheckpointApi.as_view(), name="tlog-checkpoint"),
+    path("audit/tlog/cosignature", tlog_api.TlogCosignatureApi.as_view(), name="tlog-cosignature"),
+    path(
+        "audit/tlog/tile/entries/<path:rest>", tlog_api.TlogTileApi.as_view(), name="tlog-entries"
+    ),
+    path(
+        "audit/tlog/tile/<int:level>/<path:rest>", tlog_api.TlogTileApi.as_view(), name="tlog-tile"
+    ),
 ]
 api_urlpatterns = [
     path("audit/events/", api.AuditEventListApi.as_view(), name="events"),
     path("audit/export", api.AuditExportApi.as_view(), name="export"),
-    path("audit/events/<int:seq>/proof", api.AuditEventProofApi.as_view(), name="event-proof"),
-    path("audit/proofs/inclusion", api.AuditInclusionProofApi.as_view(), name="proof-inclusion"),
+    path("audit/events/<int:seq>/proof", tlog_api.AuditEventProofApi.as_view(), name="event-proof"),
     path(
-        "audit/proofs/consistency", api.AuditConsistencyProofApi.as_view(), name="proof-consistency"
+        "audit/proofs/inclusion", tlog_api.AuditInclusionProofApi.as_view(), name="proof-inclusion"
+    ),
+    path(
+        "audit/proofs/consistency",
+        tlog_api.AuditConsistencyProofApi.as_view(),
+        name="proof-consistency",
     ),
 ]

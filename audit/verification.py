@@ -19,6 +19,7 @@ from audit import chain, notes
 from audit.anchors import configured_anchors
 from audit.models import ChainEvent, Checkpoint
 from audit.services import public_key_path, signing_key, verification_run_store
+from audit.tree_verification import TreeReport, verify_tree
 
 FETCH = 20000
 
@@ -77,10 +78,14 @@ class Report:
     problem: chain.Problem | None = None
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    tree: TreeReport | None = None  # the Merkle tree's check, when it ran
 
     @property
     def message(self) -> str:
-        return str(self.problem) if self.problem else f"intact: {self.checked} entries"
+        text = str(self.problem) if self.problem else f"intact: {self.checked} entries"
+        if self.tree is None or (self.problem is not None and self.problem is self.tree.problem):
+            return text
+        return f"{text}; {self.tree.message}"
 
 
 def signed_checkpoints(
@@ -245,10 +250,17 @@ def signing_origin() -> str:
 
 
 def verify_and_store(*, public_key: str | Path | None = None, include_anchors: bool = True,
-                     store: bool = True) -> Report:  # fmt: skip
-    """`verify_chain`, then store its outcome as a verification run (the audit verifier's)."""
+                     store: bool = True, tree: bool = True) -> Report:  # fmt: skip
+    """`verify_chain` and (with `tree`) `verify_tree`, then store the outcome as a verification run
+    (the audit verifier's); the first problem of either, by seq, is the run's."""
     started = timezone.now()
     report = verify_chain(public_key=public_key, include_anchors=include_anchors)
+    if tree:
+        with transaction.atomic():
+            report.tree = verify_tree(iter_rows())
+        problems = [p for p in (report.problem, report.tree.problem) if p]
+        report.problem = min(problems, key=lambda p: p.seq) if problems else None
+        report.ok = report.problem is None
     if store:
         verification_run_store(
             started_at=started,

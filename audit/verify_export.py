@@ -2,12 +2,15 @@
 
 Needs only this file, audit/chain.py, audit/notes.py and the public key: no
 Django, no database. Exit 0 when the export is intact; otherwise 1, printing the
-first bad seq and what is wrong (2 for unreadable input).
+first bad seq and what is wrong; 2 for unreadable input, and for a well-formed key
+that signed none of the export's checkpoints (another log's key, or an old one),
+which says nothing about the export.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import csv
 import json
 import sys
@@ -15,6 +18,27 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from audit import chain, merkle, notes
+
+
+class WrongKey(ValueError):
+    """The key is readable but signed none of the export's checkpoints."""
+
+
+def _check_key(header: dict, cps: list[tuple[int, str]], name: str, key) -> None:
+    """Raise WrongKey unless some checkpoint carries a signature line of (name, key)."""
+    if not cps:
+        return
+    kid = notes.key_hash(name, notes.public_raw(key))
+    for _, note in cps:
+        try:
+            _, signatures = notes.split_note(note)
+        except notes.NoteError:
+            continue  # a mangled note is the export's problem, reported by the checks
+        if any(sig_name == name and blob[:4] == kid for sig_name, blob in signatures):
+            return
+    origin = header.get("origin")
+    log = f"; the export is of the log {origin!r}" if origin and origin != name else ""
+    raise WrongKey(f"none of the {len(cps)} checkpoints is signed by the key {name!r}{log}")
 
 
 @dataclass
@@ -37,8 +61,11 @@ def _event_row(fields: dict, seq: int, data: str) -> tuple:
     return tuple(given[column] for column in chain.ROW_COLUMNS)
 
 
-def _read(path: Path) -> tuple[dict, list[tuple], list[tuple[int, str]]]:
-    """Header, entry rows and (size, note) checkpoints of a JSONL or CSV export."""
+def _read(
+    path: Path, proofs: list[dict] | None = None
+) -> tuple[dict, list[tuple], list[tuple[int, str]]]:
+    """Header, entry rows and (size, note) checkpoints of a JSONL or CSV export (its `proof`
+    lines, if any, appended to `proofs`)."""
     text = path.read_text(encoding="utf-8")
     header: dict = {}
     rows: list[tuple] = []
@@ -55,6 +82,8 @@ def _read(path: Path) -> tuple[dict, list[tuple], list[tuple[int, str]]]:
                 rows.append(_event_row(doc, doc["seq"], chain.canonical_data(doc["data"])))
             elif kind == "checkpoint":
                 cps.append((int(doc["size"]), doc["note"]))
+            elif kind == "proof" and proofs is not None:
+                proofs.append(doc)
         return header, rows, cps
     for rec in csv.DictReader(text.splitlines(keepends=True)):
         if rec["type"] == "event":
@@ -65,9 +94,12 @@ def _read(path: Path) -> tuple[dict, list[tuple], list[tuple[int, str]]]:
 
 
 def verify_export(path: Path, public_key_text: str) -> ExportReport:
-    """Check every entry's hash and link and every checkpoint's signature and position."""
+    """Check every entry's hash and link and every checkpoint's signature and position;
+    WrongKey when the key signed none of the checkpoints."""
     name, key = notes.parse_verifier_key(public_key_text)
-    header, rows, cps = _read(path)
+    proofs: list[dict] = []
+    header, rows, cps = _read(path, proofs)
+    _check_key(header, cps, name, key)
     expected: dict[int, str] = {}
     roots: dict[int, str] = {}
     problem: chain.Problem | None = None
@@ -109,7 +141,37 @@ def verify_export(path: Path, public_key_text: str) -> ExportReport:
             problem = chain.check_checkpoint_sizes(last, [s for s in expected if s >= first - 1])
     if problem is None and rows and rows[0][0] == 1:
         problem = _check_tree(rows, roots)
+    if problem is None and proofs:
+        problem = _check_proofs(rows, proofs, roots)
     return ExportReport(problem is None, state.checked, len(expected), problem)
+
+
+def _check_proofs(
+    rows: list[tuple], proofs: list[dict], roots: dict[int, str]
+) -> chain.Problem | None:
+    """Each `proof` line (`proofs=1`) leads from its entry to the root signed at its size, and
+    every entry has one: a segment not starting at seq 1 is checked against the signed tree too."""
+    entries = {row[0]: chain.entry_bytes(*row[:8]) for row in rows}
+    proved = set()
+    for doc in proofs:
+        seq, size = int(doc["seq"]), int(doc["size"])
+        if size not in roots:
+            return chain.Problem(
+                seq, f"its proof is for size {size}, which no signed checkpoint here has"
+            )
+        if seq not in entries:
+            return chain.Problem(seq, "a proof for an entry the export does not hold")
+        try:
+            hashes = [base64.b64decode(h, validate=True) for h in doc["proof"]]
+            merkle.verify_inclusion(seq - 1, size, merkle.leaf_hash(entries[seq]), hashes,
+                                    bytes.fromhex(roots[size]))  # fmt: skip
+        except (ValueError, TypeError) as exc:  # ProofError is a ValueError, as is bad base64
+            return chain.Problem(seq, f"not in the signed tree of size {size}: {exc}")
+        proved.add(seq)
+    missing = sorted(set(entries) - proved)
+    if missing:
+        return chain.Problem(missing[0], "the export carries proofs, but none for this entry")
+    return None
 
 
 def _check_tree(rows: list[tuple], roots: dict[int, str]) -> chain.Problem | None:
@@ -143,6 +205,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         report = verify_export(args.file, key_text)
+    except WrongKey as exc:
+        print(
+            f"wrong public key {args.public_key}: {exc} (download this log's key from its audit "
+            "page's Download public key, or GET /audit/public-key/)",
+            file=sys.stderr,
+        )
+        return 2
     except (OSError, ValueError, KeyError, notes.NoteError) as exc:
         print(f"cannot read the export {args.file}: {exc}", file=sys.stderr)
         return 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -14,11 +15,11 @@ from django.utils.dateparse import parse_datetime
 from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
 
-from audit import selectors, services
+from audit import selectors, services, tlog_verify, witness_selectors
 from audit.api import filters_from
 from audit.services import public_key_path
 from audit.verification import load_public_key
-from kiln.errors import Forbidden, InvalidInput, InvalidParameter
+from kiln.errors import Forbidden, InvalidInput, InvalidParameter, NotFound
 from kiln.identity.permissions import actor_from_request, can_view_audit
 from kiln.params import ParamError
 
@@ -73,6 +74,7 @@ def explorer(request: HttpRequest) -> HttpResponse:
             "export_jsonl": f"{reverse('audit-api:export')}?{export_query}",
             "export_csv": f"{reverse('audit-api:export')}?{urlencode({**export_params, 'format': 'csv'})}",
             **_status_context(request),
+            "tlog": witness_selectors.tree_head(),
         },
         status=400 if error else 200,  # the page still renders, with the reason shown
     )
@@ -80,7 +82,8 @@ def explorer(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def event_detail(request: HttpRequest, seq: int) -> HttpResponse:
-    """One entry with its hash input fields, its hash and its neighbours."""
+    """One entry with its hash input fields, its hash and its neighbours; `?prove=1` adds its
+    inclusion proof, verified here and in the browser, with how to verify it offline."""
     _require_auditor(request)
     event, previous, following = selectors.event_detail(seq)
     if event is None:
@@ -96,8 +99,41 @@ def event_detail(request: HttpRequest, seq: int) -> HttpResponse:
             "links": previous is None
             and seq == 1
             or (previous is not None and previous.hash == event.prev_hash),
+            "proof": _proof_context(seq) if request.GET.get("prove") else None,
         },
     )
+
+
+def _proof_context(seq: int) -> dict:
+    """The entry's proof bundle and what the standalone verifier says of it (with every
+    configured witness key, no quorum), or why there is none yet."""
+    try:
+        bundle = selectors.event_proof_bundle(seq=seq)
+    except NotFound as exc:
+        return {"missing": exc.message}
+    witnesses = witness_selectors.witness_status()
+    try:
+        load_public_key()  # dev: creates the key pair on first use
+        head = tlog_verify.verify_bundle(
+            bundle, public_key_path().read_text(encoding="utf-8"),
+            [w["verifier_key"] for w in witnesses],
+        )  # fmt: skip
+        verdict, cosigners = "", list(head.witnesses)
+    except tlog_verify.VerificationError as exc:
+        verdict, cosigners = str(exc), []
+    return {"bundle": bundle, "failure": verdict, "cosigners": cosigners,
+            "witness_count": len(witnesses)}  # fmt: skip
+
+
+@login_required
+def verifier_script(request: HttpRequest) -> HttpResponse:
+    """The standalone verifier (audit/tlog_verify.py) as a download: one file, stdlib + cryptography."""
+    _require_auditor(request)
+    response = HttpResponse(
+        Path(tlog_verify.__file__).read_text(encoding="utf-8"), content_type="text/x-python"
+    )
+    response["Content-Disposition"] = 'attachment; filename="tlog_verify.py"'
+    return response
 
 
 @login_required

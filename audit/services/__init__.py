@@ -17,12 +17,15 @@ from audit.services.operations import (
 )
 from audit.services.recording import actor_name, record, target_name
 from audit.services.relaying import relay_publish
+from audit.services.witnessing import CosignResult, cosignature_add
 
 __all__ = [
     "AppendResult",
     "actor_name",
     "chain_append",
     "chain_head",
+    "CosignResult",
+    "cosignature_add",
     "checkpoint_create",
     "export_create",
     "public_key_path",

@@ -89,6 +89,7 @@ AUDIT_TABLES = frozenset(
         "audit_checkpoint",
         "audit_verificationrun",
         "audit_merkletile",
+        "audit_cosignature",
     }
 )
 ROLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -146,8 +147,13 @@ def roles_setup(*, writer_role: str, app_role: str, actor: Actor | None = None) 
             f"REVOKE ALL ON audit_merkletile FROM PUBLIC, {w}, {a}",
             f"GRANT SELECT ON audit_merkletile TO {a}",
             f"GRANT SELECT, INSERT, UPDATE ON audit_merkletile TO {w}",
+            # Witness cosignatures arrive over HTTP: the web process (the app role) stores them.
+            f"GRANT SELECT, INSERT ON audit_cosignature TO {a}",
+            f"GRANT SELECT ON audit_cosignature TO {w}",
         ]
-        for table, role in (("audit_outboxevent", a), ("audit_merkletile", w)):
+        for table, role in (
+            ("audit_outboxevent", a), ("audit_merkletile", w), ("audit_cosignature", a)
+        ):  # fmt: skip
             cursor.execute("SELECT pg_get_serial_sequence(%s, 'id')", [table])
             sequence = cursor.fetchone()[0]
             if sequence:

@@ -11,6 +11,8 @@ import redis
 from django.conf import settings as django_settings
 from django.db import connection
 
+from audit import record
+
 
 @pytest.fixture(autouse=True)
 def audit_settings(settings, tmp_path: Path):
@@ -30,10 +32,11 @@ def audit_settings(settings, tmp_path: Path):
 
 
 def wipe_chain() -> None:
-    """Empty the chain and its Merkle tiles behind the triggers' back (teardown of committed data)."""
+    """Empty the chain, its Merkle tiles and the witness cosignatures behind the triggers' back
+    (teardown of committed data)."""
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            for table in ("audit_chainevent", "audit_merkletile"):
+            for table in ("audit_chainevent", "audit_merkletile", "audit_cosignature"):
                 cursor.execute(f"ALTER TABLE {table} DISABLE TRIGGER USER")
                 cursor.execute(f"DELETE FROM {table}")  # noqa: S608 - fixed table names
                 cursor.execute(f"ALTER TABLE {table} ENABLE TRIGGER USER")
@@ -44,6 +47,16 @@ def committed_chain(transactional_db):
     """For transaction=True tests: empty the chain afterwards so the database flush succeeds."""
     yield
     wipe_chain()
+
+
+@pytest.fixture
+def log300():
+    """300 chained entries with checkpoints signed at sizes 100, 200 and 300."""
+    for i in range(300):
+        record("alice", "portal.environment.approved", f"env:{i}", {"i": i})
+        if i in (99, 199):
+            drain()
+    drain()
 
 
 def drain() -> dict:

@@ -94,6 +94,11 @@ def test_application_role_can_read_but_not_insert_and_writer_role_can(committed_
     entry = _next_entry(4, rows[-1].hash)
     with psycopg.connect(user=settings.KILN_AUDIT_APP_ROLE, **dsn) as app:
         assert app.execute("SELECT count(*) FROM audit_chainevent").fetchone()[0] == 3
+        # The web process stores witness cosignatures, and never changes one.
+        may = "SELECT has_table_privilege('audit_cosignature', %s)"
+        assert app.execute(may, ["INSERT"]).fetchone()[0]
+        assert not app.execute(may, ["UPDATE"]).fetchone()[0]
+        assert not app.execute(may, ["DELETE"]).fetchone()[0]
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             app.execute(
                 f"INSERT INTO audit_chainevent ({COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",

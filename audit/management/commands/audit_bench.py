@@ -19,6 +19,7 @@ from audit import record
 from audit.models import ChainEvent
 from audit.services import chain_head, relay_publish, signing_key
 from audit.verification import verify_chain
+from audit.writer import LOCK_KEY
 from kiln import benchjson
 from kiln.management.waiting import process_gone, wait_until
 
@@ -32,26 +33,65 @@ def _cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _backend_pid() -> int | None:
+    """The PostgreSQL server process of this process's connection (None elsewhere)."""
+    if connection.vendor != "postgresql":
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return cursor.fetchone()[0]
+
+
+def _writer_backend_pid() -> int | None:
+    """The server process of the audit writer's connection: the one holding its advisory lock."""
+    if connection.vendor != "postgresql":
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1"
+            " AND classid = %s AND objid = %s"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+            [LOCK_KEY >> 32, LOCK_KEY & 0xFFFFFFFF],
+        )
+        row = cursor.fetchone()
+    return row[0] if row else None
+
+
+def _cpu_delta(pid: int | None, before: float | None) -> float | None:
+    after = _cpu_seconds(pid) if pid is not None else None
+    return after - before if after is not None and before is not None else None
+
+
+def _per_event(seconds: float | None, n: int) -> float | None:
+    return round(seconds / n * 1e6, 1) if seconds is not None else None
+
+
 def _recorder(k: int, of: int, n: int, per_tx: int, tag: str, go, results) -> None:
-    """One recording process (like one web worker): its share of the events, `per_tx` a transaction."""
+    """One recording process (like one web worker): its share of the events, `per_tx` a transaction.
+
+    Puts its own CPU seconds and its database server process's on `results`.
+    """
     connection.close()
     connection.ensure_connection()
+    backend = _backend_pid()
     go.wait()
     cpu = time.process_time()
+    server = _cpu_seconds(backend) if backend is not None else None
     try:
         for block in range(k, (n + per_tx - 1) // per_tx, of):
             with transaction.atomic():
                 for i in range(block * per_tx, min(n, (block + 1) * per_tx)):
                     record("bench", "audit.bench.recorded", f"bench:{i}", {"i": i, "run": tag})
     finally:
-        results.put(time.process_time() - cpu)
+        results.put((time.process_time() - cpu, _cpu_delta(backend, server)))
         connection.close()
 
 
-def _relay_loop(stop) -> None:
+def _relay_loop(stop, backends) -> None:
     """The relay as its own process, publishing continuously (as Celery workers would)."""
     connection.close()
     try:
+        backends.put(_backend_pid())
         while not stop.is_set():
             if relay_publish() == 0:
                 time.sleep(0.005)
@@ -114,8 +154,9 @@ class Command(BaseCommand):
         )
         stop = multiprocessing.get_context("fork").Event()
         connection.close()  # the relay process must not share this process's connection
+        relay_backend = multiprocessing.get_context("fork").Queue()
         relay = multiprocessing.get_context("fork").Process(
-            target=_relay_loop, args=(stop,), name="bench-relay"
+            target=_relay_loop, args=(stop, relay_backend), name="bench-relay"
         )
         recorders = max(1, opts["recorders"])
         ctx = multiprocessing.get_context("fork")
@@ -131,13 +172,31 @@ class Command(BaseCommand):
             for proc in procs:
                 proc.start()
             time.sleep(1.0)  # all recorders connected and waiting
+            writer_backend = None
+            for _ in range(300):  # the writer takes its lock once Django has started
+                if (
+                    writer_backend := _writer_backend_pid()
+                ) is not None or writer.poll() is not None:
+                    break
+                time.sleep(0.1)
+            backends = {"relay": relay_backend.get(timeout=30), "writer": writer_backend}
+            server_before = {
+                stage: _cpu_seconds(pid) if pid is not None else None
+                for stage, pid in backends.items()
+            }
             started = time.perf_counter()
             deadline = time.monotonic() + opts["timeout"]  # for recording and chaining together
             go.set()
-            recorder_cpu = 0.0
+            recorder_cpu, recorder_server = 0.0, 0.0
             for done in range(len(procs)):
                 try:
-                    recorder_cpu += results.get(timeout=max(0.0, deadline - time.monotonic()))
+                    client, server = results.get(timeout=max(0.0, deadline - time.monotonic()))
+                    recorder_cpu += client
+                    recorder_server = (
+                        None
+                        if server is None or recorder_server is None
+                        else (recorder_server + server)
+                    )
                 except queue.Empty as exc:
                     raise CommandError(
                         f"{len(procs) - done} of {len(procs)} recorders had not recorded their "
@@ -159,6 +218,10 @@ class Command(BaseCommand):
             )
             chained = time.perf_counter()
             relay_cpu, writer_cpu = _cpu_seconds(relay.pid), _cpu_seconds(writer.pid)
+            server_cpu = {
+                "record": recorder_server,
+                **{stage: _cpu_delta(backends[stage], server_before[stage]) for stage in backends},
+            }
         finally:
             stop.set()
             for proc in procs:
@@ -187,6 +250,10 @@ class Command(BaseCommand):
                 "record": round(recorder_cpu / n * 1e6, 1),
                 "relay": round(relay_cpu / n * 1e6, 1) if relay_cpu is not None else None,
                 "writer": round(writer_cpu / n * 1e6, 1) if writer_cpu is not None else None,
+            },
+            # CPU of the PostgreSQL server process serving each stage's connection, per event.
+            "server_cpu_us_per_event": {
+                stage: _per_event(seconds, n) for stage, seconds in server_cpu.items()
             },
             "writer_batch_size": batch,
             "writer_batches": stats.get("batches"),

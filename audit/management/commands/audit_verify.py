@@ -10,7 +10,10 @@ from audit.verification import verify_and_store
 
 
 class Command(BaseCommand):
-    help = "Recompute the audit chain and check every checkpoint; exit 0 when intact, 1 otherwise."
+    help = (
+        "Recompute the audit chain and its Merkle tree (tiles and every checkpoint's signed root) "
+        "and check every checkpoint; exit 0 when intact, 1 naming the first bad place otherwise."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument(
@@ -19,13 +22,18 @@ class Command(BaseCommand):
         parser.add_argument("--no-anchors", action="store_true", help="ignore the external anchors")
         parser.add_argument("--json", action="store_true")
         parser.add_argument("--no-record", action="store_true", help="do not store the outcome")
+        parser.add_argument(
+            "--no-tree", action="store_true", help="skip rebuilding the Merkle tree from the chain"
+        )
 
     def handle(self, *args, **opts):
         report = verify_and_store(
             public_key=opts["public_key"],
             include_anchors=not opts["no_anchors"],
             store=not opts["no_record"],
+            tree=not opts["no_tree"],
         )
+        tree = report.tree
         if opts["json"]:
             self.stdout.write(
                 json.dumps(
@@ -37,12 +45,22 @@ class Command(BaseCommand):
                         "first_bad_seq": report.problem.seq if report.problem else None,
                         "problem": report.problem.reason if report.problem else None,
                         "seconds": round(report.seconds, 3),
+                        "tree": None
+                        if tree is None
+                        else {
+                            "ok": tree.ok,
+                            "leaves": tree.size,
+                            "tiles": tree.tiles,
+                            "signed_roots": tree.roots,
+                            "problem": tree.problem.reason if tree.problem else None,
+                        },
                     }
                 )
             )
         elif report.ok:
             self.stdout.write(
                 f"audit chain intact: {report.checked} entries, {report.checkpoints} signed checkpoints"
+                + (f"; {tree.message}" if tree else "")
             )
         else:
             self.stderr.write(
