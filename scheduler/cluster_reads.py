@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db.models import QuerySet
@@ -25,6 +26,7 @@ from scheduler.models import (
     CapacityType,
     CommitmentSample,
 )
+from scheduler.reclaim_reads import ReclaimView, reclaim_list
 
 TEAM_LABEL = "kiln.dev/team"
 EXPLANATION_ANNOTATION = "kiln.dev/score-explanation"
@@ -135,11 +137,13 @@ def _namespace_teams(backend: DeliveryBackend) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class ClusterState:
-    """One read of the cluster: its nodes (filtered for the viewer), pending pods and commitment."""
+    """One read of the cluster: its nodes (filtered for the viewer), pending pods, commitment and
+    the recent spot reclaims."""
 
     nodes: list[NodeView]
     pending: list[PodView]
     commitment: commitment.Commitment
+    reclaims: list[ReclaimView] = field(default_factory=list)
 
 
 def cluster_state(
@@ -205,7 +209,8 @@ def cluster_state(
         )
         if _matches(view, filters):
             nodes.append(view)
-    return ClusterState(nodes, pending, figures)
+    reclaims = reclaim_list(viewer=viewer, pods=raw_pods, teams=teams)
+    return ClusterState(nodes, pending, figures, reclaims)
 
 
 def _matches(node: NodeView, filters: NodeFilter) -> bool:
@@ -231,3 +236,18 @@ def commitment_series(limit: int = 500) -> dict[str, list]:
         series[resource] = [f.get("ratio") for f in figures]
         series[f"{resource}_pending"] = [f.get("pending_ratio") for f in figures]
     return series
+
+
+def commitment_rows(series: dict[str, list]) -> list[dict[str, Any]]:
+    """`commitment_series` as the rows of its chart's data table, oldest first: the sample's
+    time and, per resource in `commitment.RESOURCES` order, the committed and the pending
+    ratio in percent (None where undefined: no capacity)."""
+    rows = []
+    for i, t in enumerate(series["t"]):
+        cells = []
+        for resource in commitment.RESOURCES:
+            for key in (resource, f"{resource}_pending"):
+                ratio = series[key][i]
+                cells.append(None if ratio is None else ratio * 100)
+        rows.append({"at": datetime.fromtimestamp(t, UTC), "cells": cells})
+    return rows

@@ -12,8 +12,9 @@ Launch (Karpenter's provisioner, simplified to what Kiln needs to be faithful to
    node keeps every offering (instance type x zone x capacity type allowed by the
    pool's requirements) its pods still fit, so packing never narrows it to one
    type early.
-3. Each planned node launches as the cheapest offering that fits its pods, spot
-   where the pool allows it (spot is cheaper in every price book Kiln reads),
+3. Each planned node launches as the cheapest offering that fits its pods and
+   the pool's DaemonSet overhead (what the DaemonSets that would run on it
+   request, as Karpenter reserves it), spot where the pool allows it (spot is cheaper in every price book Kiln reads),
    provided the pool's `limits` (cpu, memory, GPUs over its nodes) still hold.
 
 A pod that fits no offering of any compatible pool stays pending with a reason.
@@ -23,6 +24,11 @@ budgets do not hold it back); a node empty of workload pods for
 `consolidateAfter` is consolidated, at most the pool's disruption budget at a
 time (`nodes: "20%"` of the pool's nodes rounded up, or a count), counting nodes
 already being disrupted.
+
+Not simulated: with `consolidationPolicy: WhenEmptyOrUnderutilized` (the pools Kiln composes)
+Karpenter also replaces or merges underutilised nodes by simulating where their pods would go;
+here only empty nodes are consolidated, whatever the policy. Only the first budget's `nodes`
+is read (budget `schedule`, `duration` and `reasons` are not).
 """
 
 from __future__ import annotations
@@ -84,6 +90,8 @@ class Pool:
     expire_after: float | None = None
     consolidate_after: float | None = None
     budget: str = "10%"
+    # What the DaemonSets that would run on a new node of the pool request (cores, bytes, GPUs).
+    overhead: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
 
 @dataclass
@@ -184,7 +192,7 @@ def plan_launches(pools: list[Pool], pending: list[PendingPod]) -> Plan:
         if placed:
             continue
         fitting = [
-            (pool, [o for o in c if o.holds(pod.cpu, pod.memory, pod.gpu)]) for pool, c in per_pool
+            (pool, [o for o in c if o.holds(*_with_overhead(pool, pod))]) for pool, c in per_pool
         ]
         fitting = [(pool, c) for pool, c in fitting if c]
         if not fitting:
@@ -199,7 +207,7 @@ def plan_launches(pools: list[Pool], pending: list[PendingPod]) -> Plan:
             plan.waiting[pod.key] = REASON_LIMITS
             continue
         pool, options = min(within, key=lambda pc: min(o.price for o in pc[1]))
-        node = _Open(pool, options, pod.cpu, pod.memory, pod.gpu, [pod.key])
+        node = _Open(pool, options, *_with_overhead(pool, pod), [pod.key])
         # Charge the pool for the largest option until the cheapest fitting one is chosen below.
         opened.append(node)
         biggest = max(options, key=lambda o: (o.cpu, o.memory))
@@ -208,6 +216,11 @@ def plan_launches(pools: list[Pool], pending: list[PendingPod]) -> Plan:
         choice = min(node.options, key=lambda o: (o.price, o.instance_type, o.zone))
         plan.nodes.append(PlannedNode(node.pool.name, choice, list(node.pods)))
     return plan
+
+
+def _with_overhead(pool: Pool, pod: PendingPod) -> tuple[float, float, float]:
+    """A new node's requests with its first pod: the pool's DaemonSet overhead plus the pod."""
+    return (pool.overhead[0] + pod.cpu, pool.overhead[1] + pod.memory, pool.overhead[2] + pod.gpu)
 
 
 def _within_limits(pool: Pool, used: list[float], o: Offering) -> bool:

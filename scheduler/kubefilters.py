@@ -18,7 +18,7 @@ resource short). `unschedulable_message` writes kube-scheduler's
 `0/N nodes are available: ...` line from the counts.
 
 The placement-independent filters (the first three) depend only on the pod's
-template and the node's labels and taints, so `NodeTable.static_mask` keeps
+template and the node's labels and taints, so `NodeTable.static_verdict` keeps
 their answer per template: pods of one workload are judged once.
 """
 
@@ -117,6 +117,19 @@ def template_key(spec: dict[str, Any]) -> str:
     )
 
 
+@dataclass(frozen=True)
+class StaticVerdict:
+    """The placement-independent filters' answer for one pod template over a pass's nodes.
+
+    `mask[i]`: node i passes them; `reasons[i]`: why not ("" where it passes);
+    `counts`: how many nodes fail with each reason (what `feasible` reports for them).
+    """
+
+    mask: np.ndarray
+    reasons: list[str]
+    counts: Counter
+
+
 @dataclass
 class NodeTable:
     """The nodes one scheduling pass sees: labels, taints, cordons, and (N, 3) allocatable/requested.
@@ -131,10 +144,10 @@ class NodeTable:
     unschedulable: np.ndarray
     allocatable: np.ndarray
     requested: np.ndarray
-    _static: dict[str, tuple[np.ndarray, list[str]]] = field(default_factory=dict, repr=False)
+    _static: dict[str, StaticVerdict] = field(default_factory=dict, repr=False)
 
-    def static_mask(self, spec: dict[str, Any]) -> tuple[np.ndarray, list[str]]:
-        """Per node, whether the placement-independent filters pass, and the reason where not."""
+    def static_verdict(self, spec: dict[str, Any]) -> StaticVerdict:
+        """The placement-independent filters' verdict for a pod spec, judged once per template."""
         key = template_key(spec)
         cached = self._static.get(key)
         if cached is not None:
@@ -150,26 +163,28 @@ class NodeTable:
                 taint = untolerated_taint(tolerations, self.taints[i])
                 reasons.append(taint_reason(taint) if taint is not None else "")
         mask = np.array([not r for r in reasons], dtype=bool)
-        self._static[key] = (mask, reasons)
-        return mask, reasons
+        verdict = StaticVerdict(mask, reasons, Counter(r for r in reasons if r))
+        self._static[key] = verdict
+        return verdict
 
     def fits(self, request: np.ndarray) -> np.ndarray:
         """(N, 3) booleans: whether each resource still fits on each node."""
         return self.requested + request <= self.allocatable + 1e-9
 
     def feasible(self, spec: dict[str, Any], request: np.ndarray) -> tuple[np.ndarray, Counter]:
-        """Nodes passing every default filter, and the count of each reason the others failed with."""
-        static, reasons = self.static_mask(spec)
+        """Nodes passing every default filter, and the count of each reason the others failed with.
+
+        A node failing a placement-independent filter counts under that reason; a node
+        passing them counts once under each resource it is short of.
+        """
+        verdict = self.static_verdict(spec)
         fits = self.fits(request)
-        ok = static & fits.all(axis=1)
-        counts: Counter = Counter()
-        for i in np.flatnonzero(~ok):
-            if reasons[i]:
-                counts[reasons[i]] += 1
-            else:
-                for r, name in enumerate(RESOURCE_NAMES):
-                    if not fits[i, r]:
-                        counts[f"Insufficient {name}"] += 1
+        ok = verdict.mask & fits.all(axis=1)
+        counts = Counter(verdict.counts)
+        short = np.count_nonzero(~fits & verdict.mask[:, None], axis=0)
+        for r, name in enumerate(RESOURCE_NAMES):
+            if short[r]:
+                counts[f"Insufficient {name}"] += int(short[r])
         return ok, counts
 
     def assume(self, index: int, request: np.ndarray) -> None:

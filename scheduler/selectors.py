@@ -108,11 +108,15 @@ def node_snapshot() -> NodeSnapshot:
     return snapshot
 
 
-def node_snapshot_is_fresh() -> bool:
-    """Whether node_snapshot() would answer from its cache (no database read)."""
+def node_snapshot_if_fresh() -> NodeSnapshot | None:
+    """The cached snapshot if node_snapshot() would answer from it now, else None (no database read).
+
+    One read of the cache: a caller that checked freshness and then called
+    node_snapshot() could find it expired in between and read the database where it
+    must not (the extender's event loop)."""
     with _cache_lock:
         cached = _cache.get("default")
-    return cached is not None and time.monotonic() < cached[0]
+    return cached[1] if cached is not None and time.monotonic() < cached[0] else None
 
 
 def snapshot_invalidate() -> None:

@@ -11,7 +11,7 @@ from django.views.decorators.http import require_POST
 from kiln.cluster import DeliveryError
 from kiln.cluster.backends import get_backend
 from kiln.identity.permissions import actor_from_request
-from scheduler import cluster_reads, selectors
+from scheduler import cluster_reads, commitment, selectors
 from scheduler.extender.handler import FILTER, PRIORITIZE, extender_call
 from scheduler.forms import ScoreExplainForm
 
@@ -66,6 +66,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         DeliveryError
     ) as exc:  # the page still shows pricing and replays while the cluster is away
         cluster_error = str(exc)[:200]
+    series = cluster_reads.commitment_series()
     return render(
         request,
         "scheduler/overview.html",
@@ -73,7 +74,9 @@ def overview(request: HttpRequest) -> HttpResponse:
             "instance_types": selectors.instance_type_list(),
             "cluster": cluster,
             "cluster_error": cluster_error,
-            "commitment_series": cluster_reads.commitment_series(),
+            "commitment_series": series,
+            "commitment_rows": cluster_reads.commitment_rows(series),
+            "commitment_resources": commitment.RESOURCES,
             "form": ScoreExplainForm(),
             "weights": selectors.scoring_weights(),
             "reports": reports,

@@ -13,7 +13,6 @@ Application a 404. No Django: tests and the `gitops_refresh_bench` command run i
 
 from __future__ import annotations
 
-import json
 import subprocess
 import threading
 import time
@@ -21,6 +20,8 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
+
+from kiln.cluster.kube_sim import JSONHandler
 
 
 class SimulatedArgoCD:
@@ -125,18 +126,7 @@ class SimulatedArgoCD:
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         argocd = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:  # quiet: tests and benches read JSON
-                return
-
-            def _send(self, status: int, body: dict) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(JSONHandler):
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
                 if argocd.token and self.headers.get("Authorization") != f"Bearer {argocd.token}":
                     self._send(401, {"error": "invalid session", "code": 16})

@@ -3,10 +3,15 @@
 Nothing here touches Django's models or a cluster: references, health, label
 selectors, the resourceVersion precondition and host matching are plain
 functions, so every backend (and every caller) shares one reading of them.
+
+It runs a little past ~400 lines because the protocol is one class: every method a
+backend implements is declared and documented in one place, with the types it takes
+and returns beside it; splitting the protocol would split that contract.
 """
 
 from __future__ import annotations
 
+import base64
 import re
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -17,6 +22,9 @@ from typing import Any, Protocol, runtime_checkable
 from kiln.errors import InvalidInput, KilnError
 
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+# What Kiln's requests say they are (the User-Agent header, and `userAgent` in the audit events
+# an API server writes for them), so a tenant's audit trail tells Kiln's requests from its own.
+USER_AGENT = "kiln"
 
 
 class DeliveryError(KilnError):
@@ -238,6 +246,46 @@ class DeliveryBackend(Protocol):
         Returns how many pods were bound; a pod that is gone or already bound is skipped.
         """
         ...
+
+    def write_secret(
+        self, *, namespace: str, name: str, data: dict[str, str], labels: dict[str, str]
+    ) -> AppliedRef:
+        """Create or replace a v1 Secret straight in the live cluster, never in a repository
+        (a credential is not desired state to commit); raises DeliveryError where there is none."""
+        ...
+
+    def tenant(self, *, namespace: str, name: str) -> DeliveryBackend | None:
+        """The API server of the TenantControlPlane `namespace/name`, as a backend of its own
+        (objects applied there live inside the tenant's cluster); None until it serves."""
+        ...
+
+
+def secret_manifest(
+    *, namespace: str, name: str, data: dict[str, str], labels: dict[str, str]
+) -> dict[str, Any]:
+    """A v1 Opaque Secret holding `data` (text values, stored base64 as the API server keeps them)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
+        "type": "Opaque",
+        "data": {k: base64.b64encode(v.encode()).decode() for k, v in sorted(data.items())},
+    }
+
+
+def secret_text(secret: dict[str, Any] | None, key: str) -> str | None:
+    """One value of a live Secret as text (`data` is base64, `stringData` plain), or None."""
+    if not secret:
+        return None
+    if key in (secret.get("stringData") or {}):
+        return str(secret["stringData"][key])
+    raw = (secret.get("data") or {}).get(key)
+    if raw is None:
+        return None
+    try:
+        return base64.b64decode(raw).decode()
+    except (ValueError, UnicodeDecodeError):
+        return None
 
 
 def precondition_of(manifest: dict[str, Any]) -> str | None:

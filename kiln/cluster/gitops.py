@@ -308,3 +308,19 @@ class GitOpsBackend:
     def bind_pods(self, bindings: list[PodBinding]) -> int:
         """Bindings are the cluster's, never committed: made on the observer (0 without one)."""
         return self.observer.bind_pods(bindings) if self.observer is not None else 0
+
+    def write_secret(
+        self, *, namespace: str, name: str, data: dict[str, str], labels: dict[str, str]
+    ) -> AppliedRef:
+        """A credential is never committed: written to the observed cluster, outside the repository."""
+        if self.observer is None:
+            raise DeliveryError(
+                f"Secret {namespace}/{name} is not committed to Git and no cluster is observed "
+                "to write it to (set KILN_GITOPS_OBSERVER)",
+                retryable=False,
+            )
+        return self.observer.write_secret(namespace=namespace, name=name, data=data, labels=labels)
+
+    def tenant(self, *, namespace: str, name: str) -> DeliveryBackend | None:
+        """The tenant API server as the observed cluster reaches it (None without an observer)."""
+        return self.observer.tenant(namespace=namespace, name=name) if self.observer else None

@@ -10,6 +10,10 @@ A manifest carrying `metadata.resourceVersion` is a conditional write: the API
 server answers 409 when the object moved on, raised here as `Conflict`. Label
 selectors go to the server; `include_deleting` and `routing_host` are applied to
 the listed objects (the API server cannot select on spec fields).
+
+Past ~400 lines because it is one backend: each method of the `DeliveryBackend` protocol
+(kiln/cluster/base.py) against the real client, beside the client setup and rate limit they
+share; splitting it would split one implementation of one contract.
 """
 
 from __future__ import annotations
@@ -21,12 +25,14 @@ import time
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
+import yaml
 from django.conf import settings
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from kiln.cluster.base import (
+    USER_AGENT,
     AppliedRef,
     Conflict,
     DeliveryError,
@@ -38,41 +44,28 @@ from kiln.cluster.base import (
     is_deleting,
     may_route_host,
     ref_of,
+    secret_manifest,
+    secret_text,
 )
 from kiln.cluster.lease import KubernetesLease
+from kiln.cluster.ratelimit import RateLimit
+
+__all__ = ["KubernetesBackend", "RateLimit"]
 
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 RETRYABLE = {408, 409, 429, 500, 502, 503, 504}
+# Where Kamaji keeps a TenantControlPlane's admin kubeconfig when its status does not say.
+ADMIN_KUBECONFIG_SECRET = "{name}-admin-kubeconfig"  # noqa: S105 - a Secret's name
+ADMIN_KUBECONFIG_KEY = "admin.conf"
+TCP = ("kamaji.clastix.io/v1alpha1", "TenantControlPlane")
 
 
-class RateLimit:
-    """client-go's client-side token bucket (`flowcontrol.NewTokenBucketRateLimiter`): `qps`
-    requests per second on average, bursts of up to `burst`; `qps <= 0` is no limit.
-
-    Kept explicit because a hidden client limit is what shapes a fleet-wide run's time
-    (KILN_KUBE_QPS / KILN_KUBE_BURST, docs/cluster.md); `throttled_seconds` says how much.
-    """
-
-    def __init__(self, qps: float, burst: int) -> None:
-        self.qps, self.burst = qps, max(1, burst)
-        self.tokens, self.at = float(self.burst), time.monotonic()
-        self.throttled_seconds = 0.0
-        self._lock = threading.Lock()
-
-    def wait(self) -> float:
-        """Take one token, sleeping until it is there; returns the seconds slept."""
-        if self.qps <= 0:
-            return 0.0
-        with self._lock:
-            now = time.monotonic()
-            self.tokens = min(float(self.burst), self.tokens + (now - self.at) * self.qps)
-            self.at = now
-            self.tokens -= 1.0
-            delay = -self.tokens / self.qps if self.tokens < 0 else 0.0
-            self.throttled_seconds += delay
-        if delay:
-            time.sleep(delay)
-        return delay
+# One backend per process and configuration, as client-go keeps one client: the token bucket
+# and the connection pool are the process's. Built per call (as get_backend is called), each
+# would start with a full burst and connections of its own, and KILN_KUBE_QPS would limit
+# nothing. The pid is in the key: a forked child (a prefork worker) builds its own.
+_PER_PROCESS: dict[tuple, KubernetesBackend] = {}
+_PER_PROCESS_LOCK = threading.Lock()
 
 
 class KubernetesBackend:
@@ -91,12 +84,31 @@ class KubernetesBackend:
         rate_limit: RateLimit | None = None,
     ) -> None:
         self.api = api_client
+        self.api.user_agent = USER_AGENT
+        # Which process of Kiln's is asking (the promote bench counts each one's requests
+        # against its token bucket); API servers ignore a header they do not know.
+        self.api.set_default_header("Kiln-Process", str(os.getpid()))
         self.timeout = timeout
         self.rate_limit = rate_limit or RateLimit(0, 1)
         self._discovery: dict[str, dict[str, tuple[str, bool]]] = {}
 
     @classmethod
     def from_settings(cls) -> KubernetesBackend:
+        """The process's backend for the current settings (see `_PER_PROCESS`)."""
+        key = (
+            os.getpid(), getattr(settings, "KILN_KUBE_API_URL", None),
+            getattr(settings, "KILN_KUBE_TOKEN_FILE", None),
+            getattr(settings, "KILN_KUBE_CA_FILE", None), os.environ.get("KUBECONFIG"),
+            settings.KILN_KUBE_QPS, settings.KILN_KUBE_BURST, settings.KILN_KUBE_POOL_SIZE,
+        )  # fmt: skip
+        with _PER_PROCESS_LOCK:
+            if key not in _PER_PROCESS:
+                _PER_PROCESS.clear()  # settings changed (tests) or a forked child: start over
+                _PER_PROCESS[key] = cls._configured()
+            return _PER_PROCESS[key]
+
+    @classmethod
+    def _configured(cls) -> KubernetesBackend:
         """KILN_KUBE_API_URL (+ token and CA files) if set, else in-cluster, else kubeconfig;
         with the client limits KILN_KUBE_QPS, KILN_KUBE_BURST and KILN_KUBE_POOL_SIZE."""
         limit = RateLimit(settings.KILN_KUBE_QPS, settings.KILN_KUBE_BURST)
@@ -188,9 +200,11 @@ class KubernetesBackend:
 
     # --- discovery ----------------------------------------------------------------
 
-    def _resource(self, api_version: str, kind: str) -> tuple[str, bool]:
-        """(plural, namespaced) of a kind, from the API server's discovery document."""
+    def _resource(self, api_version: str, kind: str, refreshed: bool = False) -> tuple[str, bool]:
+        """(plural, namespaced) of a kind, from the API server's discovery document (cached for
+        the backend's life, read again once for a kind it does not list)."""
         if api_version not in self._discovery:
+            refreshed = True
             path = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
             response = self._request("GET", path)
             if response.status == 404:
@@ -202,6 +216,9 @@ class KubernetesBackend:
                 if "/" not in r["name"]
             }
         found = self._discovery[api_version].get(kind)
+        if found is None and not refreshed:  # a kind installed since (a CRD): discover again
+            self._discovery.pop(api_version, None)
+            return self._resource(api_version, kind, refreshed=True)
         if found is None:
             raise DeliveryError(
                 f"the API server does not serve {kind} in {api_version}", retryable=False
@@ -343,6 +360,40 @@ class KubernetesBackend:
             self._check(response, f"binding of pod {binding.namespace}/{binding.name}")
             bound += 1
         return bound
+
+    def write_secret(
+        self, *, namespace: str, name: str, data: dict[str, str], labels: dict[str, str]
+    ) -> AppliedRef:
+        """Server-side apply of the Secret to this API server."""
+        manifest = secret_manifest(namespace=namespace, name=name, data=data, labels=labels)
+        return self.apply([manifest])[0]
+
+    def tenant(self, *, namespace: str, name: str) -> KubernetesBackend | None:
+        """A backend on the tenant API server, with the admin kubeconfig Kamaji writes for the
+        TenantControlPlane (the Secret its status names, else `<name>-admin-kubeconfig`, key
+        `admin.conf`); None while the control plane or that Secret is not there yet."""
+        tcp = self.get(*TCP, namespace, name)
+        if tcp is None:
+            return None
+        admin = ((tcp.get("status") or {}).get("kubeconfig") or {}).get("admin") or {}
+        secret_name = admin.get("secretName") or ADMIN_KUBECONFIG_SECRET.format(name=name)
+        text = secret_text(self.get("v1", "Secret", namespace, secret_name), ADMIN_KUBECONFIG_KEY)
+        if not text:
+            return None
+        try:
+            kubeconfig = yaml.safe_load(text)
+            configuration = k8s.Configuration()
+            k8s_config.load_kube_config_from_dict(
+                kubeconfig, client_configuration=configuration, persist_config=False
+            )
+        except (yaml.YAMLError, k8s_config.ConfigException, TypeError, AttributeError) as exc:
+            raise DeliveryError(
+                f"the admin kubeconfig of {namespace}/{name} does not load: {exc}", retryable=False
+            ) from exc
+        configuration.connection_pool_maxsize = self.api.configuration.connection_pool_maxsize
+        return KubernetesBackend(
+            k8s.ApiClient(configuration), timeout=self.timeout, rate_limit=self.rate_limit
+        )
 
     def wait_ready(self, ref: AppliedRef, timeout: float = 60.0) -> Health:
         """Watch one object until it is healthy, degraded or `timeout` passes."""

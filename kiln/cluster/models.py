@@ -16,8 +16,11 @@ class SimulatedObject(models.Model):
 
     `ready_at` None means the object never becomes ready; `finalizers_clear_at`
     None while `deletion_timestamp` is set means a finalizer that never clears.
+    `cluster` is "" for the host cluster and `<namespace>/<name>` for the API server of
+    that TenantControlPlane: its objects go when the control plane does.
     """
 
+    cluster = models.CharField(max_length=507, blank=True, default="")
     api_version = models.CharField(max_length=200)
     kind = models.CharField(max_length=100)
     namespace = models.CharField(max_length=253, blank=True, default="")
@@ -30,6 +33,9 @@ class SimulatedObject(models.Model):
     generation = models.PositiveIntegerField(default=1)
     resource_version = models.PositiveBigIntegerField(default=1)
     field_manager = models.CharField(max_length=100, default="kiln")
+    # When `field_manager` last changed the object (managedFields' `time`); status writes and
+    # bindings by the simulated controllers move `updated_at` only.
+    applied_at = models.DateTimeField(null=True, blank=True)
     failure = models.CharField(max_length=30, blank=True, default="")
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
@@ -42,7 +48,8 @@ class SimulatedObject(models.Model):
         ordering = ["namespace", "name"]
         constraints = [
             models.UniqueConstraint(
-                fields=["api_version", "kind", "namespace", "name"], name="portal_simobject_key"
+                fields=["cluster", "api_version", "kind", "namespace", "name"],
+                name="portal_simobject_key",
             )
         ]
         indexes = [models.Index(fields=["kind", "namespace"], name="portal_simobject_kind_ns")]

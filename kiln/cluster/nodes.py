@@ -24,6 +24,8 @@ import json
 from decimal import Decimal
 from typing import Any
 
+import orjson
+
 from kiln.cluster.base import DeliveryBackend, PodBinding
 
 __all__ = ["PodBinding"]  # the protocol's type, re-exported beside the shape it binds
@@ -158,8 +160,10 @@ def unschedulable_status(message: str) -> dict[str, Any]:
 
 
 def explanation_annotation(explanation: dict[str, Any]) -> dict[str, str]:
-    """The score explanation as the pod annotation the scheduler page reads."""
-    return {A_SCORE_EXPLANATION: json.dumps(explanation, sort_keys=True, separators=(",", ":"))}
+    """The score explanation as the pod annotation the scheduler page reads: compact JSON with
+    sorted keys (orjson: the standard library's encoder was a twentieth of the simulated
+    kube-scheduler's busy time, once a pod)."""
+    return {A_SCORE_EXPLANATION: orjson.dumps(explanation, option=orjson.OPT_SORT_KEYS).decode()}
 
 
 # --- reading the shape --------------------------------------------------------------------

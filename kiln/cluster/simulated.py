@@ -15,7 +15,6 @@ namespace on the namespace's row so that, under the lock, they do not conflict.
 from __future__ import annotations
 
 import re
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -32,6 +31,7 @@ from kiln.cluster.base import (
     DeliveryError,
     Health,
     LeaseMirror,
+    PodBinding,
     desired_state,
     health_of,
     host_label,
@@ -40,6 +40,7 @@ from kiln.cluster.base import (
     parse_label_selector,
     precondition_of,
     ref_of,
+    secret_manifest,
 )
 from kiln.cluster.models import SimulatedFailure, SimulatedObject
 from kiln.cluster.simulated_failures import (
@@ -48,11 +49,10 @@ from kiln.cluster.simulated_failures import (
     consume,
     failures_for,
     finalizer_delay,
-    ready_delay,
 )
 from kiln.cluster.simulated_render import render
-
-NAMESPACE_FINALIZER = "kubernetes"
+from kiln.cluster.simulated_tenant import TCP, TenantAuditWebhook, tenant_cluster
+from kiln.cluster.simulated_write import apply_one
 
 Batch = list[tuple[AppliedRef, dict, list[SimulatedFailure], str | None]]
 
@@ -64,6 +64,15 @@ class SimulatedBackend:
     syncs_gitops = False  # no Argo CD here: the gitops backend applies its commits itself
     simulates_traffic = True  # its traffic is drawn from its VirtualServices
     simulates_scheduling = True  # Kiln's simulated Karpenter and kube-scheduler act on it
+
+    def __init__(self, cluster: str = "", *, audit: TenantAuditWebhook | None = None) -> None:
+        """The host cluster, or (`cluster` from `tenant_cluster`) a tenant control plane's API
+        server, whose requests its `audit` webhook records."""
+        self.cluster = cluster
+        self.audit = audit
+
+    def _objects(self) -> QuerySet:
+        return SimulatedObject.objects.filter(cluster=self.cluster)
 
     # --- writes --------------------------------------------------------------
 
@@ -98,6 +107,8 @@ class SimulatedBackend:
         if error is not None:
             consume(error[1])
             raise DeliveryError(f"simulated apply error for {error[0]}", retryable=True)
+        if self.audit is not None:
+            self.audit.record("patch", [(ref, 200) for ref in refs])
         return out
 
     def _apply_batch(self, batch: Batch, field_manager: str) -> list[AppliedRef]:
@@ -110,7 +121,7 @@ class SimulatedBackend:
             )
         existing = {
             (o.api_version, o.kind, o.namespace, o.name): o
-            for o in SimulatedObject.objects.select_for_update().filter(keys)
+            for o in self._objects().select_for_update().filter(keys)
         }
         # Preconditions are checked on the locked rows before anything is written: a stale
         # one fails the whole batch, as the API server would fail that object's write.
@@ -124,12 +135,14 @@ class SimulatedBackend:
         namespaces = {ref.namespace for ref, _, _, _ in batch if ref.namespace}
         terminating = (
             set(
-                SimulatedObject.objects.filter(
+                self._objects()
+                .filter(
                     api_version="v1",
                     kind="Namespace",
                     name__in=namespaces,
                     deletion_timestamp__isnull=False,
-                ).values_list("name", flat=True)
+                )
+                .values_list("name", flat=True)
             )
             if namespaces
             else set()
@@ -139,8 +152,13 @@ class SimulatedBackend:
         for ref, desired, failures, _ in batch:
             if ref.key not in existing and ref.kind != "Namespace" and ref.namespace in terminating:
                 raise DeliveryError(f"namespace {ref.namespace} is terminating", retryable=True)
-            applied = self._apply_locked(
-                ref, desired, field_manager, failures, existing.get(ref.key)
+            applied = apply_one(
+                cluster=self.cluster,
+                ref=ref,
+                desired=desired,
+                field_manager=field_manager,
+                failures=failures,
+                obj=existing.get(ref.key),
             )
             if isinstance(applied, SimulatedObject):
                 created.append(applied)
@@ -154,75 +172,20 @@ class SimulatedBackend:
             for o in out
         ]
 
-    def _apply_locked(
-        self,
-        ref: AppliedRef,
-        desired: dict,
-        field_manager: str,
-        failures: list[SimulatedFailure],
-        obj: SimulatedObject | None,
-    ) -> AppliedRef | SimulatedObject:
-        """Update an existing object in place, or return the new (unsaved) one for bulk insert."""
-        now = timezone.now()
-        modes = {f.mode for f in failures}
-        metadata = desired.get("metadata") or {}
-        finalizers = list(metadata.get("finalizers") or [])
-        if ref.kind == "Namespace" and NAMESPACE_FINALIZER not in finalizers:
-            finalizers.append(NAMESPACE_FINALIZER)
-        if SimulatedFailure.STUCK_FINALIZER in modes and STUCK_FINALIZER not in finalizers:
-            finalizers.append(STUCK_FINALIZER)
-        failure = ""
-        if SimulatedFailure.DEGRADED in modes:
-            failure = SimulatedFailure.DEGRADED
-        elif SimulatedFailure.NEVER_READY in modes:
-            failure = SimulatedFailure.NEVER_READY
-        delay = timedelta(seconds=ready_delay(ref.kind))
-        if obj is None:
-            obj = SimulatedObject(
-                api_version=ref.api_version,
-                kind=ref.kind,
-                namespace=ref.namespace,
-                name=ref.name,
-                uid=uuid.uuid4(),
-                manifest=desired,
-                labels=dict(metadata.get("labels") or {}),
-                finalizers=finalizers,
-                field_manager=field_manager,
-                failure=failure,
-                created_at=now,
-                updated_at=now,
-                ready_at=None if failure else now + delay,
-            )
-            for f in failures:
-                consume(f)
-            return obj
-        if obj.deletion_timestamp is not None:
-            raise DeliveryError(f"{ref} is being deleted", retryable=True)
-        if obj.manifest != desired or obj.finalizers != finalizers:
-            spec_changed = _without_metadata(obj.manifest) != _without_metadata(desired)
-            obj.manifest = desired
-            obj.labels = dict(metadata.get("labels") or {})
-            obj.finalizers = finalizers
-            obj.field_manager = field_manager
-            obj.resource_version += 1
-            obj.updated_at = now
-            if failure:
-                obj.failure = failure
-                obj.ready_at = None
-            if spec_changed:
-                obj.generation += 1
-                if not obj.failure:
-                    obj.ready_at = now + delay
-            obj.save()
-            for f in failures:
-                consume(f)
-        return AppliedRef(*ref.key, generation=obj.generation, uid=str(obj.uid))
-
     def delete(self, ref: AppliedRef) -> bool:
         """Mark the object deleting; it disappears once its finalizers clear."""
+        existed = self._mark_deleting(ref)
+        if existed:
+            self._reconcile()
+        if self.audit is not None:  # audited after the request completes, 404 included
+            self.audit.record("delete", [(ref, 200 if existed else 404)])
+        return existed
+
+    def _mark_deleting(self, ref: AppliedRef) -> bool:
         with transaction.atomic():
             obj = (
-                SimulatedObject.objects.select_for_update()
+                self._objects()
+                .select_for_update()
                 .filter(
                     api_version=ref.api_version,
                     kind=ref.kind,
@@ -243,31 +206,54 @@ class SimulatedBackend:
                 )
                 obj.save()
                 if ref.kind == "Namespace" and ref.api_version == "v1":
-                    children = SimulatedObject.objects.filter(
+                    children = self._objects().filter(
                         namespace=ref.name, deletion_timestamp__isnull=True
                     )
                     for child in children:
                         self.delete(
                             AppliedRef(child.api_version, child.kind, child.namespace, child.name)
                         )
-        self._reconcile()
         return True
 
     def set_status(self, ref: AppliedRef, status: dict[str, Any]) -> None:
         """Write an object's status (what a controller would report); merged over the derived one."""
-        updated = SimulatedObject.objects.filter(
-            api_version=ref.api_version, kind=ref.kind, namespace=ref.namespace, name=ref.name
-        ).update(status=status, updated_at=timezone.now())
+        updated = (
+            self._objects()
+            .filter(
+                api_version=ref.api_version, kind=ref.kind, namespace=ref.namespace, name=ref.name
+            )
+            .update(status=status, updated_at=timezone.now())
+        )
         if not updated:
             raise DeliveryError(f"{ref} does not exist", retryable=False)
 
-    # Status writes and bindings, a chunk of rows per statement (`simulated_bulk`).
-    update_status = staticmethod(simulated_bulk.update_status)
-    bind_pods = staticmethod(simulated_bulk.bind_pods)
+    def update_status(self, updates: list[tuple[AppliedRef, dict[str, Any]]]) -> int:
+        """Status writes, a chunk of rows per statement (`simulated_bulk`)."""
+        return simulated_bulk.update_status(updates, cluster=self.cluster)
+
+    def bind_pods(self, bindings: list[PodBinding]) -> int:
+        """Pod bindings, a chunk of rows per statement (`simulated_bulk`)."""
+        return simulated_bulk.bind_pods(bindings, cluster=self.cluster)
+
+    def write_secret(
+        self, *, namespace: str, name: str, data: dict[str, str], labels: dict[str, str]
+    ) -> AppliedRef:
+        """Apply the Secret to this cluster (what a controller's write of it does)."""
+        manifest = secret_manifest(namespace=namespace, name=name, data=data, labels=labels)
+        return self.apply([manifest])[0]
+
+    def tenant(self, *, namespace: str, name: str) -> SimulatedBackend | None:
+        """The TenantControlPlane's own API server, once the control plane is ready; its
+        objects go with the control plane, and its requests are audited to its webhook."""
+        if self.cluster or not self.health(AppliedRef(*TCP, namespace, name)).ready:
+            return None
+        return SimulatedBackend(
+            tenant_cluster(namespace, name), audit=TenantAuditWebhook(self, namespace, name)
+        )
 
     def clear_finalizers(self, ref: AppliedRef) -> None:
         """Remove every finalizer of a deleting object (what an operator does by hand)."""
-        SimulatedObject.objects.filter(
+        self._objects().filter(
             api_version=ref.api_version, kind=ref.kind, namespace=ref.namespace, name=ref.name
         ).update(finalizers=[], finalizers_clear_at=timezone.now())
         self._reconcile()
@@ -276,14 +262,16 @@ class SimulatedBackend:
 
     def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict | None:
         """The live object or None."""
-        obj = SimulatedObject.objects.filter(
-            api_version=api_version, kind=kind, namespace=namespace or "", name=name
-        ).first()
+        obj = (
+            self._objects()
+            .filter(api_version=api_version, kind=kind, namespace=namespace or "", name=name)
+            .first()
+        )
         if obj is not None and obj.deletion_timestamp is not None:
             self._reconcile(
                 obj.name if obj.kind == "Namespace" and obj.api_version == "v1" else None
             )
-            obj = SimulatedObject.objects.filter(pk=obj.pk).first()
+            obj = self._objects().filter(pk=obj.pk).first()
         return render(obj) if obj else None
 
     def list(
@@ -297,7 +285,7 @@ class SimulatedBackend:
         routing_host: str | None = None,
     ) -> list[dict]:
         """Objects of one kind, by namespace, label selector, deletion and routed host."""
-        qs = SimulatedObject.objects.filter(api_version=api_version, kind=kind)
+        qs = self._objects().filter(api_version=api_version, kind=kind)
         if include_deleting:
             self._reconcile()
         else:
@@ -332,8 +320,7 @@ class SimulatedBackend:
                 api_version=ref.api_version, kind=ref.kind, namespace=ref.namespace, name=ref.name
             )
         found = {
-            (o.api_version, o.kind, o.namespace, o.name): o
-            for o in SimulatedObject.objects.filter(keys)
+            (o.api_version, o.kind, o.namespace, o.name): o for o in self._objects().filter(keys)
         }
         out = []
         for ref in refs:
@@ -356,7 +343,8 @@ class SimulatedBackend:
         """Lock the namespace's row for the block: its read-modify-writes run one at a time."""
         with transaction.atomic():
             list(
-                SimulatedObject.objects.select_for_update()
+                self._objects()
+                .select_for_update()
                 .filter(api_version="v1", kind="Namespace", name=namespace)
                 .values_list("pk", flat=True)
             )
@@ -375,16 +363,18 @@ class SimulatedBackend:
     def _reconcile(self, namespace: str | None = None) -> None:
         """Remove deleting objects whose finalizers have cleared (namespaces wait for contents)."""
         now = timezone.now()
-        due = SimulatedObject.objects.filter(
-            deletion_timestamp__isnull=False, finalizers_clear_at__lte=now
-        )
+        due = self._objects().filter(deletion_timestamp__isnull=False, finalizers_clear_at__lte=now)
         if namespace is not None:
             due = due.filter(Q(namespace=namespace) | Q(kind="Namespace", name=namespace))
         for obj in due.exclude(kind="Namespace", api_version="v1"):
-            SimulatedObject.objects.filter(pk=obj.pk).delete()
+            self._objects().filter(pk=obj.pk).delete()
+            if (obj.api_version, obj.kind) == TCP:  # its API server's datastore goes with it
+                SimulatedObject.objects.filter(
+                    cluster=tenant_cluster(obj.namespace, obj.name)
+                ).delete()
         for ns in due.filter(kind="Namespace", api_version="v1"):
-            if not SimulatedObject.objects.filter(namespace=ns.name).exists():
-                SimulatedObject.objects.filter(pk=ns.pk).delete()
+            if not self._objects().filter(namespace=ns.name).exists():
+                self._objects().filter(pk=ns.pk).delete()
 
 
 def _routing_prefilter(qs: QuerySet, host: str) -> QuerySet:
@@ -392,7 +382,3 @@ def _routing_prefilter(qs: QuerySet, host: str) -> QuerySet:
     label (the text of the JSON list is matched); `may_route_host` then decides exactly."""
     label = re.escape(host_label(host))
     return qs.filter(manifest__spec__hosts__iregex=rf'"\s*{label}(\.|\s*")')
-
-
-def _without_metadata(manifest: dict) -> dict:
-    return {k: v for k, v in manifest.items() if k != "metadata"}

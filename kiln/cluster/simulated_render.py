@@ -37,6 +37,17 @@ def render(obj: SimulatedObject, *, fresh: bool = False) -> dict[str, Any]:
             "resourceVersion": str(obj.resource_version),
             "creationTimestamp": iso(obj.created_at),
             "finalizers": list(obj.finalizers),
+            # Who last applied it and when, as the API server records it (one manager: the
+            # simulated cluster keeps the last writer's).
+            "managedFields": [
+                {
+                    "manager": obj.field_manager,
+                    "operation": "Apply",
+                    "apiVersion": obj.api_version,
+                    "time": iso(obj.applied_at or obj.created_at),
+                    "fieldsType": "FieldsV1",
+                }
+            ],
         }
     )
     if obj.namespace:

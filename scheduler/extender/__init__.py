@@ -4,13 +4,17 @@
             pod requests and node objects read, the ExtenderFilterResult shape
   snapshot  the inventory as arrays (`NodeSnapshot`) and its cache of resolved
             candidate lists (`Resolution`)
-  names     node names looked up from the bytes of a JSON array (`NameTable`)
+  names     the inventory's names as a hash table keyed by their JSON bytes (`NameTable`)
+  lookup    a NodeNames array's names found in that table from its bytes, compiled
   encoding  fixed-width JSON items gathered into the long answers
   verbs     filter and prioritize: the numpy reference and the fast bytes
   handler   the HTTP handler (`extender_call`) and the dedicated ASGI app
   server    uvicorn's protocol sending each response as one socket write
+  client    kube-scheduler's side: the HTTP/1.1 client the simulated scheduler and the
+            benchmark call the extender with
 
-Imports point one way: encoding, names <- snapshot <- protocol <- verbs <- handler; server
-stands alone. Callers import the module they need: this package re-exports
-nothing, so reading the inventory (`snapshot`) loads neither numba nor Django.
+Imports point one way: encoding, names <- snapshot <- protocol <- verbs <- handler, and
+names <- lookup <- protocol; server and client stand alone. Callers import the module they need:
+this package re-exports nothing, so reading the inventory (`snapshot`) loads neither
+numba nor Django.
 """

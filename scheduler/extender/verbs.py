@@ -17,6 +17,7 @@ import orjson
 from scheduler import scoring, scoring_kernel
 from scheduler.extender.encoding import (
     HOST,
+    KEY,
     NAME,
     encode_map,
     filter_result_json,
@@ -38,6 +39,9 @@ from scheduler.extender.snapshot import NodeSnapshot, fail_safe_prices
 
 # The reason code of an unknown name in the fast filter (never produced by scoring).
 _UNKNOWN = -1
+# A filter passing at least this many names keeps them resolved for the prioritize call that
+# follows (`NodeSnapshot.expect`); below it, decoding them again costs about as little.
+EXPECTED_NAMES_MIN = 32
 
 
 def candidate_rows(
@@ -102,6 +106,16 @@ def filter_result(args: Args, snapshot: NodeSnapshot) -> dict[str, Any]:
     return filter_result_of(nodes=nodes, failed=failed, unresolvable=unresolvable)
 
 
+def reason_codes(reasons: np.ndarray) -> list[int]:
+    """The distinct int8 reason codes, ascending (`np.unique(reasons).tolist()`).
+
+    Counted, not sorted: 0.045 -> 0.019 ms at 12,000 candidates (micro-benchmark on
+    random reasons, seed 1), for the varied-list HTTP p99 <= 10 ms target.
+    """
+    seen = np.flatnonzero(np.bincount(reasons.view(np.uint8), minlength=256))
+    return sorted(seen.astype(np.uint8).view(np.int8).tolist())
+
+
 def filter_body(args: Args, snapshot: NodeSnapshot) -> tuple[bytes, int]:
     """`filter_result` as JSON bytes, and how many nodes it fails as unresolvable.
 
@@ -113,10 +127,12 @@ def filter_body(args: Args, snapshot: NodeSnapshot) -> tuple[bytes, int]:
     if not args.cache_mode:
         result = filter_result(args, snapshot)
         return orjson.dumps(result), len(result["FailedAndUnresolvableNodes"])
-    names = args.names
     resolution = args.resolved(snapshot)
+    keys = snapshot.padded_items(KEY)
+    # Known plain names are encoded from the snapshot's items by row: their list is not needed.
+    names = None if resolution.all_known and resolution.plain and keys is not None else args.names
     reasons = scoring_kernel.filter_rows(resolution.rows, args.pod, resolution.usable, _UNKNOWN)
-    codes = np.unique(reasons).tolist()
+    codes = reason_codes(reasons)
     unresolvable_codes = [c for c in codes if c in scoring.UNRESOLVABLE_REASONS]
     failed_groups = [
         (
@@ -126,7 +142,11 @@ def filter_body(args: Args, snapshot: NodeSnapshot) -> tuple[bytes, int]:
         for c in codes
         if c != scoring.FIT and c not in scoring.UNRESOLVABLE_REASONS
     ]
-    failed = encode_map(names, failed_groups, resolution.plain) if failed_groups else b"{}"
+    failed = (
+        encode_map(names, failed_groups, resolution.plain, keys, resolution.idx)
+        if failed_groups
+        else b"{}"
+    )
     unresolvable, count = b"{}", 0
     if unresolvable_codes:
         # The exact reason vector of the unresolvable nodes is the key: equal key, equal map.
@@ -140,17 +160,25 @@ def filter_body(args: Args, snapshot: NodeSnapshot) -> tuple[bytes, int]:
                 (np.flatnonzero(reasons == c), scoring.REASON_MESSAGES[c])
                 for c in unresolvable_codes
             ]
-            # Count names, not positions (a name listed twice is one map entry).
-            count = len(set(pick(names, np.flatnonzero(mask))))
-            cached = (encode_map(names, groups, resolution.plain), count)
+            # Count names, not positions (a name listed twice is one map entry): an
+            # unresolvable name is a known one, and inventory names are unique, so its row.
+            count = int(np.count_nonzero(np.bincount(resolution.idx[mask], minlength=1)))
+            cached = (encode_map(names, groups, resolution.plain, keys, resolution.idx), count)
             resolution.keep_map(key, cached)
         unresolvable, count = cached
     fit = np.flatnonzero(reasons == scoring.FIT)
+    rows = resolution.idx.take(fit)  # passing names are all known
     items = snapshot.padded_items(NAME)
     if items is not None:
-        passing = json_array(items[resolution.idx[fit]])  # passing names are all known
+        # `take`: 1.7x faster than fancy indexing here.
+        passing = json_array(items.take(rows))
     else:
-        passing = orjson.dumps(pick(names, fit))
+        passing = orjson.dumps(pick(args.names, fit))
+    if resolution.plain and fit.shape[0] >= EXPECTED_NAMES_MIN:
+        # kube-scheduler sends these names to prioritize next, written as Go writes them:
+        # the answer's own array when no item is padded (no space in it), else orjson's.
+        compact = passing if b" " not in passing else orjson.dumps(pick(args.names, fit))
+        snapshot.expect(rows, compact)
     return filter_result_json(passing, failed, unresolvable), count
 
 
@@ -173,8 +201,7 @@ def prioritize_body(args: Args, snapshot: NodeSnapshot, weights: scoring.Weights
     entries and the score suffixes (`host_priorities_padded`, or
     `host_priorities_unpadded` for very uneven names).
     """
-    names = args.names
-    if not names:
+    if not args.count:
         return b"[]"
     rows, usable = priced_candidates(args, snapshot)
     reasons = scoring_kernel.filter_rows(rows, args.pod, usable, scoring.REASON_ZERO_CAPACITY)
@@ -185,4 +212,4 @@ def prioritize_body(args: Args, snapshot: NodeSnapshot, weights: scoring.Weights
         if padded is not None:
             return host_priorities_padded(padded, resolution.idx, scores)
         return host_priorities_unpadded(snapshot.host_entries(), resolution.idx, scores)
-    return host_priorities(names, scores.tolist())
+    return host_priorities(args.names, scores.tolist())

@@ -4,10 +4,17 @@ Setup (not timed): a cluster of N nodes over the price book's non-GPU types and
 its zones, half spot, and M pending pods in one namespace, a third each
 latency-sensitive, standard and batch, asking 100m-500m and 128-512 MiB. The
 seed picks shapes and classes. Timed: the simulated kube-scheduler's passes
-(default filters, the extender's filter and prioritize through `extender_call`,
-bindings written `BIND_BATCH` at a time) until no pod is left that could be
-bound. A pod's bind latency runs from the start of its scheduling cycle to the
-commit of the batch holding its binding.
+(default filters, then the extender's filter and prioritize, bindings written
+`BIND_BATCH` at a time) until no pod is left that another pass could bind (none
+bound, or none left Pending). A pod's bind latency runs from the start of its
+scheduling cycle to the commit of the batch holding its binding.
+
+The extender is reached as kube-scheduler reaches it, over HTTP (`--transport
+http`, the default): `ExtenderASGI` under uvicorn with the extender's one-write
+protocol on a loopback port (`transport.served_extender`), answering from the
+pass's snapshot as the in-process call does. `--transport in-process` calls
+`extender_call` directly (what the standalone cluster tick does), to show what
+the HTTP hop costs.
 
 Workload Commitment at the end is `scheduler.commitment`'s full figure (ratio,
 pending, stranded capacity and spread over nodes, per resource), computed as the
@@ -18,6 +25,8 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -30,6 +39,7 @@ from scheduler import scoring
 from scheduler.models import InstanceType
 from scheduler.nodesync import commitment_of
 from scheduler.simulation.kubescheduler import KubeScheduler
+from scheduler.simulation.transport import Transport, served_extender
 
 NAMESPACE = "cluster-bench"
 POOL = "cluster-bench"
@@ -38,6 +48,7 @@ CPU = ("100m", "250m", "500m")
 MEMORY = ("128Mi", "256Mi", "512Mi")
 ZONES = ("eu-west-1a", "eu-west-1b", "eu-west-1c")
 GIB = 2**30
+HTTP, IN_PROCESS = "http", "in-process"
 
 
 def bench_reset() -> None:
@@ -119,24 +130,52 @@ def commitment(backend: DeliveryBackend) -> dict[str, Any]:
     }
 
 
+@contextmanager
+def _extender(
+    transport: str, port: int, current: list[KubeScheduler]
+) -> Iterator[Transport | None]:
+    """The transport the scheduler reaches the extender by: HTTP to the served app, or none
+    (in process). The served app answers from the snapshot of the scheduler in `current`."""
+    if transport == IN_PROCESS:
+        yield None
+        return
+    with served_extender(lambda: current[0].current_snapshot(), port=port) as client:
+        yield client
+
+
 def bench_run(
-    *, backend: DeliveryBackend, node_cache_capable: bool, max_passes: int = 5
+    *,
+    backend: DeliveryBackend,
+    node_cache_capable: bool,
+    transport: str = HTTP,
+    port: int = 0,
+    max_passes: int = 5,
 ) -> dict[str, Any]:
-    """Time kube-scheduler passes until nothing more binds; returns the figures."""
-    scheduler = KubeScheduler(backend=backend, node_cache_capable=node_cache_capable)
-    _warm_up(backend, node_cache_capable)
-    latencies: list[float] = []
-    bound = 0
-    passes = 0
-    started = time.perf_counter()
-    for _ in range(max_passes):
-        passes += 1
-        result = scheduler.run()
-        latencies.extend(result.latencies)
-        bound += len(result.bound)
-        if not result.bound:
-            break
-    wall = time.perf_counter() - started
+    """Time kube-scheduler passes until no pod is left that another pass could bind."""
+    current: list[KubeScheduler] = []
+    with _extender(transport, port, current) as client:
+        warm = KubeScheduler(
+            backend=backend, node_cache_capable=node_cache_capable, transport=client
+        )
+        current.append(warm)
+        _warm_up(warm, backend)
+        scheduler = KubeScheduler(
+            backend=backend, node_cache_capable=node_cache_capable, transport=client
+        )
+        current[0] = scheduler
+        latencies: list[float] = []
+        bound = 0
+        passes = 0
+        started = time.perf_counter()
+        for _ in range(max_passes):
+            passes += 1
+            result = scheduler.run()
+            latencies.extend(result.latencies)
+            bound += len(result.bound)
+            # Nothing bound, or nothing left Pending: another pass would bind nothing.
+            if not result.bound or not result.unschedulable:
+                break
+        wall = time.perf_counter() - started
     lat = np.array(latencies) * 1000.0 if latencies else np.zeros(1)
     from_spot = _latency_sensitive_on_spot(backend)
     return {
@@ -152,11 +191,11 @@ def bench_run(
     }
 
 
-def _warm_up(backend: DeliveryBackend, node_cache_capable: bool) -> None:
-    """Place one pod in memory (nothing written), so the compiled kernel is loaded before timing."""
+def _warm_up(scheduler: KubeScheduler, backend: DeliveryBackend) -> None:
+    """Place one pod in memory (nothing written), so the compiled kernel is loaded and the
+    connection open before timing."""
     nodes = backend.list("v1", "Node", None, f"karpenter.sh/nodepool={POOL}")[:10]
     pod = backend.list("v1", "Pod", NAMESPACE)[:1]
-    scheduler = KubeScheduler(backend=backend, node_cache_capable=node_cache_capable)
     for _ in scheduler.placements(nodes, pod):
         pass
 
@@ -174,4 +213,4 @@ def _latency_sensitive_on_spot(backend: DeliveryBackend) -> list[str]:
     ]
 
 
-__all__ = ["bench_cluster", "bench_reset", "bench_run", "commitment"]
+__all__ = ["HTTP", "IN_PROCESS", "bench_cluster", "bench_reset", "bench_run", "commitment"]

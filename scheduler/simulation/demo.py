@@ -5,6 +5,9 @@
 - `kiln-management`: the management cluster's pool (tainted), which holds every
   Kamaji TenantControlPlane's control-plane pods (a Deployment per control plane
   in `kiln-management`, as Kamaji runs them);
+- `kube-system/kiln-node-agent`: a DaemonSet (a node agent asking 50m and 64 MiB,
+  tolerating every taint) with one pod on every node, counted in each node's
+  requests and left out of Workload Commitment's numerator;
 - each new environment namespace gets a small demo workload, one latency-sensitive
   and one batch Deployment, unless `KILN_SIM_DEMO_WORKLOAD` is off or the
   namespace is labelled `kiln.dev/demo-workload: "false"`. A ConfigMap marks
@@ -18,7 +21,7 @@ from typing import Any
 from django.db import transaction
 
 import audit
-from kiln.cluster import AppliedRef, DeliveryBackend
+from kiln.cluster import AppliedRef, DeliveryBackend, DeliveryError
 from kiln.cluster.nodes import L_ENVIRONMENT, L_WORKLOAD_CLASS, name_of
 from kiln.identity.permissions import system_actor
 
@@ -26,6 +29,8 @@ ACTOR = "karpenter"
 MANAGEMENT_NAMESPACE = "kiln-management"
 MANAGEMENT_POOL = "kiln-management"
 GENERAL_POOL = "kiln-general"
+SYSTEM_NAMESPACE = "kube-system"
+NODE_AGENT = "kiln-node-agent"
 MARKER = "kiln-demo-workload"
 L_DEMO = "kiln.dev/demo-workload"
 MANAGEMENT_TAINT = {"key": "kiln.dev/management", "value": "true", "effect": "NoSchedule"}
@@ -76,6 +81,36 @@ def _pool(name: str, types: tuple[str, ...], *, taints: list[dict], cpu: str, me
             "limits": {"cpu": cpu, "memory": memory},
         },
     }
+
+
+def node_agent() -> list[dict]:
+    """The demo's node agent: the `kube-system` Namespace and a DaemonSet on every node."""
+    labels = {"app": NODE_AGENT, L_WORKLOAD_CLASS: "standard"}
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}},
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": NODE_AGENT, "namespace": SYSTEM_NAMESPACE, "labels": labels},
+            "spec": {
+                "selector": {"matchLabels": {"app": NODE_AGENT}},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "agent",
+                                "image": "registry.kiln.dev/demo/node-agent:1",
+                                "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
+                            }
+                        ],
+                        # An empty key with Exists tolerates every taint, as node agents do.
+                        "tolerations": [{"operator": "Exists"}],
+                    },
+                },
+            },
+        },
+    ]
 
 
 def shared_pools() -> list[dict]:
@@ -183,8 +218,9 @@ def demo_cluster_reconcile(
 ) -> dict[str, list[str]]:
     """Keep the shared pools, one control-plane Deployment per TenantControlPlane, and seed new environments."""
     seeded: list[str] = []
+    skipped: list[str] = []
     wanted = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": MANAGEMENT_NAMESPACE}}]
-    wanted += shared_pools()
+    wanted += shared_pools() + node_agent()
     tcps = backend.list("kamaji.clastix.io/v1alpha1", "TenantControlPlane", include_deleting=False)
     planes = [_control_plane(t) for t in tcps]
     have = {name_of(d) for d in backend.list("apps/v1", "Deployment", MANAGEMENT_NAMESPACE)}
@@ -208,13 +244,19 @@ def demo_cluster_reconcile(
                 continue
             if backend.get("v1", "ConfigMap", namespace, MARKER) is not None:
                 continue
-            with transaction.atomic():
-                backend.apply(demo_workload(namespace), field_manager="kiln-demo")
-                audit.record(
-                    system_actor(ACTOR),
-                    "scheduler.demo_workload.seeded",
-                    f"namespace:{namespace}",
-                    {"deployments": ["demo-web", "demo-batch"]},
-                )
+            try:
+                with transaction.atomic():
+                    backend.apply(demo_workload(namespace), field_manager="kiln-demo")
+                    audit.record(
+                        system_actor(ACTOR),
+                        "scheduler.demo_workload.seeded",
+                        f"namespace:{namespace}",
+                        {"deployments": ["demo-web", "demo-batch"]},
+                    )
+            except DeliveryError as exc:
+                # The reaper may start tearing the namespace down between the list and the
+                # apply; nothing was written, and a namespace still alive is seeded next tick.
+                skipped.append(f"{namespace}: {exc}")
+                continue
             seeded.append(namespace)
-    return {"seeded": seeded}
+    return {"seeded": seeded, "skipped": skipped} if skipped else {"seeded": seeded}

@@ -8,8 +8,10 @@ One scheduling pass, pod by pod as kube-scheduler's scheduling cycle runs:
    first `num_feasible_nodes_to_find` feasible nodes (adaptive
    percentageOfNodesToScore: all below 100 nodes, 420 of 1,000) from a start
    index that moves round the node list cycle after cycle go on (`_sample`);
-2. the extender's `filter` and then `prioritize` on those, by calling `extender_call` -
-   the function the HTTP handler serves - with the body kube-scheduler would
+2. the extender's `filter` and then `prioritize` on those, through the
+   scheduler's transport (`simulation.transport`): `extender_call` - the
+   function the HTTP handler serves - in process, or HTTP to the served
+   extender as kube-scheduler calls it - with the body kube-scheduler would
    send: `NodeNames` (`nodeCacheCapable: true`) or full `Nodes`
    (`nodeCacheCapable: false`). The extender answers from a snapshot of the very
    nodes this pass sees, priced from the same models as its inventory, rebuilt
@@ -31,6 +33,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -62,9 +65,11 @@ from scheduler.kubedefault import num_feasible_nodes_to_find
 from scheduler.kubefilters import NodeTable, unschedulable_message
 from scheduler.nodesync import TERMINAL_PHASES
 from scheduler.simulation.pricing import PriceBook, scoring_rows
+from scheduler.simulation.transport import Transport
 
 ACTOR = "kube-scheduler"
 BIND_BATCH = 200
+_SCORE = itemgetter("Score")
 
 
 @dataclass
@@ -117,9 +122,17 @@ def _failed_counts(result: dict[str, Any]) -> Counter:
 class KubeScheduler:
     """One scheduling pass over the cluster's pending pods (see the module docstring)."""
 
-    def __init__(self, *, backend: DeliveryBackend, node_cache_capable: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        backend: DeliveryBackend,
+        node_cache_capable: bool = True,
+        transport: Transport | None = None,
+    ) -> None:
         self.backend = backend
         self.node_cache_capable = node_cache_capable
+        # In process unless told otherwise: the HTTP handler's own function (`transport`).
+        self.transport: Transport = transport or self._in_process
         self._view: tuple[list[str], NodeSnapshot] | None = None
         self._view_until = 0.0
         self._next_start = 0  # kube-scheduler's nextStartNodeIndex
@@ -133,6 +146,15 @@ class KubeScheduler:
             self._view = (names, snapshot)
             self._view_until = now + settings.KILN_SCHEDULER_SNAPSHOT_TTL_SECONDS
         return self._view[1]
+
+    def current_snapshot(self) -> NodeSnapshot:
+        """The snapshot the extender answers this cycle from (set before each call)."""
+        if self._view is None:
+            raise RuntimeError("no scheduling cycle has started")
+        return self._view[1]
+
+    def _in_process(self, verb: str, body: bytes) -> tuple[int, bytes]:
+        return extender_call(verb, body, None, self.current_snapshot)
 
     def _body(self, pod: dict, names: list[str], nodes: list[dict]) -> bytes:
         if self.node_cache_capable:
@@ -190,11 +212,13 @@ class KubeScheduler:
         if not found.size:
             return unschedulable_message(len(names), counts)
         candidates = self._name_array[found].tolist()
-        snapshot = self._snapshot(names, matrix, index, max_price)
-        source = lambda: snapshot  # noqa: E731 - the snapshot of this cycle, as the extender sees it
+        self._snapshot(names, matrix, index, max_price)  # what the extender answers from
         objects = [nodes[i] for i in found] if not self.node_cache_capable else []
-        status, raw = extender_call(FILTER, self._body(pod, candidates, objects), None, source)
-        filtered = orjson.loads(raw)
+        status, raw = self.transport(FILTER, self._body(pod, candidates, objects))
+        try:
+            filtered = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return f"extender filter failed: HTTP {status}, not JSON"
         if status != 200 or filtered.get("Error"):
             return f"extender filter failed: {filtered.get('Error') or status}"
         passing = filtered.get("NodeNames")
@@ -204,11 +228,11 @@ class KubeScheduler:
             counts.update(_failed_counts(filtered))
             return unschedulable_message(len(names), counts)
         objects = [nodes[index[n]] for n in passing] if not self.node_cache_capable else []
-        status, raw = extender_call(PRIORITIZE, self._body(pod, passing, objects), None, source)
+        status, raw = self.transport(PRIORITIZE, self._body(pod, passing, objects))
         if status != 200:
             return f"extender prioritize failed: HTTP {status}"
         hosts = orjson.loads(raw)
-        values = np.fromiter((h["Score"] for h in hosts), dtype=np.int64, count=len(hosts))
+        values = np.fromiter(map(_SCORE, hosts), dtype=np.int64, count=len(hosts))
         top = np.argsort(-values, kind="stable")[:3]  # stable: the first of equal scores wins
         best = hosts[int(top[0])]["Host"]
         scores = {hosts[int(j)]["Host"]: int(values[j]) for j in top}

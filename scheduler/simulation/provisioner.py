@@ -46,6 +46,7 @@ from scheduler import karpenter, scoring
 from scheduler.extender.protocol import ProtocolError, pod_request
 from scheduler.nodesync import TERMINAL_PHASES
 from scheduler.simulation.pricing import allocatable, offerings, quantity
+from scheduler.simulation.workloads import daemon_eligible
 
 ACTOR = "karpenter"
 INF = float("inf")
@@ -72,8 +73,27 @@ def _requirement(pool: dict, key: str) -> set[str] | None:
     return None if not excluded else {"__not__", *excluded}  # NotIn alone: filtered below
 
 
-def pool_of(obj: dict, nodes: list[dict]) -> karpenter.Pool:
-    """A NodePool object as the provisioner reads it, with the capacity its nodes hold now."""
+def daemon_overhead(
+    daemon_sets: list[dict], labels: dict[str, str], taints: list[dict]
+) -> tuple[float, float, float]:
+    """What the DaemonSets whose pods would run on a node with these labels and taints request."""
+    node = {"metadata": {"labels": labels}, "spec": {"taints": taints}}
+    total = [0.0, 0.0, 0.0]
+    for ds in daemon_sets:
+        template = (ds.get("spec") or {}).get("template") or {}
+        if not daemon_eligible(template.get("spec") or {}, node):
+            continue
+        try:
+            req = pod_request(template)
+        except ProtocolError:
+            continue
+        total = [total[0] + req.cpu, total[1] + req.memory, total[2] + req.gpu]
+    return (total[0], total[1], total[2])
+
+
+def pool_of(obj: dict, nodes: list[dict], daemon_sets: list[dict] | None = None) -> karpenter.Pool:
+    """A NodePool object as the provisioner reads it, with the capacity its nodes hold now and
+    the DaemonSet overhead of a new node."""
     spec = obj.get("spec") or {}
     template = spec.get("template") or {}
     tspec = template.get("spec") or {}
@@ -115,6 +135,11 @@ def pool_of(obj: dict, nodes: list[dict]) -> karpenter.Pool:
             (spec.get("disruption") or {}).get("consolidateAfter")
         ),
         budget=str(budgets[0].get("nodes", "10%")),
+        overhead=daemon_overhead(
+            daemon_sets or [],
+            {**labels, L_NODEPOOL: name},
+            list(tspec.get("taints") or []),
+        ),
     )
 
 
@@ -143,8 +168,9 @@ def _pending(pods: list[dict]) -> list[karpenter.PendingPod]:
 
 def pools_list(*, backend: DeliveryBackend, nodes: list[dict]) -> list[karpenter.Pool]:
     """Every live NodePool, read for the provisioner."""
+    daemon_sets = backend.list("apps/v1", "DaemonSet", include_deleting=False)
     return [
-        pool_of(p, nodes)
+        pool_of(p, nodes, daemon_sets)
         for p in backend.list("karpenter.sh/v1", "NodePool", include_deleting=False)
     ]
 

@@ -29,6 +29,7 @@ import audit
 from kiln.cluster import AppliedRef, DeliveryBackend
 from kiln.cluster.nodes import (
     A_RECLAIM_AT,
+    L_ENVIRONMENT,
     L_INSTANCE_TYPE,
     L_NODEPOOL,
     L_ZONE,
@@ -36,6 +37,8 @@ from kiln.cluster.nodes import (
     labels_of,
     name_of,
     node_list,
+    pod_list,
+    pod_owner,
 )
 from kiln.identity.permissions import system_actor
 from scheduler import scoring, selectors
@@ -85,24 +88,46 @@ def node_reclaim_notice(
         "firstTimestamp": _iso(now),
         "lastTimestamp": _iso(now),
     }
+    labels = labels_of(node)
     with transaction.atomic():
         backend.apply(
             [event, node_with(node, annotations={A_RECLAIM_AT: _iso(at)})],
             field_manager="karpenter",
         )
         live = backend.get("v1", "Node", None, name) or node
+        on_node = {f"{_ns(p)}/{name_of(p)}": p for p in pod_list(backend, node=name)}
         evicted = node_drain(backend=backend, node=live, reason="SpotInterrupted", delete=False)
         audit.record(
             system_actor(ACTOR),
             "scheduler.node.reclaim_noticed",
             f"scheduler:node:{name}",
             {
-                "nodepool": labels_of(node).get(L_NODEPOOL, ""),
+                "nodepool": labels.get(L_NODEPOOL, ""),
+                "environment": labels.get(L_ENVIRONMENT, ""),
+                "instance_type": labels.get(L_INSTANCE_TYPE, ""),
+                "zone": labels.get(L_ZONE, ""),
                 "reclaim_at": _iso(at),
                 "evicted": evicted,
+                # Which workload each evicted pod belongs to: its replacement is that workload's.
+                "moved": [_moved(key, on_node.get(key)) for key in evicted],
             },
         )
     return evicted
+
+
+def _ns(obj: dict) -> str:
+    return (obj.get("metadata") or {}).get("namespace", "")
+
+
+def _moved(key: str, pod: dict | None) -> dict[str, str]:
+    """An evicted pod as the reclaim's record keeps it: the pod, its controller and its class."""
+    kind, owner = pod_owner(pod) if pod is not None else ("", "")
+    return {
+        "pod": key,
+        "owner_kind": kind,
+        "owner": owner,
+        "workload_class": scoring.workload_class_of(labels_of(pod)) if pod is not None else "",
+    }
 
 
 def spot_reclaims(
@@ -129,7 +154,10 @@ def spot_reclaims(
                         system_actor(ACTOR),
                         "scheduler.node.reclaimed",
                         f"scheduler:node:{name_of(node)}",
-                        {"nodepool": labels_of(node).get(L_NODEPOOL, "")},
+                        {
+                            "nodepool": labels_of(node).get(L_NODEPOOL, ""),
+                            "environment": labels_of(node).get(L_ENVIRONMENT, ""),
+                        },
                     )
                 reclaimed.append(name_of(node))
             continue

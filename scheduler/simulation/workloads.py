@@ -7,6 +7,16 @@ Deployment owns a ReplicaSet named after its pod template's hash, which owns
 succeeded (a Job pod succeeds `kiln.dev/run-seconds` after it started, when its
 template says so). A deleted pod (a chaos pod-kill, an eviction) is replaced
 on the next pass; surplus pods are deleted.
+
+A DaemonSet has one pod on every eligible node (`daemon_eligible`: its
+nodeSelector and required node affinity hold for the node's labels, and it
+tolerates the node's NoSchedule/NoExecute taints), bound by the node's
+lifecycle, not by the scheduler: the pod is created and bound to its node
+(`bind_pods`) in one step when the node is there, and goes when the node goes
+(the pod garbage collector deletes every pod bound to a node that no longer
+exists). A node's daemon pods count in what it has requested (packing, cost)
+and Karpenter sizes new nodes with room for them; Workload Commitment leaves
+them out of its numerator.
 """
 
 from __future__ import annotations
@@ -26,11 +36,17 @@ from django.utils.dateparse import parse_datetime
 from kiln.cluster import AppliedRef, DeliveryBackend, ref_of
 from kiln.cluster.nodes import (
     SUCCEEDED,
+    PodBinding,
+    is_disrupting,
+    labels_of,
     name_of,
+    node_list,
     pod_manifest,
+    pod_node,
     pod_owner,
     pod_phase,
 )
+from scheduler.kubefilters import matches_affinity, untolerated_taint
 
 A_RUN_SECONDS = "kiln.dev/run-seconds"
 _SUFFIX = string.ascii_lowercase + string.digits
@@ -43,6 +59,8 @@ class WorkloadPass:
     created: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
     completed: list[str] = field(default_factory=list)
+    # DaemonSet pods bound to their node on creation ("namespace/name": node).
+    daemon_bound: dict[str, str] = field(default_factory=dict)
 
 
 def _suffix(n: int = 5) -> str:
@@ -166,14 +184,12 @@ def workloads_reconcile(*, backend: DeliveryBackend) -> WorkloadPass:
             name = f"{name_of(sts)}-{ordinal}"
             if name not in have:
                 creates.append(
-                    pod_manifest(
-                        namespace=_ns(sts),
-                        name=name,
-                        owner_kind="StatefulSet",
-                        owner_name=name_of(sts),
-                        owner_uid=_uid(sts),
-                        template=template,
-                        labels={"statefulset.kubernetes.io/pod-name": name},
+                    _pod_of(
+                        sts,
+                        "StatefulSet",
+                        name,
+                        template,
+                        {"statefulset.kubernetes.io/pod-name": name},
                     )
                 )
         deletes.extend(
@@ -192,20 +208,116 @@ def workloads_reconcile(*, backend: DeliveryBackend) -> WorkloadPass:
         template = spec.get("template") or {}
         for _ in range(room):
             creates.append(
-                pod_manifest(
-                    namespace=_ns(job),
-                    name=f"{name_of(job)}-{_suffix()}",
-                    owner_kind="Job",
-                    owner_name=name_of(job),
-                    owner_uid=_uid(job),
-                    template=template,
-                    labels={"job-name": name_of(job)},
+                _pod_of(
+                    job, "Job", f"{name_of(job)}-{_suffix()}", template, {"job-name": name_of(job)}
                 )
             )
+    daemon_creates, bindings, daemon_deletes = _daemon_sets(backend, owned, pods)
+    creates += daemon_creates
+    deletes += daemon_deletes
     if creates:
         backend.apply(creates, field_manager="kube-controller-manager")
         result.created = [f"{_ns(m)}/{name_of(m)}" for m in creates]
+    if bindings:
+        backend.bind_pods(bindings)
+        result.daemon_bound = {f"{b.namespace}/{b.name}": b.node for b in bindings}
     for pod in deletes:
         if backend.delete(AppliedRef("v1", "Pod", _ns(pod), name_of(pod))):
             result.deleted.append(f"{_ns(pod)}/{name_of(pod)}")
     return result
+
+
+def _pod_of(
+    owner: dict[str, Any],
+    kind: str,
+    name: str,
+    template: dict[str, Any],
+    labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A pod `name` made from `template`, owned by the workload object `owner` of `kind`."""
+    return pod_manifest(
+        namespace=_ns(owner),
+        name=name,
+        owner_kind=kind,
+        owner_name=name_of(owner),
+        owner_uid=_uid(owner),
+        template=template,
+        labels=labels,
+    )
+
+
+def daemon_eligible(template_spec: dict[str, Any], node: dict[str, Any]) -> bool:
+    """Whether a DaemonSet's pod belongs on `node`: selector and required affinity hold for its
+    labels, its NoSchedule/NoExecute taints are tolerated, and Karpenter is not draining it."""
+    taints = (node.get("spec") or {}).get("taints") or []
+    return (
+        not is_disrupting(node)
+        and matches_affinity(labels_of(node), template_spec)
+        and untolerated_taint(template_spec.get("tolerations") or [], taints) is None
+    )
+
+
+def _daemon_sets(
+    backend: DeliveryBackend, owned: dict[tuple[str, str, str], list[dict]], pods: list[dict]
+) -> tuple[list[dict], list[PodBinding], list[dict]]:
+    """Pods to create (and their bindings) so every eligible node runs each DaemonSet once, and
+    pods to delete: a DaemonSet's surplus or ineligible pods, and every pod on a node that is gone."""
+    creates: list[dict] = []
+    bindings: list[PodBinding] = []
+    deletes: list[dict] = []
+    nodes = node_list(backend, include_deleting=True)
+    existing = {name_of(n) for n in nodes}
+    live = [n for n in nodes if not (n.get("metadata") or {}).get("deletionTimestamp")]
+    # A node being drained or deleted keeps the daemon pods it has until it goes.
+    draining = existing - {name_of(n) for n in live} | {
+        name_of(n) for n in live if is_disrupting(n)
+    }
+    # The pod garbage collector: a pod bound to a node that no longer exists goes.
+    deletes.extend(p for p in pods if pod_node(p) and pod_node(p) not in existing)
+    for ds in backend.list("apps/v1", "DaemonSet", include_deleting=False):
+        template = (ds.get("spec") or {}).get("template") or {}
+        spec = template.get("spec") or {}
+        have: dict[str, list[dict]] = defaultdict(list)
+        for pod in owned.get((_ns(ds), "DaemonSet", name_of(ds)), []):
+            have[pod_node(pod)].append(pod)
+        eligible = {name_of(n) for n in live if daemon_eligible(spec, n)}
+        for node in sorted(eligible - set(have)):
+            name = f"{name_of(ds)}-{_suffix()}"
+            pod = _pod_of(ds, "DaemonSet", name, template)
+            pod["spec"]["affinity"] = _on_node(spec, node)
+            creates.append(pod)
+            bindings.append(PodBinding(_ns(ds), name, node))
+        for node, on_node in have.items():
+            keep = 1 if node in eligible or node in draining else 0
+            deletes.extend(sorted(on_node, key=name_of)[keep:])
+    # A DaemonSet that is gone takes its pods along.
+    sets = {(_ns(d), name_of(d)) for d in backend.list("apps/v1", "DaemonSet")}
+    for (ns, kind, owner), on in owned.items():
+        if kind == "DaemonSet" and (ns, owner) not in sets:
+            deletes.extend(on)
+    return creates, bindings, _unique(deletes)
+
+
+def _on_node(spec: dict[str, Any], node: str) -> dict[str, Any]:
+    """The template's affinity with the DaemonSet controller's term pinning the pod to `node`
+    (required node affinity on `metadata.name`), so no scheduler could place it elsewhere."""
+    affinity = dict(spec.get("affinity") or {})
+    node_affinity = dict(affinity.get("nodeAffinity") or {})
+    node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = {
+        "nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+        ]
+    }
+    affinity["nodeAffinity"] = node_affinity
+    return affinity
+
+
+def _unique(pods: list[dict]) -> list[dict]:
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for pod in pods:
+        key = (_ns(pod), name_of(pod))
+        if key not in seen:
+            seen.add(key)
+            out.append(pod)
+    return out

@@ -3,12 +3,14 @@ of every request and the connection pool size, against a real local HTTP API ser
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
 
+from kiln.cluster import DeliveryError
 from kiln.cluster.kubernetes import KubernetesBackend, RateLimit
-from tests.cluster.fake_kube import FakeKube
+from tests.cluster.fake_kube import RESOURCES, FakeKube
 
 
 @pytest.fixture
@@ -52,3 +54,43 @@ def test_backend_from_settings_takes_qps_burst_and_pool_size(settings, kube):
     assert len(taken) >= 6
     assert time.monotonic() - started >= (len(taken) - 2) / 25.0 * 0.99
     assert backend.rate_limit.throttled_seconds > 0
+
+
+def test_the_backend_is_one_per_process_so_its_bucket_limits_the_process(
+    settings, kube, monkeypatch
+):
+    settings.KILN_KUBE_API_URL = kube.url
+    settings.KILN_KUBE_TOKEN_FILE = None
+    settings.KILN_KUBE_CA_FILE = None
+    settings.KILN_KUBE_QPS, settings.KILN_KUBE_BURST = 2.0, 1  # a second request waits ~0.5 s
+    first = KubernetesBackend.from_settings()
+    # get_backend() is called per operation: each call must share the bucket and the pool, or
+    # every call would start with a full burst and KILN_KUBE_QPS would limit nothing.
+    assert KubernetesBackend.from_settings() is first
+    first.get("v1", "Namespace", "", "nowhere")
+    first.get("v1", "Namespace", "", "nowhere")
+    assert KubernetesBackend.from_settings().rate_limit.throttled_seconds > 0
+    # The process names itself to the API server.
+    assert {r["process"] for r in kube.requests} == {str(os.getpid())}
+    # Other limits are another client; so is a forked child (another pid).
+    settings.KILN_KUBE_QPS = 30.0
+    second = KubernetesBackend.from_settings()
+    assert second is not first and second.rate_limit.qps == 30.0
+    monkeypatch.setattr(os, "getpid", lambda: -1)
+    assert KubernetesBackend.from_settings() is not second
+
+
+def test_a_kind_installed_after_discovery_is_found_by_discovering_again(
+    settings, kube, monkeypatch
+):
+    settings.KILN_KUBE_API_URL = kube.url
+    settings.KILN_KUBE_TOKEN_FILE = None
+    settings.KILN_KUBE_CA_FILE = None
+    settings.KILN_KUBE_QPS = 0.0
+    backend = KubernetesBackend.from_settings()
+    monkeypatch.setitem(RESOURCES, "example.kiln.dev/v1", [])
+    with pytest.raises(DeliveryError, match="does not serve Widget"):
+        backend.get("example.kiln.dev/v1", "Widget", "default", "w")
+    # The CRD is installed: the long-lived backend sees it without a restart.
+    RESOURCES["example.kiln.dev/v1"].append(("widgets", "Widget", True))
+    assert backend.get("example.kiln.dev/v1", "Widget", "default", "w") is None

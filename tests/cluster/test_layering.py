@@ -12,7 +12,8 @@ ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "kiln" / "cluster"
 APPS = ("audit", "portal", "scheduler", "canary")
 ALLOWED_KILN = ("kiln.cluster", "kiln.errors", "kiln.params", "kiln.parsers")
-THIRD_PARTY = {"django", "kubernetes", "yaml"}
+# The driver (the simulated cluster's bind UPDATE binds its arrays in binary) and the JSON encoder.
+THIRD_PARTY = {"django", "kubernetes", "yaml", "psycopg", "orjson"}
 
 BRANCHES = [
     re.compile(r"getattr\(\s*[\w.]*(backend|observer)\w*\s*,\s*[\"']name[\"']"),

@@ -11,11 +11,16 @@ from django.conf import settings as django_settings
 from django.utils import timezone
 
 from kiln.cluster.backends import get_backend
-from scheduler import selectors
+from kiln.cluster.simulated import SimulatedBackend
+from kiln.identity.models import Team
+from portal.compose import EnvironmentSpec, node_pool
+from scheduler import seed, selectors
 from scheduler.models import InstanceType, InterruptionBucket, Node, NodeSource, SpotPrice
+from scheduler.simulation.demo import demo_workload, shared_pools
 
 TRACE_DIR = Path(django_settings.BASE_DIR).parent / "shared" / "data" / "google-2011"
 GIB = 2**30
+EXPLANATION = {"node": "ip-pay", "score": 8, "terms": {"cost": 0.9, "packing": 0.5, "risk": 0.98}}
 
 
 @pytest.fixture(autouse=True)
@@ -216,3 +221,77 @@ def cluster_pod(
         }
     backend.set_status(ref, status)
     return backend.get("v1", "Pod", namespace, name)
+
+
+@pytest.fixture
+def cluster(db):
+    """Teams payments and search, each with an environment namespace and a node of its
+    NodePool, a shared node, and pods of both teams and of the platform."""
+    Team.objects.create(slug="payments", name="Payments")
+    Team.objects.create(slug="search", name="Search")
+    backend = get_backend("simulated")
+    backend.apply(
+        [
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": ns, "labels": {"kiln.dev/team": team}},
+            }
+            for ns, team in (("pay-dev", "payments"), ("search-dev", "search"))
+        ]
+    )
+    cluster_node("ip-shared", "on-demand", nodepool="general")
+    cluster_node(
+        "ip-pay", "spot", nodepool="kiln-pay-dev", environment="pay-dev", zone="us-east-1b"
+    )
+    cluster_node("ip-search", "on-demand", nodepool="kiln-search-dev", environment="search-dev")
+    # cpu on 12000m of capacity: 1000 (pay) + 2000 (search) = 3000 committed; the DaemonSet's
+    # 250m is left out; the pending 8000m pod is beside it.
+    cluster_pod(
+        "web-1",
+        "ip-pay",
+        namespace="pay-dev",
+        cpu="1",
+        workload_class="batch",
+        explanation=EXPLANATION,
+    )
+    cluster_pod("index-1", "ip-shared", namespace="search-dev", cpu="2", workload_class=None)
+    cluster_pod("agent-1", "ip-shared", namespace="kube-system", cpu="250m", owner="DaemonSet")
+    cluster_pod("huge-1", None, namespace="pay-dev", cpu="8")
+    return backend
+
+
+NS_ENV = "team-a-dev"
+
+
+def environment_cluster(*extra: dict) -> SimulatedBackend:
+    """The simulated cluster with team-a's ephemeral environment (a spot NodePool), the demo's
+    shared pools, `extra` manifests and the environment's demo workload (nothing placed yet)."""
+    seed.seed_demo()
+    b = SimulatedBackend()
+    spec = EnvironmentSpec(
+        request_id="r1",
+        team="team-a",
+        name="dev",
+        namespace=NS_ENV,
+        env_class="ephemeral",
+        ttl_hours=8,
+        workload_class="batch",
+        cpu=16,
+        memory_gib=64,
+        spot_node_pool=True,
+    )
+    b.apply(
+        [
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": NS_ENV, "labels": {"kiln.dev/environment": NS_ENV}},
+            },
+            node_pool(spec),
+            *shared_pools(),
+            *extra,
+        ]
+    )
+    b.apply(demo_workload(NS_ENV))
+    return b

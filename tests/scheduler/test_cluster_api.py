@@ -9,54 +9,14 @@ from django.test import Client
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from kiln.cluster.backends import get_backend
 from kiln.identity.models import Membership, Team
 from scheduler import nodesync
-from tests.scheduler.conftest import cluster_node, cluster_pod
+from tests.scheduler.conftest import EXPLANATION
 
 pytestmark = pytest.mark.django_db
 
 NODES = "/api/v1/scheduler/nodes/"
 COMMITMENT = "/api/v1/scheduler/commitment/"
-EXPLANATION = {"node": "ip-pay", "score": 8, "terms": {"cost": 0.9, "packing": 0.5, "risk": 0.98}}
-
-
-@pytest.fixture
-def cluster(db):
-    """Teams payments and search, each with an environment namespace and a node of its
-    NodePool, a shared node, and pods of both teams and of the platform."""
-    Team.objects.create(slug="payments", name="Payments")
-    Team.objects.create(slug="search", name="Search")
-    backend = get_backend("simulated")
-    backend.apply(
-        [
-            {
-                "apiVersion": "v1",
-                "kind": "Namespace",
-                "metadata": {"name": ns, "labels": {"kiln.dev/team": team}},
-            }
-            for ns, team in (("pay-dev", "payments"), ("search-dev", "search"))
-        ]
-    )
-    cluster_node("ip-shared", "on-demand", nodepool="general")
-    cluster_node(
-        "ip-pay", "spot", nodepool="kiln-pay-dev", environment="pay-dev", zone="us-east-1b"
-    )
-    cluster_node("ip-search", "on-demand", nodepool="kiln-search-dev", environment="search-dev")
-    # cpu on 12000m of capacity: 1000 (pay) + 2000 (search) = 3000 committed; the DaemonSet's
-    # 250m is left out; the pending 8000m pod is beside it.
-    cluster_pod(
-        "web-1",
-        "ip-pay",
-        namespace="pay-dev",
-        cpu="1",
-        workload_class="batch",
-        explanation=EXPLANATION,
-    )
-    cluster_pod("index-1", "ip-shared", namespace="search-dev", cpu="2", workload_class=None)
-    cluster_pod("agent-1", "ip-shared", namespace="kube-system", cpu="250m", owner="DaemonSet")
-    cluster_pod("huge-1", None, namespace="pay-dev", cpu="8")
-    return backend
 
 
 def names(response) -> list[str]:

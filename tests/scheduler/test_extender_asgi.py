@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from scheduler import bench
+from scheduler import bench, selectors
 from scheduler.extender.handler import ExtenderASGI
 from scheduler.extender.protocol import parse_args
 from scheduler.extender.verbs import filter_result
@@ -111,3 +111,24 @@ def test_bench_in_process_measures_real_calls():
     result = filter_result(parse_args(body), snapshot)
     spot = int(snapshot.matrix[:, 8].sum())
     assert len(result["FailedAndUnresolvableNodes"]) == spot
+
+
+def test_a_fresh_snapshot_is_answered_inline_from_the_one_it_checked(
+    inventory, settings, monkeypatch
+):
+    """The snapshot found fresh is the one answered from: expiring between the check and the call
+    (a database read in the event loop: SynchronousOnlyOperation, a 500) cannot happen."""
+    settings.KILN_SCHEDULER_SNAPSHOT_TTL_SECONDS = 60.0
+    checked = selectors.node_snapshot()  # cached, fresh for a minute
+
+    def expired():
+        raise AssertionError("the inventory was read again after the freshness check")
+
+    monkeypatch.setattr(selectors, "node_snapshot", expired)
+    body = json.dumps({"Pod": pod("batch"), "NodeNames": checked.names}).encode()
+    for path in ("/scheduler/filter", "/scheduler/prioritize"):
+        status, raw = call(ExtenderASGI(), "POST", path, body)
+        assert status == 200, raw
+    assert selectors.node_snapshot_if_fresh() is checked
+    selectors.snapshot_invalidate()
+    assert selectors.node_snapshot_if_fresh() is None  # stale: the call goes to a worker thread

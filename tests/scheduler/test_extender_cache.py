@@ -4,6 +4,7 @@ the encodings built on them decode to exactly what the reference functions retur
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 
 import numpy as np
 import orjson
@@ -12,9 +13,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler import bench, scoring, scoring_kernel, selectors
-from scheduler.extender.protocol import ProtocolError, parse_args
+from scheduler.extender.encoding import KEY, encode_map
+from scheduler.extender.protocol import ProtocolError, parse_args, parse_quantity
 from scheduler.extender.snapshot import RESOLUTION_CACHE_SIZE, NodeSnapshot
-from scheduler.extender.verbs import filter_body, filter_result, prioritize_body, prioritize_result
+from scheduler.extender.verbs import (
+    filter_body,
+    filter_result,
+    prioritize_body,
+    prioritize_result,
+    reason_codes,
+)
 from scheduler.models import CapacityType, Node
 from scheduler.scoring import BATCH, LATENCY_SENSITIVE, STANDARD, NodeArrays, PodRequest, Weights
 from tests.scheduler.conftest import pod
@@ -123,9 +131,13 @@ def test_a_new_snapshot_answers_from_its_own_nodes(inventory):
     first = selectors.node_snapshot()
     result = orjson.loads(filter_body(parse_args(body, first), first)[0])
     assert result["FailedAndUnresolvableNodes"] == {"node-spot": SPOT_REASON}
+    # Seen once, the candidate list is not remembered; what filter passed is expected, for
+    # prioritize, under the bytes kube-scheduler writes for it.
     assert not first.remembered()
+    passed = orjson.dumps(result["NodeNames"])
+    assert first.recall(passed, 0, len(passed)).names == result["NodeNames"]
     parse_args(body, first)
-    assert first.remembered()
+    assert any(r.names == names for r in first.remembered())
     Node.objects.filter(name="node-spot").update(
         capacity_type=CapacityType.ON_DEMAND, labels={"karpenter.sh/capacity-type": "on-demand"}
     )
@@ -299,3 +311,68 @@ def test_varied_bench_bodies_never_repeat_a_list_the_cache_could_serve():
         assert orjson.loads(prioritize_raw)["NodeNames"] == orjson.loads(answer)["NodeNames"]
         labels = orjson.loads(filter_raw)["Pod"]["metadata"]["labels"]
         assert labels.get(scoring.WORKLOAD_CLASS_LABEL) == bench.CLASSES[i % 4]
+
+
+@pytest.mark.parametrize(
+    "reasons",
+    [[], [0], [3, -1, 0, 3, 1], [-1, -1], list(range(-128, 128))],
+    ids=["none", "one", "mixed-with-unknown", "only-unknown", "every-int8"],
+)
+def test_reason_codes_are_the_sorted_distinct_codes(reasons):
+    array = np.array(reasons, dtype=np.int8)
+    assert reason_codes(array) == np.unique(array).tolist()
+
+
+def test_a_remembered_quantity_parses_alike_and_a_bad_one_is_refused_every_time():
+    assert parse_quantity("250m") == parse_quantity("250m") == Decimal("0.250")
+    assert parse_quantity("1Gi") == Decimal(2**30)
+    for _ in range(2):
+        with pytest.raises(ProtocolError, match="not a Kubernetes quantity"):
+            parse_quantity("12 parsecs")
+    with pytest.raises(ProtocolError, match="not a number"):
+        parse_quantity(True)  # never mistaken for the remembered 1
+
+
+def test_a_failure_map_gathered_from_pre_encoded_keys_decodes_like_the_joined_one():
+    snapshot = bench.synthetic_snapshot(300)
+    idx = np.array([5, 9, 5, 299, -1, 0, 17], dtype=np.int64)  # a repeat and an unknown name
+    names = [snapshot.names[i] if i >= 0 else "ghost" for i in idx]
+    groups = [(np.array([0, 1, 2, 3]), 'a "quoted" reason'), (np.array([4, 5]), "unknown"),
+              (np.array([], dtype=np.int64), "none"), (np.array([6]), "last")]  # fmt: skip
+    keys = snapshot.padded_items(KEY)
+    assert keys is not None
+    gathered = encode_map(names, groups, True, keys, idx)
+    joined = encode_map(names, groups, True)
+    assert (
+        orjson.loads(gathered)
+        == orjson.loads(joined)
+        == {
+            "node-00005": 'a "quoted" reason',
+            "node-00009": 'a "quoted" reason',
+            "node-00299": 'a "quoted" reason',
+            "ghost": "unknown",
+            "node-00000": "unknown",
+            "node-00017": "last",
+        }
+    )
+
+
+@pytest.mark.parametrize("workload_class", [LATENCY_SENSITIVE, BATCH], ids=["ls", "batch"])
+def test_the_names_a_filter_passes_come_back_to_prioritize_already_resolved(workload_class):
+    snapshot = small_snapshot()
+    names = snapshot.names[10:250]
+    body = body_of(names, workload_class, compact=True)
+    passing = orjson.loads(filter_body(parse_args(body, snapshot), snapshot)[0])["NodeNames"]
+    assert 32 <= len(passing) < len(names) or workload_class == BATCH
+    args = parse_args(body_of(passing, workload_class, compact=True), snapshot)
+    # Found by the bytes kube-scheduler writes for the list, not decoded and looked up again.
+    assert args.resolution.raw == orjson.dumps(passing)
+    assert args.names == passing
+    assert args.resolution.idx.tolist() == [snapshot.index[n] for n in passing]
+    reference = prioritize_result(
+        parse_args(body_of(passing, workload_class, compact=True)), snapshot, Weights()
+    )
+    assert orjson.loads(prioritize_body(args, snapshot, Weights())) == reference
+    # The same names written with spaces are decoded as before, to the same answer.
+    spaced = parse_args(body_of(passing, workload_class, compact=False), snapshot)
+    assert orjson.loads(prioritize_body(spaced, snapshot, Weights())) == reference

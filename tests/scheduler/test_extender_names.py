@@ -1,5 +1,6 @@
-"""Names looked up from the bytes of a JSON array (`NameTable`) equal a dict lookup of the decoded names,
-and a body decoded in two parts gives the same resolved args as decoding it whole."""
+"""Names looked up from the bytes of a JSON array (`lookup.positions` in a `NameTable`) equal a dict
+lookup of the decoded names, and a body decoded in two parts gives the same resolved args as decoding
+it whole."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ import pytest
 
 from scheduler import bench
 from scheduler.extender.encoding import names_are_plain
+from scheduler.extender.lookup import positions
 from scheduler.extender.names import NameTable
 from scheduler.extender.protocol import ProtocolError, parse_args
-from scheduler.extender.snapshot import TABLE_LOOKUP_MIN, NodeSnapshot
+from scheduler.extender.snapshot import NodeSnapshot
 from scheduler.kubedefault import num_feasible_nodes_to_find
 from scheduler.management.commands.scheduler_bench import names_per_call
 from tests.scheduler.conftest import pod
@@ -54,8 +56,7 @@ def by_dict(table_names: list[str], candidates: list[str]) -> np.ndarray:
     ],
 )
 def test_table_lookup_equals_the_dict(table_names, candidates):
-    table = NameTable(table_names)
-    got = table.lookup(orjson.dumps(candidates), len(candidates))
+    got = positions(NameTable(table_names), orjson.dumps(candidates))
     assert got is not None
     assert got.tolist() == by_dict(table_names, candidates).tolist()
 
@@ -63,12 +64,54 @@ def test_table_lookup_equals_the_dict(table_names, candidates):
 def test_table_lookup_reads_any_json_whitespace_between_names():
     names = [f"n{i}" for i in range(50)]
     spaced = json.dumps(names[::-1], indent=2).encode()  # newlines and spaces, as a client may send
-    assert NameTable(names).lookup(spaced, 50).tolist() == list(range(49, -1, -1))
+    assert positions(NameTable(names), spaced).tolist() == list(range(49, -1, -1))
 
 
 def test_an_array_with_an_escape_is_not_looked_up_as_bytes():
     # '"a\\u0062"' decodes to "ab": its bytes are not the name, so the caller decodes it.
-    assert NameTable(["ab"]).lookup(b'["a\\u0062"]', 1) is None
+    assert positions(NameTable(["ab"]), b'["a\\u0062"]') is None
+
+
+@pytest.mark.parametrize(
+    "array",
+    [
+        b'["a",]',
+        b'["a" "b"]',
+        b"[",
+        b'["a"',
+        b'["a"]x',
+        b'{"a": "b"}',
+        b'["a\x01"]',
+        b'[,"a"]',
+        b'["a",,"b"]',
+        b"",
+        b"[1]",
+        b'["a", null]',
+        b"[] ]",
+    ],
+    ids=[
+        "trailing-comma",
+        "no-comma",
+        "unclosed",
+        "unterminated-string",
+        "after-the-array",
+        "an-object",
+        "control-character",
+        "leading-comma",
+        "double-comma",
+        "empty",
+        "a-number",
+        "null",
+        "two-closings",
+    ],
+)
+def test_bytes_that_are_not_an_array_of_plain_strings_are_not_looked_up(array):
+    # The caller then decodes them with orjson, which refuses them or reads what they mean.
+    assert positions(NameTable(["a", "b"]), array) is None
+
+
+def test_an_empty_array_with_whitespace_finds_nothing():
+    assert positions(NameTable(["a"]), b" [ \n] ").tolist() == []
 
 
 def test_a_crowded_table_probes_past_other_names_and_stays_exact():
@@ -76,9 +119,9 @@ def test_a_crowded_table_probes_past_other_names_and_stays_exact():
     names = [f"ip-10-{i // 250}-{i % 250}-{rng.integers(1000)}.ec2.internal" for i in range(6000)]
     names = list(dict.fromkeys(names))
     table = NameTable(names)
-    assert table._probes > 1  # some names sit past their home slot
+    assert table.probes > 1  # some names sit past their home slot
     candidates = [names[i] for i in rng.permutation(len(names))] + ["ip-10-0-0-1.ec2.internal"]
-    got = table.lookup(orjson.dumps(candidates), len(candidates))
+    got = positions(table, orjson.dumps(candidates))
     assert got.tolist() == by_dict(names, candidates).tolist()
 
 
@@ -87,7 +130,7 @@ def long_body(names: list[str]) -> bytes:
 
 
 def test_a_long_list_split_from_its_body_resolves_like_a_dict_lookup():
-    snapshot = bench.synthetic_snapshot(TABLE_LOOKUP_MIN * 2)
+    snapshot = bench.synthetic_snapshot(2048)
     rng = np.random.default_rng(9)
     names = [snapshot.names[i] for i in rng.permutation(len(snapshot.names))] + ["ghost"]
     args = parse_args(long_body(names), snapshot)
@@ -104,8 +147,31 @@ def test_a_long_list_split_from_its_body_resolves_like_a_dict_lookup():
     assert np.array_equal(reference.rows, args.resolution.rows, equal_nan=True)
 
 
+def test_a_list_of_known_names_is_taken_from_the_inventory_without_decoding_and_equals_it():
+    snapshot = bench.synthetic_snapshot(2048)
+    rng = np.random.default_rng(4)
+    names = [snapshot.names[i] for i in rng.permutation(len(snapshot.names))[:1500]]
+    body = long_body(names)
+    args = parse_args(body, snapshot)
+    assert args.names == orjson.loads(body)["NodeNames"] == names
+    assert args.resolution.idx.tolist() == by_dict(snapshot.names, names).tolist()
+    assert args.resolution.all_known and args.resolution.plain
+    # Whitespace between the names (as a client other than Go may send) reads the same.
+    spaced = json.dumps({"Pod": pod("batch"), "Nodes": None, "NodeNames": names}, indent=1)
+    assert parse_args(spaced.encode(), NodeSnapshot(snapshot.names, snapshot.matrix)).names == names
+
+
+def test_a_known_name_written_with_an_escape_resolves_like_the_plain_name():
+    snapshot = bench.synthetic_snapshot(64)
+    names = snapshot.names[:40]
+    body = long_body(names).replace(b'"node-00003"', b'"node-0000\\u0033"')
+    args = parse_args(body, snapshot)
+    assert args.names == names
+    assert args.resolution.idx.tolist() == list(range(40))
+
+
 def test_a_node_names_array_that_is_not_the_top_level_value_is_decoded_whole():
-    snapshot = bench.synthetic_snapshot(TABLE_LOOKUP_MIN)
+    snapshot = bench.synthetic_snapshot(1024)
     nested = {"items": [{"metadata": {"name": "node-00001"}}], "NodeNames": snapshot.names}
     body = orjson.dumps({"Pod": pod("batch"), "Nodes": nested})
     args = parse_args(body, snapshot)
@@ -118,8 +184,9 @@ def test_a_node_names_array_that_is_not_the_top_level_value_is_decoded_whole():
         (b'{"Pod": {}, "NodeNames": ["a", 1]}', "NodeNames must be a list of strings"),
         (b'{"Pod": {}, "NodeNames": ["a", ]}', "body is not JSON"),
         (b'{"Pod": [], "NodeNames": ["a"]}', "Pod is missing or not an object"),
+        (b'{"Pod": {}, "NodeNames": ["node-00001", "\xff"]}', "body is not JSON"),
     ],
-    ids=["not-a-string", "trailing-comma", "bad-pod"],
+    ids=["not-a-string", "trailing-comma", "bad-pod", "not-utf-8-beside-a-known-name"],
 )
 def test_a_split_body_that_is_wrong_is_refused_with_the_whole_decode_reason(body, reason):
     with pytest.raises(ProtocolError, match=reason):

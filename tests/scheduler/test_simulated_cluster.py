@@ -19,52 +19,24 @@ from kiln.cluster.nodes import (
     pod_scheduled_condition,
     score_explanation,
 )
-from kiln.cluster.simulated import SimulatedBackend
-from portal.compose import EnvironmentSpec, node_pool
-from scheduler import seed
 from scheduler.simulation import cluster_tick
-from scheduler.simulation.demo import GENERAL_POOL, demo_workload, deployment, shared_pools
+from scheduler.simulation.demo import GENERAL_POOL, deployment
 from scheduler.simulation.kubescheduler import KubeScheduler, latency_sensitive_on_spot
 from scheduler.simulation.provisioner import nodes_disrupt, nodes_provision
 from scheduler.simulation.reclaims import node_reclaim_notice, spot_reclaims
 from scheduler.simulation.workloads import workloads_reconcile
+from tests.scheduler.conftest import NS_ENV, environment_cluster
 
 pytestmark = pytest.mark.django_db
 
-NS = "team-a-dev"
+NS = NS_ENV
 
 
 @pytest.fixture
 def backend(settings):
     settings.KILN_SIM_DELAY_PROFILE = "zero"
     settings.KILN_SIM_SPOT_NOTICE_SECONDS = 0.0
-    seed.seed_demo()
-    b = SimulatedBackend()
-    spec = EnvironmentSpec(
-        request_id="r1",
-        team="team-a",
-        name="dev",
-        namespace=NS,
-        env_class="ephemeral",
-        ttl_hours=8,
-        workload_class="batch",
-        cpu=16,
-        memory_gib=64,
-        spot_node_pool=True,
-    )
-    b.apply(
-        [
-            {
-                "apiVersion": "v1",
-                "kind": "Namespace",
-                "metadata": {"name": NS, "labels": {"kiln.dev/environment": NS}},
-            },
-            node_pool(spec),
-            *shared_pools(),
-        ]
-    )
-    b.apply(demo_workload(NS))
-    return b
+    return environment_cluster()
 
 
 def tick(b):
@@ -183,3 +155,28 @@ def test_deleting_an_environments_nodepool_drains_and_removes_its_nodes_in_order
     drained = OutboxEvent.objects.filter(action="scheduler.node.drained")
     assert {e.data["reason"] for e in drained} == {"NodePoolDeleted"}
     assert node_list(backend, nodepool=GENERAL_POOL)  # other pools keep their nodes
+
+
+class _Draws:
+    """A random source that always draws `value` (the reclaim draw is `random() < p`)."""
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def random(self) -> float:
+        return self.value
+
+
+def test_reclaims_are_drawn_at_the_scaled_rate_and_a_zero_scale_reclaims_nothing(backend, settings):
+    tick(backend)
+    spot = {name_of(n) for n in node_list(backend, capacity_type="spot")}
+    assert spot
+    settings.KILN_SIM_SPOT_RECLAIM_SCALE = 0.0
+    assert spot_reclaims(backend=backend, seconds=3600.0, rng=_Draws(0.0))["noticed"] == []
+    settings.KILN_SIM_SPOT_RECLAIM_SCALE = 20000.0
+    # p = 1 - e^(-rate * 60 s) is about 0.01-0.11 per spot node by band: a draw of 0.999 never
+    # falls under it, a draw of 0.0 always does.
+    assert spot_reclaims(backend=backend, seconds=60.0, rng=_Draws(0.999))["noticed"] == []
+    noticed = spot_reclaims(backend=backend, seconds=60.0, rng=_Draws(0.0))["noticed"]
+    assert set(noticed) == spot
+    assert OutboxEvent.objects.filter(action="scheduler.node.reclaim_noticed").count() == len(spot)

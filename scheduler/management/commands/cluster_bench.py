@@ -22,11 +22,25 @@ class Command(BaseCommand):
         parser.add_argument("--pods", type=int, default=10000)
         parser.add_argument("--seed", type=int, default=2)
         parser.add_argument("--node-cache-capable", choices=["true", "false"], default="true")
+        parser.add_argument(
+            "--transport",
+            choices=[bench.HTTP, bench.IN_PROCESS],
+            default=bench.HTTP,
+            help="how kube-scheduler reaches the extender (default: HTTP, as kube-scheduler does)",
+        )
+        parser.add_argument(
+            "--extender-port",
+            type=int,
+            default=0,
+            help="loopback port of the served extender (0: a free port)",
+        )
         parser.add_argument("--json", action="store_true", help="print JSON (always on)")
 
     def handle(self, *args, **opts):
         if opts["nodes"] <= 0 or opts["pods"] <= 0:
             raise CommandError("--nodes and --pods must be positive")
+        if not 0 <= opts["extender_port"] <= 65535:
+            raise CommandError("--extender-port must be 0-65535")
         started_at = benchjson.now()
         seed.seed_demo()
         backend = SimulatedBackend()
@@ -40,6 +54,12 @@ class Command(BaseCommand):
             "seed": opts["seed"],
             "seeds_note": "constants were chosen on seed 1; reported runs use seed 2",
             "node_cache_capable": opts["node_cache_capable"] == "true",
+            "transport": {
+                "mode": opts["transport"],
+                "note": "http: ExtenderASGI under uvicorn (the extender's one-write protocol) on "
+                "loopback, one keep-alive connection, answering from the pass's snapshot; "
+                "in-process: extender_call called directly",
+            },
             "target": {"pods_per_second": 300, "latency_sensitive_on_spot": 0},
             "extender_candidates": {
                 "per_pod": num_feasible_nodes_to_find(opts["nodes"]),
@@ -48,7 +68,12 @@ class Command(BaseCommand):
             },
         }
         result.update(
-            bench.bench_run(backend=backend, node_cache_capable=result["node_cache_capable"])
+            bench.bench_run(
+                backend=backend,
+                node_cache_capable=result["node_cache_capable"],
+                transport=opts["transport"],
+                port=opts["extender_port"],
+            )
         )
         result["workload_commitment"] = bench.commitment(backend)
         bench.bench_reset()

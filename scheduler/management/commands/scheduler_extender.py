@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from scheduler import scoring_kernel, selectors
 from scheduler.bench import synthetic_snapshot
+from scheduler.extender import lookup
 from scheduler.extender.handler import ExtenderASGI
 from scheduler.extender.server import ExtenderHttpProtocol
 
@@ -50,7 +51,9 @@ class Command(BaseCommand):
             tls = {"ssl_certfile": opts["tls_cert"], "ssl_keyfile": opts["tls_key"]}
             if opts["client_ca"]:
                 tls.update(ssl_ca_certs=opts["client_ca"], ssl_cert_reqs=ssl.CERT_REQUIRED)
-        scoring_kernel.warm_up()  # compile or load the kernels before the first call waits on them
+        # Compile or load the kernels before the first call waits on them.
+        scoring_kernel.warm_up()
+        lookup.warm_up()
         self.stderr.write(f"scheduler extender on {opts['host']}:{opts['port']}")
         uvicorn.run(
             ExtenderASGI(source),

@@ -1,0 +1,88 @@
+"""The simulated cluster's write of one object: server-side apply's effect on a row (finalizers,
+readiness, generation, resourceVersion), with the failures injected for it."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+from django.utils import timezone
+
+from kiln.cluster.base import AppliedRef, DeliveryError
+from kiln.cluster.models import SimulatedFailure, SimulatedObject
+from kiln.cluster.simulated_failures import STUCK_FINALIZER, consume, ready_delay
+
+NAMESPACE_FINALIZER = "kubernetes"
+
+
+def apply_one(
+    *,
+    cluster: str,
+    ref: AppliedRef,
+    desired: dict,
+    field_manager: str,
+    failures: list[SimulatedFailure],
+    obj: SimulatedObject | None,
+) -> AppliedRef | SimulatedObject:
+    """Update an existing (locked) object in place, or return the new unsaved one of `cluster`
+    for a bulk insert; `failures` injected for it decide its finalizers and readiness."""
+    now = timezone.now()
+    modes = {f.mode for f in failures}
+    metadata = desired.get("metadata") or {}
+    finalizers = list(metadata.get("finalizers") or [])
+    if ref.kind == "Namespace" and NAMESPACE_FINALIZER not in finalizers:
+        finalizers.append(NAMESPACE_FINALIZER)
+    if SimulatedFailure.STUCK_FINALIZER in modes and STUCK_FINALIZER not in finalizers:
+        finalizers.append(STUCK_FINALIZER)
+    failure = ""
+    if SimulatedFailure.DEGRADED in modes:
+        failure = SimulatedFailure.DEGRADED
+    elif SimulatedFailure.NEVER_READY in modes:
+        failure = SimulatedFailure.NEVER_READY
+    delay = timedelta(seconds=ready_delay(ref.kind))
+    if obj is None:
+        obj = SimulatedObject(
+            cluster=cluster,
+            api_version=ref.api_version,
+            kind=ref.kind,
+            namespace=ref.namespace,
+            name=ref.name,
+            uid=uuid.uuid4(),
+            manifest=desired,
+            labels=dict(metadata.get("labels") or {}),
+            finalizers=finalizers,
+            field_manager=field_manager,
+            failure=failure,
+            created_at=now,
+            updated_at=now,
+            applied_at=now,
+            ready_at=None if failure else now + delay,
+        )
+        for f in failures:
+            consume(f)
+        return obj
+    if obj.deletion_timestamp is not None:
+        raise DeliveryError(f"{ref} is being deleted", retryable=True)
+    if obj.manifest != desired or obj.finalizers != finalizers:
+        spec_changed = _without_metadata(obj.manifest) != _without_metadata(desired)
+        obj.manifest = desired
+        obj.labels = dict(metadata.get("labels") or {})
+        obj.finalizers = finalizers
+        obj.field_manager = field_manager
+        obj.resource_version += 1
+        obj.updated_at = obj.applied_at = now
+        if failure:
+            obj.failure = failure
+            obj.ready_at = None
+        if spec_changed:
+            obj.generation += 1
+            if not obj.failure:
+                obj.ready_at = now + delay
+        obj.save()
+        for f in failures:
+            consume(f)
+    return AppliedRef(*ref.key, generation=obj.generation, uid=str(obj.uid))
+
+
+def _without_metadata(manifest: dict) -> dict:
+    return {k: v for k, v in manifest.items() if k != "metadata"}
