@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -10,6 +11,7 @@ from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
     extend_schema,
+    extend_schema_serializer,
     extend_schema_view,
 )
 from rest_framework import serializers, status
@@ -29,6 +31,8 @@ from portal.lifecycle import Status
 from portal.models import Environment
 from portal.services import cost
 from portal.validation import DNS_LABEL_RE, ENV_CLASSES, WORKLOAD_CLASSES, field_errors
+
+WHOLE_NUMBER = re.compile(r"-?[0-9]{1,9}")
 
 
 class StrictIntegerField(serializers.IntegerField):
@@ -81,6 +85,7 @@ class StrictSerializerSchema(OpenApiSerializerExtension):
         return schema
 
 
+@extend_schema_serializer(component_name="EnvironmentCreate")
 class EnvironmentCreateInput(StrictSerializer):
     # The limits below are documented for clients; portal.validation.field_errors enforces them
     # (with the per-class TTL limit, which a schema cannot say) in the same response.
@@ -125,14 +130,17 @@ class EnvironmentCreateInput(StrictSerializer):
         return attrs
 
 
+@extend_schema_serializer(component_name="EnvironmentApprove")
 class ReasonInput(StrictSerializer):
     reason = StrictCharField(max_length=2000, required=False, allow_blank=True, default="")
 
 
+@extend_schema_serializer(component_name="EnvironmentReject")
 class RejectInput(StrictSerializer):
     reason = StrictCharField(max_length=2000)
 
 
+@extend_schema_serializer(component_name="EnvironmentExtend")
 class ExtendInput(StrictSerializer):
     hours = StrictIntegerField(min_value=1, max_value=8760)
 
@@ -322,25 +330,22 @@ class EnvironmentEstimateApi(APIView):
     )
     def get(self, request: Request) -> Response:
         p = request.query_params
-        try:
-            args = {
-                "env_class": p.get("env_class", "dev"),
-                "ttl_hours": int(p.get("ttl_hours", "24")),
-                "cpu": int(p.get("cpu", "1")),
-                "memory_gib": int(p.get("memory_gib", "1")),
-                "gpu": int(p.get("gpu", "0")),
-            }
-        except ValueError as exc:
-            raise InvalidInput("numbers expected", extra={"fields": {"query": [str(exc)]}}) from exc
+        args: dict = {"env_class": p.get("env_class", "dev")}
+        for field, default in (
+            ("ttl_hours", "24"),
+            ("cpu", "1"),
+            ("memory_gib", "1"),
+            ("gpu", "0"),
+        ):
+            text = p.get(field, default)
+            # Not a whole number: passed on as text, so field_errors names the field with its rule.
+            args[field] = int(text) if WHOLE_NUMBER.fullmatch(text) else text
         flags = {
             k: _flag(p.get(k), k) for k in ("spot_node_pool", "tenant_control_plane", "database")
         }
-        errors = {
-            k: v
-            for k, v in field_errors(
-                {**args, **flags, "name": "x", "team": "x", "workload_class": "standard"}
-            ).items()
-        }
+        errors = field_errors(
+            {**args, **flags, "name": "x", "team": "x", "workload_class": "standard"}
+        )
         if errors:
             raise InvalidInput("The request is invalid.", extra={"fields": errors})
         result = cost.estimate(

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema_serializer
+
 from kiln.api_fields import StrictCharField
 from portal import services
 from portal.api import EnvironmentActionApi, StrictIntegerField, StrictSerializer, _action_schema
 
 
+@extend_schema_serializer(component_name="EnvironmentDefer")
 class DeferInput(StrictSerializer):
     minutes = StrictIntegerField(min_value=1, max_value=525600)
     reason = StrictCharField(max_length=500)
 
 
+@extend_schema_serializer(component_name="EnvironmentKeep")
 class KeepInput(StrictSerializer):
     reason = StrictCharField(max_length=500, required=False, allow_blank=True, default="")
 

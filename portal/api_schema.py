@@ -28,6 +28,10 @@ from portal.validation import ENV_CLASSES, FIELDS, WORKLOAD_CLASSES
 
 ENVIRONMENT_STATUSES = [s.value for s in Status]
 STEP_STATUSES = ["pending", "running", "done", "failed"]
+# Named in the schema (SPECTACULAR ENUM_NAME_OVERRIDES), not a bare "StageEnum" or "OutcomeEnum".
+APPROVAL_DECISIONS = ["approve", "reject"]
+POLICY_STAGES = ["request", "manifest"]
+POLICY_OUTCOMES = ["allow", "deny", "error", "timeout", "missing"]
 DECIMAL = {"type": "string", "format": "decimal", "pattern": r"^-?[0-9]+(\.[0-9]+)?$"}
 
 
@@ -80,7 +84,7 @@ class ApprovalOutput(serializers.Serializer):
     """One approver's decision."""
 
     approver = serializers.CharField(source="approver_name")
-    decision = serializers.ChoiceField(choices=["approve", "reject"])
+    decision = serializers.ChoiceField(choices=APPROVAL_DECISIONS)
     reason = serializers.CharField(allow_blank=True)
     at = serializers.DateTimeField(source="created_at")
 
@@ -91,13 +95,13 @@ class ApprovalOutput(serializers.Serializer):
 class PolicyDecisionOutput(serializers.Serializer):
     """One policy's verdict on the request or on one composed manifest."""
 
-    stage = serializers.ChoiceField(choices=["request", "manifest"])
+    stage = serializers.ChoiceField(choices=POLICY_STAGES)
     policy = serializers.CharField()
     policy_sha256 = serializers.CharField(allow_blank=True)
     policy_set_version = serializers.CharField(allow_blank=True)
     target = serializers.CharField(allow_blank=True)
     allowed = serializers.BooleanField()
-    outcome = serializers.ChoiceField(choices=["allow", "deny", "error", "timeout", "missing"])
+    outcome = serializers.ChoiceField(choices=POLICY_OUTCOMES)
     message = serializers.CharField(allow_blank=True)
 
     class Meta:

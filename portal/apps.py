@@ -1,5 +1,7 @@
 from django.apps import AppConfig
 
+from kiln.cluster.simulated_tenant import set_audit_transport
+
 
 class PortalConfig(AppConfig):
     """Teams and environments."""
@@ -12,5 +14,10 @@ class PortalConfig(AppConfig):
         # portal.tasks registers them in every process, as the worker's autodiscovery does.
         # Not at the top: Django imports this module before any model, and the tasks import
         # the models, so the import waits for ready(), where Django says to make it.
-        # The home page's panels register the same way (kiln.dashboard).
+        # The home page's panels register the same way (kiln.dashboard), and so does the
+        # in-process transport of the simulated tenant API servers' audit batches: Kiln's own
+        # sink service, what the HTTP view calls (kiln.cluster.simulated_tenant).
         from portal import dashboard, tasks  # noqa: F401
+        from portal.services.tenant_audit import tenant_audit_deliver
+
+        set_audit_transport(tenant_audit_deliver)

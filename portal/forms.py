@@ -6,6 +6,7 @@ from typing import Any
 
 from django import forms
 
+from kiln.form_errors import add_service_errors, values_for_service
 from portal.conf import (
     MAX_CPU,
     MAX_GPU,
@@ -90,10 +91,9 @@ class EnvironmentRequestForm(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
-        if not self.errors:
-            for field, messages in field_errors(data).items():
-                for message in messages:
-                    self.add_error(field if field in self.fields else None, message)
+        # The shared rules run on every field Django accepted, even when another field was
+        # refused, so the form names all its problems in one round (as the API does).
+        add_service_errors(self, field_errors(values_for_service(self)))
         return data
 
 

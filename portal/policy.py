@@ -12,6 +12,10 @@ result or running past the deadline is a denial with outcome "missing",
 "error" or "timeout". `failurePolicy: Ignore` is not honoured: the portal
 never admits what it could not check. Validations whose `validationActions`
 hold no `Deny` (Audit or Warn only) are recorded but do not deny.
+
+Past ~400 lines because the CEL runner and its repairs for cel-python (`has()`, `filter()`)
+stay beside the gate that fails closed on them: the engine test swaps this module's runner
+for the reference interpreter and must swap exactly what the gate evaluates with.
 """
 
 from __future__ import annotations
@@ -188,22 +192,49 @@ _HAS = re.compile(
 _eval_lock = threading.Lock()
 
 
+# Its `filter()` keeps the elements whose predicate is true and silently drops those whose
+# predicate fails (`bool()` of the error is false), where CEL, and Kubernetes' CEL, make the
+# whole filter an error: a NodePool requirement without a `key` passed a policy that filters
+# requirements by key, instead of failing it closed.
+_FILTER = "celpy.evaluation.macro_filter("
+_STRICT_FILTER = "_kiln_strict_filter"
+
+
+def _strict_filter(activation, bind_variable, cel_expr, cel_gen):
+    """CEL's `filter()`: an error or a non-boolean from the predicate is the result (fails closed)."""
+    kept = []
+    for value in cel_gen(activation):
+        verdict = celpy.evaluation.result(
+            activation.nested_activation(vars={bind_variable: value}), cel_expr
+        )
+        if isinstance(verdict, celpy.CELEvalError):
+            return verdict
+        if not _is_bool(verdict):
+            return celpy.CELEvalError("no such overload", TypeError, ())
+        if verdict:
+            kept.append(value)
+    return celpy.celtypes.ListType(kept)
+
+
 class _TranspiledRunner(celpy.CompiledRunner):
     """cel-python's transpiling runner: each expression becomes Python code once, which evaluates
-    several times faster than the tree-walking interpreter. Two repairs for the pinned 0.5.0:
-    `has()` yields a CEL bool, and evaluations are serialised, because the generated code reads
-    its activation from module globals. A test checks it agrees with the interpreter on every
-    policy file."""
+    several times faster than the tree-walking interpreter. Three repairs for the pinned 0.5.0:
+    `has()` yields a CEL bool, `filter()` fails on a failing predicate (`_strict_filter`), and
+    evaluations are serialised, because the generated code reads its activation from module
+    globals (celpy.evaluation's, where `_strict_filter` is put under its own name). A test
+    checks it agrees with the interpreter on every policy file, on objects damaged at random."""
 
     def __init__(self, environment, ast, functions=None) -> None:
         super().__init__(environment, ast, functions)
         source = _HAS.sub(r"celpy.celtypes.BoolType(\g<0>)", self.tp.source_text)
+        source = source.replace(_FILTER, f"{_STRICT_FILTER}(")
         if source != self.tp.source_text:
             self.tp.source_text = source
             self.tp.executable_code = compile(source, "<cel>", "exec")
 
     def evaluate(self, context):
         with _eval_lock:
+            celpy.evaluation.result.__globals__[_STRICT_FILTER] = _strict_filter
             return super().evaluate(context)
 
 

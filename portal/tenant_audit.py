@@ -14,6 +14,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 GENESIS = "0" * 64
@@ -24,6 +25,10 @@ MAX_ID_CHARS = 64
 STAGES = frozenset({"RequestReceived", "ResponseStarted", "ResponseComplete", "Panic"})
 LEVELS = frozenset({"None", "Metadata", "Request", "RequestResponse"})
 REQUIRED_STRINGS = ("auditID", "stage", "level", "verb", "requestURI")
+# Namespaces of the cluster's own machinery: their service accounts' requests are the control
+# plane at work (leader election, node leases), not the tenant's.
+SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
+SERVICE_ACCOUNT = "system:serviceaccount:"
 
 
 class TenantAuditInvalid(ValueError):
@@ -124,3 +129,48 @@ def verify_archive(
         elif by_seq[last] != anchor["running_sha256"]:
             problems.append(f"the running hash at event {last} differs from the one in the chain")
     return problems
+
+
+def is_tenant_activity(event: Mapping[str, Any], *, own_user_agent: str) -> bool:
+    """True if an audit event is the tenant at work: not Kiln's own request (its user agent is
+    `own_user_agent`), not a control-plane component, node or anonymous caller (users named
+    `system:...`), and not a service account of the cluster's own namespaces; the tenant's
+    people and its workloads' service accounts count."""
+    agent = str(event.get("userAgent") or "")
+    if agent == own_user_agent or agent.startswith(own_user_agent + "/"):
+        return False
+    username = str((event.get("user") or {}).get("username") or "")
+    if username.startswith(SERVICE_ACCOUNT):
+        namespace = username[len(SERVICE_ACCOUNT) :].split(":", 1)[0]
+        return namespace not in SYSTEM_NAMESPACES
+    return bool(username) and not username.startswith("system:")
+
+
+def _stamp(event: Mapping[str, Any]) -> datetime | None:
+    raw = event.get("stageTimestamp") or event.get("requestReceivedTimestamp")
+    try:
+        stamp = datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return stamp if stamp.tzinfo is not None else None
+
+
+def latest_activity(
+    events: Iterable[Mapping[str, Any]], *, own_user_agent: str, now: datetime
+) -> datetime | None:
+    """When the tenant was last at work in `events` (None if never): the latest timestamp of an
+    activity event, never later than `now` (a clock ahead of Kiln's cannot postpone idleness);
+    an activity event without a readable timestamp counts as `now`."""
+    latest = None
+    for event in events:
+        if not is_tenant_activity(event, own_user_agent=own_user_agent):
+            continue
+        stamp = min(_stamp(event) or now, now)
+        latest = stamp if latest is None or stamp > latest else latest
+    return latest
+
+
+def resource_of(kind: str) -> str:
+    """The resource an API server names in `objectRef` for the kinds Kiln deletes through a
+    tenant's API server (FlowSchema, PriorityLevelConfiguration): the kind, lower case, plural."""
+    return kind.lower() + "s"

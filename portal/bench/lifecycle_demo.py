@@ -40,12 +40,16 @@ from portal.bench.fault_matrix import (
     submit_environment,
 )
 from portal.lifecycle import Status
-from portal.models import Environment
+from portal.models import Environment, ProvisioningStep
 from portal.services.expiry import DEFERRALS, FORCED, environment_defer_teardown
 from portal.services.provisioning import environment_provision
 from portal.services.queueing import tasks_held
 from portal.services.reaper import environments_reap_expired
 from portal.services.teardown import environment_teardown
+from portal.services.tenant_audit import ARCHIVED as TENANT_ARCHIVED
+from portal.services.tenant_cluster import ACK_STEP
+
+TENANT_INCOMPLETE = "portal.environment.tenant_audit_incomplete"
 
 BEHAVIOURS = ("none", "ok-after-k", "never", "hold", "hold-without-reason", "owner")
 
@@ -153,6 +157,14 @@ def lifecycle_demo(*, environments: int, seed: int, port: int, pass_minutes: int
     left = SimulatedObject.objects.filter(
         namespace__in=[e.namespace for e in targets.values()]
     ).count()
+    tenant = Counter(
+        ChainEvent.objects.filter(
+            target__in=targets, action__in=[TENANT_ARCHIVED, TENANT_INCOMPLETE]
+        ).values_list("action", flat=True)
+    )
+    acknowledged = ProvisioningStep.objects.filter(
+        environment_id__in=envs, name=ACK_STEP, detail__contains="acknowledged by the tenant"
+    ).count()
     return {
         "seed": seed,
         "environments": environments,
@@ -173,5 +185,10 @@ def lifecycle_demo(*, environments: int, seed: int, port: int, pass_minutes: int
         "terminate_checks_answered": sum(len(v) for v in server.requests.values()),
         "deleted": sum(p["deleted"] for p in per.values()),
         "objects_left": left,
+        "tenant_audit": {
+            "batches_archived": tenant[TENANT_ARCHIVED],
+            "teardowns_acknowledged": acknowledged,
+            "teardowns_incomplete": tenant[TENANT_INCOMPLETE],
+        },
         "by_behaviour": {b: dict(c) for b, c in per.items() if c},
     }  # fmt: skip

@@ -21,15 +21,19 @@ from portal.compose.argocd import ARGOCD_NAMESPACE, argocd_application
 from portal.compose.capacity import MIN_SPOT_TYPES, MIN_SPOT_ZONES, node_pool
 from portal.compose.control_plane import (
     KUBERNETES_VERSION,
+    TENANT_FLOW_NAME,
+    TOKEN_KEY,
     DatastorePool,
     DatastorePoolSpecInvalid,
     PoolsExhausted,
     audit_policy,
+    audit_token_secret_name,
     choose_datastore,
     control_plane_manifests,
     flow_control,
     parse_datastore_pools,
     tenant_control_plane,
+    tenant_flow_control,
 )
 from portal.compose.database import database_claim
 from portal.compose.isolation import (
@@ -106,7 +110,10 @@ __all__ = [
     "EnvironmentSpec",
     "PoolsExhausted",
     "argocd_application",
+    "TENANT_FLOW_NAME",
+    "TOKEN_KEY",
     "audit_policy",
+    "audit_token_secret_name",
     "choose_datastore",
     "compose",
     "control_plane_manifests",
@@ -122,5 +129,6 @@ __all__ = [
     "resource_quota",
     "role_binding",
     "tenant_control_plane",
+    "tenant_flow_control",
     "ttl_class",
 ]

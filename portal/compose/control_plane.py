@@ -4,15 +4,21 @@ across labels, never past a pool's hard cap). No Django.
 
 What ships with every TenantControlPlane, and why:
 
-- a FlowSchema and PriorityLevelConfiguration (`flowcontrol.apiserver.k8s.io/v1`) that put the
-  environment's service-account writes in their own priority level, queued per user
+- a FlowSchema and PriorityLevelConfiguration (`flowcontrol.apiserver.k8s.io/v1`) that put
+  service-account writes in their own priority level, queued per user
   (`distinguisherMethod: ByUser`), so one reconcile loop writing in a tight loop queues
-  behind itself instead of starving other tenants of the shared datastore;
+  behind itself instead of starving other tenants of the shared datastore: in the host
+  cluster for the environment's namespace (`flow_control`, part of the plan), and inside the
+  tenant's own API server for every service account there (`tenant_flow_control`, written
+  through that API server once it serves, never committed: a tenant cluster is not Argo CD's);
 - konnectivity, so nodes open the tunnel to the control plane outbound;
 - `certSANs` for every name the API server is reached by;
 - bounded API server resources, per class;
 - an audit policy and a webhook sink (a ConfigMap mounted into the API server), so the
-  tenant's own record of who did what inside it reaches Kiln before the control plane goes.
+  tenant's own record of who did what inside it reaches Kiln before the control plane goes;
+  the webhook's bearer token is a file from a Secret (`audit_token_secret_name`) that Kiln
+  writes straight to the cluster, never into the plan or Git. client-go rereads a
+  `tokenFile`, so a new token reaches a running API server without a restart.
 """
 
 from __future__ import annotations
@@ -30,6 +36,11 @@ API_SERVER_PORT = 6443
 KONNECTIVITY_PORT = 8132
 AUDIT_MOUNT = "/etc/kiln/tenant-audit"
 AUDIT_VOLUME = "kiln-tenant-audit"
+# Where the sink token is mounted, from which volume and Secret key (names, not credentials).
+TOKEN_MOUNT = "/etc/kiln/tenant-audit-token"  # noqa: S105
+TOKEN_VOLUME = "kiln-tenant-audit-token"  # noqa: S105
+TOKEN_KEY = "token"  # noqa: S105
+TENANT_FLOW_NAME = "kiln-tenant-sa-writes"
 # Writes of a service account: what a controller in a tight loop sends.
 WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
 # Before the built-in `service-accounts` (9000) and `workload-low` (9000) schemas.
@@ -127,14 +138,12 @@ def cert_sans(spec: EnvironmentSpec) -> list[str]:
     return [f"{spec.namespace}.{spec.tenant_domain}", svc, f"{svc}.cluster.local"]
 
 
-def flow_control(spec: EnvironmentSpec) -> list[dict]:
-    """The PriorityLevelConfiguration and FlowSchema bounding the environment's service-account
-    writes, queued per user (one service account cannot take another's share)."""
-    name = f"kiln-{spec.namespace}-sa-writes"
+def _flow_objects(spec: EnvironmentSpec, name: str, subject: dict, meta: dict) -> list[dict]:
+    """A PriorityLevelConfiguration and the FlowSchema sending `subject`'s writes to it, per user."""
     priority = {
         "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
         "kind": "PriorityLevelConfiguration",
-        "metadata": metadata(spec, name),
+        "metadata": dict(meta),
         "spec": {
             "type": "Limited",
             "limited": {
@@ -150,19 +159,14 @@ def flow_control(spec: EnvironmentSpec) -> list[dict]:
     flow = {
         "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
         "kind": "FlowSchema",
-        "metadata": metadata(spec, name),
+        "metadata": dict(meta),
         "spec": {
             "priorityLevelConfiguration": {"name": name},
             "matchingPrecedence": FLOW_PRECEDENCE,
             "distinguisherMethod": {"type": "ByUser"},
             "rules": [
                 {
-                    "subjects": [
-                        {
-                            "kind": "ServiceAccount",
-                            "serviceAccount": {"namespace": spec.namespace, "name": "*"},
-                        }
-                    ],
+                    "subjects": [subject],
                     "resourceRules": [
                         {
                             "verbs": list(WRITE_VERBS),
@@ -177,6 +181,25 @@ def flow_control(spec: EnvironmentSpec) -> list[dict]:
         },
     }
     return [priority, flow]
+
+
+def flow_control(spec: EnvironmentSpec) -> list[dict]:
+    """The PriorityLevelConfiguration and FlowSchema bounding the environment's service-account
+    writes to the host API server, queued per user (one service account cannot take another's
+    share)."""
+    name = f"kiln-{spec.namespace}-sa-writes"
+    subject = {
+        "kind": "ServiceAccount",
+        "serviceAccount": {"namespace": spec.namespace, "name": "*"},
+    }
+    return _flow_objects(spec, name, subject, metadata(spec, name))
+
+
+def tenant_flow_control(spec: EnvironmentSpec) -> list[dict]:
+    """The same bound inside the tenant's own API server, for every service account of the
+    tenant's cluster (the group `system:serviceaccounts`), queued per user."""
+    subject = {"kind": "Group", "group": {"name": "system:serviceaccounts"}}
+    return _flow_objects(spec, TENANT_FLOW_NAME, subject, metadata(spec, TENANT_FLOW_NAME))
 
 
 def audit_policy() -> dict:
@@ -207,6 +230,11 @@ def audit_sink_url(spec: EnvironmentSpec) -> str:
     return f"{spec.tenant_audit_sink.rstrip('/')}/{spec.request_id}/"
 
 
+def audit_token_secret_name(spec: EnvironmentSpec) -> str:
+    """The Secret in the environment's namespace holding the sink token the webhook sends."""
+    return f"{spec.namespace}-tenant-audit-token"
+
+
 def audit_config(spec: EnvironmentSpec) -> dict:
     """The ConfigMap mounted into the tenant API server: the audit policy and the webhook's
     kubeconfig naming Kiln's sink."""
@@ -214,7 +242,9 @@ def audit_config(spec: EnvironmentSpec) -> dict:
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "kiln-audit-sink", "cluster": {"server": audit_sink_url(spec)}}],
-        "users": [{"name": "tenant-api-server", "user": {}}],
+        "users": [
+            {"name": "tenant-api-server", "user": {"tokenFile": f"{TOKEN_MOUNT}/{TOKEN_KEY}"}}
+        ],
         "contexts": [
             {"name": "sink", "context": {"cluster": "kiln-audit-sink", "user": "tenant-api-server"}}
         ],
@@ -264,11 +294,16 @@ def tenant_control_plane(spec: EnvironmentSpec) -> dict:
                         {
                             "name": AUDIT_VOLUME,
                             "configMap": {"name": f"{spec.namespace}-tenant-audit"},
-                        }
+                        },
+                        {
+                            "name": TOKEN_VOLUME,
+                            "secret": {"secretName": audit_token_secret_name(spec)},
+                        },
                     ],
                     "additionalVolumeMounts": {
                         "apiServer": [
-                            {"name": AUDIT_VOLUME, "mountPath": AUDIT_MOUNT, "readOnly": True}
+                            {"name": AUDIT_VOLUME, "mountPath": AUDIT_MOUNT, "readOnly": True},
+                            {"name": TOKEN_VOLUME, "mountPath": TOKEN_MOUNT, "readOnly": True},
                         ]
                     },
                 },

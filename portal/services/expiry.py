@@ -120,6 +120,7 @@ def environment_expire(*, environment: Environment, now: datetime | None = None)
                 until=decision.until,
                 reason="; ".join(f"{a.workload}: {a.reason}" for a in decision.refusing),
                 data={"source": "workload", "answers": _answers_data(answers)},
+                now=now,
             )
             verdict = d.Verdict.DEFER
         else:
@@ -161,13 +162,22 @@ def _start_expiry(
     enqueue_teardown(environment=env)
 
 
-def _record_deferral(*, env: Environment, actor, until: datetime, reason: str, data: dict) -> None:
-    """Store and audit one deferral (the caller holds the row lock)."""
+def _record_deferral(
+    *, env: Environment, actor, until: datetime, reason: str, data: dict, now: datetime
+) -> None:
+    """Store and audit one deferral (the caller holds the row lock). A deferral is activity: the
+    workload or its owner says the environment is in use, so an idle proposal is withdrawn."""
     previous = env.deferred_until
     env.deferred_until = until
     env.deferral_reason = reason[:2000]
     env.deferrals += 1
-    env.save(update_fields=["deferred_until", "deferral_reason", "deferrals", "updated_at"])
+    env.last_activity_at, env.idle_proposed_at = now, None
+    env.save(
+        update_fields=[
+            "deferred_until", "deferral_reason", "deferrals", "last_activity_at",
+            "idle_proposed_at", "updated_at",
+        ]
+    )  # fmt: skip
     audit.record(
         actor,
         "portal.environment.teardown_deferred",
@@ -226,6 +236,7 @@ def environment_defer_teardown(
             until=until,
             reason=reason,
             data={"source": "owner", "minutes": minutes, "hard_deadline": deadline},
+            now=timezone.now(),
         )
     DEFERRALS.labels(environment.env_class, "owner").inc()
     environment.refresh_from_db()

@@ -97,6 +97,32 @@ def evaluate_manifests(*, manifests: list[dict]) -> policy.Evaluation:
     )
 
 
+def planned_manifest_evaluation(*, environment: Environment) -> policy.Evaluation | None:
+    """The manifest policies' evaluation stored with the plan at submission, when it still holds:
+    every verdict allowed, under the manifest policy set in force now (same files, same hashes).
+    The policies are pure functions of the stored manifests, so evaluating them again would give
+    the same verdicts; None when it must run again (another policy set, or a denial)."""
+    decisions = list(
+        PolicyDecision.objects.filter(environment=environment, stage=PolicyDecision.MANIFEST)
+    )
+    if not decisions or not all(d.allowed for d in decisions):
+        return None
+    try:
+        version = policy.load_policy_set(conf.policy_dir() / MANIFEST_SET, MANIFEST_SET).version
+    except policy.PolicySetMissing:
+        return None
+    if any(d.policy_set_version != version for d in decisions):
+        return None
+    return policy.Evaluation(
+        MANIFEST_SET,
+        version,
+        [
+            policy.Verdict(d.policy, d.policy_sha256, d.target, d.allowed, d.outcome, d.message)
+            for d in decisions
+        ],
+    )
+
+
 def store_decisions(*, environment: Environment, stage: str, evaluation: policy.Evaluation) -> None:
     """Keep every verdict with its policy file's hash and the policy set version."""
     PolicyDecision.objects.bulk_create(

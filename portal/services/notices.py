@@ -6,12 +6,17 @@
   (`portal.environment.idle_proposed`); the owner keeps it (`portal.environment.kept`) or,
   after `idle_grace`, its expiry is brought forward to now (`portal.environment.idle_expired`)
   and the reaper's ordinary expiry (with its disruption checks) takes it.
-- Activity is what Kiln sees: becoming READY, an extension, a deferral, a keep.
+- Activity is what Kiln sees (becoming READY, an extension, a deferral, a keep), the
+  tenant's own requests inside its control plane, as its audit sink archives them
+  (`portal.services.tenant_audit`), and, for every environment, the team's own changes to the
+  objects in its namespace (`metadata.managedFields`, read before an environment is called idle;
+  `portal.activity`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -23,15 +28,21 @@ from django.db import transaction
 from django.utils import timezone
 
 import audit
+from kiln.cluster import DeliveryError
+from kiln.cluster.backends import get_backend
 from kiln.errors import Forbidden, IllegalTransition, InvalidInput, KilnError
 from kiln.identity.permissions import Actor, can_act_on_environment, system_actor
-from portal import conf
+from portal import activity, conf
+from portal import compose as c
 from portal.lifecycle import Status
 from portal.models import Environment, Notification, TeamWebhook
 from portal.services.lifecycle import audit_target
 from portal.services.queueing import enqueue_notification
 
 REAPER = "reaper"
+# Besides the workloads: the objects a team changes when it is using its environment.
+ACTIVITY_RESOURCES = (("v1", "ConfigMap"), ("v1", "Service"))
+log = logging.getLogger("kiln.portal")
 
 
 class NotificationFailed(KilnError):
@@ -137,6 +148,16 @@ def environments_warn_and_propose(*, now: datetime, dry_run: bool) -> dict[str, 
             and env.idle_proposed_at + timedelta(seconds=lifecycle.idle_grace) <= now
             and (env.expires_at is None or env.expires_at > now)
         )
+        if propose or env.idle_proposed_at is not None:
+            # Before calling it idle, and while it is proposed, look for the team's own changes
+            # in its namespace (a few lists, for the environments at that point only).
+            seen = _namespace_activity(env)
+            if seen is _UNREADABLE:
+                propose = lapse = False  # no evidence either way: decide on a later pass
+            elif seen is not None and seen > max(idle_from, env.idle_proposed_at or idle_from):
+                propose = lapse = False
+                if not dry_run:
+                    _activity_seen(env=env, actor=reaper, at=seen)
         for flag, key in ((warn, "warned"), (propose, "idle_proposed"), (lapse, "idle_expired")):
             if flag:
                 out[key].append(env.public_id)
@@ -161,6 +182,43 @@ def environments_warn_and_propose(*, now: datetime, dry_run: bool) -> dict[str, 
                     {"from": previous, "to": now, "proposed_at": locked.idle_proposed_at},
                 )
     return out
+
+
+_UNREADABLE = object()
+
+
+def _namespace_activity(env: Environment) -> datetime | None | object:
+    """The latest change by the team's own field managers to the objects in its namespace (the
+    workloads, their ConfigMaps and Services); _UNREADABLE if the cluster could not be read."""
+    objects: list[dict] = []
+    try:
+        backend = get_backend()
+        for api_version, kind in (*c.WORKLOAD_RESOURCES, *ACTIVITY_RESOURCES):
+            objects += backend.list(api_version, kind, env.namespace)
+    except DeliveryError as exc:
+        log.warning("idle check of %s: cannot read its namespace: %s", env.namespace, exc)
+        return _UNREADABLE
+    return activity.latest_team_change(objects)
+
+
+def _activity_seen(*, env: Environment, actor: Any, at: datetime) -> None:
+    """The team changed something in its namespace at `at`: that is its latest activity, and an
+    idle proposal made before it is withdrawn."""
+    with transaction.atomic():
+        locked = Environment.objects.select_for_update().get(pk=env.pk)
+        if locked.status != Status.READY or (
+            locked.last_activity_at is not None and locked.last_activity_at >= at
+        ):
+            return
+        withdrawn = locked.idle_proposed_at is not None
+        locked.last_activity_at, locked.idle_proposed_at = at, None
+        locked.save(update_fields=["last_activity_at", "idle_proposed_at", "updated_at"])
+        audit.record(
+            actor,
+            "portal.environment.activity_seen",
+            audit_target(locked),
+            {"at": at, "source": "namespace", "idle_proposal_withdrawn": withdrawn},
+        )
 
 
 def _warn(*, env: Environment, actor: Any, now: datetime) -> None:

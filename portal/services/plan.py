@@ -7,7 +7,8 @@ datastore pool is already reserved), stored on the environment, and provisioning
 those stored manifests instead of composing again. Each manifest's text is
 `kiln.cluster.gitops.manifest_file_text`, the function the gitops backend writes files with,
 so the plan's bytes are what is committed and `Plan.sha256` is the SHA-256 of those bytes in
-apply order.
+apply order. What provisioning writes besides them, outside Git (a tenant control plane's sink
+token Secret and the flow control inside its API server), is listed apart in `Plan.outside`.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class Plan:
     verdicts: list[PolicyDecision] = field(default_factory=list)
     hourly_cost: Decimal = Decimal(0)
     total_cost: Decimal = Decimal(0)
+    outside: list[tuple[str, str]] = field(default_factory=list)  # (what and where, text)
 
     @property
     def text(self) -> str:
@@ -108,6 +110,27 @@ def environment_plan_make(*, actor, environment: Environment) -> str:
     return digest
 
 
+def outside_the_plan(*, environment: Environment) -> list[tuple[str, str]]:
+    """What provisioning also writes, never committed: (the object and where, its text); the
+    sink token's value is made at provisioning and never shown."""
+    if not environment.request.tenant_control_plane:
+        return []
+    spec = environment_spec(environment=environment)
+    secret = c.audit_token_secret_name(spec)
+    out = [
+        (
+            f"v1 Secret {spec.namespace}/{secret}, in the cluster",
+            f"key {c.TOKEN_KEY}: the tenant audit sink's bearer token, a fresh random value "
+            "written at provisioning; Kiln keeps only its SHA-256\n",
+        )
+    ]
+    out += [
+        (f"{ref_of(m)}, inside the tenant's API server", manifest_file_text(m))
+        for m in c.tenant_flow_control(spec)
+    ]
+    return out
+
+
 def environment_plan(*, environment: Environment) -> Plan:
     """The plan of an environment, read back from what was stored when it was submitted."""
     env = environment
@@ -130,4 +153,5 @@ def environment_plan(*, environment: Environment) -> Plan:
         verdicts=list(env.policy_decisions.filter(stage=PolicyDecision.MANIFEST)),
         hourly_cost=env.hourly_cost,
         total_cost=(env.hourly_cost * hours).quantize(Decimal("0.01")),
+        outside=outside_the_plan(environment=env),
     )

@@ -12,7 +12,14 @@ import audit
 from portal.models import Environment, ProvisioningStep
 from portal.services.lifecycle import audit_target
 
-PROVISIONING_STEPS = ("compose", "manifest-policy", "apply", "ready")
+PROVISIONING_STEPS = (
+    "compose",
+    "manifest-policy",
+    "apply",
+    "tenant-audit-token",
+    "tenant-flow-control",
+    "ready",
+)
 TEARDOWN_STEPS = (
     "cordon",
     "delete-workloads",
@@ -71,7 +78,8 @@ def _insert_if_absent(
 
 def step_started(*, environment: Environment, name: str) -> None:
     """Mark a step running (a retry increments attempts on the same row)."""
-    with transaction.atomic():
+    # No savepoint of its own: inside a caller's transaction a failure here fails the whole of it.
+    with transaction.atomic(savepoint=False):
         now = timezone.now()
         if _insert_if_absent(
             environment=environment,

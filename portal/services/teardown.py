@@ -5,7 +5,7 @@ owned by a person, resources left labelled and attributable.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
@@ -24,9 +24,10 @@ from portal import conf
 from portal.lifecycle import Status
 from portal.models import Environment, ProvisioningStep
 from portal.services.lifecycle import audit_target, environment_transition
+from portal.services.provisioning import environment_spec
 from portal.services.queueing import enqueue_teardown
-from portal.services.steps import TEARDOWN_STEPS, is_done, step_detail, step_done, step_started
-from portal.services.tenant_audit import deletions_unacknowledged, sink_token_issued
+from portal.services.steps import TEARDOWN_STEPS, step_detail, step_done, step_started
+from portal.services.tenant_cluster import ACK_STEP, tenant_audit_acknowledged
 
 REAPER = "reaper"
 DELETED, PENDING, QUARANTINED, NOOP = "deleted", "pending", "quarantined", "noop"
@@ -191,8 +192,26 @@ def environment_teardown(*, environment_id: int) -> str:
             return NOOP
         backend = _get_backend()
         refs = _refs(env)
+        # Read once a pass (each step is checked once, before it is done): a poll waiting for the
+        # chain reads one row set, not one query per step and the namespace's workloads again.
+        done = set(
+            ProvisioningStep.objects.filter(
+                environment=env, name__in=TEARDOWN_STEPS, status=ProvisioningStep.DONE
+            ).values_list("name", flat=True)
+        )
+        listed: dict[str, list[AppliedRef]] = {}
 
-        if not is_done(environment=env, name="cordon"):
+        def workloads() -> list[AppliedRef]:
+            """The environment's workload objects and those running in its namespace, listed
+            once a pass and only when a step still needs them."""
+            if "refs" not in listed:
+                found = [r for r in refs if r.kind in c.WORKLOAD_KINDS]
+                for api_version, kind in c.WORKLOAD_RESOURCES:
+                    found += [ref_of(obj) for obj in backend.list(api_version, kind, env.namespace)]
+                listed["refs"] = found
+            return listed["refs"]
+
+        if "cordon" not in done:
             step_started(environment=env, name="cordon")
             live = [m for m in c.cordon(env.manifests) if _exists_alive(backend, ref_of(m))]
             backend.apply(live)
@@ -203,24 +222,20 @@ def environment_teardown(*, environment_id: int) -> str:
                 detail=f"{len(live)} objects cordoned",
             )
 
-        workloads = [r for r in refs if r.kind in c.WORKLOAD_KINDS]
-        for api_version, kind in c.WORKLOAD_RESOURCES:
-            for obj in backend.list(api_version, kind, env.namespace):
-                workloads.append(ref_of(obj))
-        if not is_done(environment=env, name="delete-workloads"):
+        if "delete-workloads" not in done:
             step_started(environment=env, name="delete-workloads")
-            for ref in reversed(workloads):  # the reverse of the order they were applied in
+            for ref in reversed(workloads()):  # the reverse of the order they were applied in
                 backend.delete(ref)
             step_done(
                 actor=actor,
                 environment=env,
                 name="delete-workloads",
-                detail=f"{len(workloads)} deletions requested",
+                detail=f"{len(workloads())} deletions requested",
             )
 
-        if not is_done(environment=env, name="finalizers-cleared"):
+        if "finalizers-cleared" not in done:
             step_started(environment=env, name="finalizers-cleared")
-            remaining = [str(r) for r in workloads if backend.get(*r.key) is not None]
+            remaining = [str(r) for r in workloads() if backend.get(*r.key) is not None]
             # The nodes its NodePool launched: drained and removed by Karpenter once the pool is gone.
             remaining += [
                 f"v1 Node {name_of(n)}"
@@ -239,11 +254,16 @@ def environment_teardown(*, environment_id: int) -> str:
                 detail="no workloads remain",
             )
 
-        if not is_done(environment=env, name=TENANT_AUDIT_STEP):
-            if not _tenant_audit_acknowledged(env=env, refs=refs, workloads=workloads):
-                return PENDING
+        if ACK_STEP not in done and not tenant_audit_acknowledged(
+            actor=actor,
+            environment=env,
+            backend=backend,
+            spec=environment_spec(environment=env),
+            refs=refs,
+        ):
+            return PENDING
 
-        if not is_done(environment=env, name="audit-confirmed"):
+        if "audit-confirmed" not in done:
             step_started(environment=env, name="audit-confirmed")
             event_id = step_detail(environment=env, name="audit-confirmed")
             if not event_id.startswith("event:"):
@@ -252,7 +272,7 @@ def environment_teardown(*, environment_id: int) -> str:
                         actor,
                         "portal.environment.workloads_removed",
                         audit_target(env),
-                        {"namespace": env.namespace, "workloads": [str(r) for r in workloads]},
+                        {"namespace": env.namespace, "workloads": [str(r) for r in workloads()]},
                     )
                     ProvisioningStep.objects.filter(environment=env, name="audit-confirmed").update(
                         detail=f"event:{recorded}"
@@ -271,10 +291,12 @@ def environment_teardown(*, environment_id: int) -> str:
                 detail=event_id,
             )
 
-        if not is_done(environment=env, name="delete-namespace"):
+        if "delete-namespace" not in done:
             step_started(environment=env, name="delete-namespace")
-            last = [r for r in refs if r.kind in c.CONTROL_PLANE_KINDS] + [
-                r for r in refs if r.kind == "Namespace"
+            # The reverse of the order they were applied in: the control plane's flow control
+            # after the control plane, the namespace (applied first) last.
+            last = [
+                r for r in reversed(refs) if r.kind in c.CONTROL_PLANE_KINDS or r.kind == "Namespace"
             ]
             for ref in last:
                 backend.delete(ref)
@@ -302,59 +324,6 @@ def environment_teardown(*, environment_id: int) -> str:
                 )
             return DELETED
         return NOOP
-
-
-TENANT_AUDIT_STEP = "tenant-audit-acknowledged"
-
-
-def _tenant_audit_acknowledged(*, env: Environment, refs: list[AppliedRef], workloads) -> bool:
-    """True once the tenant API server's audit events for teardown's deletions are archived (or
-    there is no tenant control plane); after KILN_TENANT_AUDIT_ACK_SECONDS teardown goes on
-    anyway and audits that the tenant's evidence may be incomplete."""
-    actor = system_actor(REAPER)
-    if not any(r.kind == "TenantControlPlane" for r in refs) or not sink_token_issued(
-        environment=env
-    ):
-        detail = "no tenant API server holds a sink token: nothing to wait for"
-        step_done(actor=actor, environment=env, name=TENANT_AUDIT_STEP, detail=detail)
-        return True
-    step_started(environment=env, name=TENANT_AUDIT_STEP)
-    since = step_detail(environment=env, name=TENANT_AUDIT_STEP)
-    if not since.startswith("since:"):
-        since = f"since:{timezone.now().isoformat()}"
-        ProvisioningStep.objects.filter(environment=env, name=TENANT_AUDIT_STEP).update(
-            detail=since
-        )
-    wanted = [(r.namespace, r.name) for r in workloads if r.namespace == env.namespace]
-    missing = deletions_unacknowledged(environment=env, objects=wanted)
-    if not missing:
-        step_done(
-            actor=actor,
-            environment=env,
-            name=TENANT_AUDIT_STEP,
-            detail=f"{len(wanted)} deletions acknowledged",
-        )
-        return True
-    waited = (timezone.now() - datetime.fromisoformat(since.removeprefix("since:"))).total_seconds()
-    if waited < conf.tenant_audit_ack_timeout():
-        return False
-    with transaction.atomic():
-        audit.record(
-            actor,
-            "portal.environment.tenant_audit_incomplete",
-            audit_target(env),
-            {
-                "waited_seconds": round(waited, 1),
-                "unacknowledged": [f"{n}/{m}" for n, m in missing],
-            },
-        )
-        step_done(
-            actor=actor,
-            environment=env,
-            name=TENANT_AUDIT_STEP,
-            detail=f"timed out: {len(missing)} deletions unacknowledged, evidence may be incomplete",
-        )
-    return True
 
 
 def _exists_alive(backend, ref: AppliedRef) -> bool:

@@ -2,6 +2,11 @@
 append-only archive row per new event, one chained audit event per accepted batch), and the
 archive read back and verified, also after the environment is gone. Hashing and validation:
 portal/tenant_audit.py.
+
+The tenant's own requests in a batch are its activity: the environment's `last_activity_at`
+moves to the latest of them (and an idle proposal made before it is withdrawn), recorded in
+the batch's audit event. Kiln's own requests (its user agent) and the control plane's do not
+count (`tenant_audit.is_tenant_activity`).
 """
 
 from __future__ import annotations
@@ -12,12 +17,17 @@ import json
 import secrets
 
 from django.db import transaction
+from django.utils import timezone
 
 import audit
 from audit.models import ChainEvent
+from kiln.cluster.base import USER_AGENT
+from kiln.cluster.simulated_tenant import http_transport
 from kiln.errors import Forbidden, InvalidInput, NotAuthenticated
 from kiln.identity.permissions import system_actor
+from portal import conf
 from portal import tenant_audit as ta
+from portal.lifecycle import Status
 from portal.models import Environment, TenantAuditEvent, TenantAuditToken
 from portal.services.lifecycle import audit_target
 
@@ -29,12 +39,22 @@ def _digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def tenant_audit_token_issue(*, environment: Environment) -> str:
-    """A fresh sink token for the environment (replacing any earlier one); only its hash is kept."""
-    token = secrets.token_urlsafe(32)
+def new_sink_token() -> str:
+    """A fresh random sink token (not stored: `tenant_audit_token_store` keeps its hash)."""
+    return secrets.token_urlsafe(32)
+
+
+def tenant_audit_token_store(*, environment: Environment, token: str) -> None:
+    """Make `token` the environment's sink token, replacing any earlier one; only its hash is kept."""
     TenantAuditToken.objects.update_or_create(
         environment=environment, defaults={"token_sha256": _digest(token)}
     )
+
+
+def tenant_audit_token_issue(*, environment: Environment) -> str:
+    """A fresh sink token for the environment (replacing any earlier one); only its hash is kept."""
+    token = new_sink_token()
+    tenant_audit_token_store(environment=environment, token=token)
     return token
 
 
@@ -103,9 +123,39 @@ def tenant_audit_ingest(*, environment_id: str, token: str, body: bytes) -> dict
                     "first_seq": rows[0].seq,
                     "last_seq": seq,
                     "running_sha256": running,
+                    **_tenant_activity(env, [r.event for r in rows]),
                 },
             )
     return {"accepted": len(rows), "duplicates": len(items) - len(rows), "running_sha256": running}
+
+
+def _tenant_activity(env: Environment, events: list[dict]) -> dict:
+    """Move the environment's last activity to the tenant's latest in `events`, withdrawing an
+    idle proposal made before it; what changed, for the batch's audit event ({} if nothing)."""
+    activity = ta.latest_activity(events, own_user_agent=USER_AGENT, now=timezone.now())
+    env.refresh_from_db(fields=["status", "last_activity_at", "idle_proposed_at"])
+    if activity is None or (env.last_activity_at and activity <= env.last_activity_at):
+        return {}
+    updates = {"last_activity_at": activity, "updated_at": timezone.now()}
+    withdrawn = (
+        env.status == Status.READY
+        and env.idle_proposed_at is not None
+        and env.idle_proposed_at < activity
+    )
+    if withdrawn:
+        updates["idle_proposed_at"] = None
+    Environment.objects.filter(pk=env.pk).update(**updates)
+    return {"tenant_activity_at": activity, "idle_proposal_withdrawn": withdrawn}
+
+
+def tenant_audit_deliver(url: str, token: str, body: bytes) -> None:
+    """How this process's simulated tenant API servers send a batch: one for Kiln's own sink
+    (KILN_TENANT_AUDIT_SINK) goes to the service the HTTP view calls; any other URL over HTTP."""
+    base = conf.tenant_audit_sink().rstrip("/") + "/"
+    if not url.startswith(base):
+        http_transport(url, token, body)
+        return
+    tenant_audit_ingest(environment_id=url[len(base) :].strip("/"), token=token, body=body)
 
 
 def _anchors(env: Environment) -> list[dict]:
@@ -141,10 +191,17 @@ def tenant_audit_export(*, environment: Environment) -> dict:
     }
 
 
-def deletions_unacknowledged(*, environment: Environment, objects: list[tuple[str, str]]) -> list:
-    """Which (namespace, name) deletions the archive holds no completed `delete` event for."""
+def deletions_unacknowledged(
+    *, environment: Environment, objects: list[tuple[str, str, str]]
+) -> list[tuple[str, str, str]]:
+    """Which (resource, namespace, name) deletions ("" for a cluster-scoped object's namespace)
+    the archive holds no completed `delete` event for."""
     done = {
-        (e.get("objectRef", {}).get("namespace"), e.get("objectRef", {}).get("name"))
+        (
+            (e.get("objectRef") or {}).get("resource"),
+            (e.get("objectRef") or {}).get("namespace") or "",
+            (e.get("objectRef") or {}).get("name"),
+        )
         for e in TenantAuditEvent.objects.filter(
             environment=environment,
             event__verb="delete",

@@ -28,6 +28,17 @@ from portal.lifecycle import Status, badge, label
 from portal.views.common import ACTIVE, env_or_404
 from portal.words import extended_hours, phrases
 
+# What the Actions card says while there is nothing to do but wait (or nothing left to do).
+WAITING = {
+    Status.SUBMITTED: "Submitted: the policies are checking it; nothing to do until they decide.",
+    Status.PENDING_APPROVAL: "Waiting for approval: nothing to do until an approver decides.",
+    Status.APPROVED: "Approved and queued: nothing to do until it is provisioned and ready.",
+    Status.PROVISIONING: "Provisioning: nothing to do until it is ready (see the Progress tab).",
+    Status.EXPIRING: "Expiring: its TTL ran out; it is torn down next.",
+    Status.TEARING_DOWN: "Tearing down: nothing to do; it is deleted once every step is done.",
+    Status.DELETED: "Deleted: nothing is left to act on.",
+}
+
 
 def _detail_context(request: HttpRequest, env) -> dict:
     actor = actor_from_request(request)
@@ -41,6 +52,7 @@ def _detail_context(request: HttpRequest, env) -> dict:
         "can_act": can_act_on_environment(actor, env.team.slug),
         "can_decide": can_approve(actor, env.request.requested_by.get_username())
         and env.status == Status.PENDING_APPROVAL,
+        "waiting": WAITING.get(Status(env.status), ""),
     }
 
 

@@ -125,9 +125,17 @@ def environment_request(request: HttpRequest) -> HttpResponse:
             if not exc.extra.get("fields"):
                 form.add_error(None, exc.message)
         else:
-            messages.success(
-                request, f"Requested {env.namespace}: {env.status.replace('_', ' ').lower()}."
-            )
+            if env.status == Status.DENIED:
+                # On record (audited) but not granted: an error, with the policy's reason.
+                messages.error(
+                    request,
+                    f"Requested {env.namespace}: denied by policy. "
+                    f"{env.status_reason or 'See the Policy tab.'}",
+                )
+            else:
+                messages.success(
+                    request, f"Requested {env.namespace}: {env.status.replace('_', ' ').lower()}."
+                )
             return redirect("portal:environment-detail", public_id=env.public_id)
     source = request.POST if request.method == "POST" else {f: form[f].value() for f in form.fields}
     return render(

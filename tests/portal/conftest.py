@@ -10,6 +10,7 @@ from django.contrib.auth import get_user_model
 
 from kiln.identity.models import Membership, Team
 from kiln.identity.permissions import APPROVER, ENGINEER, PLATFORM_ADMIN, Actor
+from tests.audit.conftest import wipe_chain
 
 
 @pytest.fixture(autouse=True)
@@ -87,3 +88,10 @@ def drain_audit() -> None:
     from audit.writer import AuditWriter
 
     AuditWriter(block_ms=0).run_once()
+
+
+@pytest.fixture
+def chain_emptied_afterwards(transactional_db):
+    """The flush after a transactional test cannot TRUNCATE the chain: empty it first."""
+    yield
+    wipe_chain()

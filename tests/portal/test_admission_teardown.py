@@ -13,6 +13,7 @@ import pytest
 from django.conf import settings as django_settings
 
 from kiln.cluster import DeliveryError, ref_of
+from kiln.cluster.base import secret_manifest
 from kiln.cluster.simulated import SimulatedBackend
 from portal import compose as c
 from portal import policy
@@ -79,6 +80,11 @@ class AdmittingBackend:
                 self._admit("UPDATE", merged, live, self.user)
         return self.inner.apply(manifests, field_manager=field_manager)
 
+    def write_secret(self, *, namespace, name, data, labels):
+        """The sink token's Secret is a write like any other: admitted first."""
+        manifest = secret_manifest(namespace=namespace, name=name, data=data, labels=labels)
+        return self.apply([manifest])[0]
+
     def delete(self, ref):
         live = self.inner.get(*ref.key)
         if live is None:
@@ -112,19 +118,20 @@ def test_the_rendered_policies_check_update_and_delete():
     assert {"CREATE", "UPDATE", "DELETE"} <= operations
 
 
-def test_teardown_through_the_rendered_admission_policies_is_never_denied(
-    people, admitting, django_capture_on_commit_callbacks
-):
+def ready_environment(people, capture):
+    """A READY environment with every component, provisioned through the admitting backend."""
     data = request_data(tenant_control_plane=True, spot_node_pool=True, database=True)
-    with django_capture_on_commit_callbacks(execute=True):
+    with capture(execute=True):
         env, _ = environment_request_submit(actor=people["alice"], data=data)
     env.refresh_from_db()
     assert env.status == Status.READY, env.status_reason
-    admitting.known = env.manifests + [
-        {"apiVersion": a, "kind": k} for a, k in c.WORKLOAD_RESOURCES
-    ]
+    return env
+
+
+def tear_down(people, env) -> None:
+    """Tear it down step by step, as the task's re-queues would: finalizers clear, the audit
+    event is chained; it ends DELETED."""
     environment_teardown_request(actor=people["alice"], environment=env, reason="done")
-    # Step by step, as the task's re-queues would: finalizers clear, the audit event is chained.
     for _ in range(100):
         result = environment_teardown(environment_id=env.pk)
         if result != "pending":
@@ -134,13 +141,26 @@ def test_teardown_through_the_rendered_admission_policies_is_never_denied(
     assert result == "deleted"
     env.refresh_from_db()
     assert env.status == Status.DELETED, env.status_reason
+
+
+def test_teardown_through_the_rendered_admission_policies_is_never_denied(
+    people, admitting, django_capture_on_commit_callbacks
+):
+    env = ready_environment(people, django_capture_on_commit_callbacks)
+    admitting.known = env.manifests + [
+        {"apiVersion": a, "kind": k} for a, k in [*c.WORKLOAD_RESOURCES, ("v1", "Secret")]
+    ]
+    tear_down(people, env)
     by_operation: dict[str, int] = {}
     for operation, _target, verdicts in admitting.reviews:
         by_operation[operation] = by_operation.get(operation, 0) + 1
         assert all(v.allowed for v in verdicts), (operation, _target, verdicts)
-    # Every kind of write was reviewed: the creates, the cordon's updates (NodePool limits and
-    # pod quota to zero), finalizer removals, Kiln's deletes and the namespace's cascade.
-    assert by_operation["CREATE"] == len(env.manifests)
+    # Every kind of write was reviewed: the creates (the plan's and the sink token's Secret), the
+    # cordon's updates (NodePool limits and pod quota to zero), finalizer removals, Kiln's deletes
+    # and the namespace's cascade (the Secret's included).
+    assert by_operation["CREATE"] == len(env.manifests) + 1
+    secret = f"v1 Secret {env.namespace}/{env.namespace}-tenant-audit-token"
+    assert [op for op, target, _ in admitting.reviews if target == secret] == ["CREATE", "DELETE"]
     assert by_operation["UPDATE"] >= 2
     assert by_operation["DELETE"] >= len(env.manifests)
     guarded = [
@@ -150,6 +170,25 @@ def test_teardown_through_the_rendered_admission_policies_is_never_denied(
         if v.policy in ("kiln-guarded-updates", "kiln-guarded-deletes")
     ]
     assert guarded and all(v.outcome == policy.ALLOW for v in guarded)
+
+
+def test_teardown_deletes_what_it_applied_in_the_reverse_order(
+    people, admitting, django_capture_on_commit_callbacks
+):
+    env = ready_environment(people, django_capture_on_commit_callbacks)
+    applied = [str(ref_of(m)) for m in env.manifests]
+    tear_down(people, env)
+    # Kiln's own deletes run up to the namespace's; the namespace controller's cascade follows it.
+    deletes = [target for op, target, _ in admitting.reviews if op == "DELETE"]
+    namespace = str(ref_of(env.manifests[0]))
+    assert namespace.startswith("v1 Namespace ")
+    kilns = deletes[: deletes.index(namespace) + 1]
+    deleted_plan = [t for i, t in enumerate(kilns) if t in applied and t not in kilns[:i]]
+    # The workloads, then the control plane's flow control after the control plane, then the
+    # namespace: each object deleted after every object applied after it.
+    assert {"TenantControlPlane", "FlowSchema", "NodePool"} <= {t.split()[1] for t in deleted_plan}
+    assert deleted_plan == sorted(deleted_plan, key=applied.index, reverse=True)
+    assert deleted_plan[-1] == namespace
 
 
 def test_the_same_policies_deny_a_stranger_and_an_update_that_strips_attribution(people):

@@ -204,6 +204,16 @@ def test_list_filters_and_pagination(api):
     assert alice.get(URL, {"env_class": "prod"}).json()["count"] == 0
 
 
+@pytest.mark.parametrize("bad", ["abc", "1.5", "--1", "", "9" * 40, "\u0661"])
+def test_estimate_names_every_field_that_is_not_a_whole_number(api, bad):
+    alice = api("engineer", sub="alice", team="payments")
+    response = alice.get(f"{URL}estimate/", {"ttl_hours": bad, "cpu": bad, "memory_gib": 4})
+    assert response.status_code == 400
+    fields = response.json()["extra"]["fields"]
+    assert set(fields) == {"ttl_hours", "cpu"}
+    assert "whole number" in fields["cpu"][0] and "invalid literal" not in str(fields)
+
+
 def test_estimate_endpoint_prices_the_request(api):
     alice = api("engineer", sub="alice", team="payments")
     response = alice.get(

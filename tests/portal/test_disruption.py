@@ -211,6 +211,28 @@ def test_owner_defers_with_a_reason_within_the_class_maximum(
     assert limit == 4 * 3600
 
 
+def test_a_deferral_is_activity_and_withdraws_an_idle_proposal(
+    people, django_capture_on_commit_callbacks
+):
+    env = ready_env(people, django_capture_on_commit_callbacks)
+    proposed = timezone.now() - timedelta(hours=1)
+    Environment.objects.filter(pk=env.pk).update(idle_proposed_at=proposed, last_activity_at=None)
+    environment_defer_teardown(
+        actor=people["alice"], environment=env, minutes=30, reason="still testing"
+    )
+    env.refresh_from_db()
+    assert env.idle_proposed_at is None
+    assert env.last_activity_at is not None and env.last_activity_at > proposed
+    # The workload's "not yet" at expiry is activity too, at the sweep's time.
+    deploy(env, "busy", {d.DO_NOT_DISRUPT: "nightly load test"})
+    later = env.deferred_until + timedelta(minutes=1)
+    Environment.objects.filter(pk=env.pk).update(idle_proposed_at=proposed)
+    environments_reap_expired(now=later, dry_run=False)
+    env.refresh_from_db()
+    assert env.deferrals == 2 and env.idle_proposed_at is None
+    assert env.last_activity_at == later
+
+
 @pytest.mark.parametrize(
     ("minutes", "reason", "field"),
     [(30, "", "reason"), (30, "   ", "reason"), (241, "long test", "minutes"), (0, "x", "minutes")],

@@ -16,6 +16,10 @@ def test_demo_counts_deferrals_and_forced_disruptions(settings):
     settings.KILN_LIFECYCLE_CLASSES = {"dev": {"max_deferral": 3600, "deferral_step": 600}}
     report = lifecycle_demo(environments=6, seed=1, port=0, pass_minutes=10)
     assert report["deleted"] == 6 and report["objects_left"] == 0
+    # Every teardown waited for its tenant API server's events, and every one came.
+    assert report["tenant_audit"]["teardowns_acknowledged"] == 6
+    assert report["tenant_audit"]["teardowns_incomplete"] == 0
+    assert report["tenant_audit"]["batches_archived"] >= 6 * 2  # the seeding and the deletions
     by = report["by_behaviour"]
     assert by["never"] == {"deferrals": 6, "forced": 1, "environments": 1, "deleted": 1}
     assert by["hold"]["deferrals"] == 6 and by["hold"]["forced"] == 1

@@ -12,6 +12,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from audit.models import OutboxEvent
 from kiln.identity.models import Membership, Team
 from kiln.identity.permissions import Actor
 from portal import selectors
@@ -61,6 +62,50 @@ def test_request_form_renders_with_estimate_and_validates(team):
     assert bad.status_code == 200
     assert b"DNS-1123" in bad.content and b"exceeds the staging limit" in bad.content
     assert Environment.objects.count() == 0
+
+
+def test_request_form_names_every_problem_in_one_round_and_creates_nothing(team):
+    alice = login("alice", "engineer", team)
+    bad = alice.post(
+        reverse("portal:environment-request"),
+        {**FORM, "env_class": "dev", "name": "Bad_Name", "ttl_hours": "9999", "cpu": "-1"},
+    )
+    # Django refuses the CPU; the shared rules still check the name and the TTL.
+    errors = bad.context["form"].errors
+    assert set(errors) == {"name", "ttl_hours", "cpu"}
+    page = bad.content.decode()
+    assert "DNS-1123" in page and "exceeds the dev limit" in page
+    assert page.count("greater than or equal to 1") == 1  # the CPU's problem said once
+    assert Environment.objects.count() == 0 and OutboxEvent.objects.count() == 0
+
+
+def test_a_denied_request_is_announced_as_an_error_with_the_policy_reason(team):
+    alice = login("alice", "engineer", team)
+    response = alice.post(
+        reverse("portal:environment-request"), {**FORM, "spot_node_pool": "on"}, follow=True
+    )
+    env = Environment.objects.get()
+    assert env.status == "DENIED"
+    page = response.content.decode()
+    assert '<li class="msg error">Requested payments-web: denied by policy.' in page
+    assert "spot node pools are for ephemeral and dev" in page
+    assert 'class="msg success"' not in page
+
+
+def test_the_actions_card_says_what_is_happening_while_there_is_nothing_to_do(team):
+    alice = login("alice", "engineer", team)
+    alice.post(reverse("portal:environment-request"), FORM)
+    env = Environment.objects.get()
+    url = reverse("portal:environment-detail", kwargs={"public_id": env.public_id})
+    assert "Waiting for approval: nothing to do until an approver decides" in (
+        alice.get(url).content.decode()
+    )
+    Environment.objects.filter(pk=env.pk).update(status="PROVISIONING")
+    page = alice.get(url).content.decode()
+    assert (
+        '<p class="muted" id="actions-waiting">Provisioning: nothing to do until it is ready'
+        in page
+    )
 
 
 def test_request_form_submits_and_redirects_to_detail(team):

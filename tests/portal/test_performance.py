@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from audit.models import OutboxEvent
@@ -50,6 +50,51 @@ def test_provisioning_to_ready_stays_within_its_query_budget(people):
     # policy decision commit together, and steps open no savepoint of their own.
     transactions = [q for q in captured.captured_queries if q["sql"].startswith("SAVEPOINT")]
     assert len(transactions) <= 7, len(transactions)
+
+
+def _production_transactions(monkeypatch):
+    """What would be a transaction of its own outside the test's: an atomic block opened, or a
+    write run, with only the test's own transaction open (depth 1). Returns the list it fills
+    and the execute wrapper that sees the writes."""
+    seen: list[str] = []
+    real_enter = transaction.Atomic.__enter__
+
+    def enter(self):
+        if len(transaction.get_connection(self.using).atomic_blocks) == 1:
+            seen.append("atomic")
+        return real_enter(self)
+
+    def writes(execute, sql, params, many, context):
+        verb = sql.lstrip().split(" ", 1)[0].upper()
+        if verb in ("INSERT", "UPDATE", "DELETE") and len(connection.atomic_blocks) == 1:
+            seen.append(f"autocommit {sql[:60]}")
+        return execute(sql, params, many, context)
+
+    monkeypatch.setattr(transaction.Atomic, "__enter__", enter)
+    return seen, writes
+
+
+def test_provisioning_objects_healthy_at_once_commits_three_transactions(people, monkeypatch):
+    """Start (PROVISIONING, composition, policy decision, apply running), the backend's apply,
+    and the end (applied objects, apply and ready done, READY): three commits, all audited."""
+    env, _ = environment_request_submit(actor=people["alice"], data=request_data())
+    transactions, writes = _production_transactions(monkeypatch)
+    with connection.execute_wrapper(writes):
+        assert environment_provision(environment_id=env.pk) == READY
+    assert transactions == ["atomic"] * 3, transactions
+    actions = list(
+        OutboxEvent.objects.filter(target=f"portal.environment:{env.public_id}")
+        .order_by("id")
+        .values_list("action", flat=True)
+    )
+    assert actions[-6:] == [
+        "portal.environment.provisioning_started",
+        "portal.provisioning_step.completed",
+        "portal.provisioning_step.completed",
+        "portal.provisioning_step.completed",
+        "portal.provisioning_step.completed",
+        "portal.environment.readied",
+    ]
 
 
 def test_a_second_provision_pass_changes_nothing(people):

@@ -34,6 +34,18 @@ def test_a_request_for_approval_carries_its_plan_and_the_audit_event_names_its_h
     assert plan.verdicts and not plan.denials
     assert plan.hourly_cost == env.hourly_cost and plan.total_cost == round(env.hourly_cost * 48, 2)
     assert plan.previous is None and plan.diff.startswith("--- nothing\n+++ " + env.public_id)
+    # What provisioning writes outside Git is shown apart: the token's Secret (never its value)
+    # and the flow control inside the tenant's API server, as the text it applies.
+    outside = dict(plan.outside)
+    assert list(outside)[0] == (
+        f"v1 Secret {env.namespace}/{env.namespace}-tenant-audit-token, in the cluster"
+    )
+    flow = (
+        "flowcontrol.apiserver.k8s.io/v1 FlowSchema kiln-tenant-sa-writes, "
+        "inside the tenant's API server"
+    )
+    assert "distinguisherMethod:\n    type: ByUser" in outside[flow]
+    assert len(outside) == 3
     event = OutboxEvent.objects.get(
         target=f"portal.environment:{env.public_id}", action="portal.environment.planned"
     )
@@ -100,7 +112,86 @@ def test_approvers_see_the_plan_on_the_queue_and_in_admin(people):
         actor=people["alice"], data=request_data(env_class="staging")
     )
     sha = environment_plan(environment=env).sha256
-    page = login("quinn", "approver").get("/environments/approvals/").content.decode()
+    quinn = login("quinn", "approver")
+    page = quinn.get("/environments/approvals/").content.decode()
     assert sha in page and "Manifests as committed" in page and "kiln-quota" in page
+    assert "never committed" not in page  # no control plane: nothing outside the plan
+    environment_request_submit(
+        actor=people["alice"],
+        data=request_data(env_class="staging", name="ledger", tenant_control_plane=True),
+    )
+    page = quinn.get("/environments/approvals/").content.decode()
+    assert "Also written, never committed (3)" in page and "-tenant-audit-token" in page
     admin_page = staff("zoe", "approver").get(f"/admin/portal/environment/{env.pk}/change/")
     assert admin_page.status_code == 200 and sha in admin_page.content.decode()
+
+
+def _approved_staging(people, django_capture_on_commit_callbacks):
+    env, _ = environment_request_submit(
+        actor=people["alice"], data=request_data(env_class="staging")
+    )
+    assert env.status == Status.PENDING_APPROVAL and env.manifests
+    with django_capture_on_commit_callbacks(execute=False):  # provisioned below, by hand
+        environment_approve(actor=people["carol"], environment=env)
+    return env
+
+
+def test_provisioning_takes_the_plans_verdicts_under_the_same_policy_set(
+    people, monkeypatch, django_capture_on_commit_callbacks
+):
+    """The manifest policies ran on these exact manifests at submission: with the same policy
+    set in force they are not evaluated again, and their verdicts are stored once."""
+    from portal.services import gate
+    from portal.services.provisioning import READY, environment_provision
+
+    env = _approved_staging(people, django_capture_on_commit_callbacks)
+    planned = list(env.policy_decisions.filter(stage="manifest").values_list("policy", "target"))
+    assert planned
+
+    def evaluated_again(**_):
+        raise AssertionError("the manifest policies ran again on the plan's manifests")
+
+    monkeypatch.setattr(gate, "evaluate_manifests", evaluated_again)
+    assert environment_provision(environment_id=env.pk) == READY
+    assert sorted(
+        env.policy_decisions.filter(stage="manifest").values_list("policy", "target")
+    ) == sorted(planned)
+    step = OutboxEvent.objects.get(
+        target=f"portal.environment:{env.public_id}",
+        action="portal.provisioning_step.completed",
+        data__step="manifest-policy",
+    )
+    assert step.data["policy"]["allowed"] and step.data["policy"]["checked"] == len(planned)
+
+
+def test_a_policy_set_changed_since_the_plan_is_evaluated_again_and_can_deny(
+    people, settings, tmp_path, django_capture_on_commit_callbacks
+):
+    import shutil
+
+    from portal.services.provisioning import FAILED, environment_provision
+
+    shutil.copytree(settings.BASE_DIR / "deploy" / "policies", tmp_path / "policies")
+    settings.KILN_POLICY_DIR = tmp_path / "policies"
+    env = _approved_staging(people, django_capture_on_commit_callbacks)
+    (tmp_path / "policies" / "manifests" / "deny-namespaces.yaml").write_text(
+        """apiVersion: policies.kyverno.io/v1
+kind: ValidatingPolicy
+metadata:
+  name: deny-namespaces
+spec:
+  validationActions: [Deny]
+  matchConstraints:
+    resourceRules:
+      - apiGroups: [""]
+        apiVersions: ["v1"]
+        operations: ["CREATE"]
+        resources: ["namespaces"]
+  validations:
+    - expression: "object.metadata.name == 'never'"
+      message: no namespaces after the plan
+"""
+    )
+    assert environment_provision(environment_id=env.pk) == FAILED
+    env.refresh_from_db()
+    assert env.status == Status.FAILED and "no namespaces after the plan" in env.status_reason

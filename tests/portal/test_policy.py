@@ -182,6 +182,36 @@ def test_manifest_policies_deny_an_undiversified_spot_pool_and_a_privileged_pod(
     assert ("kiln-namespace-labels", p.DENY) in denied
 
 
+@pytest.mark.parametrize(
+    ("annotations", "denied"),
+    [
+        (None, False),
+        ({}, False),
+        ({"kiln.dev/do-not-disrupt": "end-to-end suite running"}, False),
+        ({"kiln.dev/terminate-check": "/ready"}, False),
+        ({"kiln.dev/do-not-disrupt": ""}, True),
+        ({"kiln.dev/do-not-disrupt": "   "}, True),
+    ],
+    ids=["no-annotations", "empty-annotations", "with-reason", "other", "empty", "blank"],
+)
+def test_a_do_not_disrupt_hold_without_a_reason_is_refused_at_admission(annotations, denied):
+    metadata = {"name": "app", "namespace": "payments-a"}
+    if annotations is not None:
+        metadata["annotations"] = annotations
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata,
+        "spec": {"selector": {"matchLabels": {"app": "app"}}, "template": {}},
+    }
+    result = p.evaluate(manifest_set(), [deployment])
+    verdicts = [v for v in result.verdicts if v.policy == "kiln-do-not-disrupt-reason"]
+    assert verdicts, "the policy matched the Deployment"
+    assert [v.outcome == p.DENY for v in verdicts] == [denied]
+    if denied:
+        assert "needs a reason" in verdicts[0].message
+
+
 def _policy_dir(tmp_path: Path, expression: str, name: str = "custom") -> Path:
     doc = {
         "apiVersion": "policies.kyverno.io/v1",

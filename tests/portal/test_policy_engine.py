@@ -181,3 +181,21 @@ def test_every_policy_expression_transpiles(policy_set):
         ]
         for expression in expressions:
             assert isinstance(p._program(expression), p._TranspiledRunner), (pf.name, expression)
+
+
+def test_a_filter_whose_predicate_fails_fails_the_policy_as_in_the_interpreter(monkeypatch):
+    """A NodePool requirement without its `key` makes the known-instance-types policy's
+    `filter()` fail: the interpreter errors, and so must the transpiled code (it once dropped
+    the failing element and allowed the pool)."""
+    policy_set = manifest_set()
+    pools = [m for m in composed("dev", (False, True, False), 0) if m.get("kind") == "NodePool"]
+    assert pools
+    broken = copy.deepcopy(pools[0])
+    requirements = broken["spec"]["template"]["spec"]["requirements"]
+    typed = [r for r in requirements if r.get("key") == "node.kubernetes.io/instance-type"]
+    del typed[0]["key"]
+    ours = {v[0]: v for v in verdicts(policy_set, [broken])}
+    theirs = {v[0]: v for v in interpreted_verdicts(policy_set, [broken], monkeypatch)}
+    name = "kiln-nodepool-known-instance-types"
+    assert theirs[name][2:] == (False, p.ERROR)
+    assert ours[name][2:] == (False, p.ERROR)

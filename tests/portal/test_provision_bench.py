@@ -64,3 +64,20 @@ def test_provision_bench_drives_every_request_to_ready_and_tears_it_down(
     bench = Environment.objects.filter(team__slug="kiln-bench")
     assert bench.count() == 12
     assert not bench.exclude(status__in=["DELETED", "TEARING_DOWN", "EXPIRING"]).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pool_smaller_than_the_clients_is_refused_with_the_size_it_needs(settings):
+    """Each client thread keeps a connection of the bench's process: with fewer pooled
+    connections than clients the run would wait on itself, so it is refused before it starts."""
+    env = {**subprocess_env(settings), "KILN_DB_POOL_MAX": "4"}
+    out = subprocess.run(
+        [sys.executable, "manage.py", "provision_bench", "--concurrency", "3", "--json"],
+        cwd=django_settings.BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode != 0
+    assert "--concurrency 3 needs KILN_DB_POOL_MAX >= 5 (it is 4)" in out.stderr

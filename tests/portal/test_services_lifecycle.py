@@ -70,12 +70,15 @@ def test_worker_killed_mid_apply_then_redelivered_ends_ready_without_duplicates(
     provision_environment.apply(args=(env.pk,)).get()  # and a duplicate delivery changes nothing
     env.refresh_from_db()
     assert env.status == Status.READY
-    assert SimulatedObject.objects.count() == len(env.manifests)
+    # The plan's objects and the sink token's Secret in the host; flow control in the tenant's.
+    assert SimulatedObject.objects.filter(cluster="").count() == len(env.manifests) + 1
+    assert SimulatedObject.objects.filter(cluster=f"{env.namespace}/{env.namespace}").count() == 2
     assert events(env, "portal.environment.readied") == 1
     assert events(env, "portal.environment.provisioning_started") == 1
     steps = {s.name: s for s in ProvisioningStep.objects.filter(environment=env)}
     assert steps["compose"].attempts == 1 and steps["apply"].attempts == 2
-    assert events(env, "portal.provisioning_step.completed") == 4
+    # compose, manifest-policy, apply, tenant-audit-token, tenant-flow-control, ready
+    assert events(env, "portal.provisioning_step.completed") == 6
     assert env.datastore_pool == "etcd-a1"
 
 

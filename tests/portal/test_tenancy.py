@@ -112,6 +112,51 @@ def test_control_plane_has_konnectivity_cert_sans_resources_and_the_audit_sink()
     }
 
 
+@pytest.mark.parametrize("env_class", ["dev", "prod"])
+def test_the_tenant_api_servers_own_flow_control_validates_and_bounds_every_service_account(
+    env_class,
+):
+    objects = c.tenant_flow_control(spec(**TCP, env_class=env_class, ttl_hours=48))
+    for manifest in objects:
+        validate(manifest)
+        assert "namespace" not in manifest["metadata"]  # cluster-scoped, in the tenant's cluster
+    by = by_kind(objects)
+    flow = by["FlowSchema"]["spec"]
+    assert flow["distinguisherMethod"] == {"type": "ByUser"}
+    assert (
+        flow["priorityLevelConfiguration"]["name"]
+        == by["PriorityLevelConfiguration"]["metadata"]["name"]
+    )
+    # Inside the tenant's API server: every service account of every namespace there.
+    assert flow["rules"][0]["subjects"] == [
+        {"kind": "Group", "group": {"name": "system:serviceaccounts"}}
+    ]
+    assert flow["rules"][0]["resourceRules"][0]["namespaces"] == ["*"]
+    assert "get" not in flow["rules"][0]["resourceRules"][0]["verbs"]
+    limited = by["PriorityLevelConfiguration"]["spec"]["limited"]
+    assert limited["nominalConcurrencyShares"] == (20 if env_class == "prod" else 10)
+    # Not part of the host cluster's plan: written through the tenant API server instead.
+    planned = {(m["kind"], m["metadata"]["name"]) for m in c.compose(spec(**TCP))}
+    assert not planned & {(m["kind"], m["metadata"]["name"]) for m in objects}
+
+
+def test_the_webhook_token_is_a_mounted_secret_file_never_in_the_plan():
+    manifests = c.compose(spec(**TCP))
+    deployment = by_kind(manifests)["TenantControlPlane"]["spec"]["controlPlane"]["deployment"]
+    webhook = yaml.safe_load(by_kind(manifests)["ConfigMap"]["data"]["webhook.kubeconfig"])
+    (user,) = webhook["users"]
+    assert user["user"] == {"tokenFile": "/etc/kiln/tenant-audit-token/token"}
+    assert "token" not in user["user"]  # no credential in a ConfigMap, or in Git
+    secret = c.audit_token_secret_name(spec(**TCP))
+    volume = next(v for v in deployment["additionalVolumes"] if "secret" in v)
+    assert volume["secret"] == {"secretName": secret}
+    mount = next(
+        m for m in deployment["additionalVolumeMounts"]["apiServer"] if m["name"] == volume["name"]
+    )
+    assert user["user"]["tokenFile"] == f"{mount['mountPath']}/{c.TOKEN_KEY}"
+    assert "Secret" not in {m["kind"] for m in manifests}
+
+
 def test_teardown_removes_the_cluster_scoped_flow_control_with_the_control_plane():
     assert {"FlowSchema", "PriorityLevelConfiguration", "TenantControlPlane"} <= set(
         c.CONTROL_PLANE_KINDS

@@ -78,6 +78,15 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts) -> None:
         started_at = benchjson.now()
+        # Every client thread keeps its connection, as a server's request threads do (the test
+        # client never hands it back), beside the watcher's and this thread's: a smaller pool
+        # leaves clients waiting for a connection no one returns.
+        pool, needed = getattr(settings, "KILN_DB_POOL_MAX", 0), opts["concurrency"] + 2
+        if 0 < pool < needed:
+            raise CommandError(
+                f"--concurrency {opts['concurrency']} needs KILN_DB_POOL_MAX >= {needed} (it is "
+                f"{pool}): each client thread holds a database connection of this process"
+            )
         app.conf.task_always_eager = False
         shared = str(app.conf.broker_url or "").startswith(("redis://", "rediss://", "amqp://"))
         opts["worker"] = opts["worker"] or ("prefork" if shared else "threads")
