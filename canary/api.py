@@ -4,6 +4,9 @@ The response serializers come first: they type every field of what the views ans
 (`canary.selectors` builds the rollout shapes, which the dashboard's stream shares);
 they describe and hold no rule. Services validate and answer 400 with the reason; the
 limits written here are theirs, documented for clients.
+
+A few lines past ~400: one thin view per rollout and service endpoint, each with the
+schema its clients read; the views share their helpers here rather than across files.
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ from kiln.api_fields import StrictCharField, StrictSlugField, StrictURLField
 from kiln.errors import InvalidInput, NotFound
 from kiln.identity.models import Team
 from kiln.identity.permissions import actor_from_request
-from kiln.openapi import documented, errors
+from kiln.openapi import PAGE_PARAMETERS, documented, errors, paginated
+from kiln.pagination import LimitOffsetPagination
 from portal.validation import DNS_LABEL_RE
 
 # --- responses ---------------------------------------------------------------------------
@@ -85,6 +89,9 @@ class RolloutOutput(serializers.Serializer):
 
     class Meta:
         ref_name = "Rollout"
+
+
+RolloutPageOutput = paginated(RolloutOutput, "RolloutPage")
 
 
 def _stat(help_text: str = "") -> serializers.FloatField:
@@ -245,9 +252,9 @@ class RolloutListCreateApi(APIView):
 
     @extend_schema(
         operation_id="rollouts_list",
-        description="The 200 newest rollouts the caller may see.",
-        parameters=[OpenApiParameter("status", str, enum=RolloutStatus.values)],
-        responses=RolloutOutput(many=True),
+        description="The rollouts the caller may see, newest first, a page at a time.",
+        parameters=[OpenApiParameter("status", str, enum=RolloutStatus.values), *PAGE_PARAMETERS],
+        responses=RolloutPageOutput,
     )
     def get(self, request):
         actor = actor_from_request(request)
@@ -258,7 +265,9 @@ class RolloutListCreateApi(APIView):
                 extra={"fields": {"status": [f"One of {', '.join(RolloutStatus.values)}."]}},
             )
         rollouts = selectors.rollout_list(viewer=actor, status=status)
-        return Response([selectors.rollout_summary(r) for r in rollouts[:200]])
+        paginator = LimitOffsetPagination()
+        page = paginator.paginate_queryset(rollouts, request, view=self)
+        return paginator.get_paginated_response([selectors.rollout_summary(r) for r in page])
 
     @extend_schema(
         operation_id="rollouts_create",

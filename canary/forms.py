@@ -9,6 +9,7 @@ from django import forms
 from canary.models import Service
 from canary.sequential import AnalysisConfig
 from canary.services.validation import MAX_EXTENSION_TICKS
+from kiln.form_errors import values_for_service
 
 DEFAULTS = AnalysisConfig()
 
@@ -22,8 +23,21 @@ class RolloutStartForm(forms.Form):
     steps = forms.CharField(
         initial="5, 25, 50, 100", help_text="canary weights in percent, increasing, ending at 100"
     )
-    ticks_per_step = forms.IntegerField(min_value=1, max_value=1000, initial=8)
-    tick_seconds = forms.FloatField(min_value=0.2, max_value=3600, initial=60.0, label="Tick (s)")
+    ticks_per_step = forms.IntegerField(
+        min_value=1,
+        max_value=1000,
+        initial=8,
+        help_text="how many ticks the canary holds each step's weight before the next step; "
+        "a tick is one analysis of the canary against the baseline (requests, errors, latency)",
+    )
+    tick_seconds = forms.FloatField(
+        min_value=0.2,
+        max_value=3600,
+        initial=60.0,
+        label="Tick length (s)",
+        help_text="seconds between two analyses: each tick compares the metrics the canary "
+        "and the baseline served in that window; a step lasts ticks per step × this",
+    )
     alpha = forms.FloatField(
         initial=DEFAULTS.alpha, label="α (false rollback)", help_text="error SPRT, in (0, 0.5)"
     )
@@ -54,15 +68,21 @@ class RolloutStartForm(forms.Form):
             raise forms.ValidationError("whole numbers separated by commas") from exc
 
     def rollout_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of `services.rollout_create` (only settings that differ from the defaults)."""
-        d = self.cleaned_data
+        """Keyword arguments of `services.rollout_create` (only settings that differ from the defaults).
+
+        A field Django refused keeps its raw text, for the service to check the others
+        around it (`kiln.form_errors`); a refused analysis setting is left out of `config`,
+        so it does not hide the next one's problem.
+        """
+        d = values_for_service(self)
+        cleaned = self.cleaned_data
         config = {
-            k: d[k]
+            k: cleaned[k]
             for k in ("alpha", "beta", "error_ratio", "median_ratio", "tail_ratio")
-            if d.get(k) is not None and d[k] != getattr(DEFAULTS, k)
+            if cleaned.get(k) is not None and cleaned[k] != getattr(DEFAULTS, k)
         }
-        if d.get("max_ticks"):
-            config["max_ticks"] = d["max_ticks"]
+        if cleaned.get("max_ticks"):
+            config["max_ticks"] = cleaned["max_ticks"]
         return {
             "service": d["service"],
             "baseline_version": d["baseline_version"],

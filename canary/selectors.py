@@ -29,13 +29,13 @@ def _one(rows: QuerySet, key: Any, what: str) -> Any:
 
 
 def rollout_list(*, viewer: Actor, status: str | None = None) -> QuerySet[Rollout]:
-    """Rollouts the viewer may see, newest first."""
+    """Rollouts the viewer may see, newest first (ties by id: pages do not overlap)."""
     qs = Rollout.objects.select_related("service__team")
     if not _sees_every_team(viewer):
         qs = qs.filter(service__team__slug__in=list(viewer.teams))
     if status:
         qs = qs.filter(status=status)
-    return qs.order_by("-created_at")
+    return qs.order_by("-created_at", "-pk")
 
 
 def rollout_get(*, viewer: Actor, rollout_id: Any) -> Rollout:
@@ -160,6 +160,7 @@ def rollout_analysis_view(rollout: Rollout) -> dict[str, Any]:
         "llr_upper": a.get("llr_upper"),
         "cusum_threshold": a.get("cusum_threshold"),
         "channels": rows,
+        "labels": CHANNEL_LABELS,
         "requests_needed": a.get("requests_needed"),
         "minutes_needed": a.get("minutes_needed"),
         "empty_ticks": a.get("empty_ticks"),
@@ -181,11 +182,16 @@ def _decision_item(dec) -> dict[str, Any]:
     }
 
 
+def rollout_ticks(rollout: Rollout) -> list[dict[str, Any]]:
+    """Every analysed tick's statistics, in tick order (what the charts and their tables show)."""
+    return [_tick_point(t) for t in rollout.ticks.order_by("number")]
+
+
 def rollout_series(rollout: Rollout) -> dict[str, Any]:
     """Everything the dashboard draws: state, every tick's statistics, every decision."""
     return {
         "rollout": rollout_summary(rollout),
-        "ticks": [_tick_point(t) for t in rollout.ticks.order_by("number")],
+        "ticks": rollout_ticks(rollout),
         "decisions": [_decision_item(d) for d in rollout.decisions.order_by("created_at", "id")],
     }
 

@@ -4,29 +4,34 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
 from canary import selectors, services
+from canary.charts import chart_tables
 from canary.forms import RolloutActionForm, RolloutStartForm
 from canary.models import RolloutStatus
 from kiln.errors import KilnError, NotFound
+from kiln.form_errors import add_service_errors
 from kiln.identity.permissions import actor_from_request, can_manage_rollout, can_promote_rollout
 
 
 @login_required
 def rollout_list(request):
-    """Every rollout the viewer may see, newest first."""
+    """Every rollout the viewer may see, newest first, 25 a page."""
     actor = actor_from_request(request)
     status = request.GET.get("status") or None
     if status not in RolloutStatus.values:
         status = None
-    rollouts = selectors.rollout_list(viewer=actor, status=status)[:200]
+    page = Paginator(selectors.rollout_list(viewer=actor, status=status), 25).get_page(
+        request.GET.get("page")
+    )
     return render(
         request,
         "canary/rollouts/list.html",
-        {"rollouts": rollouts, "status": status or "", "statuses": RolloutStatus.choices},
+        {"rollouts": page, "page": page, "status": status or "", "statuses": RolloutStatus.choices},
     )
 
 
@@ -36,28 +41,33 @@ def rollout_new(request):
     """Start a rollout of a service the viewer's team owns."""
     actor = actor_from_request(request)
     form = RolloutStartForm(request.POST or None, services=selectors.service_list(viewer=actor))
-    if request.method == "POST" and form.is_valid():
-        try:
-            rollout = services.rollout_create(actor=actor, **form.rollout_kwargs())
-        except KilnError as exc:
-            _form_errors(form, exc)
-        else:
-            messages.success(request, f"Rollout of {rollout.canary_version} started.")
-            return redirect("canary:rollout-detail", rollout_id=rollout.pk)
+    if request.method == "POST":
+        kwargs = form.rollout_kwargs()
+        # The service's checks run on every field Django accepted: all problems in one round.
+        _show_errors(
+            form,
+            services.rollout_field_errors(**{k: v for k, v in kwargs.items() if k != "service"}),
+        )
+        if form.is_valid():
+            try:
+                rollout = services.rollout_create(actor=actor, **kwargs)
+            except KilnError as exc:
+                _show_errors(form, exc.extra.get("fields") or {})
+                if not exc.extra.get("fields"):
+                    form.add_error(None, exc.message)
+            else:
+                messages.success(request, f"Rollout of {rollout.canary_version} started.")
+                return redirect("canary:rollout-detail", rollout_id=rollout.pk)
     return render(
         request, "canary/rollouts/new.html", {"form": form}, status=400 if form.errors else 200
     )
 
 
-def _form_errors(form, exc: KilnError) -> None:
-    fields = exc.extra.get("fields") or {}
-    for field, message in fields.items():
-        name = field.removeprefix("config.")
-        if field == "config" and any(k.startswith("config.") for k in fields):
-            continue  # said once, on the setting itself
-        form.add_error(name if name in form.fields else None, message)
-    if not fields:
-        form.add_error(None, exc.message)
+def _show_errors(form, fields: dict) -> None:
+    """The service's field errors on the form (`config.alpha` on α), each problem said once."""
+    if any(k.startswith("config.") for k in fields):
+        fields = {k: v for k, v in fields.items() if k != "config"}  # said on the setting itself
+    add_service_errors(form, fields, field_of=lambda key: key.removeprefix("config."))
 
 
 def _visible(request, rollout_id):
@@ -69,7 +79,8 @@ def _visible(request, rollout_id):
 
 @login_required
 def rollout_detail(request, rollout_id):
-    """One rollout: facts, the analysis in words, the live charts, the decisions, the controls."""
+    """One rollout: facts, the analysis in words, the live charts and their tables, the
+    decisions, the controls."""
     rollout = _visible(request, rollout_id)
     actor = actor_from_request(request)
     return render(
@@ -79,6 +90,7 @@ def rollout_detail(request, rollout_id):
             "rollout": rollout,
             "decisions": rollout.decisions.order_by("created_at", "id"),
             "analysis": selectors.rollout_analysis_view(rollout),
+            "charts": chart_tables(selectors.rollout_ticks(rollout)),
             "can_manage": can_manage_rollout(actor, rollout.service.team.slug),
             "can_promote": can_promote_rollout(actor),
             "action_form": RolloutActionForm(),

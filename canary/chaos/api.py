@@ -29,7 +29,7 @@ class StopConditionSerializer(serializers.Serializer):
     threshold = serializers.FloatField(required=False, min_value=0)
 
     class Meta:
-        ref_name = "ExperimentStopConditionInput"
+        ref_name = "ExperimentStopConditionSpec"
 
 
 def experiment_payload(exp: ChaosExperiment, *, with_injections: bool = False) -> dict[str, Any]:

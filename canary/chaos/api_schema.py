@@ -13,6 +13,7 @@ from canary.chaos.models import ExperimentStatus, FaultKind, InjectionState
 from kiln.openapi import paginated
 
 EXPERIMENT_STATUSES = ExperimentStatus.values
+INJECTION_STATES = InjectionState.values  # the schema's InjectionStateEnum
 
 
 class MagnitudeOutput(serializers.Serializer):
@@ -76,7 +77,7 @@ class InjectionOutput(serializers.Serializer):
     id = serializers.IntegerField()
     holder = serializers.CharField()
     term = serializers.IntegerField(min_value=0)
-    state = serializers.ChoiceField(choices=InjectionState.values)
+    state = serializers.ChoiceField(choices=INJECTION_STATES)
     objects = serializers.ListField(child=serializers.JSONField())
     targets = serializers.ListField(child=serializers.JSONField())
     created_at = serializers.DateTimeField()

@@ -18,6 +18,7 @@ from canary.chaos import selectors as chaos_selectors
 from canary.chaos import services as chaos_services
 from canary.chaos.models import ExperimentStatus, FaultKind
 from kiln.errors import KilnError, NotFound
+from kiln.form_errors import add_service_errors, values_for_service
 from kiln.identity.permissions import ENGINEER, actor_from_request, can_run_chaos, has_role
 
 
@@ -58,13 +59,16 @@ class ExperimentForm(forms.Form):
         return pairs
 
     def experiment_data(self) -> dict[str, Any]:
-        d = self.cleaned_data
+        """The service's `data`: a field Django refused keeps its raw text, for the service to
+        check the others around it (`kiln.form_errors`); a refused stop condition is left out."""
+        d = values_for_service(self)
+        cleaned = self.cleaned_data
         conds: list[dict[str, Any]] = []
-        if d.get("stop_error_rate") is not None:
-            conds.append({"kind": "error-rate-above", "threshold": d["stop_error_rate"]})
-        if d.get("stop_p99_ms") is not None:
-            conds.append({"kind": "latency-p99-above-ms", "threshold": d["stop_p99_ms"]})
-        if d.get("stop_on_rollback"):
+        if cleaned.get("stop_error_rate") is not None:
+            conds.append({"kind": "error-rate-above", "threshold": cleaned["stop_error_rate"]})
+        if cleaned.get("stop_p99_ms") is not None:
+            conds.append({"kind": "latency-p99-above-ms", "threshold": cleaned["stop_p99_ms"]})
+        if cleaned.get("stop_on_rollback"):
             conds.append({"kind": "canary-rolled-back"})
         keys = (
             "name namespace selector service fault delay_ms abort_http_status percent "
@@ -115,17 +119,20 @@ def experiment_create(request: HttpRequest) -> HttpResponse:
     if not has_role(actor, ENGINEER):
         raise PermissionDenied("Only engineers and platform admins run chaos experiments.")
     form = ExperimentForm(request.POST or None)
-    if request.method == "POST" and form.is_valid():
-        try:
-            exp = chaos_services.experiment_create(actor=actor, data=form.experiment_data())
-        except KilnError as exc:
-            for field, message in (exc.extra.get("fields") or {}).items():
-                form.add_error(field if field in form.fields else None, message)
-            if not exc.extra.get("fields"):
-                form.add_error(None, exc.message)
-        else:
-            messages.success(request, f"Experiment {exp.name} started.")
-            return redirect("chaos:experiment-detail", experiment_id=exp.pk)
+    if request.method == "POST":
+        data = form.experiment_data()
+        # The service's checks run on every field Django accepted: all problems in one round.
+        add_service_errors(form, chaos_services.experiment_errors(actor=actor, data=data))
+        if form.is_valid():
+            try:
+                exp = chaos_services.experiment_create(actor=actor, data=data)
+            except KilnError as exc:
+                add_service_errors(form, exc.extra.get("fields") or {})
+                if not exc.extra.get("fields"):
+                    form.add_error(None, exc.message)
+            else:
+                messages.success(request, f"Experiment {exp.name} started.")
+                return redirect("chaos:experiment-detail", experiment_id=exp.pk)
     return render(request, "chaos/create.html", {"form": form}, status=400 if form.errors else 200)
 
 

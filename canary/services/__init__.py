@@ -14,7 +14,13 @@ One module per concern, re-exported here so callers write `services.rollout_crea
 from canary.services.config import MAX_DURATION_FACTOR, analysis_config, analysis_steps
 from canary.services.observations import observation_push
 from canary.services.registry import service_create, service_set_simulated_regression
-from canary.services.rollouts import ANALYZER, rollout_create, rollout_tick, rollouts_tick_due
+from canary.services.rollouts import (
+    ANALYZER,
+    rollout_create,
+    rollout_field_errors,
+    rollout_tick,
+    rollouts_tick_due,
+)
 from canary.services.steering import rollout_abort, rollout_extend, rollout_promote, rollout_retry
 from canary.services.stream import broadcast, group_name
 from canary.services.validation import CONFIG_KEYS, MAX_EXTENSION_TICKS, MAX_LATENCY_SAMPLES
@@ -33,6 +39,7 @@ __all__ = [
     "rollout_abort",
     "rollout_create",
     "rollout_extend",
+    "rollout_field_errors",
     "rollout_promote",
     "rollout_retry",
     "rollout_tick",

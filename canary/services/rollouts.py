@@ -54,6 +54,9 @@ from kiln.identity.permissions import (
 from kiln.observability import current_trace_id, tracer
 
 ANALYZER = system_actor("canary-analyzer")
+DEFAULT_STEPS = (5, 25, 50, 100)
+# AnalysisConfig settings checked against the planned steps' length (the horizon).
+HORIZON_KEYS = frozenset({"warmup_ticks", "horizon_ticks", "max_ticks"})
 
 
 def rollout_create(
@@ -76,36 +79,29 @@ def rollout_create(
         raise Forbidden("only engineers of the owning team roll out its services")
     require_namespace_of(service.team.slug, service.namespace)
     require_service_host(service.host, service.namespace)
-    steps = [5, 25, 50, 100] if steps is None else steps
+    steps = list(DEFAULT_STEPS) if steps is None else steps
     config = {} if config is None else config
-    errors = rollout_errors(
-        steps=steps, ticks_per_step=ticks_per_step, tick_seconds=tick_seconds, config=config
+    errors = rollout_field_errors(
+        baseline_version=baseline_version,
+        canary_version=canary_version,
+        steps=steps,
+        ticks_per_step=ticks_per_step,
+        tick_seconds=tick_seconds,
+        config=config,
     )
-    errors |= dns_label_errors(baseline_version=baseline_version, canary_version=canary_version)
-    if not errors and baseline_version == canary_version:
-        errors["canary_version"] = ["must differ from baseline_version"]
+    if errors:
+        raise InvalidInput("The rollout is invalid.", extra={"fields": errors})
     rollout = Rollout(
         service=service,
         baseline_version=baseline_version,
         canary_version=canary_version,
         steps=steps,
         ticks_per_step=ticks_per_step,
-        tick_seconds=float(tick_seconds) if not errors.get("tick_seconds") else 60.0,
+        tick_seconds=float(tick_seconds),
         config=config,
         seed=seed if seed is not None else random.SystemRandom().randrange(1, 2**62),
         created_by_id=actor.user_id,
     )
-    if not errors:
-        try:
-            analysis_config(rollout)
-        except ConfigError as exc:
-            # Named twice: the config object, and the setting within it.
-            errors["config"] = [str(exc)]
-            errors[f"config.{exc.field}"] = [exc.message]
-        except (TypeError, ValueError) as exc:
-            errors["config"] = [str(exc)]
-    if errors:
-        raise InvalidInput("The rollout is invalid.", extra={"fields": errors})
     with transaction.atomic():
         Service.objects.select_for_update().get(pk=service.pk)
         if Rollout.objects.filter(service=service, status__in=ROLLOUT_OPEN_STATUSES).exists():
@@ -115,6 +111,49 @@ def rollout_create(
         record(actor, "canary.rollout.created", rollout, _rollout_data(rollout))
         transaction.on_commit(lambda: enqueue_tick(rollout.pk, 0, countdown=0))
     return rollout
+
+
+def rollout_field_errors(
+    *,
+    baseline_version: Any,
+    canary_version: Any,
+    steps: Any,
+    ticks_per_step: Any,
+    tick_seconds: Any,
+    config: Any,
+) -> dict[str, list[str]]:
+    """Every problem of a rollout's settings by field, empty when it may start: its steps,
+    tick settings, versions and the AnalysisConfig they and its overrides make.
+
+    An impossible setting is named twice: `config` and `config.<setting>`. When the steps
+    or tick settings are wrong, the overrides are still checked, on the default steps,
+    except those measured against the steps' horizon (`HORIZON_KEYS`).
+    """
+    errors = rollout_errors(
+        steps=steps, ticks_per_step=ticks_per_step, tick_seconds=tick_seconds, config=config
+    )
+    errors |= dns_label_errors(baseline_version=baseline_version, canary_version=canary_version)
+    if not errors.keys() & {"baseline_version", "canary_version"} and (
+        baseline_version == canary_version
+    ):
+        errors["canary_version"] = ["must differ from baseline_version"]
+    if "config" in errors:
+        return errors
+    planned = not errors.keys() & {"steps", "ticks_per_step", "tick_seconds"}
+    probe = Rollout(
+        steps=steps if planned else list(DEFAULT_STEPS),
+        ticks_per_step=ticks_per_step if planned else 8,
+        tick_seconds=float(tick_seconds) if planned else 60.0,
+        config=config if planned else {k: v for k, v in config.items() if k not in HORIZON_KEYS},
+    )
+    try:
+        analysis_config(probe)
+    except ConfigError as exc:
+        errors["config"] = [str(exc)]
+        errors[f"config.{exc.field}"] = [exc.message]
+    except (TypeError, ValueError) as exc:
+        errors["config"] = [str(exc)]
+    return errors
 
 
 def _rollout_data(rollout: Rollout) -> dict[str, Any]:

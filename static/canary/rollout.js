@@ -1,4 +1,4 @@
-/* Live rollout dashboard: four uPlot charts and the decision list, fed by /ws/rollouts/<id>/. */
+/* Live rollout dashboard: four uPlot charts with their data tables, the per-channel evidence and the decision list, fed by /ws/rollouts/<id>/. */
 (function () {
   "use strict";
   var root = document.getElementById("rollout");
@@ -8,25 +8,118 @@
   var seenDecisions = {};   // decision id -> true
   var charts = {};
 
-  function col(name) { return ticks.map(function (t) { return t[name]; }); }
+  // Each chart's series come from its data table's header (canary/charts.py defines them);
+  // only the line styles live here.
+  var STYLE = {
+    weight: { stroke: "#2563eb" },
+    baseline_error_rate: { stroke: "#6b7280" },
+    canary_error_rate: { stroke: "#dc2626" },
+    llr: { stroke: "#7c3aed" },
+    llr_upper: { stroke: "#dc2626", dash: [6, 4] },
+    llr_lower: { stroke: "#16a34a", dash: [6, 4] },
+    cusum: { stroke: "#ea580c" },
+    cusum_threshold: { stroke: "#dc2626", dash: [6, 4] }
+  };
+  var NO_EVIDENCE = "\u2014";
+
+  var defs = {};
+  document.querySelectorAll("table.chart-table").forEach(function (table) {
+    var series = [];
+    table.querySelectorAll("thead th[data-key]").forEach(function (th) {
+      var key = th.getAttribute("data-key");
+      if (key === "tick") { return; }
+      var style = STYLE[key] || { stroke: "#374151" };
+      series.push({ key: key, label: th.textContent, stroke: style.stroke, dash: style.dash,
+        scale: Number(th.getAttribute("data-scale") || 1),
+        decimals: Number(th.getAttribute("data-decimals") || 0) });
+    });
+    var name = table.getAttribute("data-chart");
+    defs[name] = { el: "chart-" + name, table: table, series: series };
+  });
+
+  function col(name, scale) {
+    return ticks.map(function (t) {
+      var v = t[name];
+      return v === null || v === undefined ? null : v * (scale || 1);
+    });
+  }
   function xs() { return col("tick"); }
 
-  var defs = {
-    weight: { el: "chart-weight", series: [{ label: "canary %", stroke: "#2563eb", key: "weight" }] },
-    errors: { el: "chart-errors", series: [
-      { label: "baseline", stroke: "#6b7280", key: "baseline_error_rate" },
-      { label: "canary", stroke: "#dc2626", key: "canary_error_rate" }] },
-    sprt: { el: "chart-sprt", series: [
-      { label: "LLR", stroke: "#7c3aed", key: "llr" },
-      { label: "roll back at", stroke: "#dc2626", dash: [6, 4], key: "llr_upper" },
-      { label: "accept at", stroke: "#16a34a", dash: [6, 4], key: "llr_lower" }] },
-    cusum: { el: "chart-cusum", series: [
-      { label: "CUSUM", stroke: "#ea580c", key: "cusum" },
-      { label: "threshold", stroke: "#dc2626", dash: [6, 4], key: "cusum_threshold" }] }
-  };
+  // As canary.charts.cell: null is no evidence, else scaled to fixed decimals.
+  function cell(v, s) {
+    return v === null || v === undefined ? NO_EVIDENCE : (v * s.scale).toFixed(s.decimals);
+  }
 
+  // The traffic the rollout moved to after its last analysed tick (promoted to 100%, rolled
+  // back to 0%, the next step) is no tick of its own: the weight chart draws it as one more
+  // point, so its line ends where the header's "Canary traffic" says.
   function data(def) {
-    return [xs()].concat(def.series.map(function (s) { return col(s.key); }));
+    var out = [xs()].concat(def.series.map(function (s) { return col(s.key, s.scale); }));
+    var now = Number(root.dataset.weight);
+    var last = ticks.length ? ticks[ticks.length - 1] : null;
+    var hasWeight = def.series.some(function (s) { return s.key === "weight"; });
+    if (hasWeight && last && root.dataset.weight !== undefined && last.weight !== now) {
+      out[0] = out[0].concat([last.tick + 1]);
+      def.series.forEach(function (s, i) {
+        out[i + 1] = out[i + 1].concat([s.key === "weight" ? now * s.scale : null]);
+      });
+    }
+    return out;
+  }
+
+  // The per-channel evidence table and the bounds, from the rollout's latest analysis
+  // (the same cells the page renders: canary/rollouts/detail.html).
+  var channelTable = document.getElementById("channels");
+  function badgeCell(row, accepted) {
+    var cellEl = document.createElement("td");
+    var b = document.createElement("span");
+    b.className = accepted ? "badge ok" : "badge muted";
+    b.textContent = accepted ? "yes" : "not yet";
+    cellEl.appendChild(b);
+    row.appendChild(cellEl);
+  }
+  function fixed(v, digits) { return v === null || v === undefined ? NO_EVIDENCE : Number(v).toFixed(digits); }
+  function showChannels(a) {
+    if (!channelTable || !a || !a.channels) { return; }
+    var rows = document.createDocumentFragment();
+    Object.keys(a.channels).forEach(function (ch) {
+      var c = a.channels[ch];
+      var tr = document.createElement("tr");
+      tr.setAttribute("data-channel", ch);
+      td(tr, channelTable.getAttribute("data-label-" + ch) || ch);
+      td(tr, fixed(c.llr, 2));
+      badgeCell(tr, c.accepted);
+      td(tr, fixed(c.cusum, 2));
+      td(tr, "\u00d7" + c.ratio);
+      td(tr, c.accepted ? "0" : (c.requests_needed === null || c.requests_needed === undefined)
+        ? "no traffic yet" : String(Math.round(c.requests_needed)));
+      td(tr, c.accepted ? "0" : (c.minutes_needed === null || c.minutes_needed === undefined)
+        ? NO_EVIDENCE : String(c.minutes_needed));
+      rows.appendChild(tr);
+    });
+    channelTable.tBodies[0].replaceChildren(rows);
+    var bounds = document.getElementById("rollout-bounds");
+    if (bounds && a.llr_lower !== null && a.llr_lower !== undefined) {
+      bounds.textContent = "Accept bound " + fixed(a.llr_lower, 2) + " \u00b7 rollback bound " +
+        fixed(a.llr_upper, 2) + (a.cusum_threshold ? " \u00b7 CUSUM threshold " + fixed(a.cusum_threshold, 1) : "");
+    }
+  }
+
+  function fillTable(def) {
+    var body = def.table.tBodies[0];
+    if (!ticks.length) { return; }  // keep "No analysed tick yet."
+    var rows = document.createDocumentFragment();
+    ticks.forEach(function (t) {
+      var tr = document.createElement("tr");
+      tr.setAttribute("data-tick", String(t.tick));
+      var th = document.createElement("th");
+      th.setAttribute("scope", "row");
+      th.textContent = String(t.tick);
+      tr.appendChild(th);
+      def.series.forEach(function (s) { td(tr, cell(t[s.key], s)); });
+      rows.appendChild(tr);
+    });
+    body.replaceChildren(rows);
   }
 
   function build() {
@@ -47,7 +140,15 @@
   }
 
   function redraw() {
-    Object.keys(defs).forEach(function (name) { charts[name].setData(data(defs[name])); });
+    Object.keys(defs).forEach(function (name) {
+      var drawn = data(defs[name]);
+      charts[name].setData(drawn);
+      fillTable(defs[name]);
+      defs[name].series.forEach(function (s, i) {
+        var ys = drawn[i + 1];
+        if (s.key === "weight" && ys.length) { root.dataset.drawnWeight = String(ys[ys.length - 1]); }
+      });
+    });
     root.dataset.points = String(ticks.length);
   }
 
@@ -60,7 +161,7 @@
     ticks.sort(function (a, b) { return a.tick - b.tick; });
   }
 
-  function cell(row, text) { var td = document.createElement("td"); td.textContent = text; row.appendChild(td); }
+  function td(row, text) { var el = document.createElement("td"); el.textContent = text; row.appendChild(el); }
 
   function addDecisions(list) {
     var body = document.querySelector("#decisions tbody");
@@ -73,8 +174,8 @@
       var tr = document.createElement("tr");
       tr.setAttribute("data-decision-id", String(d.id));
       tr.className = "fresh";
-      cell(tr, String(d.tick)); cell(tr, d.kind); cell(tr, d.from_weight + "% → " + d.to_weight + "%");
-      cell(tr, d.actor); cell(tr, d.reason);
+      td(tr, String(d.tick)); td(tr, d.kind); td(tr, d.from_weight + "% → " + d.to_weight + "%");
+      td(tr, d.actor); td(tr, d.reason);
       body.appendChild(tr);
     });
   }
@@ -97,9 +198,12 @@
       return;
     }
     root.dataset.status = r.status;
+    root.dataset.weight = String(r.weight);
     if (r.finished) { finished = true; setStream("finished", "muted"); }
+    showChannels(r.analysis);
     var needed = document.getElementById("rollout-needed");
     if (needed && r.requests_needed) {
+      needed.className = "small";
       needed.textContent = "Requests still needed to promote: about " + Math.round(r.requests_needed) +
         " canary requests (~" + r.minutes_needed + " min at current traffic).";
     }

@@ -115,11 +115,45 @@ def test_rollouts_of_other_teams_are_invisible(api_client_for, alice, service):
     rollout_id = _create(alice, service).json()["id"]
     bob = api_client_for("engineer", sub="bob", team="search")
     assert bob.get(f"/api/v1/rollouts/{rollout_id}/").status_code == 404
-    assert bob.get("/api/v1/rollouts/").json() == []
-    assert [r["id"] for r in alice.get("/api/v1/rollouts/").json()] == [rollout_id]
+    assert bob.get("/api/v1/rollouts/").json()["results"] == []
+    assert [r["id"] for r in alice.get("/api/v1/rollouts/").json()["results"]] == [rollout_id]
     auditor = api_client_for("auditor", sub="erin")
     detail = auditor.get(f"/api/v1/rollouts/{rollout_id}/").json()
     assert detail["rollout"]["id"] == rollout_id and detail["ticks"] == []
+
+
+def test_the_list_is_paged_newest_first_with_every_rollout_once(alice, teams):
+    ids = []
+    for i in range(5):  # one open rollout a service: five services
+        service = services.service_create(
+            actor=ADMIN, team=teams["payments"], name=f"svc{i}", namespace="shop"
+        )
+        ids.append(_create(alice, service).json()["id"])
+    first = alice.get("/api/v1/rollouts/", {"limit": 2}).json()
+    assert first["count"] == 5 and first["previous"] is None
+    assert [r["id"] for r in first["results"]] == ids[::-1][:2]
+    assert first["next"].endswith("/api/v1/rollouts/?limit=2&offset=2")
+    seen = [r["id"] for r in first["results"]]
+    url = first["next"]
+    while url:
+        page = alice.get(url).json()
+        seen += [r["id"] for r in page["results"]]
+        url = page["next"]
+    assert seen == ids[::-1]  # every rollout once, newest first
+    pending = alice.get("/api/v1/rollouts/", {"status": "pending", "limit": 1}).json()
+    assert pending["count"] == 5 and len(pending["results"]) == 1
+    assert pending["results"][0]["service"]["name"] == "svc4"
+    assert alice.get("/api/v1/rollouts/").json()["count"] == 5  # default limit 50
+
+
+@pytest.mark.parametrize(
+    "query", [{"limit": 0}, {"limit": 501}, {"limit": "ten"}, {"offset": -1}, {"offset": "x"}]
+)
+def test_a_bad_page_is_a_400_naming_the_parameter(alice, service, query):
+    _create(alice, service)
+    response = alice.get("/api/v1/rollouts/", query)
+    assert response.status_code == 400
+    assert set(response.json()["extra"]["fields"]) == set(query)
 
 
 def test_abort_is_for_engineers_of_the_team(api_client_for, alice, service):

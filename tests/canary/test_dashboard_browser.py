@@ -25,8 +25,12 @@ def _post(server, path: str, body: dict, token: str) -> dict:
         return json.loads(response.read())
 
 
-def _wait_until(check, timeout: float = 30.0) -> None:
-    """Poll the page from Python (the CSP forbids the eval that wait_for_function needs)."""
+def _wait_until(check, timeout: float = 90.0) -> None:
+    """Poll the page from Python (the CSP forbids the eval that wait_for_function needs).
+
+    Generous: in a fresh checkout the server's first cluster tick compiles the extender's
+    kernels (numba, about 4 s of CPU on an idle machine, cached after), during which the
+    in-process worker's rollout ticks wait; this test is about what the stream carries."""
     deadline = time.monotonic() + timeout
     while not check():
         assert time.monotonic() < deadline, "the dashboard did not update in time"
@@ -35,6 +39,10 @@ def _wait_until(check, timeout: float = 30.0) -> None:
 
 def test_rollout_page_streams_ticks_and_decisions(kiln, browser_page):  # noqa: F811
     admin = kiln.tokens["platform-admin"]
+    # Signed in before the rollout starts: with this much traffic it has its evidence a few
+    # ticks after the first step, and the page must be open while it is still live.
+    page = browser_page.page
+    browser_page.login("alice")
     name = f"e2e-{uuid.uuid4().hex[:8]}"
     service = _post(
         kiln,
@@ -56,24 +64,36 @@ def test_rollout_page_streams_ticks_and_decisions(kiln, browser_page):  # noqa: 
             "baseline_version": "v1",
             "canary_version": "v2",
             "steps": [5, 25, 50, 100],
-            "ticks_per_step": 3,
+            "ticks_per_step": 8,
             "tick_seconds": 1.0,
         },
         admin,
     )
-    page = browser_page.page
-    browser_page.login("alice")
     browser_page.goto("/rollouts/")
     page.click(f"a[href='/rollouts/{rollout['id']}/']")
     page.wait_for_selector("#stream-state.ok", timeout=15_000)
     # The chart grows tick by tick and the step-ups arrive as decisions, all over the websocket.
     _wait_until(lambda: int(page.get_attribute("#rollout", "data-points") or 0) >= 4)
+    # Each chart's data table grows with it: one row a tick, in the same redraw.
+    rows, points = page.evaluate(
+        "() => [document.querySelectorAll('#table-weight tbody tr[data-tick]').length,"
+        " Number(document.getElementById('rollout').dataset.points)]"
+    )
+    assert rows == points >= 4
+    # The per-channel evidence and the bounds are filled live too, not only once finished.
+    if page.get_attribute("#rollout", "data-finished") != "true":
+        _wait_until(lambda: page.locator("#channels tbody tr[data-channel]").count() == 3)
+        assert page.inner_text("#rollout-bounds").startswith("Accept bound ")
     _wait_until(lambda: page.locator("#decisions tr[data-decision-id]").count() >= 2)
     assert page.locator(".uplot").count() == 4
     kinds = page.locator("#decisions tr[data-decision-id] td:nth-child(2)").all_inner_texts()
-    assert kinds[:2] == ["started", "step_advanced"]
+    # Started, then step-ups until promoted: on a slow machine a tick covers more traffic, and
+    # the evidence can promote it from its first step, so no step-up is guaranteed.
+    assert kinds[0] == "started" and set(kinds[1:]) <= {"step_advanced", "promoted"}, kinds
     page.wait_for_selector("#rollout-status .badge[data-status='promoted']", timeout=40_000)
     assert page.locator("#rollout-weight").inner_text() == "100%"
+    # The traffic chart ends at the promotion's 100%, not at the last analysed step.
+    _wait_until(lambda: page.get_attribute("#rollout", "data-drawn-weight") == "100")
     browser_page.screenshot("canary-rollout")
     browser_page.assert_clean()
 
@@ -82,11 +102,11 @@ def test_standalone_demo_promotes_one_rollout_and_rolls_back_the_other(kiln):  #
     admin = kiln.tokens["platform-admin"]
     deadline = time.monotonic() + 60
     while True:
-        status, rollouts = kiln.get_json("/api/v1/rollouts/", token=admin)
+        status, page = kiln.get_json("/api/v1/rollouts/?limit=500", token=admin)
         assert status == 200
         outcome = {
             r["service"]["name"]: r["status"]
-            for r in rollouts
+            for r in page["results"]
             if r["service"]["name"] in ("checkout", "search-api")  # the demo's own rollouts
         }
         if outcome == {"checkout": "promoted", "search-api": "rolled_back"}:

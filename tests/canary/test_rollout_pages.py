@@ -8,11 +8,12 @@ from django.contrib.auth.models import Group
 from django.urls import reverse
 
 from audit.models import OutboxEvent
-from canary import services
+from canary import selectors, services
 from canary.models import Rollout, RolloutStatus
 from kiln.identity.models import Membership, Team
 from kiln.identity.permissions import PLATFORM_ADMIN, Actor
 from tests.canary.test_ownership_support import own_namespace
+from tests.kiln.pages import tables
 
 pytestmark = pytest.mark.django_db
 
@@ -97,6 +98,21 @@ def test_impossible_settings_are_shown_on_the_form_and_nothing_starts(
     assert Rollout.objects.count() == 0
 
 
+def test_the_start_form_names_every_problem_in_one_round_and_starts_nothing(alice, service):
+    response = alice.post(
+        reverse("canary:rollout-new"),
+        _start_form(service, steps="50, 10", tick_seconds=0, alpha=2),
+    )
+    # Django refuses the tick; the service still checks the steps and the analysis settings.
+    assert response.status_code == 400
+    assert set(response.context["form"].errors) == {"steps", "tick_seconds", "alpha"}
+    page = response.content.decode()
+    assert "increase" in page and "probability in (0, 0.5)" in page
+    assert "seconds from 0.2" not in page  # the tick's problem is said once, by Django
+    assert Rollout.objects.count() == 0
+    assert not OutboxEvent.objects.filter(action__startswith="canary.rollout.").exists()
+
+
 def test_an_inconclusive_rollout_is_shown_plainly_with_what_would_settle_it(alice, service):
     rollout = _held(
         services.rollout_create(actor=ADMIN, service=service, **_rollout_kwargs(service))
@@ -168,3 +184,56 @@ def test_a_finished_rollout_is_marked_finished_not_live(alice, service):
     assert ">connecting<" not in page and 'id="steer"' not in page
     listing = alice.get(reverse("canary:rollout-list") + "?status=aborted").content.decode()
     assert "checkout" in listing
+
+
+def _cells(tick: dict, keys: tuple[str, ...], decimals: int, scale: int = 1) -> list[str]:
+    # A null statistic (a window without evidence) is a dash, else scaled to fixed decimals.
+    return ["—" if tick[k] is None else f"{tick[k] * scale:.{decimals}f}" for k in keys]
+
+
+def test_every_chart_has_its_series_as_a_table_one_row_a_tick(alice, service):
+    rollout = _held(
+        services.rollout_create(actor=ADMIN, service=service, **_rollout_kwargs(service))
+    )
+    ticks = selectors.rollout_ticks(rollout)
+    assert len(ticks) >= 4
+    page = alice.get(reverse("canary:rollout-detail", args=[rollout.pk])).content.decode()
+    found = tables(page)
+    assert found["table-weight"][0] == ["Tick", "canary %"]
+    assert found["table-errors"][0] == ["Tick", "baseline", "canary"]
+    assert found["table-sprt"][0] == ["Tick", "LLR", "roll back at", "accept at"]
+    assert found["table-cusum"][0] == ["Tick", "CUSUM", "threshold"]
+    for name in ("weight", "errors", "sprt", "cusum"):
+        assert [row[0] for row in found[f"table-{name}"][1:]] == [str(t["tick"]) for t in ticks]
+    assert [row[1:] for row in found["table-weight"][1:]] == [["10"]] * len(ticks)  # held at 10%
+    for tick, row in zip(ticks, found["table-errors"][1:], strict=True):
+        assert row[1:] == _cells(tick, ("baseline_error_rate", "canary_error_rate"), 3, 100)
+    for tick, row in zip(ticks, found["table-sprt"][1:], strict=True):
+        assert row[1:] == _cells(tick, ("llr", "llr_upper", "llr_lower"), 2)
+    for tick, row in zip(ticks, found["table-cusum"][1:], strict=True):
+        assert row[1:] == _cells(tick, ("cusum", "cusum_threshold"), 2)
+    # Each drawing is an image named after its chart, its table one click away beneath it.
+    assert page.count('role="img" aria-label="') == 4
+    assert page.count('<details class="chart-data">') == 4
+    assert "Error rate by arm (%): the data as a table" in page
+
+
+def test_before_the_first_tick_each_table_says_there_is_none_yet(alice, service):
+    rollout = services.rollout_create(actor=ADMIN, service=service, **_rollout_kwargs(service))
+    found = tables(alice.get(reverse("canary:rollout-detail", args=[rollout.pk])).content.decode())
+    for name in ("weight", "errors", "sprt", "cusum"):
+        assert found[f"table-{name}"][1:] == [["No analysed tick yet."]]
+
+
+def test_the_list_pages_25_rollouts_at_a_time_newest_first(alice, service):
+    team = Team.objects.get(slug="payments")
+    for i in range(26):  # one open rollout a service
+        other = services.service_create(actor=ADMIN, team=team, name=f"s{i}", namespace="shop")
+        services.rollout_create(actor=ADMIN, service=other, **_rollout_kwargs(other))
+    first = alice.get(reverse("canary:rollout-list")).content.decode()
+    rows = tables(first)[""][1:]
+    assert len(rows) == 25 and rows[0][0] == "shop/s25"
+    assert "page 1 of 2" in first and 'href="?page=2"' in first
+    second = alice.get(reverse("canary:rollout-list") + "?page=2&status=pending").content.decode()
+    assert [row[0] for row in tables(second)[""][1:]] == ["shop/s0"]
+    assert "page 2 of 2" in second and 'href="?page=1&amp;status=pending"' in second

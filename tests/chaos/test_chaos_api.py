@@ -178,3 +178,28 @@ def test_create_page_shows_the_reason_and_creates_nothing_on_bad_input(alice_bro
     assert resp.status_code == 400
     assert "key=value" in resp.content.decode()
     assert ChaosExperiment.objects.count() == 0
+
+
+def test_create_page_names_every_problem_in_one_round_and_creates_nothing(alice_browser):
+    resp = alice_browser.post(
+        reverse("chaos:experiment-create"),
+        {
+            "name": "abort lab",
+            "namespace": "lab",  # team search's
+            "selector": "app",
+            "service": "web",
+            "fault": "http-abort",
+            "percent": 100,
+            "duration_seconds": 10,
+            "max_duration_seconds": 60,
+            "max_pods": 1,
+        },
+    )
+    # Django refuses the selector; the service still checks the namespace and the status.
+    assert resp.status_code == 400
+    errors = resp.context["form"].errors
+    assert set(errors) == {"selector", "namespace", "abort_http_status"}
+    page = resp.content.decode()
+    assert "key=value" in page and "not a namespace your team owns" in page
+    assert "HTTP status 400-599" in page and "never the whole namespace" not in page
+    assert ChaosExperiment.objects.count() == 0 and audit_actions() == []

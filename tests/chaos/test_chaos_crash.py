@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 
 import pytest
+
 from canary.chaos.management.commands.chaos_crash_bench import (
     FAULTS,
     crash_trial,
@@ -18,7 +19,6 @@ from canary.chaos.management.commands.chaos_crash_bench import (
     start_reaper,
     stop_process,
 )
-
 from canary.chaos.models import ChaosInjection
 from tests.chaos.test_chaos_support import (  # noqa: F401
     REAPER_PERIOD,

@@ -9,11 +9,11 @@ import threading
 import time
 
 import pytest
-from canary.chaos.management.commands.chaos_crash_bench import _fork_controller
 from django.db import connections
 
 from audit.models import OutboxEvent
 from canary.chaos.controller import ControllerHooks, chaos_controller_run
+from canary.chaos.management.commands.chaos_crash_bench import _fork_controller
 from canary.chaos.models import ChaosInjection, ChaosLease
 from canary.chaos.reaper import chaos_reap
 from canary.chaos.services import (

@@ -19,6 +19,7 @@ from canary.chaos.services.experiments import (
     experiment_abort,
     experiment_create,
     experiment_end,
+    experiment_errors,
 )
 from canary.chaos.services.injection import (
     FAULTS_INJECTED,
@@ -49,6 +50,7 @@ __all__ = [
     "experiment_abort",
     "experiment_create",
     "experiment_end",
+    "experiment_errors",
     "fault_inject",
     "fault_lease_acquire",
     "fault_lease_release",

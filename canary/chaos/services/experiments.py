@@ -40,6 +40,7 @@ log = logging.getLogger("kiln.chaos")
 
 STOP_CONDITION_KINDS = ("error-rate-above", "latency-p99-above-ms", "canary-rolled-back")
 MAX_HARD_SECONDS = 24 * 3600
+NO_OWNER = "no Namespace with a kiln.dev/team label"
 # Queued by name: the task module runs the controller, which calls these services, so an
 # import of it here would close a circle. ChaosConfig.ready registers it in every process.
 CONTROLLER_TASK = "chaos.tasks.chaos_run_controller"
@@ -141,6 +142,30 @@ def _validate(data: dict[str, Any]) -> dict[str, str]:
     return errors
 
 
+def experiment_errors(*, actor: Actor, data: dict[str, Any], backend: Any = None) -> dict[str, str]:
+    """Every field problem of an experiment definition, empty when `experiment_create` may
+    run it: the definition's own rules and, for a well-formed namespace, that the cluster
+    knows it and the actor may run chaos there (so a form names them all in one round).
+
+    `experiment_create` answers the last one with a 403 instead: an API caller asked for
+    something it may not do, a person filling a form picked the wrong namespace.
+    """
+    columns = column_errors(ChaosExperiment, data)
+    errors = {**{k: "; ".join(v) for k, v in columns.items()}, **_validate(data)}
+    if "namespace" not in errors:
+        team_slug = namespace_owner(data["namespace"], delivery_backend(backend))
+        if team_slug is None:
+            errors["namespace"] = NO_OWNER
+        elif not can_run_chaos(actor, team_slug):
+            errors["namespace"] = "not a namespace your team owns"
+    if data.get("service") and "namespace" not in errors and "service" not in errors:
+        try:
+            require_service_host(data["service"], data["namespace"], field="service")
+        except InvalidHost as exc:
+            errors["service"] = "; ".join(exc.extra["fields"]["service"])
+    return errors
+
+
 def experiment_create(
     *, actor: Actor, data: dict[str, Any], start: bool = True, backend: Any = None
 ) -> ChaosExperiment:
@@ -155,7 +180,7 @@ def experiment_create(
     if team_slug is None:
         raise ChaosInvalid(
             f"namespace {data['namespace']} is not known to the cluster or has no owning team",
-            extra={"fields": {"namespace": "no Namespace with a kiln.dev/team label"}},
+            extra={"fields": {"namespace": NO_OWNER}},
         )
     if not can_run_chaos(actor, team_slug):
         raise Forbidden("Only engineers of the owning team or platform admins run chaos here.")

@@ -5,6 +5,12 @@ The worker has the production shape by default: a separate `celery -A kiln worke
 --pool prefork --concurrency 2` process (what `make dev` runs) on the configured broker.
 `--worker threads` runs an in-process thread pool instead (the only choice on the
 memory transport, i.e. standalone mode).
+
+`--kube-api local` runs every process on the `kubernetes` backend, the official client over
+HTTP to a simulated API server on loopback (kiln/cluster/kube_sim.py) instead of the
+simulated cluster, and reports the requests each client process made against its client
+limits (KILN_KUBE_QPS, KILN_KUBE_BURST; `--kube-qps` for this run): whether client throttling
+shapes the time, the case study's lesson.
 """
 
 from __future__ import annotations
@@ -14,10 +20,13 @@ import json
 import os
 import time
 import uuid
+from collections import Counter
+from contextlib import ExitStack
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
+from django.test import override_settings
 from rest_framework.test import APIClient
 
 from audit.models import ChainEvent
@@ -26,6 +35,7 @@ from canary.ownership import TEAM_LABEL
 from canary.services import analysis_config
 from kiln import benchjson
 from kiln.cluster.backends import get_backend
+from kiln.cluster.kube_sim import SimulatedKubeAPI
 from kiln.identity.permissions import system_actor
 from kiln.identity.services import team_create
 from kiln.management.waiting import wait_until
@@ -68,13 +78,46 @@ class Command(BaseCommand):
             help="spread the services over this many namespaces (1: all in one namespace)",
         )
         parser.add_argument("--timeout", type=float, default=600.0)
+        parser.add_argument(
+            "--kube-api",
+            choices=["none", "local"],
+            default="none",
+            help="local: the kubernetes backend against a simulated API server on loopback",
+        )
+        parser.add_argument("--kube-api-port", type=int, default=0, help="0: any free port")
+        parser.add_argument(
+            "--kube-qps", type=float, default=None, help="KILN_KUBE_QPS for this run (0: no limit)"
+        )
         parser.add_argument("--json", action="store_true", help="print the JSON report (default)")
 
     def handle(self, *args, **options) -> None:
+        if options["rollouts"] < 1:
+            raise CommandError("--rollouts must be at least 1")
+        with ExitStack() as stack:
+            api, environment = None, {}
+            if options["kube_api"] == "local":
+                api = SimulatedKubeAPI(port=options["kube_api_port"]).start()
+                stack.callback(api.stop)
+                environment = {"KILN_DELIVERY_BACKEND": "kubernetes", "KILN_KUBE_API_URL": api.url}
+                if options["kube_qps"] is not None:
+                    environment["KILN_KUBE_QPS"] = str(options["kube_qps"])
+                stack.enter_context(
+                    override_settings(
+                        KILN_DELIVERY_BACKEND="kubernetes", KILN_KUBE_API_URL=api.url,
+                        KILN_KUBE_TOKEN_FILE=None, KILN_KUBE_CA_FILE=None,
+                        KILN_KUBE_QPS=float(environment.get("KILN_KUBE_QPS", settings.KILN_KUBE_QPS)),
+                    )
+                )  # fmt: skip
+            report = self._run(options, environment)
+            if api is not None:
+                report["kube_api"] = kube_report(api, report.pop("_window"))
+            else:
+                report.pop("_window")
+        self.stdout.write(json.dumps(report, indent=2))
+
+    def _run(self, options: dict, environment: dict[str, str]) -> dict:
         started_at = benchjson.now()
         n = options["rollouts"]
-        if n < 1:
-            raise CommandError("--rollouts must be at least 1")
         namespaces = max(1, min(options["namespaces"], n))
         tag = uuid.uuid4().hex[:8]
         team = team_create(
@@ -114,13 +157,14 @@ class Command(BaseCommand):
         if pool == "prefork" and not shared_broker:
             raise CommandError("--worker prefork needs a broker other processes see (REDIS_URL)")
         if pool == "prefork":
-            worker = prefork_worker(options["concurrency"])
+            worker = prefork_worker(options["concurrency"], environment)
         else:
             worker = celery_worker_service(concurrency=options["concurrency"])
         worker.start()
         load_before = os.getloadavg()
         try:
             started = time.perf_counter()
+            window = [time.monotonic(), 0.0]
             ids = []
             for service_id in service_ids:
                 response = client.post(
@@ -154,6 +198,7 @@ class Command(BaseCommand):
                 ),
             )
             wall = time.perf_counter() - started
+            window[1] = time.monotonic()
             # The audit writer runs beside the worker: before both stop, let the chain take
             # every decision the rollouts recorded (counted apart from the wall time).
             decisions = RolloutDecision.objects.filter(rollout_id__in=ids)
@@ -198,13 +243,14 @@ class Command(BaseCommand):
             "wall_seconds": round(wall, 2),
             "audit_chain_caught_up_after_seconds": round(audit_lag, 2),
             "rollouts_per_second": round(n / wall, 1),
+            "backend": settings.KILN_DELIVERY_BACKEND,
             "target_seconds": 60,
             "cpus": os.cpu_count(),
             "load_average_before": [round(x, 2) for x in load_before],
             "load_average_after": [round(x, 2) for x in os.getloadavg()],
         }
         report = benchjson.stamped(report, name="canary_promote_bench", date=started_at)
-        self.stdout.write(json.dumps(report, indent=2))
+        return {**report, "_window": window}
 
 
 def _resolved_config(rollout_id: str) -> dict:
@@ -225,10 +271,50 @@ def _database_url() -> str:
     )
 
 
-def prefork_worker(concurrency: int) -> Service:
+def kube_report(api: SimulatedKubeAPI, window: list[float]) -> dict:
+    """What the API server served between the first rollout and the last decision, per client
+    process (its `Kiln-Process` header names its pid), against the client limits.
+
+    A process's token bucket lets `burst + qps * t` requests through in `t` seconds, so `n`
+    requests need at least `(n - burst) / qps` seconds: the throttle floor. Throttling shapes
+    the time when some process's floor is half the wall time or more (its requests waited on
+    the bucket, not on the server); `seconds_at_qps` counts the seconds in which a process made
+    at least 90% of `qps` requests.
+    """
+    qps, burst = float(settings.KILN_KUBE_QPS), int(settings.KILN_KUBE_BURST)
+    start, end = window
+    wall = max(end - start, 1e-9)
+    served = [r for r in api.requests if start <= r["at"] <= end]
+    clients: dict[str, dict] = {}
+    for pid in sorted({r["process"] for r in served}):
+        at = [r["at"] for r in served if r["process"] == pid]
+        per_second = Counter(int(t - start) for t in at)
+        clients[pid] = {
+            "requests": len(at),
+            "requests_per_second": round(len(at) / wall, 1),
+            "peak_requests_in_a_second": max(per_second.values()),
+            "seconds_at_qps": sum(1 for c in per_second.values() if qps and c >= 0.9 * qps),
+            "throttle_floor_seconds": round(max(0.0, len(at) - burst) / qps, 2) if qps else 0.0,
+        }
+    floor = max((c["throttle_floor_seconds"] for c in clients.values()), default=0.0)
+    return {
+        "url": api.url,
+        "client_limits": {"qps": qps, "burst": burst, "pool_size": settings.KILN_KUBE_POOL_SIZE},
+        "requests": len(served),
+        "by_method": dict(Counter(r["method"] for r in served)),
+        "requests_per_second": round(len(served) / wall, 1),
+        "clients": clients,
+        "this_process_throttled_seconds": round(get_backend().rate_limit.throttled_seconds, 2),
+        "throttle_floor_seconds": floor,
+        "window_seconds": round(wall, 2),
+        "throttling_shapes_time": bool(qps) and floor >= 0.5 * wall,
+    }
+
+
+def prefork_worker(concurrency: int, extra: dict[str, str] | None = None) -> Service:
     """A separate `celery -A kiln worker --pool prefork` process and an `audit_writer` on this
-    database and broker, as `make dev` runs them."""
-    environment = {"DATABASE_URL": _database_url()}
+    database and broker, as `make dev` runs them (`extra`: more of their environment)."""
+    environment = {"DATABASE_URL": _database_url(), **(extra or {})}
     return services_together(
         audit_writer_service("canary-bench", environment),
         prefork_worker_service("canary-bench", concurrency, environment),
