@@ -13,12 +13,15 @@ No Django import, so the runner and the checker in the tests work without settin
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
 import shlex
+import statistics
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -32,14 +35,44 @@ def now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+# A fixed single-thread workload (interpreter loop, SHA-256, JSON round trip): the same code on
+# every machine, so two results can be compared across machines by its time as well as their own.
+_REFERENCE_DOC = {
+    "seq": 1,
+    "actor": "alice",
+    "data": {"cpu": 4, "names": [f"n{i}" for i in range(64)]},
+}
+
+
+def _reference_once() -> float:
+    start = time.perf_counter()
+    total = 0
+    for i in range(200_000):
+        total += i * i
+    text = json.dumps(_REFERENCE_DOC)
+    for _ in range(2_000):
+        hashlib.sha256(text.encode()).digest()
+        json.loads(text)
+    return (time.perf_counter() - start) * 1000.0
+
+
+def cpu_reference_ms(repeats: int = 7) -> float:
+    """Median milliseconds of the fixed workload above after one warm-up run (lower is faster)."""
+    _reference_once()
+    return round(statistics.median(_reference_once() for _ in range(repeats)), 2)
+
+
 def machine() -> dict:
-    """What the benchmark ran on: kernel, architecture, CPUs, Python, 1/5/15-minute load."""
+    """What the benchmark ran on: kernel, architecture, CPUs, Python, 1/5/15-minute load, and
+    `cpu_reference_ms`, this machine's time for a fixed workload (compare results across
+    machines by it: a result taken where it is twice as long is not comparable one for one)."""
     uname = platform.uname()
     return {
         "uname": f"{uname.system} {uname.release} {uname.machine}",
         "nproc": os.cpu_count(),
         "python": platform.python_version(),
         "load_average": [round(x, 2) for x in os.getloadavg()],
+        "cpu_reference_ms": cpu_reference_ms(),
     }
 
 

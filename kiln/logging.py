@@ -41,3 +41,21 @@ class ClientErrorWithoutTraceback(logging.Filter):
             record.exc_info = None
             record.exc_text = None
         return True
+
+
+class CancelledRequestContext(logging.Filter):
+    """OpenTelemetry logs "Failed to detach context" with a traceback when a request's span
+    context is detached in another context than it was attached in: under ASGI that happens to a
+    request the client abandoned mid-flight (a page left while it polls), whose span still ends.
+    That is one warning line, not an error with a traceback; anything else passes unchanged."""
+
+    MESSAGE = "Failed to detach context"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage() == self.MESSAGE and record.exc_info:
+            exc = record.exc_info[1]
+            record.msg = f"{self.MESSAGE} (a request cancelled mid-flight): {exc!r}"
+            record.args = ()
+            record.exc_info, record.exc_text = None, None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True

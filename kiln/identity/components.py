@@ -15,6 +15,7 @@ AUDIT_RECORD = "audit.record"  # write its own audit events (every component)
 AUDIT_CHAIN = "audit.chain"  # append outbox events to the hash chain, sign checkpoints
 AUDIT_VERIFY = "audit.verify"  # read the chain to verify it, store the outcome
 AUDIT_SETUP = "audit.setup"  # create the database roles of the chain
+AUDIT_COSIGN = "audit.cosign"  # store a witness cosignature once it verifies
 USERS_PROVISION = "users.provision"  # users from token subjects, claim memberships
 ENV_POLICY = "environment.policy"  # SUBMITTED -> DENIED | PENDING_APPROVAL; manifests -> FAILED
 ENV_AUTO_APPROVE = "environment.auto-approve"  # PENDING_APPROVAL -> APPROVED when policy says so
@@ -37,6 +38,7 @@ CAPABILITIES = frozenset(
         AUDIT_CHAIN,
         AUDIT_VERIFY,
         AUDIT_SETUP,
+        AUDIT_COSIGN,
         USERS_PROVISION,
         ENV_POLICY,
         ENV_AUTO_APPROVE,
@@ -79,6 +81,8 @@ COMPONENTS: dict[str, frozenset[str]] = {
     "audit-writer": _job(AUDIT_CHAIN),
     "audit-verifier": _job(AUDIT_VERIFY),
     "audit-setup": _job(AUDIT_SETUP),
+    # Takes the cosignatures witnesses post: stores one only after its signature verifies.
+    "witness-intake": _job(AUDIT_COSIGN),
     "seed": _job(DEMO_SEED, TEAMS_MANAGE, PRICING_SEED, NODES_SYNC, ROLLOUT_MANAGE),
     "scheduler-replay": _job(REPLAY_STORE),
     "provision-bench": _job(TEAMS_MANAGE),

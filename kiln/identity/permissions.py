@@ -336,6 +336,11 @@ def can_store_verification(actor: Actor) -> bool:
     return _has_capability(actor, c.AUDIT_VERIFY)
 
 
+def can_store_cosignature(actor: Actor) -> bool:
+    """Store a witness's cosignature of a checkpoint: the witness intake alone (`audit.cosign`)."""
+    return _has_capability(actor, c.AUDIT_COSIGN)
+
+
 def can_set_up_audit(actor: Actor) -> bool:
     """Create the chain's database roles: platform admins and `audit.setup`."""
     return PLATFORM_ADMIN in actor.roles or _has_capability(actor, c.AUDIT_SETUP)

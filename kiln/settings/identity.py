@@ -99,6 +99,11 @@ SPECTACULAR_SETTINGS = {
         "StepStatusEnum": "portal.api_schema.STEP_STATUSES",
         "RolloutStatusEnum": "canary.models.RolloutStatus",
         "ExperimentStatusEnum": "canary.chaos.api_schema.EXPERIMENT_STATUSES",
+        "ApprovalDecisionEnum": "portal.api_schema.APPROVAL_DECISIONS",
+        "PolicyStageEnum": "portal.api_schema.POLICY_STAGES",
+        "PolicyOutcomeEnum": "portal.api_schema.POLICY_OUTCOMES",
+        "StopConditionKindEnum": "canary.chaos.services.experiments.STOP_CONDITION_KINDS",
+        "InjectionStateEnum": "canary.chaos.api_schema.INJECTION_STATES",
     },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",

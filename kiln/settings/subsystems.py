@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from django.core.exceptions import ImproperlyConfigured
+
 from kiln.settings.environ import (
     BASE_DIR,
     REDIS_URL,
@@ -18,8 +20,25 @@ from kiln.settings.environ import (
 
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", REDIS_URL or "memory://localhost/")
 CELERY_RESULT_BACKEND = env("CELERY_RESULT_BACKEND", REDIS_URL or "cache+memory://")
+if CELERY_BROKER_URL.startswith("redis://"):
+    # kombu's Redis transport, repaired so that a worker survives a Redis restart (kiln/broker.py).
+    CELERY_BROKER_TRANSPORT = "kiln.broker:Transport"
 CELERY_TASK_ACKS_LATE = True  # a killed worker's task is redelivered, not lost
-CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True  # a killed pool process's task too
+# On Redis an unacknowledged message comes back by itself only after the visibility timeout
+# (kombu's hour, kept: shorter would redeliver long countdowns and long tasks while their worker
+# lives). A worker killed whole is caught sooner: each worker keeps a heartbeat (time to live
+# KILN_CELERY_HOLDER_TTL seconds) and records the messages it holds; a sweep every
+# KILN_CELERY_RECOVERY_SECONDS puts back those of a worker gone a whole TTL (kiln/task_recovery.py).
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+# Celery settings (the worker reads them from its configuration; kiln/task_recovery.py imports
+# no Django, as kiln.celery must not).
+CELERY_KILN_HOLDER_TTL = env_float("KILN_CELERY_HOLDER_TTL", 10.0)
+CELERY_KILN_RECOVERY_SECONDS = env_float("KILN_CELERY_RECOVERY_SECONDS", 2.0)
+if CELERY_KILN_HOLDER_TTL <= 0 or CELERY_KILN_RECOVERY_SECONDS <= 0:
+    raise ImproperlyConfigured(
+        "KILN_CELERY_HOLDER_TTL and KILN_CELERY_RECOVERY_SECONDS must be positive seconds"
+    )
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
@@ -44,6 +63,8 @@ KILN_AUDIT_MAX_LAG_SECONDS = env_float("KILN_AUDIT_MAX_LAG_SECONDS", 120.0)
 KILN_AUDIT_RELAY_ON_COMMIT = env_bool("KILN_AUDIT_RELAY_ON_COMMIT", True)
 KILN_AUDIT_ORIGIN = env("KILN_AUDIT_ORIGIN", "kiln.local/audit")
 KILN_AUDIT_TLOG_PUBLIC = env_bool("KILN_AUDIT_TLOG_PUBLIC", False)
+# Witnesses whose cosignatures Kiln accepts: their verifier keys (<name>+<hash>+<key>), comma-separated.
+KILN_AUDIT_WITNESSES = env("KILN_AUDIT_WITNESSES", "")
 # Ed25519 PEM private key signing checkpoints; unset: a dev key generated under var/audit/.
 KILN_AUDIT_SIGNING_KEY = env(
     "KILN_AUDIT_SIGNING_KEY", str(VAR_DIR / "audit" / "checkpoint-key.pem")

@@ -43,3 +43,37 @@ def csp_problems(html: str) -> list[str]:
     finder = _InlineFinder()
     finder.feed(html)
     return finder.problems
+
+
+class _TableReader(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: dict[str, list[list[str]]] = {}
+        self._table: list[list[str]] | None = None
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "table":
+            self._table = self.tables.setdefault(dict(attrs).get("id") or "", [])
+        elif tag == "tr" and self._table is not None:
+            self._table.append([])
+        elif tag in ("td", "th") and self._table is not None:
+            self._cell = []
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None:
+            self._cell.append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("td", "th") and self._cell is not None and self._table:
+            self._table[-1].append(" ".join("".join(self._cell).split()))
+            self._cell = None
+        elif tag == "table":
+            self._table = None
+
+
+def tables(html: str) -> dict[str, list[list[str]]]:
+    """Each <table> of `html` by id: its rows (header rows too) as lists of cell texts."""
+    reader = _TableReader()
+    reader.feed(html)
+    return reader.tables

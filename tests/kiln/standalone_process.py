@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -55,9 +56,29 @@ class Standalone:
 
 
 def free_port() -> int:
+    """A free loopback port; with KILN_TEST_PORTS=LOW-HIGH, one of that range whose next three
+    are free too (a load run takes the port and the three after it), for a shared machine."""
+    span = os.environ.get("KILN_TEST_PORTS", "")
+    if not span:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            return probe.getsockname()[1]
+    low, high = (int(p) for p in span.split("-", 1))
+    starts = list(range(low, high - 2, 4))
+    random.shuffle(starts)
+    for start in starts:
+        if all(_free(start + i) for i in range(4)):
+            return start
+    raise RuntimeError(f"no four free ports in KILN_TEST_PORTS={span}")
+
+
+def _free(port: int) -> bool:
     with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def start(

@@ -166,6 +166,15 @@ def test_stamped_puts_command_machine_and_date_first_and_keeps_the_commands_mach
     assert benchjson.command_line("audit_bench", ["pytest", "-q"]) == "python manage.py audit_bench"
 
 
+def test_machine_carries_a_cpu_reference_that_grows_with_the_work(monkeypatch):
+    """The reference is a measurement: a machine made to do the work four times reports more."""
+    once = benchjson.cpu_reference_ms()
+    assert benchjson.machine()["cpu_reference_ms"] > 0 and once > 0
+    single = benchjson._reference_once
+    monkeypatch.setattr(benchjson, "_reference_once", lambda: sum(single() for _ in range(4)))
+    assert benchjson.cpu_reference_ms() > 1.5 * once
+
+
 def test_runner_fills_in_what_a_command_did_not_print(tmp_path):
     out = tmp_path / "r.json"
     code = benchjson.main(

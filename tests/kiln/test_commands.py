@@ -132,6 +132,11 @@ def test_standalone_banner_prints_one_verifiable_token_per_role(jwt_keys):
     ]
     subs = [verify(token, jwt_keys["jwks_path"])["sub"] for _, token in lines]
     assert subs == ["alice", "carol", "erin", "root"]
+    # Each line pastes into a shell as printed: it is an export and nothing else.
+    assert all(
+        line.strip().startswith("export ") for line in text.splitlines() if "KILN_TOKEN_" in line
+        and "curl" not in line
+    )
     assert "alice  alice-kiln-demo" in text
 
 

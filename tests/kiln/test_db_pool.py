@@ -3,6 +3,9 @@ that stays exhausted answers 503 with its reason, not 500 (kiln/settings/core.py
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -100,3 +103,31 @@ def test_an_exhausted_pool_answers_503_with_its_reason():
         raise OperationalError("connection refused")
     except OperationalError:
         assert server_error(request).status_code == 500
+
+
+@pytest.mark.django_db
+def test_every_connection_plans_with_the_configured_random_page_cost():
+    """KILN_DB_RANDOM_PAGE_COST reaches PostgreSQL as a libpq option on every connection."""
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW random_page_cost")
+        assert cursor.fetchone()[0] == "1.1"
+
+
+def test_a_random_page_cost_that_is_not_positive_is_refused():
+    environment = {
+        **os.environ,
+        "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/postgres",
+        "SECRET_KEY": "t",
+        "KILN_DB_RANDOM_PAGE_COST": "0",
+        "DJANGO_SETTINGS_MODULE": "kiln.settings",
+    }
+    result = subprocess.run(  # noqa: S603 - this interpreter, a fixed script
+        [sys.executable, "-c", "import django; django.setup()"],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "KILN_DB_RANDOM_PAGE_COST must be a positive number" in result.stderr

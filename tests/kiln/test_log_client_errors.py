@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from kiln.logging import ClientErrorWithoutTraceback
+from kiln.logging import CancelledRequestContext, ClientErrorWithoutTraceback
 
 
 def _record(status: int) -> logging.LogRecord:
@@ -27,3 +27,33 @@ def test_a_403_loses_its_traceback_and_a_500_keeps_it():
     assert broken.exc_info is not None
     assert "Traceback" in logging.Formatter().format(broken)
     assert "Traceback" not in logging.Formatter().format(forbidden)
+
+
+def test_a_context_detached_after_a_cancelled_request_is_one_warning_line():
+    """The configured logger, as OpenTelemetry's context module logs it."""
+    from opentelemetry import context
+
+    seen: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record)
+
+    logger = logging.getLogger("opentelemetry.context")
+    handler = Keep()
+    logger.addHandler(handler)
+    try:
+        token = context.attach(context.set_value("k", 1))
+        import contextvars
+
+        contextvars.Context().run(context.detach, token)  # another context, as a cancelled request
+        logger.error("something else", exc_info=(ValueError, ValueError("x"), None))
+    finally:
+        logger.removeHandler(handler)
+        context.detach(token)
+    detached, other = seen
+    assert detached.levelname == "WARNING" and detached.exc_info is None
+    assert "cancelled mid-flight" in detached.getMessage()
+    assert "Traceback" not in logging.Formatter().format(detached)
+    assert other.levelname == "ERROR" and other.exc_info is not None  # others pass unchanged
+    assert CancelledRequestContext().filter(other)

@@ -167,12 +167,12 @@ def test_no_two_operations_share_a_request_component_of_different_shape(document
 
 def test_limits_the_api_enforces_are_in_the_schema(document):
     schemas = document["components"]["schemas"]
-    env = schemas["EnvironmentCreateInputRequest"]
+    env = schemas["EnvironmentCreateRequest"]
     assert env["additionalProperties"] is False
     assert env["properties"]["cpu"]["minimum"] == 1 and env["properties"]["cpu"]["maximum"] == 256
     assert env["properties"]["ttl_hours"]["maximum"] == 8760
     assert env["properties"]["name"]["pattern"] == "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-    assert schemas["ExtendInputRequest"]["properties"]["hours"] == {
+    assert schemas["EnvironmentExtendRequest"]["properties"]["hours"] == {
         "type": "integer",
         "maximum": 8760,
         "minimum": 1,
@@ -188,13 +188,39 @@ def test_limits_the_api_enforces_are_in_the_schema(document):
 
 
 @pytest.mark.parametrize(
-    "path", ["/api/v1/environments/", "/api/v1/chaos/experiments/", "/api/v1/audit/events/"]
+    "path",
+    [
+        "/api/v1/environments/",
+        "/api/v1/rollouts/",
+        "/api/v1/chaos/experiments/",
+        "/api/v1/audit/events/",
+    ],
 )
 def test_pagination_parameters_have_their_ranges(document, path):
     parameters = {p["name"]: p["schema"] for p in document["paths"][path]["get"]["parameters"]}
     assert parameters["limit"]["minimum"] == 1 and parameters["limit"]["maximum"] == 500
     if "offset" in parameters:
         assert parameters["offset"]["minimum"] == 0
+
+
+# Component names that say nothing of their subject (a view's nested InputSerializer, a field
+# named `kind` or `state`): each must name what it describes, as "EnvironmentExtendRequest" does.
+GENERIC_NAME = re.compile(
+    r"^(Input|Output|Reason|Reject|Extend|Defer|Keep|Kind|Stage|State|Outcome|Decision|Status)"
+    r"(Input)?(Request|Enum)?$|Input(Request)?$|Serializer"
+)
+
+
+def test_no_component_has_a_generic_name(document):
+    generic = [n for n in document["components"]["schemas"] if GENERIC_NAME.search(n)]
+    assert generic == []
+
+
+def test_the_rollout_list_answers_a_typed_page_of_rollouts(document):
+    ok = document["paths"]["/api/v1/rollouts/"]["get"]["responses"]["200"]
+    page = resolve(document, ok["content"]["application/json"]["schema"])
+    assert set(page["properties"]) == {"count", "next", "previous", "results"}
+    assert page["properties"]["results"]["items"] == {"$ref": "#/components/schemas/Rollout"}
 
 
 def test_export_documents_both_content_types_and_its_attachment_header(document):

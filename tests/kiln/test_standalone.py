@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import urllib.parse
@@ -9,6 +10,7 @@ import urllib.request
 from http.cookiejar import CookieJar
 
 import pytest
+from django.contrib.staticfiles import finders
 
 from tests.kiln import standalone_process
 
@@ -74,6 +76,22 @@ def test_standalone_starts_serves_api_and_login_then_stops_cleanly(tmp_path):
             body = home.read().decode()
         assert "Welcome, alice" in body
         assert '<span class="badge role">engineer</span>' in body
+
+        # Streamed over uvicorn: a static file (WhiteNoise) and the audit export, whole and
+        # without Django's "must consume synchronous iterators" warning (checked below).
+        bundle = "drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js"
+        static_url = f"{server.base_url}/static/{bundle}"
+        with urllib.request.urlopen(static_url, timeout=10) as static:  # noqa: S310 - our URL
+            with open(finders.find(bundle), "rb") as f:
+                assert static.read() == f.read()
+        export = urllib.request.Request(  # noqa: S310 - our http URL
+            server.base_url + "/api/v1/audit/export",
+            headers={"Authorization": f"Bearer {server.tokens['auditor']}"},
+        )
+        with urllib.request.urlopen(export, timeout=10) as response:  # noqa: S310
+            lines = response.read().decode().splitlines()
+        kinds = [json.loads(line)["type"] for line in lines]
+        assert kinds[0] == "header" and "event" in kinds  # the demo seed's events
     finally:
         stopping = time.monotonic()
         code = standalone_process.stop(server, timeout=15)
@@ -81,3 +99,4 @@ def test_standalone_starts_serves_api_and_login_then_stops_cleanly(tmp_path):
     assert time.monotonic() - stopping < 10
     assert "Kiln stopped." in server.stdout()
     assert "Traceback" not in server.stderr()
+    assert "StreamingHttpResponse" not in server.stderr() + server.stdout()

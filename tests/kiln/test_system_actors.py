@@ -74,6 +74,7 @@ EXPECTED: dict[str, tuple] = {
     "can_append_chain": (lambda p, a: p(a), {"audit-writer"}),
     "can_store_verification": (lambda p, a: p(a), {"audit-verifier"}),
     "can_set_up_audit": (lambda p, a: p(a), {"audit-setup"}),
+    "can_store_cosignature": (lambda p, a: p(a), {"witness-intake"}),
     "can_provision_users": (lambda p, a: p(a), {"identity"}),
     "can_sync_nodes": (lambda p, a: p(a), {"scheduler-node-sync", "seed"}),
     "can_seed_pricing": (lambda p, a: p(a), {"seed"}),

@@ -15,19 +15,22 @@ from typing import Any
 
 import pytest
 import redis
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.conf import settings
 
 from audit import record
-from audit.models import ChainEvent, Checkpoint, OutboxEvent, VerificationRun
+from audit.models import ChainEvent, Checkpoint, Cosignature, OutboxEvent, VerificationRun
 from audit.services import (
     chain_append,
     checkpoint_create,
+    cosignature_add,
     export_create,
     relay_publish,
     roles_setup,
     verification_run_store,
 )
 from audit.services.operations import verification_request
+from audit.witness import WitnessState, cosigned_note, witness_verifier_key
 from canary import services as canary_services
 from canary.chaos.models import ChaosExperiment, ChaosInjection, ChaosLease, ExperimentStatus
 from canary.chaos.services import (
@@ -347,6 +350,13 @@ OPERATIONS: dict[str, Operation] = {
         _chain,
         lambda r, ctx: r is not None and r.last_seq == ChainEvent.objects.count(),
     ),
+    "audit.cosignature_add": Operation(
+        frozenset({c.AUDIT_COSIGN}),
+        "cosign",
+        lambda a, ctx: cosignature_add(note=ctx["cosigned"], actor=a),
+        lambda ctx: Cosignature.objects.count(),
+        lambda r, ctx: r.stored == ["w1"] and Cosignature.objects.count() == 1,
+    ),
     "audit.roles_setup": Operation(
         frozenset({c.AUDIT_SETUP}),
         "plain",
@@ -420,10 +430,19 @@ def context(request, db, chaos_settings):  # noqa: F811
         ctx["injection"] = fault_inject(
             experiment_id=ctx["exp"].pk, holder=HOLDER, term=1, backend=backend
         )
-    if op.setup in ("stream", "chained"):
+    if op.setup in ("stream", "chained", "cosign"):
         ctx["messages"] = _stream_entry()
-    if op.setup == "chained":
+    if op.setup in ("chained", "cosign"):
         assert chain_append(messages=ctx["messages"]).appended == 1
+    if op.setup == "cosign":
+        key = Ed25519PrivateKey.generate()
+        request.getfixturevalue("settings").KILN_AUDIT_WITNESSES = witness_verifier_key(
+            "w1", key.public_key()
+        )
+        signed = checkpoint_create()
+        ctx["cosigned"] = cosigned_note(
+            WitnessState("", signed.size, b"", signed.note), "w1", key, 1
+        )
     return ctx
 
 
@@ -474,6 +493,8 @@ SAME_PREDICATE_AS_A_ROW = {
     "canary.services.registry.service_set_simulated_regression": "can_manage_rollout(actor",
     "canary.services.steering.rollout_extend": "can_manage_rollout(actor",
     "canary.services.steering.rollout_retry": "can_manage_rollout(actor",
+    # Changes nothing: names a form's problems, the namespace one by experiment_create's predicate.
+    "canary.chaos.services.experiments.experiment_errors": "can_run_chaos(actor",
 }
 SERVICE_MODULES = (
     "scheduler.services",
@@ -486,6 +507,7 @@ SERVICE_MODULES = (
     "canary.chaos.services.injection",
     "audit.services.appending",
     "audit.services.operations",
+    "audit.services.witnessing",
     "kiln.identity.services",
 )
 

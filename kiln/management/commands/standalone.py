@@ -45,7 +45,7 @@ class Command(BaseCommand):
         host, port = opts["host"], opts["port"]
         with socket.socket() as probe:
             if probe.connect_ex((host, port)) == 0:
-                raise CommandError(f"{host}:{port} is already in use; pick another with --port")
+                raise CommandError(f"{host}:{port} is already in use; pick another with --port (make run PORT=...)")
         settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
         ensure_dev_keys()
         call_command("migrate", interactive=False, verbosity=0)
@@ -94,9 +94,9 @@ class Command(BaseCommand):
                 out("  KILN_JWT_JWKS is yours: get tokens from your identity provider, or set")
                 out("  KILN_JWT_PRIVATE_KEY (and KILN_JWT_KID) to a key that JWKS publishes.")
             else:
-                out("API tokens (valid 12 h):")
+                out("API tokens (valid 12 h), one per role; paste the lines into a shell:")
                 for role, token in tokens:
-                    out(f"  {role:<15} export KILN_TOKEN_{role.upper().replace('-', '_')}={token}")
+                    out(f"  export KILN_TOKEN_{role.upper().replace('-', '_')}={token}")
                 out("")
                 out(
                     f'  curl -H "Authorization: Bearer $KILN_TOKEN_ENGINEER" http://{host}:{port}/api/v1/me/'

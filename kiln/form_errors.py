@@ -1,0 +1,48 @@
+"""Forms that name every problem in one round: Django's parsing and the service's rules together.
+
+A Django form stops at the fields it cannot parse; the service's rules (which the services
+own, so the forms do not repeat them) then never run on the others, and a person fixes a
+form in rounds. These two functions let a view run the service's field checks on whatever
+Django accepted, and show each field's problem once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from django import forms
+
+
+def values_for_service(form: forms.Form) -> dict[str, Any]:
+    """Each field's value as the service should check it: the cleaned value where Django
+    accepted the field, the raw text where it refused it.
+
+    The raw text tells the service a value was given (so a rule across fields, such as
+    "set max_pods or max_percent", does not misread a refused value as a missing one); the
+    service's own complaint about that field is dropped by `add_service_errors`.
+    """
+    form.is_valid()  # cleans once; later calls reuse the result
+    cleaned = getattr(form, "cleaned_data", {})
+    return {
+        name: cleaned[name] if name in cleaned else form.data.get(form.add_prefix(name))
+        for name in form.fields
+    }
+
+
+def add_service_errors(
+    form: forms.Form,
+    errors: Mapping[str, str | Iterable[str]],
+    *,
+    field_of: Callable[[str], str] = lambda key: key,
+) -> None:
+    """Add a service's field errors to `form`, except on fields Django already refused
+    (their problem is said once); keys that name no field of the form go to the top."""
+    refused = set(form.errors)
+    for key, messages in errors.items():
+        name = field_of(key)
+        field = name if name in form.fields else None
+        if field is not None and field in refused:
+            continue
+        for message in [messages] if isinstance(messages, str) else messages:
+            form.add_error(field, message)

@@ -1,0 +1,55 @@
+"""Celery tasks outlive a PostgreSQL restart (the `postgres` fault run of `manage.py loadtest`).
+
+Two things went wrong when the run restarted PostgreSQL under load:
+
+- A pool process kept its dead connection for good. CELERY_DB_REUSE_MAX keeps a worker's
+  connection across tasks (Celery's Django fixup closes it only every 2,000 task signals, since
+  closing it there closes the whole pool), and Django's check of a connection whose queries
+  raised (`close_if_unusable_or_obsolete`, which the web runs as each request ends) never runs
+  in a worker: every later task of that process failed, "the connection is closed", for the
+  rest of the run. So after each task (`task_postrun`) a connection that raised and no longer
+  answers is closed (given back to the pool, which drops it), as Django does after a request;
+  a connection that raised nothing is not touched, so the fast path is unchanged.
+- A task whose database went away was acknowledged as failed, its work left undone (a
+  provisioning or teardown step until the reaper's next pass). `Task`, the base of every task
+  (kiln.celery), retries instead on the errors of a connection lost or refused
+  (django.db.OperationalError and InterfaceError): after 1, 2 and 4 seconds, within the task's
+  `max_retries` (3 unless it says otherwise). Every task is idempotent (its service checks the
+  current state first), and its transaction was rolled back with the connection.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from celery import Task as CeleryTask
+from celery.signals import task_postrun
+from django.db import DatabaseError, InterfaceError, OperationalError, connections
+
+log = logging.getLogger("kiln.celery")
+
+
+class Task(CeleryTask):
+    """Every Kiln task: retried when the database connection fails under it."""
+
+    autoretry_for = (OperationalError, InterfaceError)
+    retry_backoff = 1  # 1, 2, 4 ... seconds
+    retry_jitter = False  # a restart takes a second or two: no retry at once
+
+
+def close_broken_connections(**_: object) -> None:
+    """Close this thread's connections whose queries raised and that no longer answer."""
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is None or not conn.errors_occurred:
+            continue
+        if conn.is_usable():
+            conn.errors_occurred = False
+            continue
+        log.warning("closing the database connection %s: it no longer answers", conn.alias)
+        try:
+            conn.close()
+        except DatabaseError:  # closing a dead connection may raise; it is dropped all the same
+            pass
+
+
+task_postrun.connect(close_broken_connections, weak=False)
