@@ -65,3 +65,68 @@ def environment_status(kiln: Standalone, public_id: str, want: str, timeout: flo
         return payload if payload and payload.get("status") == want else None
 
     return wait_for(reached, timeout=timeout, what=f"{public_id} to be {want}")
+
+
+def running_rollout(kiln: Standalone, name: str) -> dict:
+    """A new payments service `name` and a rollout of it that stays at its first step for the
+    rest of the session (an hour a tick); returns the rollout's JSON once it runs."""
+    status, service = call(
+        kiln,
+        "POST",
+        "/api/v1/canary/services/",
+        "platform-admin",
+        {
+            "team": "payments",
+            "name": name,
+            "namespace": "payments-prod",
+            "sim_traffic_class": "low_traffic",
+        },
+    )
+    assert status == 201, service
+    body = {
+        "service": service["id"],
+        "baseline_version": "v1",
+        "canary_version": "v2",
+        "steps": [5, 100],
+        "ticks_per_step": 5,
+        "tick_seconds": 3600,
+    }
+    status, rollout = call(kiln, "POST", "/api/v1/rollouts/", "engineer", body)
+    assert status == 201, rollout
+
+    def runs():
+        _, detail = call(kiln, "GET", f"/api/v1/rollouts/{rollout['id']}/", "engineer")
+        return detail["rollout"] if detail["rollout"]["status"] == "running" else None
+
+    return wait_for(runs, what=f"rollout {name} to run")
+
+
+def running_experiment(kiln: Standalone, name: str, seconds: int = 300) -> dict:
+    """A chaos experiment on payments-prod's checkout pods, live for `seconds`; returns its JSON."""
+    body = {
+        "name": name,
+        "namespace": "payments-prod",
+        "selector": {"app": "checkout"},
+        "service": "checkout",
+        "fault": "http-delay",
+        "delay_ms": 200,
+        "percent": 10.0,
+        "duration_seconds": seconds,
+        "max_duration_seconds": seconds * 2,
+        "max_pods": 1,
+        "max_percent": 25.0,
+        "stop_conditions": [],
+    }
+    status, experiment = call(kiln, "POST", "/api/v1/chaos/experiments/", "engineer", body)
+    assert status == 201 and experiment["status"] == "running", experiment
+    return experiment
+
+
+def stop(kiln: Standalone, *, rollout: dict | None = None, experiment: dict | None = None) -> None:
+    """Abort what a test started, so the pages of later tests do not show it running."""
+    if rollout:
+        path = f"/api/v1/rollouts/{rollout['id']}/abort/"
+        call(kiln, "POST", path, "engineer", {"reason": "test over"})
+    if experiment:
+        path = f"/api/v1/chaos/experiments/{experiment['id']}/abort/"
+        call(kiln, "POST", path, "engineer", {"reason": "test over"})

@@ -64,6 +64,8 @@ def kiln(tmp_path_factory) -> Iterator[Standalone]:
         code = standalone_process.stop(server, sig=signal.SIGINT)  # as Ctrl-C in `make run`
         assert code == 0, server.stderr()[-3000:]
         assert "Traceback" not in server.stderr()
+        # Every page's static files streamed over uvicorn without Django's sync-iterator warning.
+        assert "StreamingHttpResponse" not in server.stderr() + server.stdout()
 
 
 @pytest.fixture(scope="module")

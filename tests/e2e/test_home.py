@@ -47,6 +47,25 @@ def test_alice_logs_in_and_sees_home_with_nav_and_roles(browser_page: WatchedPag
     browser_page.assert_clean()
 
 
+def test_the_footer_leads_to_pages_not_raw_json(browser_page: WatchedPage, kiln):
+    """Smaller item: the footer's "Status" and "API root" opened raw JSON (/readyz, /api/v1/).
+    Now it names what it opens: the API docs (a page) and the OpenAPI document itself."""
+    browser_page.login("alice")
+    page = browser_page.page
+    footer = page.locator("footer nav[aria-label=Footer] a")
+    hrefs = footer.evaluate_all("links => links.map(a => a.href)")
+    links = dict(zip(footer.all_inner_texts(), hrefs, strict=True))
+    assert set(links) == {"API docs", "OpenAPI schema"}, links
+    for text, href in links.items():
+        assert not href.endswith(("/readyz", "/healthz", "/api/v1/")), (text, href)
+        assert page.request.get(href).status == 200, href
+    with page.expect_navigation():
+        page.click("footer >> text=API docs")
+    assert page.locator(".swagger-ui").count() == 1  # a page, not a JSON body
+    assert "json" not in page.request.get(links["API docs"]).headers["content-type"]
+    browser_page.assert_clean()
+
+
 def test_roles_shown_follow_the_person(browser_page: WatchedPage):
     browser_page.login("root")
     badges = browser_page.page.locator("header .who .badge.role").all_inner_texts()

@@ -8,7 +8,7 @@ from tests.e2e.conftest import WatchedPage
 
 
 def test_queue_rows_show_team_age_cost_and_their_own_errors(browser_page: WatchedPage, kiln):
-    """Item 7: team, age, cost per hour and over the TTL; rejecting without a reason names the
+    """Item 7: team, age, cost per hour and over the TTL, the plan; rejecting without a reason names the
     request on its own row (not at the top); Approve and Reject are the same height."""
     first = api.environment(kiln, "queue-one", env_class="staging", ttl_hours=10)
     second = api.environment(kiln, "queue-two", env_class="staging")
@@ -22,6 +22,13 @@ def test_queue_rows_show_team_age_cost_and_their_own_errors(browser_page: Watche
     cost = row.locator(".q-cost").inner_text()
     hourly = float(first["hourly_cost"])
     assert f"${hourly:.2f}/h" in cost and f"${hourly * 10:.2f} over 10 h" in cost, cost
+    # The plan: what approving creates, its cost and verdicts, opened on the row beneath.
+    plan = page.locator(f"#plan-{first['id']} details.portal-plan")
+    summary = plan.locator(":scope > summary")
+    assert summary.inner_text().startswith("Plan: ") and "policies allow" in summary.inner_text()
+    summary.click()
+    assert plan.locator(".portal-plan-diff").is_visible()
+    assert "kind: Namespace" in plan.text_content()
     approve = row.locator("button[value=approve]").bounding_box()
     reject = row.locator("button[value=reject]").bounding_box()
     assert abs(approve["height"] - reject["height"]) < 1 and abs(approve["y"] - reject["y"]) < 1

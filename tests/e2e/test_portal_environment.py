@@ -24,6 +24,19 @@ def _tab(page, name: str) -> None:
     assert page.locator(f"#panel-{name}").is_visible()
 
 
+def _never_provisioned(browser_page: WatchedPage, env_id: str, status: str, why: str):
+    """alice opens a request that never provisioned: its status in words, and the progress tab
+    says why nothing was (never "No provisioning steps yet"); returns the page."""
+    page = browser_page.page
+    browser_page.login("alice")
+    browser_page.goto(f"/environments/{env_id}/")
+    assert page.locator("#env-status").inner_text() == status
+    _tab(page, "progress")
+    assert why in page.locator("#progress").inner_text()
+    assert "No provisioning steps yet" not in page.content()
+    return page
+
+
 def test_ready_environment_says_how_to_connect(browser_page: WatchedPage, ready_env, kiln):
     """Item 5 and the tabs: the name as title, kubectl context, a kubeconfig download for the
     namespace, the control plane's and database's Secret names; policy collapsed when all allow;
@@ -129,13 +142,9 @@ def test_denied_request_is_edited_and_resubmitted(browser_page: WatchedPage, kil
         kiln, "spotty", env_class="staging", spot_node_pool=True, workload_class="batch"
     )
     assert denied["status"] == "DENIED", denied
-    page = browser_page.page
-    browser_page.login("alice")
-    browser_page.goto(f"/environments/{denied['id']}/")
-    assert page.locator("#env-status").inner_text() == "Denied by policy"
-    _tab(page, "progress")
-    assert "Nothing was provisioned: a policy denied" in page.locator("#progress").inner_text()
-    assert "No provisioning steps yet" not in page.content()
+    page = _never_provisioned(
+        browser_page, denied["id"], "Denied by policy", "Nothing was provisioned: a policy denied"
+    )
     _tab(page, "policy")
     assert page.locator("details.portal-policy").get_attribute("open") is not None
     assert "spot node pools are for ephemeral and dev" in page.locator("#panel-policy").inner_text()
@@ -149,4 +158,26 @@ def test_denied_request_is_edited_and_resubmitted(browser_page: WatchedPage, kil
         page.click("button[type=submit].primary")
     assert page.locator("h1").inner_text().startswith("spotty")
     assert "Denied" not in page.locator("#env-status").inner_text()
+    browser_page.assert_clean()
+
+
+def test_rejected_request_says_who_stopped_it_and_can_be_resubmitted(
+    browser_page: WatchedPage, kiln
+):
+    """Item 6 for a rejection: the status is a word, the progress says an approver rejected it
+    (not "No provisioning steps yet"), and "Edit and resubmit" opens the form with its values."""
+    env = api.environment(kiln, "turned-down", env_class="staging")
+    assert env["status"] == "PENDING_APPROVAL", env
+    status, rejected = api.call(
+        kiln, "POST", f"/api/v1/environments/{env['id']}/reject/", "approver",
+        {"reason": "staging is full this week"},
+    )  # fmt: skip
+    assert status == 200 and rejected["status"] == "REJECTED", rejected
+    page = _never_provisioned(
+        browser_page, env["id"], "Rejected", "Nothing was provisioned: an approver rejected"
+    )
+    with page.expect_navigation():
+        page.locator("a", has_text="Edit and resubmit").first.click()
+    assert page.locator("#id_name").input_value() == "turned-down"
+    assert page.locator("#id_env_class").input_value() == "staging"
     browser_page.assert_clean()

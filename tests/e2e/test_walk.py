@@ -1,22 +1,34 @@
 """A walk through every page as each role, at 1366 and 390 px: no console error, no failed
 request, no 4xx/5xx answer, nothing wider than the screen, no form control without a label.
-With KILN_UPDATE_DOCS_SCREENSHOTS=1 it also refreshes the pictures of the README's tour in docs/screenshots/."""
+With KILN_UPDATE_DOCS_SCREENSHOTS=1 (`make screenshots`) it also refreshes the pictures of the
+README's tour in docs/screenshots/."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.e2e import api
 from tests.e2e.conftest import WatchedPage
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 WIDTHS = (1366, 390)
 # Pages beyond the navigation: (user, path) and the detail pages found by following a list's
 # first link (list path, link selector).
+# {env}, {rollout} and {experiment} are the pages `subjects` makes or finds.
 EXTRA = {
-    "alice": ["/environments/new/", "/chaos/new/", "/rollouts/new/", "/environments/showback/"]
+    "alice": [
+        "/environments/new/",
+        "/chaos/new/",
+        "/rollouts/new/",
+        "/environments/showback/",
+        "/environments/{env}/",
+        "/rollouts/{rollout}/",
+        "/chaos/{experiment}/",
+    ]
 }
 DETAILS = [
     ("/environments/", "table.data tbody a[href^='/environments/env_']"),
@@ -24,7 +36,6 @@ DETAILS = [
     ("/chaos/", "table.data tbody a[href^='/chaos/']"),
     ("/audit/", "table.audit-events tbody td:first-child a"),
 ]
-# Tour pictures: (user, path or list to follow, file name).
 # Form controls without an accessible name: no <label for>, no wrapping <label>, no
 # aria-label or aria-labelledby (hidden inputs, buttons and submit inputs name themselves).
 UNLABELLED = """() => [...document.querySelectorAll('input, select, textarea')].filter(el => {
@@ -41,14 +52,71 @@ TOUR = {
     ("alice", "/rollouts/"): "4-rollouts",
     ("carol", "/environments/approvals/"): "5-approvals",
     ("erin", "/audit/"): "6-audit",
+    ("alice", "/environments/{env}/"): "7-environment",
+    ("alice", "/rollouts/{rollout}/"): "8-rollout",
+    ("alice", "/scheduler/"): "9-scheduler",
+    ("alice", "/chaos/{experiment}/"): "10-chaos",
 }
+# At a phone's width: (user, path) -> file name.
+PHONE_TOUR = {("alice", "/environments/{env}/"): "11-phone-environment"}
+
+
+@pytest.fixture(scope="module")
+def subjects(kiln) -> Iterator[dict[str, str]]:
+    """alice's READY environment, the demo's finished checkout rollout (charts complete) and a
+    chaos experiment running on checkout: the detail pages the walk and the tour show."""
+    env = api.environment(kiln, "tour", ttl_hours=24)
+    api.environment_status(kiln, env["id"], "READY")
+
+    def finished_checkout():
+        rollouts = api.call(kiln, "GET", "/api/v1/rollouts/", "engineer")[1]["results"]
+        return next(
+            (r for r in rollouts if r["service"]["name"] == "checkout" and r["finished"]), None
+        )
+
+    rollout = api.wait_for(finished_checkout, timeout=120, what="the demo rollout to finish")
+    experiment = api.running_experiment(kiln, "checkout-delay", seconds=600)
+    try:
+        yield {"env": env["id"], "rollout": rollout["id"], "experiment": experiment["id"]}
+    finally:
+        api.stop(kiln, experiment=experiment)
+
+
+def _leave_between_polls(page) -> None:
+    """On a page that polls every second (a running experiment's lease and injections), wait
+    for both polls to answer before moving on, so leaving does not cut a request short."""
+    if page.locator("[hx-trigger='every 1s']").count() == 0:
+        return
+    with (
+        page.expect_response(lambda r: "part=lease" in r.url),
+        page.expect_response(lambda r: "part=injections" in r.url),
+    ):
+        pass
+
+
+def _picture(page, name: str) -> None:
+    """The screen from the top; the rollout's whole page, so its four charts are in it."""
+    if os.environ.get("KILN_UPDATE_DOCS_SCREENSHOTS") == "1":
+        DOCS.mkdir(parents=True, exist_ok=True)
+        page.evaluate("window.scrollTo(0, 0)")
+        page.screenshot(path=str(DOCS / f"{name}.png"), full_page=name == "8-rollout")
 
 
 @pytest.mark.parametrize("user", ["alice", "carol", "erin", "root"])
-def test_every_page_as_each_role_at_desktop_and_phone_width(browser_page: WatchedPage, user):
+def test_every_page_as_each_role_at_desktop_and_phone_width(
+    browser_page: WatchedPage, subjects, user
+):
     page = browser_page.page
     failures: list[str] = []
-    page.on("requestfailed", lambda r: failures.append(f"failed {r.url}: {r.failure}"))
+
+    def failed(request) -> None:
+        # Leaving a page cancels its polls in flight (the chaos panels poll every second):
+        # ERR_ABORTED on a background request is the navigation's doing, not a failure.
+        if request.failure == "net::ERR_ABORTED" and not request.is_navigation_request():
+            return
+        failures.append(f"failed {request.url}: {request.failure}")
+
+    page.on("requestfailed", failed)
     page.on(
         "response",
         lambda r: failures.append(f"{r.status} {r.url}") if r.status >= 400 else None,
@@ -67,7 +135,8 @@ def test_every_page_as_each_role_at_desktop_and_phone_width(browser_page: Watche
     assert len(paths) >= 4, paths
     for width in WIDTHS:
         page.set_viewport_size({"width": width, "height": 900})
-        for path in paths:
+        for template in paths:
+            path = template.format(**subjects)
             browser_page.goto(path)
             page.wait_for_load_state("networkidle")
             scroll = page.evaluate("document.documentElement.scrollWidth")
@@ -75,9 +144,9 @@ def test_every_page_as_each_role_at_desktop_and_phone_width(browser_page: Watche
             if width == WIDTHS[0]:
                 unlabelled = page.evaluate(UNLABELLED)
                 assert unlabelled == [], f"{user} {path}: controls without a label {unlabelled}"
-            name = TOUR.get((user, path))
-            if name and width == 1366 and os.environ.get("KILN_UPDATE_DOCS_SCREENSHOTS") == "1":
-                DOCS.mkdir(parents=True, exist_ok=True)
-                page.screenshot(path=str(DOCS / f"{name}.png"))
+            name = (TOUR if width == 1366 else PHONE_TOUR).get((user, template))
+            if name:
+                _picture(page, name)
+            _leave_between_polls(page)
     assert failures == [], failures
     browser_page.assert_clean()
