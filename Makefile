@@ -9,10 +9,10 @@ PORT ?= 8000
 export DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/kiln
 export REDIS_URL ?= redis://127.0.0.1:6379/0
 
-.PHONY: run test dev db bench loadtest lint services browser lock clean
+.PHONY: run test dev db bench loadtest lint services browser screenshots lock clean
 
 # Outside standalone SECRET_KEY is required; these two local targets use a throwaway one.
-test dev db bench bench-%: export SECRET_KEY ?= insecure-local-test-and-dev-key-never-used-in-production
+test dev db bench bench-% screenshots: export SECRET_KEY ?= insecure-local-test-and-dev-key-never-used-in-production
 dev: export KILN_SECURE_COOKIES ?= 0
 
 $(VENV)/.installed: requirements.lock
@@ -77,9 +77,13 @@ BENCH_DIR ?= bench/results
 TRACE ?= ../shared/data/google-2011
 BENCH_audit_bench := audit_bench --events 100000 --json
 BENCH_audit_choices_bench := audit_choices_bench
+BENCH_audit_tlog_bench := audit_tlog_bench --entries 1000000 --json
 BENCH_canary_bench := canary_bench --seeds report --rollouts 1000 --json
 BENCH_canary_bench-tune := canary_bench --seeds tune --tune-rollouts 300 --json
 BENCH_canary_promote_bench := canary_promote_bench --rollouts 1000 --json
+# The same over the kubernetes backend: the real client over HTTP to a local API server, with the
+# client limits (KILN_KUBE_QPS / KILN_KUBE_BURST) it reports against.
+BENCH_canary_promote_bench-kubernetes := canary_promote_bench --rollouts 1000 --kube-api local --json
 BENCH_chaos_crash_bench := chaos_crash_bench --trials 200 --json
 BENCH_extender_bench := extender_bench --nodes 12477 --requests 2000 --json
 BENCH_extender_bench-varied := extender_bench --nodes 12477 --requests 2000 --node-lists varied --json
@@ -92,9 +96,18 @@ BENCH_cluster_bench := cluster_bench --nodes 1000 --pods 10000 --seed 2 --json
 BENCH_cluster_bench-nocache := cluster_bench --nodes 1000 --pods 10000 --seed 2 \
   --node-cache-capable false --json
 BENCH_provision_bench := provision_bench --requests 100 --concurrency 20 --json
-BENCHMARKS := audit_bench audit_choices_bench canary_bench canary_bench-tune canary_promote_bench \
+# The bench's 20 client threads each hold a connection of its process (provision_bench says so).
+bench-provision_bench: export KILN_DB_POOL_MAX ?= 32
+# The environment lifecycle (docs/portal.md): the worker SIGKILLed at every step, a demo of
+# deferrals and forced disruptions, and the time from a gitops commit to synced.
+BENCH_lifecycle_fault_matrix := lifecycle_fault_matrix --json
+BENCH_lifecycle_demo := lifecycle_demo --environments 12 --seed 7 --port 9320 --json
+BENCH_gitops_refresh_bench := gitops_refresh_bench --json
+BENCHMARKS := audit_bench audit_choices_bench audit_tlog_bench canary_bench canary_bench-tune canary_promote_bench \
+  canary_promote_bench-kubernetes \
   chaos_crash_bench extender_bench extender_bench-varied extender_bench-adaptive scheduler_bench scheduler_replay \
-  cluster_bench cluster_bench-nocache provision_bench schemathesis
+  cluster_bench cluster_bench-nocache provision_bench lifecycle_fault_matrix lifecycle_demo gitops_refresh_bench \
+  schemathesis
 
 bench: $(addprefix bench-,$(BENCHMARKS))
 
@@ -119,6 +132,11 @@ loadtest: $(VENV)/.installed db
 	flock /tmp/kiln-bench.lock $(PY) -m kiln.benchjson \
 	  $(BENCH_DIR)/loadtest$(if $(filter-out none,$(FAULT)),-$(FAULT))-$(BENCH_DATE).json -- \
 	  $(PY) manage.py loadtest --fault $(FAULT) --port $(LOADTEST_PORT) --json
+
+## screenshots: the browser walk (tests/e2e/test_walk.py), rewriting the README tour's pictures
+## in docs/screenshots/
+screenshots: $(VENV)/.installed services browser
+	KILN_UPDATE_DOCS_SCREENSHOTS=1 $(PY) -m pytest -p no:cacheprovider -q tests/e2e/test_walk.py
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
