@@ -52,7 +52,8 @@ class TlogReader(BasePermission):
 class PublicTlogRead(APIView):
     """One of the log's hot reads (tiles, proofs), `answer`ed from the query and the URL's kwargs.
 
-    When KILN_AUDIT_TLOG_PUBLIC is on a GET is answered from the Django request as it comes:
+    When KILN_AUDIT_TLOG_PUBLIC is on a GET is answered from the request as it comes, beside
+    Django's middleware (`fast_read`, kiln/fast_reads.py) or, reached through it, here:
     DRF's request wrapping, authentication, permission check and content negotiation decide
     nothing for an anonymous read of public bytes, and on these paths they were a sizeable share
     of each request's time. Otherwise (auditors only) DRF runs as for every API. Both paths give
@@ -64,8 +65,20 @@ class PublicTlogRead(APIView):
     def dispatch(self, request: HttpRequest, *args, **kwargs) -> HttpResponse:
         if request.method != "GET" or not settings.KILN_AUDIT_TLOG_PUBLIC:
             return super().dispatch(request, *args, **kwargs)
+        return self.public_answer(request.GET, **kwargs)
+
+    @classmethod
+    def fast_read(cls, query: QueryDict, **kwargs) -> HttpResponse | None:
+        """The public GET answered beside Django's middleware (kiln/fast_reads.py); None when
+        the log is for auditors only, so Django authenticates the request as usual."""
+        if not settings.KILN_AUDIT_TLOG_PUBLIC:
+            return None
+        return cls().public_answer(query, **kwargs)
+
+    def public_answer(self, query: QueryDict, **kwargs) -> HttpResponse:
+        """`answer`, with a refusal as the API's error shape."""
         try:
-            return self.answer(request.GET, **kwargs)
+            return self.answer(query, **kwargs)
         except (KilnError, params.ParamError) as exc:
             if isinstance(exc, params.ParamError):
                 exc = InvalidParameter.from_param(exc)

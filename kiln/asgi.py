@@ -1,5 +1,8 @@
 """ASGI entry point: Django for HTTP, Channels for websockets (session or bearer-token auth).
 
+Public read-only GETs whose view offers a `fast_read` are answered beside Django's
+middleware (kiln/fast_reads.py); everything else goes through Django.
+
 Websocket routes come from the modules named in `settings.KILN_WEBSOCKET_ROUTES`
 (each has `websocket_urlpatterns`), so the project package imports no app.
 """
@@ -17,6 +20,8 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 
+from kiln.fast_reads import FastReads  # noqa: E402
+
 websocket_urlpatterns = [
     route
     for name in settings.KILN_WEBSOCKET_ROUTES
@@ -25,7 +30,7 @@ websocket_urlpatterns = [
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": FastReads(django_asgi_app),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

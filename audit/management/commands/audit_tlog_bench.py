@@ -92,7 +92,8 @@ class Command(BaseCommand):
                 "append_with_tree is chain_append alone fed from memory (no recorders or relay): "
                 "the writer's ceiling, not end to end; audit_bench measures end to end, tree "
                 "included. HTTP figures: one keep-alive client, sequential requests, uvicorn with "
-                "one worker, KILN_AUDIT_TLOG_PUBLIC on."
+                "one worker, KILN_AUDIT_TLOG_PUBLIC on (tiles and proofs answered beside "
+                "Django's middleware, kiln/fast_reads.py; the checkpoint through it)."
             ),
             "load_average_start": [round(x, 2) for x in load_start],
             "load_average_end": [round(x, 2) for x in os.getloadavg()],
