@@ -242,6 +242,9 @@ def _worker_signals() -> None:
     never ends."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and terminates
+    # Forked with SIGTERM blocked (run_many): one sent before this point was held, not ignored
+    # by the parent's handler, and ends the worker now.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
 
 def _run_shared(config: ReplayConfig) -> RunResult:
@@ -264,7 +267,16 @@ def run_many(
     _SHARED = trace
     try:
         context = multiprocessing.get_context("fork")
-        with context.Pool(min(workers, len(configs)), initializer=_worker_signals) as pool:
+        # Workers are forked (now, and later by the pool's own thread, which inherits this mask)
+        # with SIGTERM blocked: a Pool.terminate() that comes before a worker's initializer has
+        # replaced the parent's handler is then held until the initializer unblocks it, instead
+        # of being swallowed by that handler while terminate() waits for the worker forever.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        try:
+            pool = context.Pool(min(workers, len(configs)), initializer=_worker_signals)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        with pool:
             yield from pool.imap(_run_shared, configs)
     finally:
         _SHARED = None
