@@ -45,10 +45,21 @@ browser:
 	  SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
-## test: the whole suite against PostgreSQL and Redis
+## test: the whole suite against PostgreSQL and Redis, as two pytest runs side by side: the
+## tests marked slow (tests/conftest.py: browsers, real processes, faults; mostly waiting) on a
+## test database and Redis database of their own, beside the rest; their output follows
+TEST_SLOW_REDIS_DB ?= 1
 test: $(VENV)/.installed services browser
 	$(PY) manage.py audit_setup_roles
-	$(PY) -m pytest -p no:cacheprovider
+	@mkdir -p var; db="$${DATABASE_URL%%\?*}"; \
+	  DATABASE_URL="$${db}_slow" REDIS_URL="$${REDIS_URL%/*}/$(TEST_SLOW_REDIS_DB)" \
+	    $(PY) -m pytest -p no:cacheprovider -m slow > var/test-slow.log 2>&1 & slow=$$!; \
+	  $(PY) -m pytest -p no:cacheprovider -m "not slow"; fast=$$?; \
+	  wait $$slow; slow_rc=$$?; \
+	  echo "=== the tests marked slow, run beside the others (var/test-slow.log) ==="; \
+	  cat var/test-slow.log; \
+	  echo "not slow: pytest exit $$fast; slow: pytest exit $$slow_rc"; \
+	  exit $$(( fast != 0 || slow_rc != 0 ))
 
 ## dev: the production shape - web, worker, beat and audit writer as separate processes
 dev: $(VENV)/.installed services db

@@ -11,6 +11,39 @@ from rest_framework.test import APIClient
 from kiln import observability
 from kiln.identity import keys, tokens
 
+# Tests that mostly wait (browsers, real server and worker processes, faults, fuzzing): marked
+# `slow`. `make test` runs them in a pytest run of their own, beside the rest, on their own
+# test database and Redis database (Makefile); `pytest` alone runs everything.
+SLOW = (
+    "tests/e2e/",
+    "tests/canary/test_dashboard_browser.py",
+    "tests/canary/test_rollout_steer_browser.py",
+    "tests/canary/test_stream_http.py",
+    "tests/canary/test_promote_bench.py",
+    "tests/chaos/test_loadtest.py",
+    "tests/kiln/test_task_recovery.py",
+    "tests/kiln/test_schemathesis.py",
+    "tests/kiln/test_standalone.py",
+    "tests/kiln/test_standalone_tracing.py",
+    "tests/kiln/test_attacks_http.py",
+    "tests/kiln/test_startup_config.py",
+    "tests/kiln/test_worker_db.py",
+    "tests/kiln/test_db_pool.py",
+    "tests/portal/test_fault_matrix.py",
+    "tests/portal/test_provision_bench.py",
+    "tests/portal/test_tracing_processes.py",
+    "tests/audit/test_tlog_bench.py",
+    "tests/scheduler/test_replay_pool.py",
+)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    root = Path(str(config.rootpath))
+    for item in items:
+        path = Path(str(item.path)).relative_to(root).as_posix()
+        if path.startswith(SLOW):
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _spans_in_memory() -> None:
