@@ -22,7 +22,6 @@ SLOW = (
     "tests/canary/test_promote_bench.py",
     "tests/chaos/test_loadtest.py",
     "tests/kiln/test_task_recovery.py",
-    "tests/kiln/test_schemathesis.py",
     "tests/kiln/test_standalone.py",
     "tests/kiln/test_standalone_tracing.py",
     "tests/kiln/test_attacks_http.py",
