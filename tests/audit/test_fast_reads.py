@@ -4,16 +4,28 @@ and security headers as through Django, and Django answers everything else."""
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 from asgiref.testing import ApplicationCommunicator
+from django.db import connection, connections
 
 from audit import tlog_api
+from kiln import fast_reads
 from kiln.asgi import django_asgi_app
-from kiln.fast_reads import FastReads
+from kiln.fast_reads import READ_THREADS, FastReads, release_connections
 from kiln.observability import HTTP_REQUESTS
 
-pytestmark = pytest.mark.usefixtures("committed_chain", "log300")
+pytestmark = pytest.mark.usefixtures("committed_chain", "log300", "read_threads_released")
+
+
+@pytest.fixture
+def read_threads_released():
+    """The read threads keep their connections between reads: closed when the test ends, so
+    the chain can be wiped and the test database dropped."""
+    yield
+    release_connections()
+
 
 SECURITY = (
     "x-content-type-options", "referrer-policy", "cross-origin-opener-policy",
@@ -152,3 +164,41 @@ def test_fast_reads_are_counted_by_route(settings):
     before = HTTP_REQUESTS.labels(*labels)._value.get()
     _call(FastReads(Counting()), READS[0])
     assert HTTP_REQUESTS.labels(*labels)._value.get() == before + 1
+
+
+def test_a_read_thread_keeps_its_connection_and_drops_a_broken_one(settings):
+    """Kept between reads (no pool return and check each time); a connection that broke under
+    a read is closed, the read answered by Django, and the next fast read works again."""
+    settings.KILN_AUDIT_TLOG_PUBLIC = True
+    app = FastReads(Counting())
+
+    def kept_sessions() -> set[int]:
+        """The server session each read thread holds (None: no connection)."""
+        barrier = threading.Barrier(READ_THREADS)
+
+        def pid() -> int | None:
+            barrier.wait(timeout=10)  # one call per read thread
+            raw = connections["default"].connection
+            return raw.info.backend_pid if raw is not None else None
+
+        return {f.result() for f in [fast_reads._EXECUTOR.submit(pid) for _ in range(READ_THREADS)]}
+
+    for _ in range(6):
+        assert _call(app, READS[0])[0] == 200
+    kept = kept_sessions() - {None}
+    assert 1 <= len(kept) <= READ_THREADS
+    for _ in range(6):
+        assert _call(app, READS[0])[0] == 200
+    assert kept_sessions() - {None} == kept  # the same sessions: none returned or opened per read
+    with connection.cursor() as cursor:  # what a restart of PostgreSQL does to them
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid", [list(kept)]
+        )
+    django = Counting()
+    for _ in range(2 * READ_THREADS):
+        status, _, body = _call(FastReads(django), READS[0])
+        assert status == 200 and len(body) == 256 * 32
+    assert 1 <= django.calls <= READ_THREADS  # each broken connection once, then closed
+    calls = django.calls
+    assert _call(FastReads(django), READS[0])[0] == 200
+    assert django.calls == calls  # answered beside Django again, on a new connection
