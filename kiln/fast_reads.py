@@ -2,8 +2,8 @@
 
 Under ASGI, Django runs a request through its middleware with a thread hop at each change
 between synchronous and asynchronous code (our stack has several), then the view in a
-thread again: on this 2-core machine a trivial view took 3.5 ms at the median through
-uvicorn, most of it in those hops. A view class whose answer needs none of that (no session,
+thread again; for a read as small as a tile those hops were most of the request
+(docs/audit.md has the before and after of audit_tlog_bench). A view class whose answer needs none of that (no session,
 user, CSRF or cookie: public bytes for anyone, such as the transparency log's tiles and
 proofs) may say so with a class method
 
