@@ -31,7 +31,14 @@
       columns.push(data[r + "_pending"]);
       series.push({ label: r + " pending", stroke: palette[r], width: 1, dash: [6, 4] });
     });
-    new uPlot({ width: Math.max(target.clientWidth, 300), height: 220, series: series }, columns, target);
+    // One sample (a new cluster): uPlot pads a lone time by a thousand days, which drew the axis
+    // over years with the point at its edge; show the hour around it instead.
+    var span = function (u, min, max) {
+      var t = u.data[0], lo = t[0], hi = t[t.length - 1];
+      return lo === hi ? [lo - 1800, hi + 1800] : [min, max];
+    };
+    new uPlot({ width: Math.max(target.clientWidth, 300), height: 220, series: series,
+                scales: { x: { time: true, range: span } } }, columns, target);
   }
   document.addEventListener("DOMContentLoaded", function () {
     drawCommitment();
