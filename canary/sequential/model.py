@@ -24,6 +24,9 @@ class ConfigError(ValueError):
         self.message = message
 
 
+MIN_ERROR_RATE = 1e-12  # the smallest alpha or beta: far below any rate a rollout can show
+
+
 @dataclass(frozen=True)
 class AnalysisConfig:
     """Error rates, design regression sizes and durations of the sequential analysis.
@@ -70,7 +73,12 @@ class AnalysisConfig:
 
         for name in ("alpha", "beta"):
             value = number(name)
-            need(0 < value < 0.5, name, f"must be a probability in (0, 0.5), got {value!r}")
+            # Below the floor Wald's bounds are no longer finite numbers (1/alpha overflows).
+            need(
+                MIN_ERROR_RATE <= value < 0.5,
+                name,
+                f"must be a probability in [{MIN_ERROR_RATE:g}, 0.5), got {value!r}",
+            )
         need(self.alpha + self.beta < 1, "beta", "alpha + beta must be below 1")
         for name in ("error_ratio", "median_ratio", "tail_ratio"):
             value = number(name)

@@ -107,7 +107,7 @@ def test_the_start_form_names_every_problem_in_one_round_and_starts_nothing(alic
     assert response.status_code == 400
     assert set(response.context["form"].errors) == {"steps", "tick_seconds", "alpha"}
     page = response.content.decode()
-    assert "increase" in page and "probability in (0, 0.5)" in page
+    assert "increase" in page and "probability in [1e-12, 0.5)" in page
     assert "seconds from 0.2" not in page  # the tick's problem is said once, by Django
     assert Rollout.objects.count() == 0
     assert not OutboxEvent.objects.filter(action__startswith="canary.rollout.").exists()

@@ -182,6 +182,17 @@ def test_any_setting_is_accepted_or_refused_naming_that_setting(name, value):
     assert not isinstance(getattr(cfg, name), bool)
 
 
+@pytest.mark.parametrize("name", ["alpha", "beta"])
+@pytest.mark.parametrize("value", [2.225073858507e-311, 5e-324, 1e-13])
+def test_an_error_rate_too_small_for_finite_bounds_is_refused_by_name(name, value):
+    # 1/alpha of a subnormal alpha overflows: Wald's upper bound would be infinite.
+    with pytest.raises(ConfigError) as refused:
+        AnalysisConfig(**{name: value})
+    assert refused.value.field == name and "1e-12" in refused.value.message
+    cfg = AnalysisConfig(**{name: 1e-12})
+    assert math.isfinite(cfg.lower) and math.isfinite(cfg.upper)
+
+
 def _false_rollbacks(cfg: AnalysisConfig, rollouts: int = 600) -> float:
     """Share of healthy noisy-baseline canaries rolled back over the bench's 10/25/50% steps."""
     sim = Simulator(CLASSES["noisy_baseline"], rollouts=rollouts, seed=77, sample_cap=1000)
