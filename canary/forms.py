@@ -39,12 +39,12 @@ class RolloutStartForm(forms.Form):
         "and the baseline served in that window; a step lasts ticks per step × this",
     )
     alpha = forms.FloatField(
-        initial=DEFAULTS.alpha, label="α (false rollback)", help_text="error SPRT, in (0, 0.5)"
+        initial=DEFAULTS.alpha, label="α (false rollback)", help_text="error SPRT, in [1e-12, 0.5)"
     )
     beta = forms.FloatField(
         initial=DEFAULTS.beta,
         label="β (promote a regression)",
-        help_text="per channel, in (0, 0.5)",
+        help_text="per channel, in [1e-12, 0.5)",
     )
     error_ratio = forms.FloatField(initial=DEFAULTS.error_ratio, help_text="errors ×, above 1")
     median_ratio = forms.FloatField(initial=DEFAULTS.median_ratio, help_text="above 1")
