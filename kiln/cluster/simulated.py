@@ -173,10 +173,14 @@ class SimulatedBackend:
         ]
 
     def delete(self, ref: AppliedRef) -> bool:
-        """Mark the object deleting; it disappears once its finalizers clear."""
+        """Mark the object deleting; it disappears once its finalizers clear.
+
+        A Namespace takes its contents with it: they are marked deleting together, with one
+        write, and each deletion is audited as the namespace controller's would be.
+        """
         existed = self._mark_deleting(ref)
         if existed:
-            self._reconcile()
+            self._reconcile(_scope(ref.api_version, ref.kind, ref.namespace, ref.name))
         if self.audit is not None:  # audited after the request completes, 404 included
             self.audit.record("delete", [(ref, 200 if existed else 404)])
         return existed
@@ -198,21 +202,21 @@ class SimulatedBackend:
                 return False
             if obj.deletion_timestamp is None:
                 now = timezone.now()
-                obj.deletion_timestamp = now
-                obj.resource_version += 1
-                stuck = STUCK_FINALIZER in obj.finalizers
-                obj.finalizers_clear_at = (
-                    None if stuck else now + timedelta(seconds=finalizer_delay())
-                )
-                obj.save()
+                _start_deletion(obj, now)
+                obj.save(update_fields=DELETION_FIELDS)
                 if ref.kind == "Namespace" and ref.api_version == "v1":
-                    children = self._objects().filter(
-                        namespace=ref.name, deletion_timestamp__isnull=True
+                    children = list(
+                        self._objects()
+                        .select_for_update()
+                        .filter(namespace=ref.name, deletion_timestamp__isnull=True)
+                        .order_by("namespace", "name")
                     )
                     for child in children:
-                        self.delete(
-                            AppliedRef(child.api_version, child.kind, child.namespace, child.name)
-                        )
+                        _start_deletion(child, now)
+                    SimulatedObject.objects.bulk_update(children, DELETION_FIELDS)
+                    for child in children if self.audit is not None else ():
+                        key = (child.api_version, child.kind, child.namespace, child.name)
+                        self.audit.record("delete", [(AppliedRef(*key), 200)])
         return True
 
     def set_status(self, ref: AppliedRef, status: dict[str, Any]) -> None:
@@ -268,9 +272,7 @@ class SimulatedBackend:
             .first()
         )
         if obj is not None and obj.deletion_timestamp is not None:
-            self._reconcile(
-                obj.name if obj.kind == "Namespace" and obj.api_version == "v1" else None
-            )
+            self._reconcile(_scope(obj.api_version, obj.kind, obj.namespace, obj.name))
             obj = self._objects().filter(pk=obj.pk).first()
         return render(obj) if obj else None
 
@@ -287,7 +289,8 @@ class SimulatedBackend:
         """Objects of one kind, by namespace, label selector, deletion and routed host."""
         qs = self._objects().filter(api_version=api_version, kind=kind)
         if include_deleting:
-            self._reconcile()
+            # Only the listed namespace's deleting objects can be in the answer.
+            self._reconcile(namespace)
         else:
             # A reconcile only removes deleting objects, which this read leaves out anyway:
             # skipping it spares a scan of every deleting object in the cluster.
@@ -361,20 +364,44 @@ class SimulatedBackend:
     # --- simulation ------------------------------------------------------------
 
     def _reconcile(self, namespace: str | None = None) -> None:
-        """Remove deleting objects whose finalizers have cleared (namespaces wait for contents)."""
+        """Remove deleting objects whose finalizers have cleared (namespaces wait for contents).
+
+        `namespace` narrows it to the objects of one namespace and the Namespace itself ("":
+        the cluster-scoped objects); None is the whole cluster.
+        """
         now = timezone.now()
         due = self._objects().filter(deletion_timestamp__isnull=False, finalizers_clear_at__lte=now)
         if namespace is not None:
             due = due.filter(Q(namespace=namespace) | Q(kind="Namespace", name=namespace))
-        for obj in due.exclude(kind="Namespace", api_version="v1"):
-            self._objects().filter(pk=obj.pk).delete()
-            if (obj.api_version, obj.kind) == TCP:  # its API server's datastore goes with it
-                SimulatedObject.objects.filter(
-                    cluster=tenant_cluster(obj.namespace, obj.name)
-                ).delete()
+        gone = list(
+            due.exclude(kind="Namespace", api_version="v1").values_list(
+                "pk", "api_version", "kind", "namespace", "name"
+            )
+        )
+        if gone:
+            self._objects().filter(pk__in=[pk for pk, *_ in gone]).delete()
+        for _, api_version, kind, obj_namespace, name in gone:
+            if (api_version, kind) == TCP:  # its API server's datastore goes with it
+                SimulatedObject.objects.filter(cluster=tenant_cluster(obj_namespace, name)).delete()
         for ns in due.filter(kind="Namespace", api_version="v1"):
             if not self._objects().filter(namespace=ns.name).exists():
                 self._objects().filter(pk=ns.pk).delete()
+
+
+DELETION_FIELDS = ["deletion_timestamp", "resource_version", "finalizers_clear_at"]
+
+
+def _start_deletion(obj: SimulatedObject, now) -> None:
+    """Set an object deleting as of `now`: its finalizers clear after the simulated delay."""
+    obj.deletion_timestamp = now
+    obj.resource_version += 1
+    stuck = STUCK_FINALIZER in obj.finalizers
+    obj.finalizers_clear_at = None if stuck else now + timedelta(seconds=finalizer_delay())
+
+
+def _scope(api_version: str, kind: str, namespace: str, name: str) -> str:
+    """The namespace whose reconcile can remove this object: a Namespace's own name."""
+    return name if kind == "Namespace" and api_version == "v1" else namespace
 
 
 def _routing_prefilter(qs: QuerySet, host: str) -> QuerySet:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import time
 
 import pytest
+from django.db import connection
 from django.db.models.signals import post_init
+from django.test.utils import CaptureQueriesContext
 
 from kiln.cluster import AppliedRef, DeliveryError, HealthStatus, InvalidManifest
 from kiln.cluster.backends import get_backend
@@ -192,6 +194,37 @@ def test_deleting_a_namespace_deletes_its_contents_and_waits_for_stuck_ones():
         backend.apply([vs("new")])
     backend.clear_finalizers(stuck)
     assert backend.get(*ns_ref.key) is None
+
+
+def _delete_namespace_statements(backend, name: str, objects: int) -> int:
+    backend.apply([ns(name)] + [vs(f"svc-{i}", namespace=name) for i in range(objects)])
+    with CaptureQueriesContext(connection) as statements:
+        backend.delete(AppliedRef("v1", "Namespace", "", name))
+    assert not SimulatedObject.objects.filter(namespace=name).exists()
+    assert backend.get("v1", "Namespace", None, name) is None
+    return len(statements)
+
+
+def test_deleting_a_namespace_costs_the_same_statements_however_much_it_holds():
+    backend = get_backend()
+    # Its contents are marked deleting and removed together, not one object (and one scan of
+    # the cluster) at a time.
+    few = _delete_namespace_statements(backend, "few", 2)
+    many = _delete_namespace_statements(backend, "many", 30)
+    assert many == few
+
+
+def test_a_deletion_removes_only_its_own_namespace_and_reads_still_see_the_rest_gone(settings):
+    backend = get_backend()
+    settings.KILN_SIM_DELAY_PROFILE, settings.KILN_SIM_FINALIZER_SECONDS = "fast", 0.05
+    [other] = backend.apply([vs("other", namespace="elsewhere")])
+    [mine] = backend.apply([vs("mine")])
+    backend.delete(other)
+    time.sleep(0.1)  # the other object's finalizers have cleared; nobody has looked since
+    backend.delete(mine)
+    assert SimulatedObject.objects.filter(namespace="elsewhere").exists()  # not reconciled yet
+    assert backend.get(*other.key) is None  # a read sees it gone all the same
+    assert backend.list("networking.istio.io/v1", "VirtualService", "elsewhere") == []
 
 
 def test_set_status_is_merged_into_the_live_object():
