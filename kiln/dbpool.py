@@ -21,10 +21,11 @@ def reset_connection(conn: psycopg.Connection) -> None:
     """Undo session state before reuse: a role switch and session advisory locks.
 
     Prepared statements stay: they belong to this server connection and psycopg's cache on
-    the same connection object still matches them.
+    the same connection object still matches them. Both statements travel in one round trip
+    (the simple query protocol takes several; no parameters): it runs at every return of a
+    connection to the pool, every request's and every task's.
     """
-    conn.execute("RESET ROLE")
-    conn.execute("SELECT pg_advisory_unlock_all()")
+    conn.execute("RESET ROLE; SELECT pg_advisory_unlock_all()")
 
 
 def pool_exhausted(exc: BaseException | None) -> bool:

@@ -19,6 +19,7 @@ from django.test import RequestFactory
 from psycopg_pool import PoolTimeout
 
 from canary.chaos.loadtest.shape import Shape
+from kiln.dbpool import reset_connection
 from kiln.identity.models import Team
 from kiln.views import server_error
 from tests.audit.conftest import subprocess_env
@@ -131,3 +132,19 @@ def test_a_random_page_cost_that_is_not_positive_is_refused():
     )
     assert result.returncode != 0
     assert "KILN_DB_RANDOM_PAGE_COST must be a positive number" in result.stderr
+
+
+@pytest.mark.django_db
+def test_a_connection_comes_back_to_the_pool_without_its_role_or_advisory_locks():
+    """`reset_connection` undoes what a borrower set: its role and its session advisory locks
+    (a lock left held would block every later borrower of the same key)."""
+    dsn = connection.get_connection_params()
+    params = {k: v for k, v in dsn.items() if k in ("host", "port", "user", "password", "dbname")}
+    with psycopg.connect(**params, autocommit=True) as borrowed:
+        borrowed.execute("SET ROLE pg_read_all_stats")
+        borrowed.execute("SELECT pg_advisory_lock(424242)")
+        with psycopg.connect(**params, autocommit=True) as other:
+            assert other.execute("SELECT pg_try_advisory_lock(424242)").fetchone()[0] is False
+            reset_connection(borrowed)
+            assert borrowed.execute("SELECT current_user = session_user").fetchone()[0] is True
+            assert other.execute("SELECT pg_try_advisory_lock(424242)").fetchone()[0] is True
