@@ -6,12 +6,10 @@ import functools
 import json
 import re
 import uuid
-import weakref
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any
 
-import psycopg
 from django.db import connection, models, transaction
 from opentelemetry.instrumentation.utils import suppress_instrumentation
 
@@ -75,42 +73,24 @@ def record(actor: Any, action: str, target: Any, data: dict[str, Any] | None = N
 
 
 def _insert_outbox(values: tuple) -> None:
-    """The one outbox INSERT, in the caller's transaction, without a tracing span of its own.
+    """The outbox row, in the caller's transaction.
 
-    On PostgreSQL the statement runs as a psycopg 3 prepared statement (`prepare=True`) on a
-    server-side-binding `psycopg.Cursor` over Django's own DB-API connection
-    (`connection.connection`, so in the caller's transaction), one cursor per connection:
-    the server parses and plans the INSERT once per connection, the values travel as bound
-    parameters adapted by psycopg, and none of Django's per-statement cursor wrapping runs
-    (query capture does not list it). Errors are raised as Django's (`wrap_database_errors`).
-    Kept for the end-to-end target (>= 5,000 events/s, 400 us of CPU per event on two cores):
-    the INSERT through Django's client-binding cursor cost 171 us of client CPU an event and
-    this costs less than half of it (`audit_choices_bench`, figures in docs/audit.md).
-    Other databases (SQLite, standalone) take the same statement through Django's cursor.
-    The event already carries the trace id of the request or task that recorded it, so a
-    span per INSERT tells nothing new (with tracing on it cost 173 us an INSERT).
+    On PostgreSQL (Kiln's backend, `kiln/postgresql/base.py`) the row is deferred: the rows a
+    transaction records are written with one COPY just before its next statement or its
+    commit, so a transaction that records several events pays one round trip for them, and
+    whatever it runs after recording sees them. Kept for the end-to-end target (>= 5,000
+    events/s, 400 us of CPU per event on two cores); the prepared INSERT it replaced cost a
+    round trip per event (figures in docs/audit.md). Elsewhere (SQLite, standalone) one
+    INSERT through Django's cursor. Neither path has a tracing span of its own: the event
+    already carries the trace id of the request or task that recorded it (a span per INSERT
+    cost 173 us).
     """
-    if connection.vendor != "postgresql":
-        with suppress_instrumentation(), connection.cursor() as cursor:
-            cursor.execute(INSERT_OUTBOX, outbox_values(values))
+    defer_row = getattr(connection, "defer_row", None)
+    if defer_row is not None:
+        defer_row(OutboxEvent._meta.db_table, _COLUMNS, values)
         return
-    connection.ensure_connection()
-    with connection.wrap_database_errors:
-        _outbox_cursor(connection.connection).execute(INSERT_OUTBOX, values, prepare=True)
-
-
-_cursors: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _outbox_cursor(raw: psycopg.Connection) -> psycopg.Cursor:
-    """The server-side-binding cursor of this DB-API connection (a new one after a reconnect).
-
-    A connection belongs to one thread (Django), so its cursor is never shared between threads.
-    """
-    cursor = _cursors.get(raw)
-    if cursor is None or cursor.closed:
-        cursor = _cursors[raw] = psycopg.Cursor(raw)
-    return cursor
+    with suppress_instrumentation(), connection.cursor() as cursor:
+        cursor.execute(INSERT_OUTBOX, outbox_values(values))
 
 
 _COLUMNS = ("event_id", "recorded_at", "actor", "action", "target", "data", "data_jcs", "trace_id")

@@ -1,8 +1,8 @@
 """Measure the audit spine's kept optimisations against their plain alternatives; prints JSON.
 
 Each figure is the client CPU (and wall) time per event or entry, the minimum of three
-rounds; the docstrings of `chain.entry_bytes`, the outbox INSERT
-(`audit.services.recording`) and the chain COPY (`audit.services.appending`) cite them.
+rounds; the docstrings of `chain.entry_bytes`, the outbox row (`audit.services.recording`,
+`record()` with its rows written every 100 events and after every event) and the chain COPY (`audit.services.appending`) cite them.
 Database rounds run in transactions that are rolled back: nothing is kept.
 """
 
@@ -23,7 +23,7 @@ from audit import chain
 from audit.models import ChainEvent, OutboxEvent
 from audit.services import chain_head
 from audit.services.appending import insert_entries
-from audit.services.recording import INSERT_OUTBOX, outbox_values
+from audit.services.recording import INSERT_OUTBOX, outbox_values, record
 from kiln import benchjson
 
 EVENT = ("3f1c2a9e-0000-4000-8000-00000000abcd", "2026-11-30T06:00:00.123456Z", "bench",
@@ -100,7 +100,23 @@ class Command(BaseCommand):
 
             return run
 
+        def record_flushed_every(size: int) -> Callable[[], None]:
+            """record() n times, the deferred rows written every `size` events (on PostgreSQL
+            Kiln's engine writes them at the transaction's next statement or commit)."""
+            flush = getattr(connection, "flush_deferred", lambda: None)
+
+            def run() -> None:
+                for i in range(n):
+                    record("bench", "audit.bench.recorded", f"bench:{i}", {"i": 1})
+                    if (i + 1) % size == 0:
+                        flush()
+                flush()
+
+            return run
+
         result["outbox_insert"] = {
+            "record_rows_written_every_100": _per_item(_rolled_back(record_flushed_every(100)), n),
+            "record_rows_written_every_event": _per_item(_rolled_back(record_flushed_every(1)), n),
             "orm_create": _per_item(_rolled_back(orm_create), n),
             "cursor_insert_traced": _per_item(_rolled_back(cursor_insert(True)), n),
             "cursor_insert_untraced": _per_item(_rolled_back(cursor_insert(False)), n),

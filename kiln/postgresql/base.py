@@ -1,0 +1,115 @@
+"""Django's PostgreSQL backend plus one addition: rows appended in a transaction travel together.
+
+`DatabaseWrapper.defer_row(table, columns, values)` queues a row for `table` in the current
+transaction instead of sending an INSERT at once. The queued rows are written with one COPY
+per table just before anything else reaches the server on this connection: the next
+statement through any of Django's cursors (a query, a savepoint, its release or rollback),
+a COPY through one, or the commit. So every later statement of the transaction sees them,
+exactly as if each had been inserted when it was queued, and a rollback (of the transaction,
+or of a savepoint after they were written) takes them with it. A failure to write them is
+raised, as Django's error, by the statement or commit that flushed them: the transaction
+fails whole. Outside a transaction the row is written at once.
+
+Why: the audit outbox gets one row per `audit.record()`, often several in one transaction.
+On this kind of machine each round trip to the server costs about 100 µs of CPU between
+client and server (`bench/results/audit_bench-*.json`, docs/audit.md), a quarter of the
+400 µs a recorded event may cost in all for the end-to-end target (>= 5,000 events/s on
+two cores); a COPY of the rows costs a few µs each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.db.backends.postgresql import base
+from django.db.backends.utils import CursorWrapper
+
+
+class _FlushFirst:
+    """A cursor wrapper that writes the connection's deferred rows before what it sends."""
+
+    db: DatabaseWrapper
+    cursor: Any
+
+    def execute(self, sql, params=None):
+        self.db.flush_deferred()
+        return super().execute(sql, params)
+
+    def executemany(self, sql, param_list):
+        self.db.flush_deferred()
+        return super().executemany(sql, param_list)
+
+    def callproc(self, procname, params=None, kparams=None):
+        self.db.flush_deferred()
+        return super().callproc(procname, params, kparams)
+
+    def copy(self, statement):
+        """psycopg's COPY (the debug wrapper logs it; the plain one passes it through)."""
+        self.db.flush_deferred()
+        parent = getattr(super(), "copy", None)
+        return parent(statement) if parent is not None else self.cursor.copy(statement)
+
+
+class FlushingCursorWrapper(_FlushFirst, CursorWrapper):
+    """Django's cursor wrapper, writing deferred rows first."""
+
+
+class FlushingCursorDebugWrapper(_FlushFirst, base.CursorDebugWrapper):
+    """Django's PostgreSQL debug cursor wrapper (query capture), writing deferred rows first."""
+
+
+class DatabaseWrapper(base.DatabaseWrapper):
+    """Django's PostgreSQL connection with `defer_row` (see the module docstring)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._deferred: dict[tuple[str, tuple[str, ...]], list[Sequence[Any]]] = {}
+
+    def defer_row(self, table: str, columns: Sequence[str], values: Sequence[Any]) -> None:
+        """Queue one row for `table` in the current transaction (written at once outside one).
+
+        `table` and `columns` are the caller's own constants, never input: they are quoted
+        as identifiers all the same.
+        """
+        if len(columns) != len(values):
+            raise ValueError(f"{len(columns)} columns but {len(values)} values")
+        self._deferred.setdefault((table, tuple(columns)), []).append(tuple(values))
+        if not self.in_atomic_block:
+            self.flush_deferred()
+
+    def flush_deferred(self) -> None:
+        """Write every queued row now: one COPY per table, in the order they were queued."""
+        if not self._deferred:
+            return
+        batches, self._deferred = self._deferred, {}
+        self.ensure_connection()
+        quote = self.ops.quote_name
+        with self.wrap_database_errors, self.connection.cursor() as cursor:
+            for (table, columns), rows in batches.items():
+                names = ", ".join(quote(c) for c in columns)
+                with cursor.copy(f"COPY {quote(table)} ({names}) FROM STDIN") as copy:
+                    for row in rows:
+                        copy.write_row(row)
+
+    def deferred_rows(self) -> int:
+        """How many rows are queued and not yet written."""
+        return sum(len(rows) for rows in self._deferred.values())
+
+    def make_cursor(self, cursor):
+        return FlushingCursorWrapper(cursor, self)
+
+    def make_debug_cursor(self, cursor):
+        return FlushingCursorDebugWrapper(cursor, self)
+
+    def _commit(self):
+        self.flush_deferred()
+        return super()._commit()
+
+    def _rollback(self):
+        self._deferred = {}
+        return super()._rollback()
+
+    def _close(self):
+        self._deferred = {}  # an open transaction ends with the connection: its rows too
+        return super()._close()
