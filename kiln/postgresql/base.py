@@ -1,10 +1,10 @@
 """Django's PostgreSQL backend plus one addition: rows appended in a transaction travel together.
 
 `DatabaseWrapper.defer_row(table, columns, values)` queues a row for `table` in the current
-transaction instead of sending an INSERT at once. The queued rows are written with one COPY
-per table just before anything else reaches the server on this connection: the next
-statement through any of Django's cursors (a query, a savepoint, its release or rollback),
-a COPY through one, or the commit. So every later statement of the transaction sees them,
+transaction instead of sending an INSERT at once. The queued rows are written together
+(one INSERT of them all, or a COPY for many) just before anything else reaches the server on this connection:
+the next statement through any of Django's cursors (a query, a savepoint, its release or
+rollback), a COPY through one, or the commit. So every later statement of the transaction sees them,
 exactly as if each had been inserted when it was queued, and a rollback (of the transaction,
 or of a savepoint after they were written) takes them with it. A failure to write them is
 raised, as Django's error, by the statement or commit that flushed them: the transaction
@@ -14,7 +14,7 @@ Why: the audit outbox gets one row per `audit.record()`, often several in one tr
 On this kind of machine each round trip to the server costs about 100 µs of CPU between
 client and server (`bench/results/audit_bench-*.json`, docs/audit.md), a quarter of the
 400 µs a recorded event may cost in all for the end-to-end target (>= 5,000 events/s on
-two cores); a COPY of the rows costs a few µs each.
+two cores); written together, a transaction's rows cost one round trip.
 """
 
 from __future__ import annotations
@@ -22,8 +22,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import psycopg
 from django.db.backends.postgresql import base
 from django.db.backends.utils import CursorWrapper
+
+# Rows written by one INSERT; more go by COPY. Chosen on a sweep of 1 to 100 rows a
+# transaction (client and server CPU per row: a multi-row INSERT is cheapest from 2 to 10
+# rows and COPY from there on), not on the benchmarks docs/audit.md reports.
+INSERT_ROWS = 10
 
 
 class _FlushFirst:
@@ -79,18 +85,31 @@ class DatabaseWrapper(base.DatabaseWrapper):
             self.flush_deferred()
 
     def flush_deferred(self) -> None:
-        """Write every queued row now: one COPY per table, in the order they were queued."""
+        """Write every queued row now, a table at a time, in the order they were queued.
+
+        Up to `INSERT_ROWS` rows: one INSERT of them all, with bound parameters (psycopg
+        prepares a statement text it has run five times, so the common one-row INSERT is a
+        prepared statement). More: one COPY, whose fixed cost (about three one-row INSERTs
+        here) a large batch repays at a few µs a row.
+        """
         if not self._deferred:
             return
         batches, self._deferred = self._deferred, {}
         self.ensure_connection()
         quote = self.ops.quote_name
-        with self.wrap_database_errors, self.connection.cursor() as cursor:
+        with self.wrap_database_errors, psycopg.Cursor(self.connection) as cursor:
             for (table, columns), rows in batches.items():
-                names = ", ".join(quote(c) for c in columns)
-                with cursor.copy(f"COPY {quote(table)} ({names}) FROM STDIN") as copy:
-                    for row in rows:
-                        copy.write_row(row)
+                names = f"{quote(table)} ({', '.join(quote(c) for c in columns)})"
+                if len(rows) > INSERT_ROWS:
+                    with cursor.copy(f"COPY {names} FROM STDIN") as copy:
+                        for row in rows:
+                            copy.write_row(row)
+                    continue
+                one = f"({', '.join(['%s'] * len(columns))})"
+                cursor.execute(
+                    f"INSERT INTO {names} VALUES {', '.join([one] * len(rows))}",  # noqa: S608 - quoted identifiers, bound values
+                    [value for row in rows for value in row],
+                )
 
     def deferred_rows(self) -> int:
         """How many rows are queued and not yet written."""

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 import audit
 from audit.models import OutboxEvent
 from kiln.identity.models import Team
+from kiln.postgresql.base import INSERT_ROWS
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -47,12 +48,15 @@ def test_the_backend_is_kilns_and_rows_wait_for_the_next_statement():
     assert _other_connection_count("wait") == 5
 
 
-def test_a_commit_writes_what_no_later_statement_did():
+@pytest.mark.parametrize("events", [1, 2, INSERT_ROWS, INSERT_ROWS + 1, 250])
+def test_a_commit_writes_what_no_later_statement_did(events):
+    # Up to INSERT_ROWS rows go by one INSERT, more by COPY: both write every row, in order.
     with transaction.atomic():
-        _record("commit", 1)
-        _record("commit", 2)
+        ids = [_record("commit", i) for i in range(events)]
     assert connection.deferred_rows() == 0
-    assert _other_connection_count("commit") == 2
+    assert _other_connection_count("commit") == events
+    written = OutboxEvent.objects.filter(target__startswith="commit:").order_by("id")
+    assert list(written.values_list("event_id", flat=True)) == ids
 
 
 def test_a_rolled_back_transaction_writes_none_of_its_rows():
@@ -79,10 +83,13 @@ def test_a_savepoint_rollback_takes_the_rows_recorded_inside_it_only():
     assert targets == {"savepoint:1", "savepoint:3"}
 
 
-def test_a_row_that_cannot_be_written_fails_the_whole_transaction_with_djangos_error():
+@pytest.mark.parametrize("before", [0, INSERT_ROWS])
+def test_a_row_that_cannot_be_written_fails_the_whole_transaction_with_djangos_error(before):
     taken = _record("dup", 0)
     with pytest.raises(IntegrityError), transaction.atomic():
         Team.objects.create(slug="written-with-a-bad-row", name="x")
+        for i in range(before):  # with them, the batch goes by COPY
+            _record("dup", 100 + i)
         connection.defer_row(
             "audit_outboxevent",
             (
