@@ -75,12 +75,13 @@ def record(actor: Any, action: str, target: Any, data: dict[str, Any] | None = N
 def _insert_outbox(values: tuple) -> None:
     """The outbox row, in the caller's transaction.
 
-    On PostgreSQL (Kiln's backend, `kiln/postgresql/base.py`) the row is deferred: the rows a
-    transaction records are written with one COPY just before its next statement or its
-    commit, so a transaction that records several events pays one round trip for them, and
-    whatever it runs after recording sees them. Kept for the end-to-end target (>= 5,000
-    events/s, 400 us of CPU per event on two cores); the prepared INSERT it replaced cost a
-    round trip per event (figures in docs/audit.md). Elsewhere (SQLite, standalone) one
+    On PostgreSQL (Kiln's backend, `kiln/postgresql/base.py`) the row is deferred: the rows
+    a transaction records are written together (one INSERT; a COPY beyond ten) just before
+    its next statement or its commit, so a transaction that records several events pays one
+    round trip for them, and whatever it runs after recording sees them. Kept for the
+    end-to-end target (>= 5,000 events/s, 400 us of CPU per event on two cores): with an
+    INSERT per event `audit_bench` reached about 4,100 events/s, with the rows written
+    together 7,265 to 7,653 (docs/audit.md). Elsewhere (SQLite, standalone) one
     INSERT through Django's cursor. Neither path has a tracing span of its own: the event
     already carries the trace id of the request or task that recorded it (a span per INSERT
     cost 173 us).

@@ -110,7 +110,7 @@ TEMPLATES = [
 if DATABASE_URL:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_health_checks=True)}
     if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-        # Django's backend plus rows deferred to one COPY per transaction (the audit outbox).
+        # Django's backend plus deferred rows written together (the audit outbox).
         DATABASES["default"]["ENGINE"] = "kiln.postgresql"
     # Under ASGI every in-flight request runs its sync code in a thread of its own, so a
     # connection kept per thread (CONN_MAX_AGE > 0) grows with concurrency until PostgreSQL
