@@ -43,9 +43,11 @@ old incarnation's other messages are then a gone holder's, and a sweep puts them
 later, kombu's own restore skipping any the channel close did put back. The TTL is also the
 grace for a task handed to the pool just before the loss: it runs and is acknowledged first.
 
-A message no worker claimed (its worker died between delivery and the record) still comes back
-at the visibility timeout. A restored task runs again: every task is idempotent (its service
-checks the current state first), which the fault runs reconcile.
+A message no worker claimed (its worker died between delivery and the record: the worker
+fault test caught a relay task parked so) is put back once a sweeper has seen it unacknowledged
+and unclaimed for a whole TTL; a worker records its hold within milliseconds of the delivery, so
+a TTL without one means nobody will. A restored task runs again: every task is idempotent (its
+service checks the current state first), which the fault runs reconcile.
 """
 
 from __future__ import annotations
@@ -108,6 +110,7 @@ class Recovery:
     sweep_seconds: float
     incarnation: str = field(default_factory=new_incarnation)
     missing_since: dict[str, float] = field(default_factory=dict)
+    unclaimed_since: dict[str, float] = field(default_factory=dict)  # delivery tag -> first seen
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     # The heartbeat thread must not renew an incarnation `reincarnate` has just ended.
@@ -143,16 +146,23 @@ class Recovery:
         return old
 
     def sweep(self, *, now: float | None = None) -> list[str]:
-        """Forget acknowledged tags; put back those of holders gone a whole TTL; returns them."""
+        """Forget acknowledged tags; put back those of holders gone a whole TTL and those no
+        worker claimed for a whole TTL; returns them."""
         now = time.monotonic() if now is None else now
         holders = {
             tag.decode(): holder.decode()
             for tag, holder in self.client.hgetall(HOLDERS_KEY).items()
         }
+        unacked_key = self._unacked_key()
+        unclaimed = self._unclaimed(now, holders, unacked_key)
+        if unclaimed:
+            self._restore(unclaimed)
+            log.warning(
+                "put back %d task message(s) no worker claimed for %.0f s", len(unclaimed), self.ttl
+            )
         if not holders:
             self.missing_since.clear()
-            return []
-        unacked_key = self._unacked_key()
+            return unclaimed
         tags = list(holders)
         pipe = self.client.pipeline(transaction=False)
         for tag in tags:
@@ -177,15 +187,31 @@ class Recovery:
         restored = [t for t in tags if unacked[t] and holders[t] in gone]
         if restored:
             self._forget(restored, holders)  # first: the next worker records the same tag
-            with self.app.connection_for_write() as conn:
-                qos = conn.default_channel.qos
-                for tag in restored:
-                    qos.restore_by_tag(tag)
+            self._restore(restored)
             log.warning(
                 "put back %d task message(s) held by worker(s) gone for %.0f s: %s",
                 len(restored), self.ttl, ", ".join(sorted(gone)),
             )  # fmt: skip
-        return restored
+        return unclaimed + restored
+
+    def _unclaimed(self, now: float, holders: dict[str, str], unacked_key: str) -> list[str]:
+        """Unacknowledged tags without a holder record, each seen so for a whole TTL."""
+        tags = {tag.decode() for tag in self.client.hkeys(unacked_key)} - holders.keys()
+        for tag in set(self.unclaimed_since) - tags:  # claimed, acknowledged or put back
+            del self.unclaimed_since[tag]
+        for tag in tags:
+            self.unclaimed_since.setdefault(tag, now)
+        due = sorted(t for t in tags if now - self.unclaimed_since[t] >= self.ttl)
+        for tag in due:
+            del self.unclaimed_since[tag]
+        return due
+
+    def _restore(self, tags: list[str]) -> None:
+        """Put the messages back on their queues (kombu's restore skips a tag already gone)."""
+        with self.app.connection_for_write() as conn:
+            qos = conn.default_channel.qos
+            for tag in tags:
+                qos.restore_by_tag(tag)
 
     def _forget(self, tags: list[str], holders: dict[str, str]) -> None:
         if tags:

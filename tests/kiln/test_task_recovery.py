@@ -83,6 +83,29 @@ def test_a_gone_holders_message_goes_back_after_a_whole_ttl_and_a_live_ones_stay
         queue.close()
 
 
+def test_a_message_no_worker_claimed_goes_back_after_a_whole_ttl(client):
+    # Its worker died between the delivery and recording its hold: no holder, no heartbeat.
+    with app.connection_for_write() as conn:
+        queue = conn.SimpleQueue(QUEUE)
+        queue.put({"n": "lost"})
+        queue.put({"n": "claimed late"})
+        lost, late = queue.get(timeout=2), queue.get(timeout=2)
+        sweeper = _recovery(client, "sweeper:1:a")
+        assert sweeper.sweep(now=20.0) == []  # both seen unclaimed for the first time
+        _recovery(client, "slow:2:b").beat()
+        _recovery(client, "slow:2:b").hold(late.delivery_tag)  # its worker records it after all
+        assert sweeper.sweep(now=20.5) == []  # not yet a whole TTL (1 s)
+        assert sweeper.sweep(now=21.0) == [lost.delivery_tag]
+        assert not _unacked(client, lost.delivery_tag) and _unacked(client, late.delivery_tag)
+        again = queue.get(timeout=2)
+        assert again.payload == {"n": "lost"}
+        _recovery(client, "next:3:c").hold(again.delivery_tag)
+        assert sweeper.sweep(now=30.0) == []  # restored once; the claimed one stays
+        late.ack()
+        again.ack()
+        queue.close()
+
+
 def test_a_holder_that_comes_back_within_the_ttl_keeps_its_message(client):
     with app.connection_for_write() as conn:
         queue = conn.SimpleQueue(QUEUE)
