@@ -225,7 +225,11 @@ def crash_trial(
                 retried += 1  # the controller was starved past its deadline and reverted: next term
             time.sleep(0.02)
         if injection is None:
-            raise CommandError(f"the controller never held {fault} (experiment {exp.pk})")
+            raise CommandError(
+                f"the controller never held {fault} past the kill point in {timeout:g} s "
+                f"({retried} term(s) reverted early: starved past its deadline; "
+                f"experiment {exp.pk})"
+            )
         killed_at = time.time()
         os.kill(pid, signal.SIGKILL)
     finally:
