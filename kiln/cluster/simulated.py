@@ -10,6 +10,11 @@ failure injection are in `simulated_failures`, reading a row back in
 It honours `metadata.resourceVersion` preconditions as the API server does (a
 stale one is a `Conflict`), and `lock_namespace` serialises writers of one
 namespace on the namespace's row so that, under the lock, they do not conflict.
+
+A little over 400 lines: it is the one class that implements the whole backend
+protocol (writes, reads, coordination, the lazy finalizer controller); its parts
+that stand alone already live beside it (`simulated_write`, `simulated_bulk`,
+`simulated_render`, `simulated_failures`, `simulated_tenant`).
 """
 
 from __future__ import annotations

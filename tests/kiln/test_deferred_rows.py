@@ -20,6 +20,9 @@ from kiln.postgresql.base import INSERT_ROWS
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+OUTBOX = "audit_outboxevent"
+COLUMNS = ("event_id", "recorded_at", "actor", "action", "target", "data", "data_jcs", "trace_id")
+
 
 def _other_connection_count(tag: str) -> int:
     """Outbox rows of `tag` as another session sees them (committed ones only)."""
@@ -91,17 +94,8 @@ def test_a_row_that_cannot_be_written_fails_the_whole_transaction_with_djangos_e
         for i in range(before):  # with them, the batch goes by COPY
             _record("dup", 100 + i)
         connection.defer_row(
-            "audit_outboxevent",
-            (
-                "event_id",
-                "recorded_at",
-                "actor",
-                "action",
-                "target",
-                "data",
-                "data_jcs",
-                "trace_id",
-            ),
+            OUTBOX,
+            COLUMNS,
             (taken, datetime.now(UTC), "tester", "kiln.test.recorded", "dup:1", "{}", "{}", ""),
         )
     assert not Team.objects.filter(slug="written-with-a-bad-row").exists()
@@ -111,8 +105,8 @@ def test_a_row_that_cannot_be_written_fails_the_whole_transaction_with_djangos_e
 
 def test_outside_a_transaction_a_row_is_written_at_once():
     connection.defer_row(
-        "audit_outboxevent",
-        ("event_id", "recorded_at", "actor", "action", "target", "data", "data_jcs", "trace_id"),
+        OUTBOX,
+        COLUMNS,
         (uuid.uuid4(), datetime.now(UTC), "tester", "kiln.test.recorded", "now:1", "{}", "{}", ""),
     )
     assert connection.deferred_rows() == 0
