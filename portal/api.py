@@ -19,6 +19,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from kiln import conditional
 from kiln.api_fields import StrictCharField
 from kiln.errors import InvalidInput
 from kiln.identity.drf import HasKilnRole
@@ -235,10 +236,27 @@ class EnvironmentDetailApi(APIView):
 
     permission_classes = [HasKilnRole]
 
-    @extend_schema(operation_id="environments_retrieve", responses=out.EnvironmentDetailOutput)
+    @extend_schema(
+        operation_id="environments_retrieve",
+        responses={
+            200: out.EnvironmentDetailOutput,
+            304: OpenApiResponse(description="Not modified: If-None-Match names this version"),
+        },
+        parameters=out.WATCH_PARAMETERS,
+    )
     def get(self, request: Request, public_id: str) -> Response:
-        env = selectors.environment_get(viewer=actor_from_request(request), public_id=public_id)
-        return Response(out.environment_payload(env, detail=True))
+        viewer = actor_from_request(request)
+        env = selectors.environment_get(viewer=viewer, public_id=public_id)
+
+        def wait_for_change(seconds: int) -> dict[str, Any]:
+            changed = selectors.environment_wait_for_change(
+                viewer=viewer, environment=env, seconds=seconds
+            )
+            return out.environment_payload(changed, detail=True)
+
+        return conditional.answer(
+            request, out.environment_payload(env, detail=True), wait_for_change=wait_for_change
+        )
 
     @extend_schema(
         operation_id="environments_teardown",

@@ -241,6 +241,22 @@ def environment_payload(env: Environment, *, detail: bool = False) -> dict[str, 
 
 # --- parameters and headers ----------------------------------------------------------------
 
+WATCH_PARAMETERS = [
+    OpenApiParameter(
+        "If-None-Match",
+        str,
+        OpenApiParameter.HEADER,
+        description="The ETag of the version the client holds: 304 while it is current.",
+    ),
+    OpenApiParameter(
+        "Prefer",
+        str,
+        OpenApiParameter.HEADER,
+        description="`wait=N` with If-None-Match: answer when the environment changes (a status "
+        "change at once, others within a second), or after N seconds (at most 30) with 304.",
+    ),
+]
+
 LIST_PARAMETERS = [
     OpenApiParameter("team", str, description="Team slug."),
     OpenApiParameter(

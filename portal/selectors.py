@@ -8,10 +8,12 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from django.db import connection
 from django.db.models import QuerySet
 from django.utils import timezone
 
 from audit.models import ChainEvent, OutboxEvent
+from kiln import changes
 from kiln.cluster import AppliedRef
 from kiln.cluster.backends import get_backend
 from kiln.errors import NotFound
@@ -78,6 +80,33 @@ def environment_get(*, viewer: Actor, public_id: str) -> Environment:
     if env is None or not can_view_environment(viewer, env.team.slug):
         raise NotFound("no such environment")
     return env
+
+
+def change_key(environment: Environment) -> str:
+    """The change-notice key of one environment (kiln.changes)."""
+    return f"environment:{environment.public_id}"
+
+
+def environment_wait_for_change(
+    *, viewer: Actor, environment: Environment, seconds: float
+) -> Environment:
+    """The environment once its status or fields change, or as it is after `seconds`.
+
+    A status transition announces itself when it commits, which ends the wait at once; other
+    changes are seen within kiln.changes.RECHECK_SECONDS. The database connection goes back to
+    the pool between checks, so a waiting reader holds none.
+    """
+    rows = Environment.objects.filter(pk=environment.pk).values_list("status", "updated_at")
+    held = (environment.status, environment.updated_at)
+
+    def changed() -> bool:
+        now = rows.first()
+        if not connection.in_atomic_block:
+            connection.close()
+        return now != held
+
+    changes.wait_for_change(change_key(environment), seconds=seconds, changed=changed)
+    return environment_get(viewer=viewer, public_id=environment.public_id)
 
 
 def approval_queue(*, viewer: Actor) -> QuerySet[Environment]:

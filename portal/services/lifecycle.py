@@ -7,11 +7,13 @@ from typing import Any
 from django.db import transaction
 
 import audit
+from kiln import changes
 from kiln.errors import Forbidden, IllegalTransition
 from kiln.identity.permissions import Actor, can_move_environment
 from kiln.observability import tracer
 from portal.lifecycle import ARRIVAL_VERB, Status, is_allowed
 from portal.models import Environment
+from portal.selectors import change_key
 
 
 def audit_target(environment: Environment) -> str:
@@ -80,5 +82,6 @@ def environment_transition(
                 **(data or {}),
             },
         )
+        changes.notify_after_commit(change_key(env))
     environment.__dict__.update({k: v for k, v in env.__dict__.items() if not k.startswith("_")})
     return environment
