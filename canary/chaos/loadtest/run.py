@@ -165,7 +165,7 @@ def run(plan: Plan, *, workdir: Path, shape: Shape | None = None) -> dict[str, A
             "environments_per_engineer": plan.environments, "dashboards": plan.dashboards,
             "rollout": _rollout(shape.base_url, token, run_id),
             "node_names": _node_names(plan.node_list_size), "node_list_size": plan.node_list_size,
-            "poll_seconds": 0.1, "ready_timeout": 180.0, "retry_seconds": 60.0,
+            "ready_timeout": 180.0, "retry_seconds": 60.0,
             "websocket_hold_seconds": 10.0, "out": str(workdir / "locust-out.json"),
             "started_at": since.strftime("%Y-%m-%dT%H:%M:%SZ"),
         }  # fmt: skip
@@ -227,7 +227,13 @@ def report(
     created = max(1, reconciled["environments_in_database"])
     window = (injected.get("at", 0.0), injected.get("recovered_at", 0.0) + 5.0)
     outside = [e for e in seen["server_errors"] if not window[0] <= e[0] <= window[1]]
-    api = [v for k, v in seen["routes"].items() if "extender" not in k and not k.startswith("WS")]
+    # A waiting read's time is the wait it asked for; like WATCH in Kubernetes' API latency
+    # SLO, it is reported per route but not counted in the API's p95.
+    api = [
+        v
+        for k, v in seen["routes"].items()
+        if "extender" not in k and not k.startswith("WS") and "Prefer: wait" not in k
+    ]
     return {
         "plan": plan.__dict__,
         "shape_started_seconds": round(started_shape, 2),
@@ -236,12 +242,13 @@ def report(
         "routes": seen["routes"],
         "total": seen["total"],
         "api_p95_ms_worst_route": max((v["p95_ms"] for v in api if v["requests"]), default=0),
+        "api_p95_excludes": "waiting reads (Prefer: wait), whose time is the wait they ask for",
         "request_to_ready": {
             "environments": len(to_ready),
             "p50_seconds": round(_pct(to_ready, 0.5), 3),
             "p95_seconds": round(_pct(to_ready, 0.95), 3),
             "max_seconds": round(to_ready[-1], 3) if to_ready else 0.0,
-            "poll_interval_seconds": 0.1,
+            "followed_with": "GET detail, If-None-Match and Prefer: wait=10 (no poll interval)",
         },
         "errors_by_status": _by_status(seen["errors"]),
         "errors": seen["errors"],

@@ -31,6 +31,12 @@ class Command(BaseCommand):
         parser.add_argument("--fault", choices=faults.KINDS, default="none")
         parser.add_argument("--fault-at", type=float, default=10.0)
         parser.add_argument("--node-list-size", type=int, default=600)
+        parser.add_argument(
+            "--worker-concurrency",
+            type=int,
+            default=Plan.worker_concurrency,
+            help=f"the Celery worker's processes (default {Plan.worker_concurrency}, as make dev)",
+        )
         parser.add_argument("--workdir", default="", help="logs and keys (default: a temp dir)")
         parser.add_argument(
             "--own-servers",
@@ -58,6 +64,7 @@ class Command(BaseCommand):
             fault=opts["fault"],
             fault_at=opts["fault_at"],
             node_list_size=opts["node_list_size"],
+            worker_concurrency=opts["worker_concurrency"],
         )
         load_before = os.getloadavg()
         result = run(plan, workdir=workdir)
