@@ -208,11 +208,15 @@ class EnvironmentListCreateApi(APIView):
             data=data.validated_data,
             idempotency_key=request.headers.get("Idempotency-Key", "").strip(),
         )
-        headers = {"Location": f"/api/v1/environments/{env.public_id}/"}
+        payload = out.environment_payload(env, detail=True)  # the detail's representation
+        headers = {
+            "Location": f"/api/v1/environments/{env.public_id}/",
+            "ETag": conditional.etag_of(payload),
+        }
         if not created:
             headers["Idempotent-Replayed"] = "true"
         return Response(
-            out.environment_payload(env, detail=True),
+            payload,
             status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
             headers=headers,
         )

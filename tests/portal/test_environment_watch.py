@@ -31,6 +31,9 @@ def staging(client) -> tuple[str, str]:
     env_id = created.json()["id"]
     detail = client.get(f"{URL}{env_id}/")
     assert detail.status_code == 200 and detail["ETag"].startswith('"')
+    # The creation answers the detail's representation, and so its ETag: a client can wait
+    # for the first change without reading it once more.
+    assert created["ETag"] == detail["ETag"] and created.json() == detail.json()
     return env_id, detail["ETag"]
 
 
