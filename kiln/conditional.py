@@ -7,7 +7,8 @@ with the new representation and its ETag. One request per change replaces a poll
 the answer comes as soon as the change commits rather than at the next poll.
 
 A preference the server cannot honour is ignored, as RFC 7240 asks (no wait, and no
-`Preference-Applied`); an If-None-Match that names another version is answered at once.
+`Preference-Applied`); an If-None-Match that names another version is answered at once, and
+so is `If-None-Match: *` (it names no version to wait for a change from).
 """
 
 from __future__ import annotations
@@ -43,12 +44,16 @@ def preferred_wait(request: Request) -> int | None:
     return None
 
 
-def none_match(request: Request, etag: str) -> bool:
-    """True when If-None-Match names `etag` (or `*`): the client already holds this version."""
-    held = [
+def _held(request: Request) -> list[str]:
+    return [
         tag.strip().removeprefix("W/")
         for tag in request.headers.get("If-None-Match", "").split(",")
     ]
+
+
+def none_match(request: Request, etag: str) -> bool:
+    """True when If-None-Match names `etag` (or `*`): the client already holds this version."""
+    held = _held(request)
     return "*" in held or etag in held
 
 
@@ -67,7 +72,8 @@ def answer(
     headers = {"ETag": etag, "Cache-Control": "private, no-cache"}
     if none_match(request, etag):
         seconds = preferred_wait(request)
-        if seconds is not None:
+        # A wait is for a change from a version the client names; `*` names none.
+        if seconds is not None and etag in _held(request):
             headers["Preference-Applied"] = f"wait={seconds}"
             payload = wait_for_change(seconds)
             etag = headers["ETag"] = etag_of(payload)

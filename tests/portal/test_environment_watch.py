@@ -103,12 +103,24 @@ def test_another_teams_environment_is_404_at_once_even_when_asked_to_wait(api):
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("prefer", ["wait=abc", "wait=-1", "wait=0", "wait", "respond-async"])
-def test_a_wait_preference_that_cannot_be_honoured_is_ignored(api, prefer):
+@pytest.mark.parametrize(
+    "prefer, if_none_match",
+    [
+        ("wait=abc", None),
+        ("wait=-1", None),
+        ("wait=0", None),
+        ("wait", None),
+        ("respond-async", None),
+        ("wait=5", "*"),  # names no version to wait for a change from
+    ],
+)
+def test_a_wait_preference_that_cannot_be_honoured_is_ignored(api, prefer, if_none_match):
     alice = api("engineer", sub="alice", team="payments")
     env_id, etag = staging(alice)
     started = time.monotonic()
-    answer = alice.get(f"{URL}{env_id}/", HTTP_IF_NONE_MATCH=etag, HTTP_PREFER=prefer)
+    answer = alice.get(
+        f"{URL}{env_id}/", HTTP_IF_NONE_MATCH=if_none_match or etag, HTTP_PREFER=prefer
+    )
     assert answer.status_code == 304 and "Preference-Applied" not in answer
     assert time.monotonic() - started < 1.0
     assert Environment.objects.get(public_id=env_id).status == "PENDING_APPROVAL"
