@@ -26,11 +26,12 @@ from rest_framework.views import APIView
 from canary import selectors, services
 from canary.models import Arm, MetricsSource, Rollout, RolloutStatus
 from kiln.api_fields import StrictCharField, StrictSlugField, StrictURLField
-from kiln.errors import InvalidInput, NotFound
+from kiln.errors import NotFound
 from kiln.identity.models import Team
 from kiln.identity.permissions import actor_from_request
 from kiln.openapi import PAGE_PARAMETERS, documented, errors, paginated
 from kiln.pagination import LimitOffsetPagination
+from kiln.params import parse_choice
 from portal.validation import DNS_LABEL_RE
 
 # --- responses ---------------------------------------------------------------------------
@@ -258,12 +259,7 @@ class RolloutListCreateApi(APIView):
     )
     def get(self, request):
         actor = actor_from_request(request)
-        status = request.query_params.get("status") or None
-        if status and status not in RolloutStatus.values:
-            raise InvalidInput(
-                f"status must be one of {', '.join(RolloutStatus.values)}",
-                extra={"fields": {"status": [f"One of {', '.join(RolloutStatus.values)}."]}},
-            )
+        status = parse_choice(request.query_params.get("status"), "status", RolloutStatus.values)
         rollouts = selectors.rollout_list(viewer=actor, status=status)
         paginator = LimitOffsetPagination()
         page = paginator.paginate_queryset(rollouts, request, view=self)

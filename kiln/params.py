@@ -74,7 +74,9 @@ class ParamError(ValueError):
 
 def _check_text(value: str, name: str, max_length: int) -> None:
     if len(value) > max_length:
-        raise ParamError(name, f"is longer than {max_length} characters", allowed=f"≤{max_length} chars")
+        raise ParamError(
+            name, f"is longer than {max_length} characters", allowed=f"≤{max_length} chars"
+        )
     if "\x00" in value:
         raise ParamError(name, "must not contain NUL characters")
     if any("\ud800" <= ch <= "\udfff" for ch in value):
@@ -87,6 +89,15 @@ def parse_text(value: str | None, name: str, *, max_length: int = MAX_TEXT_LENGT
         return ""
     _check_text(value, name, max_length)
     return value.strip()
+
+
+def parse_choice(value: str | None, name: str, choices: list[str]) -> str | None:
+    """One of `choices`, or None when absent; anything else, the empty value too, is a 400."""
+    if value is None:
+        return None
+    if value not in choices:
+        raise ParamError(name, f"must be one of {', '.join(choices)}", allowed=", ".join(choices))
+    return value
 
 
 def parse_moment(value: str | None, name: str) -> datetime | None:
@@ -174,7 +185,11 @@ class Page:
 
 
 def parse_limit(
-    value: str | None, *, default: int = DEFAULT_LIMIT, maximum: int = MAX_LIMIT, name: str = "limit"
+    value: str | None,
+    *,
+    default: int = DEFAULT_LIMIT,
+    maximum: int = MAX_LIMIT,
+    name: str = "limit",
 ) -> int:
     """A page size in 1..maximum; `default` when absent."""
     result = parse_int(value, name, minimum=1, maximum=maximum, default=default)

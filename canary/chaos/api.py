@@ -16,11 +16,11 @@ from canary.chaos import selectors as chaos_selectors
 from canary.chaos import services as chaos_services
 from canary.chaos.models import ChaosExperiment, ExperimentStatus, FaultKind
 from kiln.api_fields import StrictCharField
-from kiln.errors import InvalidInput
 from kiln.identity.drf import role_required
 from kiln.identity.permissions import AUDITOR, ENGINEER, actor_from_request
 from kiln.openapi import PAGE_PARAMETERS, documented, errors
 from kiln.pagination import LimitOffsetPagination
+from kiln.params import parse_choice
 from portal.validation import DNS_LABEL_RE
 
 
@@ -179,9 +179,7 @@ class ExperimentListCreateApi(APIView):
         responses=out.ExperimentPageOutput,
     )
     def get(self, request: Request) -> Response:
-        status = request.query_params.get("status") or None
-        if status and status not in ExperimentStatus.values:
-            raise InvalidInput(f"status must be one of {', '.join(ExperimentStatus.values)}")
+        status = parse_choice(request.query_params.get("status"), "status", ExperimentStatus.values)
         qs = chaos_selectors.experiment_list(viewer=actor_from_request(request), status=status)
         paginator = LimitOffsetPagination()
         page = paginator.paginate_queryset(qs, request, view=self)

@@ -111,3 +111,15 @@ def test_an_unknown_rollout_status_filter_is_a_400(engineer):
     response = engineer.get("/api/v1/rollouts/", {"status": "runing"})
     assert response.status_code == 400 and "status" in response.json()["extra"]["fields"]
     assert engineer.get("/api/v1/rollouts/", {"status": "running"}).status_code == 200
+
+
+@pytest.mark.parametrize("url", ["/api/v1/chaos/experiments/", "/api/v1/rollouts/"])
+@pytest.mark.parametrize("value", ["", "nonsense", "RUNNING "])
+def test_a_status_filter_outside_its_enum_is_a_400_the_empty_one_too(api_client_for, url, value):
+    Team.objects.create(slug="payments", name="Payments")
+    client = api_client_for("engineer", sub="alice", team="payments")
+    answer = client.get(url, {"status": value})
+    assert answer.status_code == 400, answer.content
+    body = answer.json()
+    assert body["code"] == "invalid_parameter" and "status" in body["extra"]["fields"]
+    assert client.get(url).status_code == 200  # absent: no filter
