@@ -22,6 +22,11 @@ from portal.services.teardown import environment_teardown
 log = logging.getLogger("kiln.portal.tasks")
 MAX_DELIVERY_RETRIES = 8
 MAX_NOTIFY_RETRIES = 5
+# Teardown's messages (its retries and re-checks too) wait behind every other task's: a person
+# waits for READY, no one waits for DELETED (the DELETE answers 202 at once). On Redis, kombu
+# keeps a list per priority step (0, 3, 6, 9) and reads 0 first; other tasks are sent at 0. A
+# teardown held back too long ends in QUARANTINED at its deadline, as a slow cluster's does.
+TEARDOWN_PRIORITY = 6
 
 
 def backoff(retries: int) -> float:
@@ -74,7 +79,13 @@ def provision_environment(self, environment_id: int, polls: int = 0) -> str:
     )
 
 
-@shared_task(bind=True, acks_late=True, max_retries=MAX_DELIVERY_RETRIES, name=TEARDOWN_TASK)
+@shared_task(
+    bind=True,
+    acks_late=True,
+    max_retries=MAX_DELIVERY_RETRIES,
+    name=TEARDOWN_TASK,
+    priority=TEARDOWN_PRIORITY,
+)
 def teardown_environment(self, environment_id: int, polls: int = 0) -> str:
     """Advance teardown; re-queue itself while finalizers clear (the deadline ends in QUARANTINED)."""
 
