@@ -42,6 +42,8 @@ def test_tiny_load_run_reconciles_with_nothing_lost_and_every_malformed_call_ref
     assert (
         0 < report["request_to_ready"]["p50_seconds"] <= report["request_to_ready"]["p95_seconds"]
     )
+    by_class = report["request_to_ready"]["by_class"]
+    assert by_class["dev"]["environments"] + by_class["staging"]["environments"] == 4
     assert report["server_errors"] == 0, report["errors"]
     malformed = report["malformed"]
     assert malformed.get("sent", 0) == malformed.get("answered_4xx_with_reason", 0)

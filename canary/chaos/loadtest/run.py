@@ -223,7 +223,7 @@ def report(
 ) -> dict[str, Any]:
     """The run's JSON: per-route figures, request-to-READY, errors, the fault, the reconciliation."""
     records = seen["environments"]
-    to_ready = sorted(r["ready_at"] - r["submitted_at"] for r in records if r.get("ready_at"))
+    to_ready = _seconds_to_ready(records)
     created = max(1, reconciled["environments_in_database"])
     window = (injected.get("at", 0.0), injected.get("recovered_at", 0.0) + 5.0)
     outside = [e for e in seen["server_errors"] if not window[0] <= e[0] <= window[1]]
@@ -248,6 +248,18 @@ def report(
             "p50_seconds": round(_pct(to_ready, 0.5), 3),
             "p95_seconds": round(_pct(to_ready, 0.95), 3),
             "max_seconds": round(to_ready[-1], 3) if to_ready else 0.0,
+            # dev is approved by policy at once; staging waits for the approver's next pass.
+            "by_class": {
+                name: {
+                    "environments": len(part),
+                    "p50_seconds": round(_pct(part, 0.5), 3),
+                    "p95_seconds": round(_pct(part, 0.95), 3),
+                }
+                for name, staging in (("dev", False), ("staging", True))
+                for part in [
+                    _seconds_to_ready([r for r in records if bool(r.get("staging")) is staging])
+                ]
+            },
             "followed_with": "GET detail, If-None-Match and Prefer: wait=10 (no poll interval)",
         },
         "errors_by_status": _by_status(seen["errors"]),
@@ -260,6 +272,10 @@ def report(
         "cpu_ms_per_environment": {k: round(v * 1000 / created, 1) for k, v in cpu.items()},
         "reconciliation": reconciled,
     }
+
+
+def _seconds_to_ready(records: list[dict[str, Any]]) -> list[float]:
+    return sorted(r["ready_at"] - r["submitted_at"] for r in records if r.get("ready_at"))
 
 
 def _pct(values: list[float], q: float) -> float:
