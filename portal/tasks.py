@@ -1,4 +1,9 @@
-"""Celery tasks of the portal: thin, take ids, idempotent, own the retry policy."""
+"""Celery tasks of the portal: thin, take ids, idempotent, own the retry policy.
+
+No caller reads a portal task's result (the database holds what happened), so none is kept
+(`ignore_result`): a kept result costs the worker a write and a publish, and on Redis the web
+process a subscription for every task it sends.
+"""
 
 from __future__ import annotations
 
@@ -60,7 +65,13 @@ def _advance(
     return result
 
 
-@shared_task(bind=True, acks_late=True, max_retries=MAX_DELIVERY_RETRIES, name=PROVISION_TASK)
+@shared_task(
+    bind=True,
+    acks_late=True,
+    max_retries=MAX_DELIVERY_RETRIES,
+    name=PROVISION_TASK,
+    ignore_result=True,
+)
 def provision_environment(self, environment_id: int, polls: int = 0) -> str:
     """Advance provisioning; re-queue itself while objects become ready; retry delivery errors with backoff."""
 
@@ -85,6 +96,7 @@ def provision_environment(self, environment_id: int, polls: int = 0) -> str:
     max_retries=MAX_DELIVERY_RETRIES,
     name=TEARDOWN_TASK,
     priority=TEARDOWN_PRIORITY,
+    ignore_result=True,
 )
 def teardown_environment(self, environment_id: int, polls: int = 0) -> str:
     """Advance teardown; re-queue itself while finalizers clear (the deadline ends in QUARANTINED)."""
@@ -102,13 +114,15 @@ def teardown_environment(self, environment_id: int, polls: int = 0) -> str:
     )
 
 
-@shared_task(name=REAP_TASK)
+@shared_task(name=REAP_TASK, ignore_result=True)
 def reap_expired() -> dict:
     """Beat: start teardown of expired environments and resume stalled work."""
     return environments_reap_expired(dry_run=False)
 
 
-@shared_task(bind=True, acks_late=True, max_retries=MAX_NOTIFY_RETRIES, name=NOTIFY_TASK)
+@shared_task(
+    bind=True, acks_late=True, max_retries=MAX_NOTIFY_RETRIES, name=NOTIFY_TASK, ignore_result=True
+)
 def send_notification(self, notification_id: int) -> str:
     """Post a notification to its team's webhook; retry with backoff; the last try marks it failed."""
     final = self.request.retries >= MAX_NOTIFY_RETRIES

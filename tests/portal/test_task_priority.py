@@ -1,4 +1,5 @@
-"""Provisioning goes before teardown on the Redis broker: a person waits for READY."""
+"""The portal's tasks on the Redis broker: provisioning before teardown (a person waits for
+READY), and no results kept."""
 
 from __future__ import annotations
 
@@ -37,3 +38,17 @@ def test_a_provisioning_message_is_read_before_teardowns_queued_earlier(queue):
     assert sorted(read[1:]) == sorted(
         [(tasks.TEARDOWN_TASK, r) for r in ("(1,)", "(2,)", "(3,)", "(5, 1)")]
     )
+
+
+def test_sending_a_portal_task_subscribes_to_no_result(queue, settings):
+    """A kept result makes the sender subscribe to the result's channel on Redis, one a task."""
+    import redis
+
+    client = redis.Redis.from_url(settings.CELERY_RESULT_BACKEND)
+    sent = [
+        tasks.provision_environment.apply_async((7,), queue=queue),
+        tasks.teardown_environment.apply_async((7,), queue=queue),
+    ]
+    channels = [f"celery-task-meta-{result.id}" for result in sent]
+    assert [n for _, n in client.pubsub_numsub(*channels)] == [0, 0]
+    assert tasks.reap_expired.ignore_result and tasks.send_notification.ignore_result
