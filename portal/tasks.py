@@ -1,8 +1,9 @@
 """Celery tasks of the portal: thin, take ids, idempotent, own the retry policy.
 
-No caller reads a portal task's result (the database holds what happened), so none is kept
-(`ignore_result`): a kept result costs the worker a write and a publish, and on Redis the web
-process a subscription for every task it sends.
+The tasks sent for environments and notifications keep no result (`ignore_result`): no caller
+reads one (the database holds what happened), and a kept result costs the worker a write and a
+publish, and on Redis the sender a subscription, for every task. The reaper, run by beat,
+keeps its summary of what it did.
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ def teardown_environment(self, environment_id: int, polls: int = 0) -> str:
     )
 
 
-@shared_task(name=REAP_TASK, ignore_result=True)
+@shared_task(name=REAP_TASK)
 def reap_expired() -> dict:
     """Beat: start teardown of expired environments and resume stalled work."""
     return environments_reap_expired(dry_run=False)
