@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import secrets
 import string
 from collections import defaultdict
@@ -33,7 +34,7 @@ from typing import Any
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from kiln.cluster import AppliedRef, DeliveryBackend, ref_of
+from kiln.cluster import AppliedRef, DeliveryBackend, DeliveryError, ref_of
 from kiln.cluster.nodes import (
     SUCCEEDED,
     PodBinding,
@@ -48,6 +49,7 @@ from kiln.cluster.nodes import (
 )
 from scheduler.kubefilters import matches_affinity, untolerated_taint
 
+log = logging.getLogger("kiln.scheduler.workloads")
 A_RUN_SECONDS = "kiln.dev/run-seconds"
 _SUFFIX = string.ascii_lowercase + string.digits
 
@@ -154,7 +156,8 @@ def workloads_reconcile(*, backend: DeliveryBackend) -> WorkloadPass:
             existing is None
             or (existing.get("spec") or {}).get("replicas") != rs["spec"]["replicas"]
         ):
-            backend.apply([rs])
+            if not _applied(backend, [rs]):  # its namespace is going: nothing to run there
+                continue
             existing = backend.get("apps/v1", "ReplicaSet", _ns(rs), name_of(rs))
         have = owned.get((_ns(rs), "ReplicaSet", name_of(rs)), [])
         template = rs["spec"]["template"]
@@ -215,9 +218,12 @@ def workloads_reconcile(*, backend: DeliveryBackend) -> WorkloadPass:
     daemon_creates, bindings, daemon_deletes = _daemon_sets(backend, owned, pods)
     creates += daemon_creates
     deletes += daemon_deletes
-    if creates:
-        backend.apply(creates, field_manager="kube-controller-manager")
-        result.created = [f"{_ns(m)}/{name_of(m)}" for m in creates]
+    by_namespace: dict[str, list[dict]] = defaultdict(list)
+    for manifest in creates:
+        by_namespace[_ns(manifest)].append(manifest)
+    for pods_of_namespace in by_namespace.values():
+        if _applied(backend, pods_of_namespace, field_manager="kube-controller-manager"):
+            result.created += [f"{_ns(m)}/{name_of(m)}" for m in pods_of_namespace]
     if bindings:
         backend.bind_pods(bindings)
         result.daemon_bound = {f"{b.namespace}/{b.name}": b.node for b in bindings}
@@ -225,6 +231,19 @@ def workloads_reconcile(*, backend: DeliveryBackend) -> WorkloadPass:
         if backend.delete(AppliedRef("v1", "Pod", _ns(pod), name_of(pod))):
             result.deleted.append(f"{_ns(pod)}/{name_of(pod)}")
     return result
+
+
+def _applied(backend: DeliveryBackend, manifests: list[dict], **kw: Any) -> bool:
+    """Apply; False when the API server refuses for now (a namespace being deleted takes no new
+    objects): a controller logs that and tries again on its next pass, as this one does."""
+    try:
+        backend.apply(manifests, **kw)
+    except DeliveryError as exc:
+        if not exc.retryable:
+            raise
+        log.info("workloads: %s; next pass", exc.message)
+        return False
+    return True
 
 
 def _pod_of(

@@ -187,3 +187,38 @@ def test_tenant_control_planes_run_on_the_management_pool_and_nothing_else_does(
     backend.delete(AppliedRef("kamaji.clastix.io/v1alpha1", "TenantControlPlane", NS_ENV, "tcp"))
     demo_cluster_reconcile(backend=backend, seed_workloads=False)
     assert backend.list("apps/v1", "Deployment", MANAGEMENT_NAMESPACE) == []
+
+
+def test_a_namespace_being_deleted_under_a_pass_holds_back_only_its_own_workloads(backend):
+    """Teardown may delete a namespace between the pass's reads and its writes (another process);
+    the API server then refuses new objects there. The pass goes on with the other namespaces,
+    as a controller does, and the next one sees the namespace gone."""
+    from django.utils import timezone
+
+    from kiln.cluster.models import SimulatedObject
+
+    backend.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "going"}}])
+    for namespace in (NS_ENV, "going"):
+        backend.apply(
+            [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "Deployment",
+                    "metadata": {"name": "web", "namespace": namespace},
+                    "spec": {"replicas": 1, "template": _template("standard")},
+                },
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "metadata": {"name": "once", "namespace": namespace},
+                    "spec": {"parallelism": 1, "completions": 1, "template": _template()},
+                },
+            ]
+        )
+    # The race's state: the Namespace is deleting, its contents not yet marked.
+    SimulatedObject.objects.filter(kind="Namespace", name="going").update(
+        deletion_timestamp=timezone.now()
+    )
+    made = workloads_reconcile(backend=backend)
+    assert made.created and all(name.startswith(f"{NS_ENV}/") for name in made.created)
+    assert not [p for p in pod_list(backend, namespace="going")]
