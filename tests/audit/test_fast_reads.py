@@ -195,10 +195,14 @@ def test_a_read_thread_keeps_its_connection_and_drops_a_broken_one(settings):
             "SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid", [list(kept)]
         )
     django = Counting()
-    for _ in range(2 * READ_THREADS):
+    # The executor hands each read to whichever thread is free, so a thread may not read at all
+    # for a while and keep its broken connection until it does: each broken connection costs
+    # one answer through Django when its thread next reads, and then fast reads work again.
+    beside = 0
+    for _ in range(8 * READ_THREADS):
+        calls = django.calls
         status, _, body = _call(FastReads(django), READS[0])
         assert status == 200 and len(body) == 256 * 32
-    assert 1 <= django.calls <= READ_THREADS  # each broken connection once, then closed
-    calls = django.calls
-    assert _call(FastReads(django), READS[0])[0] == 200
-    assert django.calls == calls  # answered beside Django again, on a new connection
+        beside += django.calls == calls
+    assert 1 <= django.calls <= len(kept)  # each broken connection once, then closed
+    assert beside >= 8 * READ_THREADS - len(kept)  # every other read beside Django, on a new one
