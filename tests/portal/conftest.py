@@ -34,6 +34,14 @@ def portal_settings(settings, tmp_path: Path):
 
 
 @pytest.fixture
+def api(api_client_for, db):
+    """api_client_for, with the teams payments and search."""
+    Team.objects.create(slug="payments", name="Payments")
+    Team.objects.create(slug="search", name="Search")
+    return api_client_for
+
+
+@pytest.fixture
 def teams(db) -> dict[str, Team]:
     return {
         slug: Team.objects.create(slug=slug, name=slug.title()) for slug in ("payments", "search")

@@ -5,18 +5,10 @@ from __future__ import annotations
 import pytest
 
 from audit.models import OutboxEvent
-from kiln.identity.models import Team
 from portal.models import Environment, EnvironmentRequest
 
 pytestmark = pytest.mark.django_db
 URL = "/api/v1/environments/"
-
-
-@pytest.fixture
-def api(api_client_for, db):
-    Team.objects.create(slug="payments", name="Payments")
-    Team.objects.create(slug="search", name="Search")
-    return api_client_for
 
 
 def body(**overrides) -> dict:

@@ -10,17 +10,9 @@ from django.db import connection
 from rest_framework.test import APIRequestFactory
 
 from kiln import changes, conditional
-from kiln.identity.models import Team
 from portal.models import Environment
 
 URL = "/api/v1/environments/"
-
-
-@pytest.fixture
-def api(api_client_for, db):
-    Team.objects.create(slug="payments", name="Payments")
-    Team.objects.create(slug="search", name="Search")
-    return api_client_for
 
 
 def staging(client) -> tuple[str, str]:
