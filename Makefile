@@ -136,13 +136,15 @@ bench-schemathesis: $(VENV)/.installed db
 ## LOADTEST_PORT and +1) under the locust mix over loopback HTTP, then the reconciliation;
 ## FAULT=worker|writer|web|extender|redis|postgres runs one fault (redis and postgres restart
 ## throwaway servers on LOADTEST_PORT+2 and +3, never the shared ones). Writes
-## bench/results/loadtest[-FAULT]-<date>.json (docs/operations.md).
+## bench/results/loadtest[-FAULT]-<date>.json (docs/operations.md). THINK=0 is the stress mix
+## (engineers never pause; written to loadtest-think0-<date>.json).
 FAULT ?= none
+THINK ?=
 LOADTEST_PORT ?= 8130
 loadtest: $(VENV)/.installed db
 	flock /tmp/kiln-bench.lock $(PY) -m kiln.benchjson \
-	  $(BENCH_DIR)/loadtest$(if $(filter-out none,$(FAULT)),-$(FAULT))-$(BENCH_DATE).json -- \
-	  $(PY) manage.py loadtest --fault $(FAULT) --port $(LOADTEST_PORT) --json
+	  $(BENCH_DIR)/loadtest$(if $(filter-out none,$(FAULT)),-$(FAULT))$(if $(THINK),-think$(THINK))-$(BENCH_DATE).json -- \
+	  $(PY) manage.py loadtest --fault $(FAULT) --port $(LOADTEST_PORT) $(if $(THINK),--think $(THINK)) --json
 
 ## screenshots: the browser walk (tests/e2e/test_walk.py), rewriting the README tour's pictures
 ## in docs/screenshots/

@@ -5,7 +5,8 @@ Who calls what, each a locust user class:
 - `Engineer` (one per concurrent engineer): submits an environment (one in five staging, which
   an approver must approve), follows its detail until READY (a conditional GET with
   `Prefer: wait`, answered when the environment changes), lists the team's environments and
-  deletes it; `environments` requests each, then it stops. Every submission carries an
+  deletes it; `environments` requests each, then it stops. Before each next step it thinks
+  (`think_seconds`, uniform: a person reading the answer); with (0, 0) it never does. Every submission carries an
   Idempotency-Key and its own W3C traceparent, and a call that fails on the wire or with a 5xx
   is retried with the same key, as a careful client does while something restarts.
 - `Approver`: approves the team's pending requests.
@@ -27,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import resource
 import secrets
 import threading
 import time
@@ -127,11 +129,16 @@ def _request_body(name: str, staging: bool = False) -> dict[str, Any]:
 
 
 class Engineer(HttpUser):
-    """Requests, polls, lists and deletes environments; stops after its share."""
+    """Requests, follows, lists and deletes environments, thinking between steps; stops after
+    its share."""
 
-    wait_time = constant(0)
     weight = 0
     fixed_count = CONFIG["engineers"]
+
+    def wait_time(self) -> float:
+        """A person's pause before the next step: reading the answer, then clicking on."""
+        low, high = CONFIG["think_seconds"]
+        return random.uniform(low, high)
 
     def on_start(self) -> None:
         with _lock:
@@ -139,6 +146,7 @@ class Engineer(HttpUser):
         tokens = CONFIG["tokens"]["engineers"]
         self.token = tokens[index % len(tokens)]
         self.done = 0
+        time.sleep(self.wait_time())  # people do not all click at the same instant
 
     def _call(self, method: str, url: str, name: str, retry_key: str | None = None, **kw):
         """A call that is retried (same Idempotency-Key) while the wire or the server fails."""
@@ -200,10 +208,12 @@ class Engineer(HttpUser):
         record["status"] = status
         if status == "READY":
             record["ready_at"] = time.time()
+        time.sleep(self.wait_time())
         self._call(
             "GET", f"{ENV_URL}?team={CONFIG['team']}&limit=20", "/environments/?team=",
             headers=_headers(self.token),
         )  # fmt: skip
+        time.sleep(self.wait_time())
         gone = self._call(
             "DELETE", f"{ENV_URL}{env_id}/", "/environments/{id}/", headers=_headers(self.token)
         )
@@ -363,6 +373,16 @@ class Scheduler(HttpUser):
         )
 
 
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+@events.test_start.add_listener
+def _started(environment, **kw) -> None:
+    seen["cpu_at_start"] = _cpu_seconds()
+
+
 @events.quitting.add_listener
 def _write(environment, **kw) -> None:
     routes = {}
@@ -392,6 +412,8 @@ def _write(environment, **kw) -> None:
             "server_errors": seen["server_errors"],
             "malformed": dict(seen["malformed"]),
             "websocket": dict(seen["websocket"]),
+            # The load generator's own CPU over the test (it shares the machine's cores).
+            "cpu_seconds": round(_cpu_seconds() - seen.get("cpu_at_start", 0.0), 3),
         }
     with open(CONFIG["out"], "w") as handle:  # noqa: PTH123
         json.dump(out, handle)

@@ -25,7 +25,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
-from canary.chaos.loadtest import faults
+from canary.chaos.loadtest import faults, usage
 from canary.chaos.loadtest.reconcile import advisory_locks_held, reconcile, wait_settled
 from canary.chaos.loadtest.shape import Shape
 from kiln.identity import keys, tokens
@@ -52,6 +52,9 @@ class Plan:
     fault_at: float = 10.0  # seconds after the load starts
     node_list_size: int = 600  # about 5% of a 12,477-node cluster, as kube-scheduler sends
     worker_concurrency: int = 2
+    # Seconds an engineer takes before each next step (reading the answer, then clicking on):
+    # uniform between the two. (0, 0) is the stress mix: every engineer as fast as the answers.
+    think: tuple[float, float] = (1.0, 5.0)
 
 
 def _environment(workdir: Path) -> dict[str, str]:
@@ -163,6 +166,7 @@ def run(plan: Plan, *, workdir: Path, shape: Shape | None = None) -> dict[str, A
             "extender_url": f"http://127.0.0.1:{shape.extender_port}",
             "tokens": token, "engineers": plan.engineers,
             "environments_per_engineer": plan.environments, "dashboards": plan.dashboards,
+            "think_seconds": list(plan.think),
             "rollout": _rollout(shape.base_url, token, run_id),
             "node_names": _node_names(plan.node_list_size), "node_list_size": plan.node_list_size,
             "ready_timeout": 180.0, "retry_seconds": 60.0,
@@ -171,7 +175,7 @@ def run(plan: Plan, *, workdir: Path, shape: Shape | None = None) -> dict[str, A
         }  # fmt: skip
         (workdir / "config.json").write_text(json.dumps(config))
         users = plan.engineers + plan.dashboards + 4
-        cpu_before = shape.cpu_seconds()
+        cpu_before, servers_before = shape.cpu_seconds(), usage.snapshot()
         injected: dict[str, Any] = {}
         load_started = time.time()
         injector = threading.Thread(
@@ -196,6 +200,10 @@ def run(plan: Plan, *, workdir: Path, shape: Shape | None = None) -> dict[str, A
         seen = json.loads((workdir / "locust-out.json").read_text())
         connection.close()  # opened before the fault; a restarted database has dropped it
         cpu = {k: v - cpu_before.get(k, 0.0) for k, v in shape.cpu_seconds().items()}
+        servers_after = usage.snapshot()
+        cpu.update(usage.servers(servers_before, servers_after))
+        cpu["load_generator"] = seen.get("cpu_seconds", 0.0)
+        seen["machine_busy_share"] = usage.busy_share(servers_before, servers_after)
         # Quiesce: no new periodic work, the rollout ends; then what is in flight must drain.
         shape.kill("beat", signal.SIGTERM)
         _post(shape.base_url, f"/api/v1/rollouts/{config['rollout']}/abort/", token["engineers"][0],
@@ -241,6 +249,9 @@ def report(
         "settle_seconds": settle_seconds,
         "routes": seen["routes"],
         "total": seen["total"],
+        "environments_per_second": round(len(records) / seen["total"]["seconds"], 2)
+        if seen["total"]["seconds"]
+        else 0.0,
         "api_p95_ms_worst_route": max((v["p95_ms"] for v in api if v["requests"]), default=0),
         "api_p95_excludes": "waiting reads (Prefer: wait), whose time is the wait they ask for",
         "request_to_ready": {
@@ -270,6 +281,9 @@ def report(
         "websocket": seen["websocket"],
         "fault": {**injected, "error_budget_spent": len(seen["server_errors"]) - len(outside)},
         "cpu_ms_per_environment": {k: round(v * 1000 / created, 1) for k, v in cpu.items()},
+        # Every core's busy share over the load (1.0: saturated); the load generator, the
+        # database and Redis share the machine with Kiln's processes.
+        "machine_busy_share": seen.get("machine_busy_share"),
         "reconciliation": reconciled,
     }
 

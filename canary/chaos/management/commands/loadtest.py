@@ -3,7 +3,9 @@ with one fault, reconciled afterwards; prints JSON (docs/operations.md, docs/ben
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
 import os
 import signal
 import subprocess
@@ -17,6 +19,20 @@ from django.core.management.base import BaseCommand
 from canary.chaos.loadtest import faults
 from canary.chaos.loadtest.run import Plan, run
 from kiln import benchjson
+
+
+def _think(text: str) -> tuple[float, float]:
+    """`MIN:MAX` or one number (both ends), in seconds."""
+    try:
+        low, _, high = text.partition(":")
+        pair = (float(low), float(high or low))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected seconds as MIN:MAX or one number"
+        ) from None
+    if not (0 <= pair[0] <= pair[1] and math.isfinite(pair[1])):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected 0 <= MIN <= MAX")
+    return pair
 
 
 class Command(BaseCommand):
@@ -36,6 +52,15 @@ class Command(BaseCommand):
             type=int,
             default=Plan.worker_concurrency,
             help=f"the Celery worker's processes (default {Plan.worker_concurrency}, as make dev)",
+        )
+        parser.add_argument(
+            "--think",
+            type=_think,
+            default=Plan.think,
+            metavar="MIN:MAX",
+            help="seconds an engineer thinks before each next step, uniform between MIN and MAX "
+            f"(default {Plan.think[0]:g}:{Plan.think[1]:g}, a person reading the answer); 0 for "
+            "the stress mix, every engineer as fast as the answers come",
         )
         parser.add_argument("--workdir", default="", help="logs and keys (default: a temp dir)")
         parser.add_argument(
@@ -65,6 +90,7 @@ class Command(BaseCommand):
             fault_at=opts["fault_at"],
             node_list_size=opts["node_list_size"],
             worker_concurrency=opts["worker_concurrency"],
+            think=opts["think"],
         )
         load_before = os.getloadavg()
         result = run(plan, workdir=workdir)
