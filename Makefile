@@ -61,12 +61,16 @@ test: $(VENV)/.installed services browser
 	  echo "not slow: pytest exit $$fast; slow: pytest exit $$slow_rc"; \
 	  exit $$(( fast != 0 || slow_rc != 0 ))
 
-## dev: the production shape - web, worker, beat and audit writer as separate processes
+## dev: the production shape - web (WEB_PROCESSES, default 2: one per core, their metrics summed
+## at /metrics), worker, beat and audit writer as separate processes
+WEB_PROCESSES ?= 2
 dev: $(VENV)/.installed services db
 	$(PY) manage.py seed_demo
 	@echo "web http://127.0.0.1:$(PORT), worker, beat (Ctrl-C stops all)"
+	@rm -rf var/prometheus && mkdir -p var/prometheus
 	@trap 'kill 0' INT TERM EXIT; \
-	  $(PY) -m uvicorn kiln.asgi:application --host 127.0.0.1 --port $(PORT) & \
+	  PROMETHEUS_MULTIPROC_DIR=$(CURDIR)/var/prometheus \
+	    $(PY) -m uvicorn kiln.asgi:application --host 127.0.0.1 --port $(PORT) --workers $(WEB_PROCESSES) & \
 	  $(VENV)/bin/celery -A kiln worker --loglevel INFO --concurrency 2 & \
 	  $(VENV)/bin/celery -A kiln beat --loglevel INFO --schedule var/celerybeat-schedule & \
 	  $(PY) manage.py audit_writer & \

@@ -14,10 +14,17 @@ by the reaper) continues the request's trace: the request's W3C `traceparent`
 `continue_trace(stored, name)`, a span whose parent is the stored one (and which links to
 the span that was current, e.g. the approver's own request), so every audit event the
 request caused carries one trace id.
+
+Metrics: each process counts its own. When the web runs as several processes (`uvicorn
+--workers`), PROMETHEUS_MULTIPROC_DIR names a directory they all write their counts to, and
+`/metrics` (`exposition()`) answers the sum of every process's, so a scrape that lands on any of
+them sees the whole web. Figures read from the database when scraped (`add_scrape_collector`)
+are the same in every process and exported once.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,7 +41,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-from prometheus_client import Counter, Histogram
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
 
 _lock = threading.Lock()
 _configured = False
@@ -52,6 +61,31 @@ HTTP_LATENCY = Histogram(
     ["method", "route"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
+
+_scrape_collectors: dict[type, Collector] = {}
+
+
+def add_scrape_collector(collector: Collector) -> None:
+    """Export a collector that reads its figures when scraped (one of each kind: an app's
+    ready() may run more than once)."""
+    with _lock:
+        if type(collector) in _scrape_collectors:
+            return
+        _scrape_collectors[type(collector)] = collector
+    REGISTRY.register(collector)
+
+
+def exposition() -> bytes:
+    """The Prometheus text of `/metrics`: this process's metrics, or, under
+    PROMETHEUS_MULTIPROC_DIR, the sum over every process that writes there."""
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if not directory:
+        return generate_latest(REGISTRY)
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=directory)
+    for collector in list(_scrape_collectors.values()):
+        registry.register(collector)
+    return generate_latest(registry)
 
 
 def setup() -> None:

@@ -13,12 +13,12 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from django.views.decorators.http import require_GET
 from drf_spectacular.utils import extend_schema
 from drf_spectacular.views import SpectacularSwaggerSplitView
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from kiln import dashboard, health
+from kiln import dashboard, health, observability
 from kiln.dbpool import pool_exhausted
 from kiln.errors import error_body
 from kiln.identity.permissions import actor_from_request, can_use_admin
@@ -61,8 +61,8 @@ def readyz(request: HttpRequest) -> JsonResponse:
 
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
-    """Prometheus text exposition of this process's metrics."""
-    return HttpResponse(generate_latest(), content_type=CONTENT_TYPE_LATEST)
+    """Prometheus text exposition of the web's metrics (every web process's, when several)."""
+    return HttpResponse(observability.exposition(), content_type=CONTENT_TYPE_LATEST)
 
 
 class ApiRootView(APIView):

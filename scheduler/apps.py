@@ -1,8 +1,8 @@
 from django.apps import AppConfig
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from prometheus_client import REGISTRY
 
+from kiln import observability
 from scheduler import scoring
 
 
@@ -25,4 +25,4 @@ class SchedulerConfig(AppConfig):
         # imports the models, so the import waits for ready(), where Django says to make it.
         from scheduler import metrics
 
-        metrics.register(REGISTRY)
+        observability.add_scrape_collector(metrics.CommitmentCollector())

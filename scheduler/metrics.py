@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 from django.db import DatabaseError
 from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.registry import Collector
 
 from scheduler.models import CommitmentSample
 
@@ -74,13 +74,3 @@ class CommitmentCollector(Collector):
     def describe(self) -> list:
         # Empty: the registry must not call collect() (a database read) when registering.
         return []
-
-
-_registered: set[int] = set()
-
-
-def register(registry: CollectorRegistry) -> None:
-    """Register the collector once per registry (ready() may run more than once in tests)."""
-    if id(registry) not in _registered:
-        registry.register(CommitmentCollector())
-        _registered.add(id(registry))

@@ -58,3 +58,10 @@ def test_think_is_min_colon_max_or_one_number(text, pair):
 def test_a_think_that_is_not_a_pause_is_refused_before_anything_starts(text):
     with pytest.raises(CommandError, match="--think"):
         call_command("loadtest", "--think", text, "--json")
+
+
+@pytest.mark.parametrize("flag", ["--web-processes", "--worker-concurrency"])
+@pytest.mark.parametrize("text", ["0", "-2", "two"])
+def test_a_process_count_below_one_is_refused_before_anything_starts(flag, text):
+    with pytest.raises(CommandError, match=flag):
+        call_command("loadtest", flag, text, "--json")

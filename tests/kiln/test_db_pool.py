@@ -56,7 +56,11 @@ def test_concurrent_requests_stay_within_the_pool_and_never_500(settings, make_t
         KILN_DB_POOL_TIMEOUT="30",
         PGAPPNAME=APP_NAME,  # libpq names the web's backends: pg_stat_activity counts them
     )
-    shape = Shape(port=free_port(), environment=environment, workdir=tmp_path, names=("web",))
+    # One web process: the pool, and the bound, are per process.
+    shape = Shape(
+        port=free_port(), environment=environment, workdir=tmp_path, names=("web",),
+        web_processes=1,
+    )  # fmt: skip
     peak, stop = [0], threading.Event()
 
     def sample() -> None:

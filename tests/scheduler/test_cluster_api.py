@@ -127,9 +127,13 @@ def test_scheduler_page_shows_nodes_pools_pods_explanations_and_commitment(clust
     assert "<script>" not in page.replace("<script src=", "")
 
 
-def test_metrics_export_the_last_commitment_sample(cluster):
+@pytest.mark.parametrize("processes", ["one", "several"])
+def test_metrics_export_the_last_commitment_sample(cluster, processes, tmp_path, monkeypatch):
+    if processes == "several":  # the web as several processes: read once, beside their sums
+        monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
     nodesync.cluster_sync(backend=cluster)
     text = Client().get("/metrics").content.decode()
+    assert text.count("# TYPE kiln_workload_commitment_ratio gauge") == 1
     assert 'kiln_workload_commitment_ratio{resource="cpu"} 0.25' in text
     assert 'kiln_workload_commitment_pending{resource="cpu"} 8000.0' in text
     assert 'kiln_workload_commitment_node_ratio{quantile="max",resource="cpu"} 0.5' in text

@@ -52,6 +52,7 @@ class Plan:
     fault_at: float = 10.0  # seconds after the load starts
     node_list_size: int = 600  # about 5% of a 12,477-node cluster, as kube-scheduler sends
     worker_concurrency: int = 2
+    web_processes: int = 2  # one per core, as `make dev` runs the web
     # Seconds an engineer takes before each next step (reading the answer, then clicking on):
     # uniform between the two. (0, 0) is the stress mix: every engineer as fast as the answers.
     think: tuple[float, float] = (1.0, 5.0)
@@ -156,7 +157,7 @@ def run(plan: Plan, *, workdir: Path, shape: Shape | None = None) -> dict[str, A
         identity.team_create(actor=system_actor("load-test"), slug=TEAM, name="Load test")
     shape = shape or Shape(
         port=plan.port, environment=environment, workdir=workdir / "processes",
-        worker_concurrency=plan.worker_concurrency,
+        worker_concurrency=plan.worker_concurrency, web_processes=plan.web_processes,
     )  # fmt: skip
     started_shape = shape.start_all()
     try:

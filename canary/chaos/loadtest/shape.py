@@ -1,5 +1,5 @@
-"""Kiln's production shape as local processes, the way `make dev` runs them: uvicorn web,
-a prefork Celery worker, Celery beat, the audit writer and the scheduler extender, each its own
+"""Kiln's production shape as local processes, the way `make dev` runs them: uvicorn web
+(one process per core, summing their metrics in one directory), a prefork Celery worker, Celery beat, the audit writer and the scheduler extender, each its own
 process on loopback, against the database and Redis its environment names.
 
 Each process can be stopped, SIGKILLed and started again by name, which is what the fault runs
@@ -9,6 +9,7 @@ do; `ready_after` measures how long `/readyz` takes to answer 200 again.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -44,15 +45,22 @@ class Shape:
     workdir: Path
     names: tuple[str, ...] = PROCESSES
     worker_concurrency: int = 2
+    web_processes: int = 2
     processes: dict[str, Process] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
+        # The web's processes write their metrics here; /metrics answers their sum. Emptied per
+        # run (a web restarted by a fault keeps adding to it, as Prometheus counters go on).
+        self.metrics_dir = self.workdir / "prometheus"
+        shutil.rmtree(self.metrics_dir, ignore_errors=True)
+        self.metrics_dir.mkdir()
         python, celery = sys.executable, str(Path(sys.executable).with_name("celery"))
         manage = str(Path(settings.BASE_DIR) / "manage.py")
         argv = {
             "web": [python, "-m", "uvicorn", "kiln.asgi:application", "--host", "127.0.0.1",
-                    "--port", str(self.port), "--no-access-log", "--log-level", "warning"],
+                    "--port", str(self.port), "--workers", str(self.web_processes),
+                    "--no-access-log", "--log-level", "warning"],
             "worker": [celery, "-A", "kiln", "worker", "--pool", "prefork", "--concurrency",
                        str(self.worker_concurrency), "--loglevel", "WARNING", "--hostname",
                        f"kiln-load-{self.port}@%h"],
@@ -81,6 +89,8 @@ class Shape:
         environment = {**os.environ, **self.environment}
         # Each process names itself in its spans: kiln-web, kiln-worker, ...
         environment["OTEL_SERVICE_NAME"] = f"{environment.get('OTEL_SERVICE_NAME', 'kiln')}-{name}"
+        if name == "web":
+            environment["PROMETHEUS_MULTIPROC_DIR"] = str(self.metrics_dir)
         with process.log.open("ab") as log:
             process.popen = subprocess.Popen(
                 process.argv,

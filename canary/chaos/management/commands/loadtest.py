@@ -35,6 +35,16 @@ def _think(text: str) -> tuple[float, float]:
     return pair
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected at least 1")
+    return value
+
+
 class Command(BaseCommand):
     help = "Drive the production shape with the load mix (one fault at most) and reconcile."
 
@@ -49,9 +59,15 @@ class Command(BaseCommand):
         parser.add_argument("--node-list-size", type=int, default=600)
         parser.add_argument(
             "--worker-concurrency",
-            type=int,
+            type=_positive,
             default=Plan.worker_concurrency,
             help=f"the Celery worker's processes (default {Plan.worker_concurrency}, as make dev)",
+        )
+        parser.add_argument(
+            "--web-processes",
+            type=_positive,
+            default=Plan.web_processes,
+            help=f"uvicorn's worker processes (default {Plan.web_processes}, as make dev)",
         )
         parser.add_argument(
             "--think",
@@ -91,6 +107,7 @@ class Command(BaseCommand):
             node_list_size=opts["node_list_size"],
             worker_concurrency=opts["worker_concurrency"],
             think=opts["think"],
+            web_processes=opts["web_processes"],
         )
         load_before = os.getloadavg()
         result = run(plan, workdir=workdir)
