@@ -70,7 +70,8 @@ dev: $(VENV)/.installed services db
 	@rm -rf var/prometheus && mkdir -p var/prometheus
 	@trap 'kill 0' INT TERM EXIT; \
 	  PROMETHEUS_MULTIPROC_DIR=$(CURDIR)/var/prometheus \
-	    $(PY) -m uvicorn kiln.asgi:application --host 127.0.0.1 --port $(PORT) --workers $(WEB_PROCESSES) & \
+	    $(PY) -m uvicorn kiln.asgi:application --host 127.0.0.1 --port $(PORT) --workers $(WEB_PROCESSES) \
+	      --timeout-keep-alive 75 & \
 	  $(VENV)/bin/celery -A kiln worker --loglevel INFO --concurrency 2 & \
 	  $(VENV)/bin/celery -A kiln beat --loglevel INFO --schedule var/celerybeat-schedule & \
 	  $(PY) manage.py audit_writer & \

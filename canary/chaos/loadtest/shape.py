@@ -22,6 +22,10 @@ from pathlib import Path
 
 from django.conf import settings
 
+# An idle keep-alive connection outlives any client's pause (uvicorn's default, 5 s, closes it
+# while a person reads an answer, racing their next request), and a proxy's idle timeout in
+# front (60 s is common), so the proxy, not the web, closes first.
+WEB_KEEP_ALIVE_SECONDS = 75
 PROCESSES = ("web", "worker", "beat", "writer", "extender")
 
 
@@ -60,6 +64,7 @@ class Shape:
         argv = {
             "web": [python, "-m", "uvicorn", "kiln.asgi:application", "--host", "127.0.0.1",
                     "--port", str(self.port), "--workers", str(self.web_processes),
+                    "--timeout-keep-alive", str(WEB_KEEP_ALIVE_SECONDS),
                     "--no-access-log", "--log-level", "warning"],
             "worker": [celery, "-A", "kiln", "worker", "--pool", "prefork", "--concurrency",
                        str(self.worker_concurrency), "--loglevel", "WARNING", "--hostname",
