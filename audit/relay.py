@@ -25,6 +25,7 @@ from django.conf import settings
 from django.db import transaction
 
 from kiln.celery import app
+from kiln.worker_db import send_keeping_no_result
 
 log = logging.getLogger("kiln.audit.relay")
 
@@ -55,7 +56,7 @@ def wake() -> None:
     if not settings.KILN_AUDIT_RELAY_ON_COMMIT or not _claim_wake():
         return
     try:
-        app.send_task(RELAY_TASK, retry=False)
+        send_keeping_no_result(app, RELAY_TASK, retry=False)
     except Exception as exc:  # noqa: BLE001 - broker down: the periodic sweep publishes later
         log.warning("audit relay wake-up not enqueued (%s); the sweep will publish", exc)
 

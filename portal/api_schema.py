@@ -169,11 +169,16 @@ class EstimateOutput(serializers.Serializer):
 # --- an environment as a plain dict, in the serializers' shape -------------------------------
 
 
+# Made once: a serializer field is costly to construct, and a detail writes up to a dozen times.
+# Its time zone is read when it converts (the current one), so one instance serves every request.
+_DATETIME = serializers.DateTimeField()
+
+
 def _when(value: datetime | None) -> str | None:
     """A time as DRF's DateTimeField writes it: ISO 8601, UTC as `Z`."""
     if value is None:
         return None
-    text = serializers.DateTimeField().enforce_timezone(value).isoformat()
+    text = _DATETIME.enforce_timezone(value).isoformat()
     return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
