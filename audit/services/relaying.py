@@ -15,6 +15,8 @@ from audit.models import OutboxEvent
 from audit.topic import get_topic
 
 RELAY_BATCH = 1000
+# The relays' PostgreSQL advisory lock ("kilnrela"): one relay publishes at a time.
+RELAY_LOCK_KEY = 0x6B696C6E72656C61
 
 
 def relay_publish(*, max_events: int | None = None, republish_all: bool = False) -> int:
@@ -36,6 +38,7 @@ def relay_publish(*, max_events: int | None = None, republish_all: bool = False)
         limit = RELAY_BATCH if max_events is None else min(RELAY_BATCH, max_events - total)
         now = timezone.now()
         with transaction.atomic():
+            _one_relay_at_a_time()
             rows = _pending_outbox(cutoff, limit)
             if not rows:
                 break
@@ -47,9 +50,24 @@ def relay_publish(*, max_events: int | None = None, republish_all: bool = False)
     return total
 
 
+def _one_relay_at_a_time() -> None:
+    """Wait until no other relay is publishing (until this transaction ends).
+
+    Two relays at once each took the pending rows the other had not locked and published them
+    in whichever order their stream writes landed, so the chain could hold an environment's
+    READY before the PROVISIONING that preceded it (the load test's web-restart run found
+    three such environments). One at a time, each publishes in outbox order what the one
+    before left, and the stream keeps the order in which each object's events committed (a
+    later change of the same object commits after the earlier one: its row is locked).
+    """
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [RELAY_LOCK_KEY])
+
+
 def _pending_outbox(cutoff: datetime, limit: int) -> list[tuple]:
-    """Rows to publish, oldest first, locked; concurrent relays skip each other's rows
-    (SKIP LOCKED on PostgreSQL; SQLite has one writer at a time anyway)."""
+    """Rows to publish, oldest first, locked (SKIP LOCKED: rows the writer is deleting are
+    already chained; SQLite has one writer at a time anyway)."""
     return list(
         OutboxEvent.objects.select_for_update(skip_locked=True)
         .filter(Q(published_at__isnull=True) | Q(published_at__lt=cutoff))
