@@ -40,9 +40,9 @@ class Task(CeleryTask):
     Sending builds the call's AsyncResult from the backend, and Celery makes one backend per
     thread (`app.backend`). Under ASGI each request runs in a thread of its own, so every
     request that queued a task built a new Redis result backend (its connection pool, the
-    client library's version looked up from package metadata) only to drop it: in a sampled
-    profile of the web under the load test that was 3% of its CPU. Such a task's AsyncResult
-    has the disabled backend instead (asking it for a result raises, as there is none).
+    client library's version looked up from package metadata) only to drop it. A sampled
+    profile of the web under the load test showed it among the web's larger costs. Such a
+    task's AsyncResult has the disabled backend instead: there is no result to ask for.
     """
 
     autoretry_for = (OperationalError, InterfaceError)
