@@ -59,7 +59,13 @@ def environment_teardown_request(
                 },
             )
         elif status in (Status.EXPIRING, Status.TEARING_DOWN):
-            return environment  # already on its way: a repeated DELETE changes nothing
+            # Already on its way: no transition. Its teardown is queued again, though (the task
+            # checks the state first, so a second one changes nothing): a DELETE is retried
+            # because its answer failed, and when that was the broker, down as the first
+            # teardown task was sent, the retry is what gets it going again before the
+            # reaper's next pass.
+            enqueue_teardown(environment=environment)
+            return environment
         else:
             raise IllegalTransition(
                 f"an environment in {status} cannot be torn down",
@@ -296,7 +302,9 @@ def environment_teardown(*, environment_id: int) -> str:
             # The reverse of the order they were applied in: the control plane's flow control
             # after the control plane, the namespace (applied first) last.
             last = [
-                r for r in reversed(refs) if r.kind in c.CONTROL_PLANE_KINDS or r.kind == "Namespace"
+                r
+                for r in reversed(refs)
+                if r.kind in c.CONTROL_PLANE_KINDS or r.kind == "Namespace"
             ]
             for ref in last:
                 backend.delete(ref)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from audit.models import OutboxEvent
+from audit.models import ChainEvent, OutboxEvent
 from portal.models import Environment, EnvironmentRequest
+from portal.services import queueing
 
 pytestmark = pytest.mark.django_db
 URL = "/api/v1/environments/"
@@ -182,6 +183,23 @@ def test_dev_is_ready_then_extend_and_delete(api, django_capture_on_commit_callb
     gone = alice.delete(f"{URL}{env['id']}/")
     assert gone.status_code == 202 and gone.json()["status"] == "EXPIRING"
     assert alice.delete(f"{URL}{env['id']}/").status_code == 202  # repeated: no change
+
+
+def test_a_repeated_delete_queues_the_teardown_again(api, django_capture_on_commit_callbacks):
+    """The first DELETE committed EXPIRING but its teardown task was never sent (the broker was
+    down, the client got a 5xx and retries): the retry sends it, without another transition."""
+    alice = api("engineer", sub="alice", team="payments")
+    with django_capture_on_commit_callbacks(execute=True):
+        env = alice.post(URL, body(env_class="dev"), format="json").json()
+    with queueing.tasks_held() as lost, django_capture_on_commit_callbacks(execute=True):
+        assert alice.delete(f"{URL}{env['id']}/").status_code == 202
+    assert lost == [(queueing.TEARDOWN_TASK, Environment.objects.get().pk)]
+    events = ChainEvent.objects.count() + OutboxEvent.objects.count()
+    with queueing.tasks_held() as sent, django_capture_on_commit_callbacks(execute=True):
+        again = alice.delete(f"{URL}{env['id']}/")
+    assert again.status_code == 202 and again.json()["status"] == "EXPIRING"
+    assert sent == lost
+    assert ChainEvent.objects.count() + OutboxEvent.objects.count() == events  # no transition
 
 
 def test_list_filters_and_pagination(api):
