@@ -54,6 +54,17 @@ def _existing_for_key(actor: Actor, key: str, digest: str) -> Environment | None
     return previous.environment
 
 
+def _replayed(env: Environment) -> Environment:
+    """A retried request's environment. One still APPROVED has its provisioning queued again:
+    the client retries because the first answer failed, and when that was the broker, down as
+    the first task was sent, this retry gets it going before the reaper's next pass (the task
+    checks the state first, so a second one changes nothing)."""
+    if env.status == Status.APPROVED:
+        with transaction.atomic():
+            enqueue_provisioning(environment=env)
+    return env
+
+
 def environment_request_submit(
     *, actor: Actor, data: dict[str, Any], idempotency_key: str = ""
 ) -> tuple[Environment, bool]:
@@ -72,7 +83,7 @@ def environment_request_submit(
     digest = body_hash(data=data)
     existing = _existing_for_key(actor, idempotency_key, digest)
     if existing is not None:
-        return existing, False
+        return _replayed(existing), False
     team = Team.objects.filter(slug=data["team"]).first()
     if team is None:
         raise InvalidInput("The request is invalid.", extra={"fields": {"team": ["No such team."]}})

@@ -239,3 +239,27 @@ def test_estimate_endpoint_prices_the_request(api):
     node = _general(price_table()[0])
     assert Decimal(data["hourly"]) == 2 * node.on_demand
     assert Decimal(data["lifetime"]) == (2 * node.on_demand * 10).quantize(Decimal("0.01"))
+
+
+def test_a_retried_create_queues_provisioning_again_while_approved(
+    api, django_capture_on_commit_callbacks
+):
+    """The first POST committed APPROVED but its provisioning task was never sent (the broker
+    was down; the client got a 5xx and retries with its Idempotency-Key): the retry sends it.
+    Once READY, a retry sends nothing."""
+    alice = api("engineer", sub="alice", team="payments")
+    key = {"HTTP_IDEMPOTENCY_KEY": "retry-me"}
+    with queueing.tasks_held() as lost, django_capture_on_commit_callbacks(execute=True):
+        first = alice.post(URL, body(env_class="dev"), format="json", **key)
+    assert first.status_code == 201 and first.json()["status"] == "APPROVED"
+    assert lost == [(queueing.PROVISION_TASK, Environment.objects.get().pk)]
+    with queueing.tasks_held() as sent, django_capture_on_commit_callbacks(execute=True):
+        again = alice.post(URL, body(env_class="dev"), format="json", **key)
+    assert again.status_code == 200 and again.json()["id"] == first.json()["id"]
+    assert sent == lost
+    with django_capture_on_commit_callbacks(execute=True):  # the worker runs it: READY
+        alice.post(URL, body(env_class="dev"), format="json", **key)
+    assert Environment.objects.get().status == "READY"
+    with queueing.tasks_held() as after, django_capture_on_commit_callbacks(execute=True):
+        assert alice.post(URL, body(env_class="dev"), format="json", **key).status_code == 200
+    assert after == [] and Environment.objects.count() == 1
