@@ -6,9 +6,10 @@ Who calls what, each a locust user class:
   an approver must approve), follows its detail until READY (a conditional GET with
   `Prefer: wait`, answered when the environment changes), lists the team's environments and
   deletes it; `environments` requests each, then it stops. Before each next step it thinks
-  (`think_seconds`, uniform: a person reading the answer); with (0, 0) it never does. Every submission carries an
-  Idempotency-Key and its own W3C traceparent, and a call that fails on the wire or with a 5xx
-  is retried with the same key, as a careful client does while something restarts.
+  (`think_seconds`, uniform: a person reading the answer); with (0, 0) it never does. Every
+  submission carries an Idempotency-Key and its own W3C traceparent, and a call that fails on
+  the wire or with a 5xx is retried with the same key, as a careful client does while
+  something restarts.
 - `Approver`: approves the team's pending requests.
 - `RolloutPusher`: pushes baseline and canary observations to one rollout.
 - `Auditor`: pages the audit events and exports a range.
