@@ -31,6 +31,8 @@ def postgres_cpu_seconds() -> tuple[int, float] | None:
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_backend_pid()")
             backend = cursor.fetchone()[0]
+        if not Path(f"/proc/{backend}/comm").read_text().startswith("postgres"):
+            return None  # the server runs elsewhere: that pid here is another process
         postmaster = int(_stat_fields(backend)[1])
         fields = _stat_fields(postmaster)
     except (DatabaseError, OSError, IndexError, ValueError):
