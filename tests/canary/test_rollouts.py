@@ -121,11 +121,18 @@ def test_a_healthy_canary_steps_up_and_is_promoted_on_evidence(service):
     assert last["llr"] <= last["llr_lower"]
 
 
+# Fixed simulated traffic, as for the healthy canary: with random traffic a sequential test
+# wrongly promotes a regressed canary at some small rate, so a few seeds promote this one and the
+# test failed now and then. That rate is canary_bench's to measure (docs/canary.md), over
+# thousands of rollouts; this test shows the roll-back path on one.
+REGRESSION_SEED = 2
+
+
 def test_a_canary_with_twice_the_errors_is_rolled_back(service):
     services.service_set_simulated_regression(
         actor=ADMIN, service=service, version="v2", regression="errors"
     )
-    rollout = _run(_rollout(service, ticks_per_step=8))
+    rollout = _run(_rollout(service, ticks_per_step=8, seed=REGRESSION_SEED))
     assert rollout.status == RolloutStatus.ROLLED_BACK
     assert rollout.weight == 0
     assert canary_weight_of(_live(service, "VirtualService")) == 0
