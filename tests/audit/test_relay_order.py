@@ -15,10 +15,6 @@ from audit import record
 from audit.models import OutboxEvent
 from audit.services import relaying
 
-pytestmark = pytest.mark.skipif(
-    connection.vendor != "postgresql", reason="the relays' lock is PostgreSQL's"
-)
-
 
 class SlowFirstWrite:
     """A topic that records the actions it is given. Its first write is slow: it waits (up to a

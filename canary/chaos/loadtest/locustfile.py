@@ -22,6 +22,10 @@ names the problem (`code`, `message`), and the reconciliation checks that it cha
 
 The configuration is the JSON file named by KILN_LOAD_CONFIG; what the run saw is written to
 its `out` path when the run stops.
+
+One file, a little past ~400 lines, on purpose: locust loads the mix from this one path in a
+process of its own, which imports nothing of Kiln (no Django), so every user class and the
+counting it shares stand here together.
 """
 
 from __future__ import annotations
