@@ -41,28 +41,45 @@ def position_of(name: str) -> int:
     return POSITION.get(name, UNLISTED)
 
 
-def _insert_if_absent(
+# The row of an unfinished step is updated in place; a done step is never written again.
+_ON_START = (
+    "status = EXCLUDED.status, attempts = {t}.attempts + 1,"
+    " started_at = COALESCE({t}.started_at, EXCLUDED.started_at)"
+)
+_ON_DONE = (
+    "status = EXCLUDED.status, detail = EXCLUDED.detail,"
+    " started_at = COALESCE({t}.started_at, EXCLUDED.started_at),"
+    " finished_at = EXCLUDED.finished_at,"
+    " attempts = CASE WHEN {t}.attempts < 1 THEN 1 ELSE {t}.attempts END"
+)
+
+
+def _upsert(
     *,
     environment: Environment,
     name: str,
     status: str,
+    on_conflict: str,
     detail: str = "",
     started_at: datetime,
     finished_at: datetime | None = None,
-) -> bool:
-    """Insert the step's row unless it exists: True if this call inserted it.
+) -> int | None:
+    """Insert the step's row, or update it by `on_conflict` unless it is done; returns its
+    attempts, or None when it was done already (and nothing was written).
 
-    One statement (INSERT ... ON CONFLICT DO NOTHING RETURNING) instead of a locking read, a
-    savepoint, the insert and its release; a concurrent insert of the same step waits for the
-    other transaction and then inserts nothing, as the unique constraint had it before.
+    One statement (INSERT ... ON CONFLICT DO UPDATE ... WHERE status <> done RETURNING) instead
+    of an insert, a locking read and an update: the teardown's six steps are each started and
+    then done, which took four statements a step. A concurrent write of the same step waits for
+    the other transaction, then sees its outcome, as the locking read did.
     """
     ops = connection.ops
     table = ops.quote_name(ProvisioningStep._meta.db_table)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {table} (environment_id, name, position, status, attempts, detail,"  # noqa: S608 - the table name is the model's own
-            " started_at, finished_at) VALUES (%s, %s, %s, %s, 1, %s, %s, %s)"
-            " ON CONFLICT (environment_id, name) DO NOTHING RETURNING id",
+            f"INSERT INTO {table} (environment_id, name, position, status, attempts,"  # noqa: S608 - the table name is the model's own
+            " detail, started_at, finished_at) VALUES (%s, %s, %s, %s, 1, %s, %s, %s)"
+            f" ON CONFLICT (environment_id, name) DO UPDATE SET {on_conflict.format(t=table)}"
+            f" WHERE {table}.status <> %s RETURNING attempts",
             [
                 environment.pk,
                 name,
@@ -71,29 +88,22 @@ def _insert_if_absent(
                 detail,
                 ops.adapt_datetimefield_value(started_at),
                 ops.adapt_datetimefield_value(finished_at),
+                ProvisioningStep.DONE,
             ],
         )
-        return cursor.fetchone() is not None
+        row = cursor.fetchone()
+        return None if row is None else row[0]
 
 
 def step_started(*, environment: Environment, name: str) -> None:
-    """Mark a step running (a retry increments attempts on the same row)."""
-    # No savepoint of its own: inside a caller's transaction a failure here fails the whole of it.
-    with transaction.atomic(savepoint=False):
-        now = timezone.now()
-        if _insert_if_absent(
-            environment=environment,
-            name=name,
-            status=ProvisioningStep.RUNNING,
-            started_at=now,
-        ):
-            return
-        step = ProvisioningStep.objects.select_for_update().get(environment=environment, name=name)
-        if step.status != ProvisioningStep.DONE:
-            step.status = ProvisioningStep.RUNNING
-            step.attempts += 1
-            step.started_at = step.started_at or now
-            step.save()
+    """Mark a step running (a retry increments attempts on the same row; a done step stays done)."""
+    _upsert(
+        environment=environment,
+        name=name,
+        status=ProvisioningStep.RUNNING,
+        on_conflict=_ON_START,
+        started_at=timezone.now(),
+    )
 
 
 def step_done(
@@ -108,27 +118,17 @@ def step_done(
     # No savepoint of its own: inside a caller's transaction a failure here fails the whole of it.
     with transaction.atomic(savepoint=False):
         now = timezone.now()
-        # A step done in one go is inserted finished rather than inserted and then updated.
-        attempts = 1
-        if not _insert_if_absent(
+        attempts = _upsert(
             environment=environment,
             name=name,
             status=ProvisioningStep.DONE,
+            on_conflict=_ON_DONE,
             detail=detail,
             started_at=now,
             finished_at=now,
-        ):
-            step = ProvisioningStep.objects.select_for_update().get(
-                environment=environment, name=name
-            )
-            if step.status == ProvisioningStep.DONE:
-                return False
-            step.status = ProvisioningStep.DONE
-            step.detail = detail
-            step.started_at = step.started_at or now
-            step.finished_at = now
-            step.attempts = attempts = max(step.attempts, 1)
-            step.save()
+        )
+        if attempts is None:
+            return False
         audit.record(
             actor,
             "portal.provisioning_step.completed",

@@ -13,7 +13,9 @@ from portal.lifecycle import Status
 from portal.models import Environment, PolicyDecision, ProvisioningStep
 from portal.services import environment_request_submit
 from portal.services.provisioning import READY, environment_provision
-from tests.portal.conftest import request_data
+from portal.services.steps import step_done, step_started
+from portal.services.teardown import environment_teardown
+from tests.portal.conftest import drain_audit, request_data
 
 pytestmark = pytest.mark.django_db
 
@@ -222,3 +224,77 @@ def test_created_in_this_transaction_refuses_to_run_outside_a_transaction(people
         )
     env.refresh_from_db()
     assert (env.status, OutboxEvent.objects.count()) == before
+
+
+def _actions_of(env: Environment, action: str) -> list[dict]:
+    return list(
+        OutboxEvent.objects.filter(
+            target=f"portal.environment:{env.public_id}", action=action
+        ).values_list("data", flat=True)
+    )
+
+
+def test_a_step_is_started_and_done_in_one_statement_each(people):
+    env, _ = environment_request_submit(actor=people["alice"], data=request_data())
+    for _ in range(2):  # a retry counts an attempt on the same row
+        with CaptureQueriesContext(connection) as captured:
+            step_started(environment=env, name="cordon")
+        assert len(captured.captured_queries) == 1, captured.captured_queries
+    step = ProvisioningStep.objects.get(environment=env, name="cordon")
+    assert (step.status, step.attempts, step.position) == (ProvisioningStep.RUNNING, 2, 10)
+    started_at = step.started_at
+
+    with CaptureQueriesContext(connection) as captured:
+        assert step_done(actor=people["alice"], environment=env, name="cordon", detail="2 objects")
+    steps = [q for q in captured.captured_queries if "portal_provisioningstep" in q["sql"]]
+    assert len(steps) == 1 and steps[0]["sql"].startswith("INSERT"), steps
+    step.refresh_from_db()
+    assert (step.status, step.attempts, step.detail) == (ProvisioningStep.DONE, 2, "2 objects")
+    assert step.started_at == started_at and step.finished_at >= started_at
+
+    # Done is final: neither a second done nor a late start writes or audits anything.
+    assert not step_done(actor=people["alice"], environment=env, name="cordon", detail="again")
+    step_started(environment=env, name="cordon")
+    step.refresh_from_db()
+    assert (step.status, step.attempts, step.detail) == (ProvisioningStep.DONE, 2, "2 objects")
+    completed = _actions_of(env, "portal.provisioning_step.completed")
+    assert [(d["step"], d["attempts"]) for d in completed] == [("cordon", 2)]
+
+
+def test_a_step_done_in_one_go_is_inserted_finished(people):
+    env, _ = environment_request_submit(actor=people["alice"], data=request_data())
+    assert step_done(actor=people["alice"], environment=env, name="compose", detail="9 objects")
+    step = ProvisioningStep.objects.get(environment=env, name="compose")
+    assert (step.status, step.attempts) == (ProvisioningStep.DONE, 1)
+    assert step.started_at == step.finished_at
+    assert _actions_of(env, "portal.provisioning_step.completed")[0]["attempts"] == 1
+
+
+def test_a_teardown_stays_within_its_query_budget(people, settings):
+    settings.KILN_SIM_FINALIZER_SECONDS = 0.0
+    env, _ = environment_request_submit(actor=people["alice"], data=request_data())
+    assert environment_provision(environment_id=env.pk) == READY
+    Environment.objects.filter(pk=env.pk).update(status=Status.TEARING_DOWN)
+    with CaptureQueriesContext(connection) as first:
+        # The workloads are gone at once; the pass then waits for its event in the chain.
+        assert environment_teardown(environment_id=env.pk) == "pending"
+    drain_audit()
+    with CaptureQueriesContext(connection) as second:
+        assert environment_teardown(environment_id=env.pk) == "deleted"
+    # Six steps, each started and done in one statement (four statements a step before).
+    assert len(first.captured_queries) + len(second.captured_queries) <= 75, (
+        len(first.captured_queries),
+        len(second.captured_queries),
+    )
+    assert Environment.objects.get(pk=env.pk).status == Status.DELETED
+    done = ProvisioningStep.objects.filter(environment=env, status=ProvisioningStep.DONE)
+    assert list(
+        done.filter(position__gte=10).order_by("position").values_list("name", "attempts")
+    ) == [
+        ("cordon", 1),
+        ("delete-workloads", 1),
+        ("finalizers-cleared", 1),
+        ("tenant-audit-acknowledged", 1),
+        ("audit-confirmed", 2),  # started again by the second pass
+        ("delete-namespace", 1),
+    ]
