@@ -3,6 +3,9 @@
 Public read-only GETs whose view offers a `fast_read` are answered beside Django's
 middleware (kiln/fast_reads.py); everything else goes through Django.
 
+Each web process imports every view, then freezes what it holds (kiln/heap.py), so no full
+garbage collection walks the startup objects while requests wait.
+
 Websocket routes come from the modules named in `settings.KILN_WEBSOCKET_ROUTES`
 (each has `websocket_urlpatterns`), so the project package imports no app.
 """
@@ -20,6 +23,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 
+from kiln import heap  # noqa: E402
 from kiln.fast_reads import FastReads  # noqa: E402
 
 websocket_urlpatterns = [
@@ -36,3 +40,5 @@ application = ProtocolTypeRouter(
         ),
     }
 )
+
+heap.freeze_after(heap.import_views)

@@ -3,8 +3,9 @@
 import os
 
 from celery import Celery
+from celery.signals import worker_process_init
 
-from kiln import task_recovery
+from kiln import heap, task_recovery
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kiln.settings")
 
@@ -14,3 +15,9 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 # A SIGKILLed worker's unacknowledged messages go back on the queue (kiln/task_recovery.py).
 task_recovery.install(app)
+
+
+@worker_process_init.connect
+def freeze_worker_heap(**_: object) -> None:
+    """Each pool process keeps what it was forked with out of full collections (kiln/heap.py)."""
+    heap.freeze_after()

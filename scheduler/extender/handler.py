@@ -10,7 +10,6 @@ endpoints are protected (NetworkPolicy, mTLS, optional shared token).
 from __future__ import annotations
 
 import asyncio
-import gc
 import hmac
 import time
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from django.conf import settings
 from django.db import close_old_connections
 from prometheus_client import Counter, Histogram
 
+from kiln import heap
 from scheduler import selectors
 from scheduler.extender.protocol import ProtocolError, error_filter_result, parse_args
 from scheduler.extender.snapshot import NodeSnapshot
@@ -144,8 +144,7 @@ class ExtenderASGI:
                     # Everything loaded so far (Django, numpy, the app) lives as long as the
                     # process: keep it out of the collector, so no full collection walks it
                     # while kube-scheduler waits.
-                    gc.collect()
-                    gc.freeze()
+                    heap.freeze_after()
                     await send({"type": "lifespan.startup.complete"})
                 elif message["type"] == "lifespan.shutdown":
                     await send({"type": "lifespan.shutdown.complete"})

@@ -31,7 +31,7 @@ import os
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from kiln import benchjson
+from kiln import benchjson, heap
 from kiln.celery import app
 from portal.bench import harness, report
 
@@ -102,6 +102,8 @@ class Command(BaseCommand):
             raise CommandError("--worker prefork needs a broker other processes see (REDIS_URL)")
         settings.KILN_TEAM_LIMITS = "cpu=100000,memoryGi=100000,gpu=1000,environments=100000"
         engineer, approver = harness.bench_people()
+        # The API runs in this process: set up as a web process is (kiln/asgi.py).
+        heap.freeze_after(heap.import_views)
         profiles = ["zero", "realistic"] if opts["profile"] == "both" else [opts["profile"]]
         finished: list[str] = []
         results = {}
