@@ -41,4 +41,6 @@ application = ProtocolTypeRouter(
     }
 )
 
-heap.freeze_after(heap.import_views)
+heap.time_collections()
+if settings.KILN_GC_FREEZE:
+    heap.freeze_after(heap.import_views)

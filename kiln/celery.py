@@ -4,6 +4,7 @@ import os
 
 from celery import Celery
 from celery.signals import worker_process_init
+from django.conf import settings
 
 from kiln import heap, task_recovery
 
@@ -20,4 +21,5 @@ task_recovery.install(app)
 @worker_process_init.connect
 def freeze_worker_heap(**_: object) -> None:
     """Each pool process keeps what it was forked with out of full collections (kiln/heap.py)."""
-    heap.freeze_after()
+    if settings.KILN_GC_FREEZE:
+        heap.freeze_after()

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 
+from kiln import heap
 from kiln.observability import HTTP_LATENCY, HTTP_REQUESTS
 
 
@@ -38,4 +39,5 @@ class RequestMetricsMiddleware:
         route = match.route if match is not None and match.route else "unmatched"
         HTTP_LATENCY.labels(request.method, route).observe(time.perf_counter() - started)
         HTTP_REQUESTS.labels(request.method, route, str(response.status_code)).inc()
+        heap.publish_pauses()
         return response

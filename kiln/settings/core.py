@@ -88,6 +88,9 @@ KILN_APP_URLCONFS = (
     "audit.urls",
 )
 KILN_WEBSOCKET_ROUTES = ("canary.routing",)
+# Web and worker pool processes freeze their startup objects out of full garbage collections
+# (kiln/heap.py); 0 turns it off, to compare.
+KILN_GC_FREEZE = env_bool("KILN_GC_FREEZE", True)
 
 TEMPLATES = [
     {

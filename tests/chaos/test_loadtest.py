@@ -64,4 +64,7 @@ def test_tiny_load_run_reconciles_with_nothing_lost_and_every_malformed_call_ref
     assert all(ms > 0 for ms in report["cpu_ms_per_environment"].values())
     assert 0 < report["machine_busy_share"] <= 1
     assert report["environments_per_second"] > 0
+    # The web's collections, read from its /metrics: young ones at least, in every run.
+    assert report["web_gc_freeze"] is True
+    assert report["web_gc_pauses"]["0"]["count"] > 0, report["web_gc_pauses"]
     assert report["plan"]["think"] == (0.1, 0.3)

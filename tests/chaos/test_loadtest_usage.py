@@ -3,9 +3,13 @@ how its pacing is given (`loadtest --think`)."""
 
 from __future__ import annotations
 
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
 from canary.chaos.loadtest import usage
 from canary.chaos.management.commands.loadtest import _think
@@ -65,3 +69,39 @@ def test_a_think_that_is_not_a_pause_is_refused_before_anything_starts(text):
 def test_a_process_count_below_one_is_refused_before_anything_starts(flag, text):
     with pytest.raises(CommandError, match=flag):
         call_command("loadtest", flag, text, "--json")
+
+
+def test_the_webs_gc_pauses_are_read_from_its_metrics_over_http():
+    registry = CollectorRegistry()
+    pauses = Histogram(
+        "kiln_gc_pause_seconds",
+        "pauses",
+        ["generation"],
+        buckets=(0.01, 0.05, 0.1),
+        registry=registry,
+    )
+    for seconds in (0.002, 0.03, 0.07, 0.2):
+        pauses.labels("2").observe(seconds)
+    pauses.labels("0").observe(0.0001)
+
+    class Metrics(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the handler's method name
+            body = generate_latest(registry)
+            self.send_response(200 if self.path == "/metrics" else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        seen = usage.web_gc_pauses(f"http://127.0.0.1:{server.server_port}")
+    finally:
+        server.shutdown()
+    assert seen == {
+        "0": {"count": 1, "seconds": 0.0, "over_50ms": 0},
+        "2": {"count": 4, "seconds": 0.302, "over_50ms": 2},
+    }

@@ -83,3 +83,24 @@ def test_each_worker_pool_process_freezes_its_heap_when_it_starts():
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
+
+
+def _full_pauses() -> float:
+    return sum(
+        sample.value
+        for family in heap.GC_PAUSE.collect()
+        for sample in family.samples
+        if sample.name.endswith("_count") and sample.labels["generation"] == "2"
+    )
+
+
+def test_collections_are_timed_and_published_outside_the_collector():
+    heap.time_collections()
+    heap.time_collections()  # once per process, however often it is called
+    assert gc.callbacks.count(heap._on_collection) == 1
+    before = _full_pauses()
+    gc.collect()
+    gc.collect()
+    assert _full_pauses() == before  # timed, not yet published: no lock taken in the collector
+    heap.publish_pauses()
+    assert _full_pauses() == before + 2

@@ -205,6 +205,10 @@ def run(plan: Plan, *, workdir: Path, shape: Shape | None = None) -> dict[str, A
         cpu.update(usage.servers(servers_before, servers_after))
         cpu["load_generator"] = seen.get("cpu_seconds", 0.0)
         seen["machine_busy_share"] = usage.busy_share(servers_before, servers_after)
+        try:
+            seen["web_gc_pauses"] = usage.web_gc_pauses(shape.base_url)
+        except OSError as exc:  # a web fault run may end with the web still coming back
+            seen["web_gc_pauses"] = {"unavailable": str(exc)}
         # Quiesce: no new periodic work, the rollout ends; then what is in flight must drain.
         shape.kill("beat", signal.SIGTERM)
         _post(shape.base_url, f"/api/v1/rollouts/{config['rollout']}/abort/", token["engineers"][0],
@@ -285,6 +289,10 @@ def report(
         # Every core's busy share over the load (1.0: saturated); the load generator, the
         # database and Redis share the machine with Kiln's processes.
         "machine_busy_share": seen.get("machine_busy_share"),
+        # Garbage collection pauses in the web processes (generation 2: full collections),
+        # with their startup objects frozen out of them or not (KILN_GC_FREEZE, kiln/heap.py).
+        "web_gc_pauses": seen.get("web_gc_pauses"),
+        "web_gc_freeze": settings.KILN_GC_FREEZE,
         "reconciliation": reconciled,
     }
 

@@ -10,11 +10,13 @@ and the per-server CPU says who took it.
 from __future__ import annotations
 
 import os
+import urllib.request
 from pathlib import Path
 
 import redis
 from django.conf import settings
 from django.db import DatabaseError, connection
+from prometheus_client.parser import text_string_to_metric_families
 
 from canary.chaos.loadtest.shape import tree_cpu_seconds
 
@@ -85,3 +87,27 @@ def busy_share(before: dict[str, object], after: dict[str, object]) -> float:
     """The share of all cores' time that was busy between two snapshots (1.0: saturated)."""
     (busy0, total0), (busy1, total1) = before["machine"], after["machine"]  # type: ignore[misc]
     return round((busy1 - busy0) / (total1 - total0), 3) if total1 > total0 else 0.0
+
+
+def web_gc_pauses(base_url: str) -> dict[str, dict[str, float]]:
+    """The web's garbage collection pauses so far, from its `/metrics` (every web process's sum):
+    per generation, how many, their seconds, and how many lasted over 50 ms."""
+    with urllib.request.urlopen(f"{base_url}/metrics", timeout=10) as response:  # noqa: S310 - the shape's own loopback URL
+        text = response.read().decode()
+    pauses: dict[str, dict[str, float]] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != "kiln_gc_pause_seconds":
+            continue
+        for sample in family.samples:
+            generation = pauses.setdefault(
+                sample.labels["generation"], {"count": 0, "seconds": 0.0, "over_50ms": 0}
+            )
+            if sample.name.endswith("_count"):
+                generation["count"] = int(sample.value)
+            elif sample.name.endswith("_sum"):
+                generation["seconds"] = round(sample.value, 3)
+            elif sample.name.endswith("_bucket") and sample.labels["le"] == "0.05":
+                generation["over_50ms"] = -int(sample.value)  # the count is added below
+    for generation in pauses.values():
+        generation["over_50ms"] += generation["count"]
+    return dict(sorted(pauses.items()))
