@@ -41,6 +41,6 @@ application = ProtocolTypeRouter(
     }
 )
 
-heap.time_collections()
 if settings.KILN_GC_FREEZE:
     heap.freeze_after(heap.import_views)
+heap.time_collections(refreeze=heap.WARM_UP_FULL_COLLECTIONS if settings.KILN_GC_FREEZE else 0)

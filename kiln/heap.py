@@ -10,7 +10,13 @@ its last reference goes; only reference cycles among frozen objects are never fr
 startup those are modules, classes and functions, which live as long as the process anyway.
 
 A full collection would still walk what a process imports on its first requests, so the web
-freezes after importing every view through the URL configuration (`import_views`).
+freezes after importing every view through the URL configuration (`import_views`). What its
+first requests still add (caches, pooled connections, modules imported on first use) is alive
+after its first full collections; the web freezes that too, after each of the first
+`WARM_UP_FULL_COLLECTIONS` (a reference cycle in flight at that moment is never freed: a few
+objects, three times in the life of a process). The load test measured the web's full
+collections without the freeze, with the startup freeze only, and with both
+(docs/operations.md#garbage-collection).
 
 The web times every collection (`time_collections`) and exports the pauses as
 `kiln_gc_pause_seconds{generation}`. The collector's callback only appends to a list: it runs
@@ -39,6 +45,9 @@ GC_PAUSE = Histogram(
 # answers no request keeps the latest few thousand.
 _pending: deque[tuple[int, float]] = deque(maxlen=4096)
 _started: list[float] = []
+WARM_UP_FULL_COLLECTIONS = 3
+OLDEST = 2  # CPython's generations are 0, 1 and 2: collecting 2 is a full collection
+_refreezes_left = [0]
 
 
 def freeze_after(load: Callable[[], object] | None = None) -> int:
@@ -67,14 +76,27 @@ def _on_collection(phase: str, info: dict) -> None:
         _pending.append((info["generation"], time.perf_counter() - _started.pop()))
 
 
-def time_collections() -> None:
-    """Time this process's collections from now on (once per process)."""
+def time_collections(*, refreeze: int = 0) -> None:
+    """Time this process's collections from now on (once per process); with `refreeze`, freeze
+    what is alive after each of the next `refreeze` full collections as well."""
+    _refreezes_left[0] = refreeze
     if _on_collection not in gc.callbacks:
         gc.callbacks.append(_on_collection)
 
 
+def refreezes_left() -> int:
+    """How many more full collections will be followed by a freeze."""
+    return _refreezes_left[0]
+
+
 def publish_pauses() -> None:
-    """Move the pauses timed so far into `GC_PAUSE` (outside any collection)."""
+    """Move the pauses timed so far into `GC_PAUSE` (outside any collection), and freeze after a
+    warm-up full collection."""
+    full = False
     while _pending:
         generation, seconds = _pending.popleft()
         GC_PAUSE.labels(str(generation)).observe(seconds)
+        full = full or generation == OLDEST
+    if full and _refreezes_left[0] > 0:
+        _refreezes_left[0] -= 1
+        gc.freeze()

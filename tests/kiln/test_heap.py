@@ -104,3 +104,24 @@ def test_collections_are_timed_and_published_outside_the_collector():
     assert _full_pauses() == before  # timed, not yet published: no lock taken in the collector
     heap.publish_pauses()
     assert _full_pauses() == before + 2
+
+
+def test_the_first_full_collections_after_startup_are_followed_by_a_freeze():
+    gc.unfreeze()
+    try:
+        heap.time_collections(refreeze=2)
+        gc.collect(1)  # not a full collection: nothing frozen
+        heap.publish_pauses()
+        assert gc.get_freeze_count() == 0 and heap.refreezes_left() == 2
+        for left in (1, 0, 0):
+            gc.collect()
+            heap.publish_pauses()
+            assert heap.refreezes_left() == left
+        assert gc.get_freeze_count() > 0
+        gc.unfreeze()
+        gc.collect()
+        heap.publish_pauses()
+        assert gc.get_freeze_count() == 0  # the warm-up is over: no more freezes
+    finally:
+        heap.time_collections(refreeze=0)
+        gc.unfreeze()
