@@ -1,13 +1,14 @@
 """Long-lived processes keep what they load at startup out of the garbage collector.
 
 CPython's full collection (of its oldest generation) walks every container object the
-process holds, with the GIL held. A web process holds about 214,000 once Django, the apps,
-numpy and numba are loaded, and its full collections took 130 to 370 ms each during the load
-test on the two-core machine (docs/operations.md): every request in that process waited as
-long. `gc.freeze()` moves everything alive into a generation no collection walks. Objects made
-later are collected as before, and a frozen object is still freed by reference counting when
-its last reference goes; only reference cycles among frozen objects are never freed, and at
-startup those are modules, classes and functions, which live as long as the process anyway.
+process holds, with the GIL held. A web process holds over 100,000 once Django, the apps,
+numpy and numba are loaded, and under the paced load test every one of its full collections
+took over 50 ms on the two-core machine (docs/operations.md#garbage-collection): every request
+in that process waited as long. `gc.freeze()` moves everything alive into a generation no
+collection walks. Objects made later are collected as before, and a frozen object is still
+freed by reference counting when its last reference goes; only reference cycles among frozen
+objects are never freed, and at startup those are modules, classes and functions, which live
+as long as the process anyway.
 
 A full collection would still walk what a process imports on its first requests, so the web
 freezes after importing every view through the URL configuration (`import_views`). What its
