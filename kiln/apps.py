@@ -1,7 +1,16 @@
+from celery.signals import worker_process_init
 from django.apps import AppConfig
+from django.conf import settings
 from django.contrib.admin import apps as admin_apps
 
-from kiln import observability
+from kiln import heap, observability
+
+
+def freeze_worker_heap(**_: object) -> None:
+    """Each Celery pool process keeps what it was forked with out of full collections
+    (kiln/heap.py)."""
+    if settings.KILN_GC_FREEZE:
+        heap.freeze_after()
 
 
 class KilnConfig(AppConfig):
@@ -16,6 +25,9 @@ class KilnConfig(AppConfig):
         from kiln.identity import signals  # noqa: F401 - connects the login lockout receiver
 
         observability.setup()
+        # Here, not in kiln/celery.py: that module is imported by Django-free ones (through the
+        # package), and the receiver reads settings.
+        worker_process_init.connect(freeze_worker_heap, dispatch_uid="kiln.freeze_worker_heap")
 
 
 class KilnAdminConfig(admin_apps.AdminConfig):

@@ -3,10 +3,8 @@
 import os
 
 from celery import Celery
-from celery.signals import worker_process_init
-from django.conf import settings
 
-from kiln import heap, task_recovery
+from kiln import task_recovery
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kiln.settings")
 
@@ -16,10 +14,3 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 # A SIGKILLed worker's unacknowledged messages go back on the queue (kiln/task_recovery.py).
 task_recovery.install(app)
-
-
-@worker_process_init.connect
-def freeze_worker_heap(**_: object) -> None:
-    """Each pool process keeps what it was forked with out of full collections (kiln/heap.py)."""
-    if settings.KILN_GC_FREEZE:
-        heap.freeze_after()

@@ -98,12 +98,13 @@ def test_collections_are_timed_and_published_outside_the_collector():
     heap.time_collections()
     heap.time_collections()  # once per process, however often it is called
     assert gc.callbacks.count(heap._on_collection) == 1
+    heap.publish_pauses()  # what earlier collections in this process left
     before = _full_pauses()
     gc.collect()
     gc.collect()
     assert _full_pauses() == before  # timed, not yet published: no lock taken in the collector
     heap.publish_pauses()
-    assert _full_pauses() == before + 2
+    assert _full_pauses() >= before + 2  # the collector may also have run a full one itself
 
 
 def test_the_first_full_collections_after_startup_are_followed_by_a_freeze():
