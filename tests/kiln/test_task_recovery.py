@@ -183,11 +183,14 @@ def test_sigkill_of_a_prefork_worker_with_tasks_in_hand_loses_none(
             for i in range(4)
         ]  # fmt: skip
         provisioning = Environment.objects.filter(public_id__in=ids, status="PROVISIONING")
+        # Kill while the worker holds a message: on a busy machine its consumer may not have
+        # fetched the next poll yet (then it waits in the queue, not in `unacked`).
         _wait(
-            lambda: provisioning.count() >= 2 and client.hlen(HOLDERS_KEY) >= 2,
+            lambda: provisioning.count() >= 2 and client.hlen(HOLDERS_KEY) >= 2
+            and client.hlen("unacked") >= 1,
             60,
             lambda: (list(Environment.objects.values_list("status", flat=True)),
-                     client.hlen(HOLDERS_KEY)),
+                     client.hlen(HOLDERS_KEY), client.hlen("unacked")),
         )  # fmt: skip
         shape.kill("worker")  # SIGKILL of the main process and its pool: no warm shutdown
         parked = client.hlen("unacked")
