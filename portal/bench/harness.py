@@ -1,11 +1,12 @@
-"""The provisioning benchmark's harness: the Celery worker it drives, its people and clients,
-and the loop that carries requests through the API to READY.
+"""The provisioning benchmark's harness: the processes it drives, its people and clients, and
+the loop that carries requests through the API to READY.
 
-The worker has the production shape when the broker is shared (Redis): a separate
-`celery -A kiln worker --pool prefork` process pool, as `make dev` runs it; on the memory
-transport (standalone) it is an in-process thread pool. Requests go through the API
-(Django's test client, in this process) from concurrent client threads, each keeping its
-database connection across its requests as a web server's threads do.
+With a shared broker (Redis) it runs the production shape (`kiln.shape`), as `make dev` does:
+the web as uvicorn processes, called over HTTP (`clients.HttpApi`), a separate prefork Celery
+worker and the audit writer. On the memory transport (standalone) the worker is an in-process
+thread pool and the API is called through Django's test client in this process
+(`clients.InProcessApi`), whose client threads each keep their database connection across
+their requests, as a web server's threads do.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from kiln.identity import services as identity
 from kiln.identity.models import Membership, Team
 from kiln.identity.permissions import APPROVER, ENGINEER, system_actor
 from kiln.management.waiting import wait_until
+from kiln.shape import Shape, TokenIssuer, free_port
 from kiln.standalone import (
     Service,
     audit_writer_service,
@@ -39,10 +41,12 @@ from kiln.standalone import (
     prefork_worker_service,
     services_together,
 )
+from portal.bench.clients import URL, BenchApi
 from portal.models import Environment
 
-URL = "/api/v1/environments/"
 TEAM = "kiln-bench"
+# No team quota stands between the bench and its requests (the policy still checks each).
+TEAM_LIMITS = "cpu=100000,memoryGi=100000,gpu=1000,environments=100000"
 SETTLED = ("READY", "FAILED", "DENIED")
 
 
@@ -76,6 +80,27 @@ def bench_people() -> list[Any]:
     return people
 
 
+def production_shape(*, profile: str, workers: int, workdir: Path, issuer: TokenIssuer) -> Shape:
+    """The web (over HTTP, one process per core), the prefork worker and the audit writer, with
+    the given delay profile and the bench's team limits; each profile starts its own."""
+    environment = {
+        **issuer.environment(),
+        "KILN_SIM_DELAY_PROFILE": profile,
+        "KILN_SIM_DELAY_SCALE": "1.0",
+        "KILN_DELIVERY_BACKEND": "simulated",
+        "KILN_TEAM_LIMITS": TEAM_LIMITS,
+        "KILN_SECURE_COOKIES": "0",
+    }
+    return Shape(
+        port=free_port(),
+        environment=environment,
+        workdir=workdir / profile,
+        names=("web", "worker", "writer"),
+        worker_concurrency=workers,
+        hostname="provision-bench",
+    )
+
+
 def bench_worker(*, kind: str, workers: int, profile: str) -> Service:
     """The Celery worker the bench drives: a separate prefork pool or in-process threads."""
     if kind == "threads":
@@ -92,16 +117,16 @@ def bench_worker(*, kind: str, workers: int, profile: str) -> Service:
 
 def drive(
     *,
-    engineer: Any,
-    approver: Any,
+    api: BenchApi,
+    team: str,
     requests: int,
     warmup: int,
     concurrency: int,
     closed: bool,
     timeout: float,
 ) -> Observed:
-    """Send `warmup + requests` environment requests from `concurrency` clients and wait until
-    every measured one is READY, FAILED or DENIED.
+    """Send `warmup + requests` environment requests for `team` from `concurrency` clients through
+    `api`, and wait until every measured one is READY, FAILED or DENIED.
 
     Every fifth request is staging and is approved over the API by the approver; one in ten is
     retried with the same Idempotency-Key and must return the same environment. `closed`: each
@@ -109,23 +134,11 @@ def drive(
     """
     observed = Observed(run="b" + secrets.token_hex(3))
     lock = threading.Lock()
-    local = threading.local()
-
-    def clients_of_this_thread() -> tuple[APIClient, APIClient]:
-        """The engineer's and the approver's client, made once per client thread: a client
-        loads the middleware stack when it is made, as a server process does once."""
-        if not hasattr(local, "clients"):
-            client, boss = APIClient(), APIClient()
-            client.force_authenticate(user=engineer)
-            boss.force_authenticate(user=approver)
-            local.clients = (client, boss)
-        return local.clients
 
     def one(i: int) -> None:
-        client, boss = clients_of_this_thread()
         staging = i % 5 == 4
         body = {
-            "team": TEAM,
+            "team": team,
             "name": f"{observed.run}-{i}",
             "env_class": "staging" if staging else "dev",
             "ttl_hours": 24,
@@ -135,23 +148,23 @@ def drive(
         }
         key = f"{observed.run}-{i}"
         t0 = time.time()
-        response = client.post(URL, body, format="json", HTTP_IDEMPOTENCY_KEY=key)
+        status, answer = api.create(body, key)
         elapsed = (time.time() - t0) * 1000
-        if response.status_code != 201:
+        if status != 201:
             with lock:
-                observed.errors[f"create {response.status_code}"] += 1
+                observed.errors[f"create {status}"] += 1
             return
-        env_id = response.json()["id"]
+        env_id = answer["id"]
         if i % 10 == 3:  # a client retry: must return the same environment
-            retry = client.post(URL, body, format="json", HTTP_IDEMPOTENCY_KEY=key)
-            if retry.status_code != 200 or retry.json()["id"] != env_id:
+            status, again = api.create(body, key)
+            if status != 200 or again.get("id") != env_id:
                 with lock:
                     observed.errors["idempotent retry mismatch"] += 1
         if staging:
-            decided = boss.post(f"{URL}{env_id}/approve/", {"reason": "bench"}, format="json")
-            if decided.status_code != 200:
+            status = api.approve(env_id)
+            if status != 200:
                 with lock:
-                    observed.errors[f"approve {decided.status_code}"] += 1
+                    observed.errors[f"approve {status}"] += 1
         with lock:
             if i < warmup:
                 observed.warmed.append(env_id)

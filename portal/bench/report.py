@@ -75,16 +75,11 @@ def profile_result(observed: Observed, *, requests: int) -> dict[str, Any]:
 
 
 def cpu_ms_per_environment(
-    *, bench_seconds: float, worker_seconds: float | None, sent: int
-) -> dict[str, float | None]:
-    """CPU milliseconds per environment sent, of this process and of the prefork worker (None
-    when the worker runs in this process)."""
-    return {
-        "bench_process": round(bench_seconds * 1000 / sent, 1),
-        "worker_and_audit_writer": round(worker_seconds * 1000 / sent, 1)
-        if worker_seconds is not None
-        else None,
-    }
+    *, before: dict[str, float], after: dict[str, float], sent: int
+) -> dict[str, float]:
+    """CPU milliseconds per environment sent, of each process the bench measured (this one; the
+    web's, when it runs apart; the prefork worker's and the audit writer's, when they do)."""
+    return {name: round((after[name] - before[name]) * 1000 / sent, 1) for name in before}
 
 
 def load_around(before: tuple[float, ...], after: tuple[float, ...]) -> dict[str, list[float]]:
@@ -106,6 +101,7 @@ def bench_report(
         "concurrency": opts["concurrency"],
         "arrival": opts["arrival"],
         "warmup_requests": opts["warmup"],
+        "api": opts["api"],
         "worker": opts["worker"],
         "workers": opts["workers"],
         "database": connection.vendor,

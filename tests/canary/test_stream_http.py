@@ -13,10 +13,10 @@ import pytest
 import websocket
 
 from canary import services
-from canary.chaos.loadtest.shape import Shape
 from canary.services.stream import broadcast
 from kiln.identity.models import Team
 from kiln.identity.permissions import PLATFORM_ADMIN, Actor
+from kiln.shape import Shape
 from tests.audit.conftest import subprocess_env
 from tests.canary.test_ownership_support import own_namespace
 from tests.kiln.standalone_process import free_port

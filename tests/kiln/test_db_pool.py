@@ -18,9 +18,9 @@ from django.db import OperationalError, connection
 from django.test import RequestFactory
 from psycopg_pool import PoolTimeout
 
-from canary.chaos.loadtest.shape import Shape
 from kiln.dbpool import reset_connection
 from kiln.identity.models import Team
+from kiln.shape import Shape
 from kiln.views import server_error
 from tests.audit.conftest import subprocess_env
 from tests.kiln.standalone_process import free_port

@@ -13,9 +13,9 @@ import redis
 
 from audit.models import OutboxEvent
 from canary.chaos.loadtest.faults import OwnServers
-from canary.chaos.loadtest.shape import Shape
 from kiln.celery import app
 from kiln.identity.models import Team
+from kiln.shape import Shape
 from kiln.task_recovery import ALIVE_PREFIX, HOLDERS_KEY, Recovery
 from portal.bench.harness import queue_length
 from portal.models import Environment
@@ -216,7 +216,7 @@ def test_sigkill_of_a_prefork_worker_with_tasks_in_hand_loses_none(
         readied = OutboxEvent.objects.filter(
             target=f"portal.environment:{public_id}", action="portal.environment.readied"
         )
-        assert readied.count() == 1, public_id
+        assert readied.count() == 1, (public_id, list(readied.values_list("event_id", "created_at")))
 
 
 def test_a_record_another_worker_wrote_since_the_sweep_read_is_kept(client):

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from canary.chaos.loadtest.shape import WEB_KEEP_ALIVE_SECONDS, Shape
+from kiln.shape import WEB_KEEP_ALIVE_SECONDS, Shape
 from tests.audit.conftest import subprocess_env
 from tests.kiln.standalone_process import free_port
 

@@ -10,8 +10,8 @@ import pytest
 import redis
 from django.db import connection
 
-from canary.chaos.loadtest.shape import Shape
 from kiln.celery import app
+from kiln.shape import Shape
 from portal.services.queueing import REAP_TASK
 from tests.audit.conftest import subprocess_env
 from tests.kiln.standalone_process import free_port

@@ -12,8 +12,8 @@ import urllib.request
 import pytest
 
 from audit.models import OutboxEvent
-from canary.chaos.loadtest.shape import Shape
 from kiln.identity.models import Team
+from kiln.shape import Shape
 from tests.audit.conftest import subprocess_env
 from tests.kiln.standalone_process import free_port
 from tests.portal.otlp_receiver import Receiver

@@ -27,11 +27,10 @@ from django.db import connection
 
 from canary.chaos.loadtest import faults, usage
 from canary.chaos.loadtest.reconcile import advisory_locks_held, reconcile, wait_settled
-from canary.chaos.loadtest.shape import Shape
-from kiln.identity import keys, tokens
 from kiln.identity import services as identity
 from kiln.identity.models import Team
 from kiln.identity.permissions import system_actor
+from kiln.shape import Shape, TokenIssuer
 from scheduler.models import Node
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
@@ -58,16 +57,11 @@ class Plan:
     think: tuple[float, float] = (1.0, 5.0)
 
 
-def _environment(workdir: Path) -> dict[str, str]:
-    """The variables of every process: this one's database and Redis, a key pair for tokens,
+def _environment(issuer: TokenIssuer) -> dict[str, str]:
+    """The variables of every process: this one's database and Redis, the key pair for tokens,
     the zero-delay simulated cluster."""
-    private, jwks = keys.generate_key_pair(workdir / "jwt", kid=KID)
     return {
-        "KILN_JWT_JWKS": str(jwks),
-        "KILN_JWT_PRIVATE_KEY": str(private),
-        "KILN_JWT_KID": KID,
-        "KILN_JWT_ISSUER": settings.KILN_JWT_ISSUER,
-        "KILN_JWT_AUDIENCE": settings.KILN_JWT_AUDIENCE,
+        **issuer.environment(),
         "KILN_DELIVERY_BACKEND": "simulated",
         "KILN_SIM_DELAY_PROFILE": "zero",
         "KILN_SECURE_COOKIES": "0",
@@ -78,16 +72,8 @@ def _environment(workdir: Path) -> dict[str, str]:
     }
 
 
-def _tokens(workdir: Path, engineers: int) -> dict[str, Any]:
-    key = keys.load_private_key(workdir / "jwt" / "private.pem")
-
-    def sign(sub: str, roles: list[str], team: str | None = None) -> str:
-        return tokens.issue(
-            private_key=key, kid=KID, issuer=settings.KILN_JWT_ISSUER,
-            audience=settings.KILN_JWT_AUDIENCE, sub=sub, roles=roles, team=team,
-            ttl_seconds=4 * 3600,
-        )  # fmt: skip
-
+def _tokens(issuer: TokenIssuer, engineers: int) -> dict[str, Any]:
+    sign = issuer.sign
     return {
         "engineers": [sign(f"load-engineer-{i}", ["engineer"], TEAM) for i in range(engineers)],
         "approver": sign("load-approver", ["approver"]),
@@ -152,16 +138,17 @@ def run(plan: Plan, *, workdir: Path, shape: Shape | None = None) -> dict[str, A
     workdir.mkdir(parents=True, exist_ok=True)
     run_id = "l" + secrets.token_hex(3)
     since = datetime.now(UTC)
-    environment = _environment(workdir)
+    issuer = TokenIssuer(workdir / "jwt", KID)
+    environment = _environment(issuer)
     if not Team.objects.filter(slug=TEAM).exists():
         identity.team_create(actor=system_actor("load-test"), slug=TEAM, name="Load test")
     shape = shape or Shape(
         port=plan.port, environment=environment, workdir=workdir / "processes",
         worker_concurrency=plan.worker_concurrency, web_processes=plan.web_processes,
     )  # fmt: skip
-    started_shape = shape.start_all()
-    try:
-        token = _tokens(workdir, plan.engineers)
+    try:  # a shape that fails to start is stopped all the same: no process outlives the run
+        started_shape = shape.start_all()
+        token = _tokens(issuer, plan.engineers)
         config = {
             "run": run_id, "team": TEAM, "base_url": shape.base_url,
             "extender_url": f"http://127.0.0.1:{shape.extender_port}",

@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 from prometheus_client.parser import text_string_to_metric_families
 
-from canary.chaos.loadtest.shape import tree_cpu_seconds
+from kiln.shape import tree_cpu_seconds
 
 
 def _stat_fields(pid: int) -> list[str]:

@@ -1,13 +1,16 @@
 """Measure request-to-READY through the API, policy gate, approval, Celery and the simulated cluster.
 
-The worker has the production shape by default when the broker is shared
-(Redis): a separate `celery -A kiln worker --pool prefork` process pool, as
-`make dev` runs it; the bench waits until its queue is empty before measuring
-and stops it after each profile. On the memory transport (standalone) it is an
-in-process thread pool (`--worker threads`).
+By default when the broker is shared (Redis) the bench runs the production
+shape, as `make dev` does: the web as uvicorn processes (one per core) called
+over HTTP with bearer tokens (`--api http`), a separate `celery -A kiln worker
+--pool prefork` process pool and the audit writer; the bench waits until its
+queue is empty before measuring and stops them after each profile. On the
+memory transport (standalone) the worker is an in-process thread pool
+(`--worker threads`) and the API is called through Django's test client in this
+process (`--api client`, which also runs beside a prefork worker: then every
+client thread runs Django in this one process, sharing its interpreter lock).
 
-`--requests` environments go through the API (Django's test client, in this
-process) from `--concurrency` clients. By default (`--arrival closed`) each
+`--requests` environments go through the API from `--concurrency` clients. By default (`--arrival closed`) each
 client carries one request to READY before it sends the next, so exactly
 `--concurrency` requests are in flight, as a load generator's concurrency
 means; `--arrival burst` has the clients send every POST as fast as they can
@@ -26,14 +29,13 @@ environments are handed to teardown over the API (DELETE).
 from __future__ import annotations
 
 import json
-import os
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from kiln import benchjson, heap
 from kiln.celery import app
-from portal.bench import harness, report
+from portal.bench import harness, profiles, report
 
 
 class Command(BaseCommand):
@@ -70,6 +72,14 @@ class Command(BaseCommand):
             help="closed: each client waits for READY before its next request (--concurrency "
             "in flight); burst: clients send every request without waiting",
         )
+        parser.add_argument(
+            "--api",
+            choices=["http", "client"],
+            default=None,
+            help="http (default with a prefork worker): the web of the production shape over "
+            "HTTP; client: Django's test client in this process (the only one with --worker "
+            "threads)",
+        )
         parser.add_argument("--profile", choices=["zero", "realistic", "both"], default="both")
         parser.add_argument(
             "--timeout", type=float, default=180.0, help="seconds to wait for READY"
@@ -78,19 +88,22 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts) -> None:
         started_at = benchjson.now()
-        # Every client thread keeps its connection, as a server's request threads do (the test
-        # client never hands it back), beside the watcher's and this thread's: a smaller pool
-        # leaves clients waiting for a connection no one returns.
-        pool, needed = getattr(settings, "KILN_DB_POOL_MAX", 0), opts["concurrency"] + 2
-        if 0 < pool < needed:
-            raise CommandError(
-                f"--concurrency {opts['concurrency']} needs KILN_DB_POOL_MAX >= {needed} (it is "
-                f"{pool}): each client thread holds a database connection of this process"
-            )
         app.conf.task_always_eager = False
         shared = str(app.conf.broker_url or "").startswith(("redis://", "rediss://", "amqp://"))
         opts["worker"] = opts["worker"] or ("prefork" if shared else "threads")
         opts["workers"] = opts["workers"] or (2 if opts["worker"] == "prefork" else 4)
+        opts["api"] = opts["api"] or ("http" if opts["worker"] == "prefork" else "client")
+        if opts["api"] == "http" and opts["worker"] != "prefork":
+            raise CommandError("--api http runs the production shape: it needs --worker prefork")
+        # With --api client every client thread keeps a connection of this process, as a server's
+        # request threads do (the test client never hands it back), beside the watcher's and
+        # this thread's: a smaller pool leaves clients waiting for a connection no one returns.
+        pool, needed = getattr(settings, "KILN_DB_POOL_MAX", 0), opts["concurrency"] + 2
+        if opts["api"] == "client" and 0 < pool < needed:
+            raise CommandError(
+                f"--concurrency {opts['concurrency']} needs KILN_DB_POOL_MAX >= {needed} (it is "
+                f"{pool}): each client thread holds a database connection of this process"
+            )
         if opts["warmup"] is None:
             opts["warmup"] = opts["concurrency"]
         prefork = opts["worker"] == "prefork"
@@ -100,57 +113,13 @@ class Command(BaseCommand):
             app.conf.result_backend = "cache+memory://"
         elif not shared:
             raise CommandError("--worker prefork needs a broker other processes see (REDIS_URL)")
-        settings.KILN_TEAM_LIMITS = "cpu=100000,memoryGi=100000,gpu=1000,environments=100000"
+        settings.KILN_TEAM_LIMITS = harness.TEAM_LIMITS
         engineer, approver = harness.bench_people()
-        # The API runs in this process: set up as a web process is (kiln/asgi.py).
-        heap.freeze_after(heap.import_views)
-        profiles = ["zero", "realistic"] if opts["profile"] == "both" else [opts["profile"]]
-        finished: list[str] = []
-        results = {}
-        loads = {}
-        backlog = {}
-        for profile in profiles:
-            settings.KILN_SIM_DELAY_PROFILE = profile
-            settings.KILN_SIM_DELAY_SCALE = 1.0
-            worker = harness.bench_worker(
-                kind=opts["worker"], workers=opts["workers"], profile=profile
-            )
-            worker.start()
-            try:
-                # Measure this run alone: no earlier bench work queued or still tearing down.
-                backlog[profile] = {
-                    "queued": harness.wait_for_empty_queue(timeout=180.0) if prefork else 0,
-                    "tearing_down": harness.wait_for_teardown(timeout=180.0),
-                }
-                before = os.getloadavg()
-                cpu_before = (harness.process_cpu_seconds(), harness.worker_cpu_seconds())
-                observed = harness.drive(
-                    engineer=engineer,
-                    approver=approver,
-                    requests=opts["requests"],
-                    warmup=opts["warmup"],
-                    concurrency=opts["concurrency"],
-                    closed=opts["arrival"] == "closed",
-                    timeout=opts["timeout"],
-                )
-                finished.extend(observed.warmed)
-                results[profile] = report.profile_result(observed, requests=opts["requests"])
-                finished.extend(observed.submitted)
-                after = os.getloadavg()
-                results[profile]["cpu_ms_per_environment"] = report.cpu_ms_per_environment(
-                    bench_seconds=harness.process_cpu_seconds() - cpu_before[0],
-                    worker_seconds=harness.worker_cpu_seconds() - cpu_before[1]
-                    if prefork
-                    else None,
-                    sent=opts["requests"] + opts["warmup"],
-                )
-                loads[profile] = report.load_around(before, after)
-                if profile == profiles[-1]:
-                    harness.hand_to_teardown(engineer=engineer, public_ids=finished)
-                    if prefork:
-                        harness.wait_for_empty_queue(timeout=60.0)  # leave no bench work queued
-            finally:
-                worker.stop()
+        if opts["api"] == "client":  # the API runs here: set up as a web process is (kiln/asgi.py)
+            heap.freeze_after(heap.import_views)
+        results, loads, backlog = profiles.run(
+            opts=opts, engineer=engineer, approver=approver, prefork=prefork
+        )
         out = report.bench_report(
             opts=opts,
             broker=str(app.conf.broker_url),

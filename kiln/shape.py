@@ -1,14 +1,18 @@
 """Kiln's production shape as local processes, the way `make dev` runs them: uvicorn web
-(one process per core, summing their metrics in one directory), a prefork Celery worker, Celery beat, the audit writer and the scheduler extender, each its own
-process on loopback, against the database and Redis its environment names.
+(one process per core, summing their metrics in one directory), a prefork Celery worker, Celery
+beat, the audit writer and the scheduler extender, each its own process on loopback, against the
+database and Redis its environment names. The load test runs all of them; `provision_bench`
+runs the web, the worker and the writer.
 
 Each process can be stopped, SIGKILLed and started again by name, which is what the fault runs
-do; `ready_after` measures how long `/readyz` takes to answer 200 again.
+do; `ready_after` measures how long `/readyz` takes to answer 200 again. `TokenIssuer` makes the
+key pair the web verifies bearer tokens with, and signs the clients' tokens.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -21,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.conf import settings
+
+from kiln.identity import keys, tokens
 
 # An idle keep-alive connection outlives any client's pause (uvicorn's default, 5 s, closes it
 # while a person reads an answer, racing their next request), and a proxy's idle timeout in
@@ -51,6 +57,7 @@ class Shape:
     worker_concurrency: int = 2
     web_processes: int = 2
     processes: dict[str, Process] = field(default_factory=dict)
+    hostname: str = "kiln-load"  # the worker's Celery node name: <hostname>-<port>@<host>
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -68,7 +75,7 @@ class Shape:
                     "--no-access-log", "--log-level", "warning"],
             "worker": [celery, "-A", "kiln", "worker", "--pool", "prefork", "--concurrency",
                        str(self.worker_concurrency), "--loglevel", "WARNING", "--hostname",
-                       f"kiln-load-{self.port}@%h"],
+                       f"{self.hostname}-{self.port}@%h"],
             "beat": [celery, "-A", "kiln", "beat", "--loglevel", "WARNING", "--schedule",
                      str(self.workdir / "celerybeat-schedule")],
             "writer": [python, manage, "audit_writer"],
@@ -201,3 +208,50 @@ def tree_cpu_seconds(pid: int) -> float:
                 tree.add(child)
                 frontier.append(child)
     return sum(times.get(p, 0) for p in tree) / tick
+
+
+class TokenIssuer:
+    """A key pair under `key_dir` (made once) for the shape's web to verify bearer tokens with,
+    and the tokens it accepts: `environment()` names the keys for the web's processes, `sign()`
+    issues a token as the identity provider would."""
+
+    def __init__(self, key_dir: Path, kid: str) -> None:
+        self.kid = kid
+        self.private_path, self.jwks_path = keys.generate_key_pair(key_dir, kid=kid)
+        self._key = keys.load_private_key(self.private_path)
+
+    def environment(self) -> dict[str, str]:
+        return {
+            "KILN_JWT_JWKS": str(self.jwks_path),
+            "KILN_JWT_PRIVATE_KEY": str(self.private_path),
+            "KILN_JWT_KID": self.kid,
+            "KILN_JWT_ISSUER": settings.KILN_JWT_ISSUER,
+            "KILN_JWT_AUDIENCE": settings.KILN_JWT_AUDIENCE,
+        }
+
+    def sign(self, sub: str, roles: list[str], team: str | None = None) -> str:
+        return tokens.issue(
+            private_key=self._key, kid=self.kid, issuer=settings.KILN_JWT_ISSUER,
+            audience=settings.KILN_JWT_AUDIENCE, sub=sub, roles=roles, team=team,
+            ttl_seconds=4 * 3600,
+        )  # fmt: skip
+
+
+def free_port() -> int:
+    """A loopback port that binds now, with the one above it (the extender's) binding too, from
+    below Linux's ephemeral range (32768 and up), where outgoing connections take their ports."""
+    ports = list(range(20000, 32000, 2))
+    random.shuffle(ports)
+    for port in ports:
+        if _binds(port) and _binds(port + 1):
+            return port
+    raise RuntimeError("no free pair of loopback ports in 20000-32000")
+
+
+def _binds(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
