@@ -208,7 +208,9 @@ class EnvironmentListCreateApi(APIView):
             data=data.validated_data,
             idempotency_key=request.headers.get("Idempotency-Key", "").strip(),
         )
-        payload = out.environment_payload(env, detail=True)  # the detail's representation
+        if env.request.requested_by_id == request.user.pk:  # the requester is the caller
+            env.request.requested_by = request.user
+        payload = out.environment_payload(env, detail=True, submitted=created)
         headers = {
             "Location": f"/api/v1/environments/{env.public_id}/",
             "ETag": conditional.etag_of(payload),

@@ -182,9 +182,16 @@ def _when(value: datetime | None) -> str | None:
     return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
-def environment_payload(env: Environment, *, detail: bool = False) -> dict[str, Any]:
+def environment_payload(
+    env: Environment, *, detail: bool = False, submitted: bool = False
+) -> dict[str, Any]:
     """An environment as `EnvironmentOutput` (or, with `detail`, `EnvironmentDetailOutput`)
-    renders it: approvals, policy decisions, steps and manifests are the detail's."""
+    renders it: approvals, policy decisions, steps and manifests are the detail's.
+
+    `submitted`: the environment was created by this request's transaction, which has committed;
+    it is rendered as that transaction left it, with no approval (none can name a row no one saw)
+    and no step (only the worker writes steps, once the transaction has committed), so neither
+    is read again. A step the worker has started since shows in the next GET."""
     req = env.request
     owner = env.quarantine_owner
     body: dict[str, Any] = {
@@ -214,7 +221,7 @@ def environment_payload(env: Environment, *, detail: bool = False) -> dict[str, 
             "reason": d.reason,
             "at": _when(d.created_at),
         }
-        for d in env.decisions.all()
+        for d in ([] if submitted else env.decisions.all())
     ]
     body["policy_decisions"] = [
         {
@@ -238,7 +245,7 @@ def environment_payload(env: Environment, *, detail: bool = False) -> dict[str, 
             "started_at": _when(s.started_at),
             "finished_at": _when(s.finished_at),
         }
-        for s in selectors.environment_steps(env)
+        for s in ([] if submitted else selectors.environment_steps(env))
     ]
     body["manifests"] = list(env.manifests)
     return body
