@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import re
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -206,6 +207,12 @@ class DeliveryBackend(Protocol):
         `routing_host` keeps only objects that `may_route_host` (a superset of
         those whose spec.hosts resolve to that host: callers match exactly).
         """
+        ...
+
+    def list_kinds(self, kinds: Sequence[tuple[str, str]], namespace: str) -> list[dict]:
+        """The objects of each (apiVersion, kind) in one namespace, deleting ones included: kind by
+        kind in the order given, each sorted by name, as `list` of each kind one after the other
+        would answer (the simulated cluster reads them together)."""
         ...
 
     def health(self, ref: AppliedRef) -> Health:

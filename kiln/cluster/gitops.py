@@ -23,7 +23,7 @@ import hashlib
 import os
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -284,6 +284,12 @@ class GitOpsBackend:
         if health.status == HealthStatus.MISSING and self.desired(ref) is not None:
             return Health(HealthStatus.PROGRESSING, "committed; waiting for Argo CD to sync")
         return health
+
+    def list_kinds(self, kinds: Sequence[tuple[str, str]], namespace: str) -> list[dict]:
+        """Live objects as the observer sees them (none without an observer)."""
+        if self.observer is None:
+            return []
+        return self.observer.list_kinds(kinds, namespace)
 
     def health_many(self, refs: list[AppliedRef]) -> list[Health]:
         """Health of each object, as `health` reads it."""

@@ -22,6 +22,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
@@ -314,6 +315,10 @@ class KubernetesBackend:
         return sorted(
             items, key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"])
         )
+
+    def list_kinds(self, kinds: Sequence[tuple[str, str]], namespace: str) -> list[dict]:
+        """One list request per kind: the API server lists one resource at a time."""
+        return [o for api_version, kind in kinds for o in self.list(api_version, kind, namespace)]
 
     def health(self, ref: AppliedRef) -> Health:
         """Health from the live object's conditions."""

@@ -20,7 +20,7 @@ that stand alone already live beside it (`simulated_write`, `simulated_bulk`,
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
@@ -317,6 +317,19 @@ class SimulatedBackend:
             if match_labels(o.labels, label_selector)
         )
         return [o for o in rendered if routing_host is None or may_route_host(o, routing_host)]
+
+    def list_kinds(self, kinds: Sequence[tuple[str, str]], namespace: str) -> list[dict]:
+        """One reconcile of the namespace and one read of every listed kind in it."""
+        if not kinds:
+            return []
+        self._reconcile(namespace)
+        wanted = Q()
+        for api_version, kind in kinds:
+            wanted |= Q(api_version=api_version, kind=kind)
+        by_kind: dict[tuple[str, str], list[dict]] = {kind: [] for kind in kinds}
+        for obj in self._objects().filter(wanted, namespace=namespace).order_by("name"):
+            by_kind[(obj.api_version, obj.kind)].append(render(obj, fresh=True))
+        return [o for kind in kinds for o in by_kind[kind]]
 
     def health_many(self, refs: list[AppliedRef]) -> list[Health]:
         """Health of many objects with one query (deleting ones are reconciled one by one)."""

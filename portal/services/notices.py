@@ -190,11 +190,9 @@ _UNREADABLE = object()
 def _namespace_activity(env: Environment) -> datetime | None | object:
     """The latest change by the team's own field managers to the objects in its namespace (the
     workloads, their ConfigMaps and Services); _UNREADABLE if the cluster could not be read."""
-    objects: list[dict] = []
     try:
-        backend = get_backend()
-        for api_version, kind in (*c.WORKLOAD_RESOURCES, *ACTIVITY_RESOURCES):
-            objects += backend.list(api_version, kind, env.namespace)
+        kinds = (*c.WORKLOAD_RESOURCES, *ACTIVITY_RESOURCES)
+        objects = get_backend().list_kinds(kinds, env.namespace)
     except DeliveryError as exc:
         log.warning("idle check of %s: cannot read its namespace: %s", env.namespace, exc)
         return _UNREADABLE

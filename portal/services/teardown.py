@@ -212,9 +212,8 @@ def environment_teardown(*, environment_id: int) -> str:
             once a pass and only when a step still needs them."""
             if "refs" not in listed:
                 found = [r for r in refs if r.kind in c.WORKLOAD_KINDS]
-                for api_version, kind in c.WORKLOAD_RESOURCES:
-                    found += [ref_of(obj) for obj in backend.list(api_version, kind, env.namespace)]
-                listed["refs"] = found
+                running = backend.list_kinds(c.WORKLOAD_RESOURCES, env.namespace)
+                listed["refs"] = found + [ref_of(obj) for obj in running]
             return listed["refs"]
 
         if "cordon" not in done:

@@ -9,6 +9,7 @@ differ (who kills a pod, who keeps a Lease), the harness says what each one is.
 
 from __future__ import annotations
 
+import random
 import subprocess
 import threading
 import time
@@ -221,6 +222,60 @@ def test_health_many_answers_as_health_does_one_by_one(harness):
     assert many == [backend.health(r) for r in [*refs, missing]]
     assert many[-1].status == "Missing"
     assert backend.health_many([]) == []
+
+
+KINDS = [("apps/v1", "Deployment"), ("apps/v1", "StatefulSet"), ("v1", "Pod"),
+         (ISTIO, "VirtualService"), ("v1", "ConfigMap")]  # fmt: skip
+
+
+def _object(api_version: str, kind: str, namespace_: str, name: str) -> dict:
+    body = {"apiVersion": api_version, "kind": kind,
+            "metadata": {"name": name, "namespace": namespace_, "labels": {"app": name}}}  # fmt: skip
+    if kind == "VirtualService":
+        body["spec"] = {"hosts": [name]}
+    elif kind == "Pod":
+        body["spec"] = {"containers": [{"name": "app", "image": "app:1"}]}
+    elif kind == "ConfigMap":
+        body["data"] = {"k": name}
+    else:
+        body["spec"] = {"replicas": 1, "selector": {"matchLabels": {"app": name}}}
+    return body
+
+
+def _seen(objects: list[dict]) -> list[tuple[str, str, str, str, bool]]:
+    return [
+        (o["apiVersion"], o["kind"], o["metadata"]["namespace"], o["metadata"]["name"],
+         bool(o["metadata"].get("deletionTimestamp")))
+        for o in objects
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_list_kinds_answers_as_list_does_kind_by_kind(harness, seed):
+    """Random objects of several kinds in two namespaces, some held deleting by a finalizer:
+    for random choices and orders of kinds (some never created), one namespace's list_kinds is
+    each kind's list one after the other."""
+    rng = random.Random(seed)
+    backend = harness.backend
+    spaces = [f"w{seed}a", f"w{seed}b"]
+    manifests, deleting = [namespace(n) for n in spaces], []
+    for api_version, kind in KINDS[:-1]:  # ConfigMap: listed, never created
+        for i in range(rng.randint(0, 4)):
+            name = f"{kind.lower()}-{rng.randint(0, 99):02d}-{i}"
+            manifests.append(_object(api_version, kind, rng.choice(spaces), name))
+            if rng.random() < 0.3:
+                deleting.append(manifests[-1])
+                harness.stick(name)
+    backend.apply(manifests)
+    for m in deleting:
+        meta = m["metadata"]
+        assert backend.delete(AppliedRef(m["apiVersion"], m["kind"], meta["namespace"], meta["name"]))
+    for _ in range(6):
+        kinds = rng.sample(KINDS, rng.randint(1, len(KINDS)))
+        space = rng.choice(spaces)
+        one_by_one = [o for version, kind in kinds for o in backend.list(version, kind, space)]
+        assert _seen(backend.list_kinds(kinds, space)) == _seen(one_by_one)
+    assert backend.list_kinds([], spaces[0]) == []
 
 
 def test_a_pod_kill_is_carried_out_by_whoever_runs_the_chaos_controller(harness):
