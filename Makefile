@@ -62,7 +62,7 @@ test: $(VENV)/.installed services browser
 	  exit $$(( fast != 0 || slow_rc != 0 ))
 
 ## dev: the production shape - web (WEB_PROCESSES, default 2: one per core, their metrics summed
-## at /metrics), worker, beat and audit writer as separate processes, the last three under `nice`
+## at /metrics), worker, beat and audit writer as separate processes
 WEB_PROCESSES ?= 2
 dev: $(VENV)/.installed services db
 	$(PY) manage.py seed_demo
@@ -72,9 +72,9 @@ dev: $(VENV)/.installed services db
 	  PROMETHEUS_MULTIPROC_DIR=$(CURDIR)/var/prometheus \
 	    $(PY) -m uvicorn kiln.asgi:application --host 127.0.0.1 --port $(PORT) --workers $(WEB_PROCESSES) \
 	      --timeout-keep-alive 75 & \
-	  nice $(VENV)/bin/celery -A kiln worker --loglevel INFO --concurrency 2 & \
-	  nice $(VENV)/bin/celery -A kiln beat --loglevel INFO --schedule var/celerybeat-schedule & \
-	  nice $(PY) manage.py audit_writer & \
+	  $(VENV)/bin/celery -A kiln worker --loglevel INFO --concurrency 2 & \
+	  $(VENV)/bin/celery -A kiln beat --loglevel INFO --schedule var/celerybeat-schedule & \
+	  $(PY) manage.py audit_writer & \
 	  wait
 
 ## db: create the DATABASE_URL database if missing, migrate it, make the audit roles

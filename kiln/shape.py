@@ -33,7 +33,6 @@ from kiln.identity import keys, tokens
 # front (60 s is common), so the proxy, not the web, closes first.
 WEB_KEEP_ALIVE_SECONDS = 75
 PROCESSES = ("web", "worker", "beat", "writer", "extender")
-BACKGROUND = ("worker", "beat", "writer")  # the processes no person waits on directly
 
 
 @dataclass
@@ -59,10 +58,6 @@ class Shape:
     web_processes: int = 2
     processes: dict[str, Process] = field(default_factory=dict)
     hostname: str = "kiln-load"  # the worker's Celery node name: <hostname>-<port>@<host>
-    # The background processes (worker, beat, writer) run under `nice` (its default increment,
-    # 10), as `make dev` runs them: on a shared host a person's request goes first and the
-    # background work takes the wait (docs/operations.md#cpu-priority). () runs them as the web.
-    background_prefix: tuple[str, ...] = ("nice",)
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -87,8 +82,6 @@ class Shape:
             "extender": [python, manage, "scheduler_extender", "--host", "127.0.0.1", "--port",
                          str(self.extender_port)],
         }  # fmt: skip
-        for name in BACKGROUND:
-            argv[name] = [*self.background_prefix, *argv[name]]
         for name in self.names:
             self.processes[name] = Process(name, argv[name], self.workdir / f"{name}.log")
 
