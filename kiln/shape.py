@@ -237,18 +237,20 @@ class TokenIssuer:
         )  # fmt: skip
 
 
-def free_port() -> int:
-    """A loopback port that binds now, with the one above it (the extender's) binding too, from
-    below Linux's ephemeral range (32768 and up), where outgoing connections take their ports."""
-    ports = list(range(20000, 32000, 2))
-    random.shuffle(ports)
-    for port in ports:
-        if _binds(port) and _binds(port + 1):
-            return port
-    raise RuntimeError("no free pair of loopback ports in 20000-32000")
+def free_port(span: int = 2) -> int:
+    """A loopback port that binds now, with the `span - 1` above it binding too (the extender's
+    is the web's + 1), from below Linux's ephemeral range (32768 and up), where outgoing
+    connections take their ports."""
+    starts = list(range(20000, 32000, span))
+    random.shuffle(starts)
+    for start in starts:
+        if all(port_binds(start + i) for i in range(span)):
+            return start
+    raise RuntimeError(f"no {span} free loopback ports in a row in 20000-32000")
 
 
-def _binds(port: int) -> bool:
+def port_binds(port: int) -> bool:
+    """True if a socket can bind 127.0.0.1:`port` now."""
     with socket.socket() as probe:
         try:
             probe.bind(("127.0.0.1", port))

@@ -10,7 +10,6 @@ import os
 import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,8 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from kiln import shape
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN_LINE = re.compile(r"export KILN_TOKEN_([A-Z_]+)=(\S+)")
@@ -56,29 +57,19 @@ class Standalone:
 
 
 def free_port() -> int:
-    """A free loopback port; with KILN_TEST_PORTS=LOW-HIGH, one of that range whose next three
-    are free too (a load run takes the port and the three after it), for a shared machine."""
+    """A loopback port whose next three are free too (a load run takes the port and the three
+    after it), below the ephemeral range; with KILN_TEST_PORTS=LOW-HIGH, from that range, for a
+    shared machine."""
     span = os.environ.get("KILN_TEST_PORTS", "")
     if not span:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            return probe.getsockname()[1]
+        return shape.free_port(span=4)
     low, high = (int(p) for p in span.split("-", 1))
     starts = list(range(low, high - 2, 4))
     random.shuffle(starts)
     for start in starts:
-        if all(_free(start + i) for i in range(4)):
+        if all(shape.port_binds(start + i) for i in range(4)):
             return start
     raise RuntimeError(f"no four free ports in KILN_TEST_PORTS={span}")
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
 
 
 def start(
