@@ -71,7 +71,7 @@ dev: $(VENV)/.installed services db
 	@trap 'kill 0' INT TERM EXIT; \
 	  PROMETHEUS_MULTIPROC_DIR=$(CURDIR)/var/prometheus \
 	    $(PY) -m uvicorn kiln.asgi:application --host 127.0.0.1 --port $(PORT) --workers $(WEB_PROCESSES) \
-	      --timeout-keep-alive 75 & \
+	      --timeout-keep-alive 75 --timeout-graceful-shutdown 10 & \
 	  $(VENV)/bin/celery -A kiln worker --loglevel INFO --concurrency 2 & \
 	  $(VENV)/bin/celery -A kiln beat --loglevel INFO --schedule var/celerybeat-schedule & \
 	  $(PY) manage.py audit_writer & \

@@ -32,6 +32,11 @@ from kiln.identity import keys, tokens
 # while a person reads an answer, racing their next request), and a proxy's idle timeout in
 # front (60 s is common), so the proxy, not the web, closes first.
 WEB_KEEP_ALIVE_SECONDS = 75
+# On SIGTERM the web stops taking requests and lets those in flight finish for at most this
+# long, then cuts them: the longest Kiln holds is a `Prefer: wait` (up to 30 s), whose client
+# asks again. Below Kubernetes' default grace period (30 s), so a restart never waits for the
+# SIGKILL: a load-test web restart once took 32 s to answer again without a bound.
+WEB_GRACEFUL_SHUTDOWN_SECONDS = 10
 PROCESSES = ("web", "worker", "beat", "writer", "extender")
 
 
@@ -72,6 +77,7 @@ class Shape:
             "web": [python, "-m", "uvicorn", "kiln.asgi:application", "--host", "127.0.0.1",
                     "--port", str(self.port), "--workers", str(self.web_processes),
                     "--timeout-keep-alive", str(WEB_KEEP_ALIVE_SECONDS),
+                    "--timeout-graceful-shutdown", str(WEB_GRACEFUL_SHUTDOWN_SECONDS),
                     "--no-access-log", "--log-level", "warning"],
             "worker": [celery, "-A", "kiln", "worker", "--pool", "prefork", "--concurrency",
                        str(self.worker_concurrency), "--loglevel", "WARNING", "--hostname",

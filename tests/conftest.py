@@ -28,6 +28,7 @@ SLOW = (
     "tests/kiln/test_startup_config.py",
     "tests/kiln/test_worker_db.py",
     "tests/kiln/test_db_pool.py",
+    "tests/kiln/test_web_graceful_shutdown.py",
     "tests/portal/test_fault_matrix.py",
     "tests/portal/test_provision_bench.py",
     "tests/portal/test_tracing_processes.py",
