@@ -30,6 +30,10 @@ from tests.chaos.test_chaos_support import (  # noqa: F401
 pytestmark = pytest.mark.django_db(transaction=True)
 
 BOUND = SHORT_TIMINGS["KILN_CHAOS_LEASE_DURATION"] + REAPER_PERIOD
+# What the measurement adds to the bound, not the reaper: the kill's time is read before the
+# signal lands (the controller may renew in between), and the reaper's sleep and its reverting
+# pass run on a shared machine. A reaper a whole period late (+0.25 s) still fails.
+TIMING_SLACK = 0.05
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +57,7 @@ def _assert_reverted(result) -> None:
     assert result.reverted, result
     assert not result.in_effect_after
     assert result.reverted_by == "system:chaos-reaper"
-    assert result.kill_to_revert_s <= BOUND, result
+    assert result.kill_to_revert_s <= BOUND + TIMING_SLACK, result
     live = ChaosInjection.objects.filter(reverted_at__isnull=True).count()
     assert live == 0
 
