@@ -112,6 +112,8 @@ BENCH_cluster_bench := cluster_bench --nodes 1000 --pods 10000 --seed 2 --json
 BENCH_cluster_bench-nocache := cluster_bench --nodes 1000 --pods 10000 --seed 2 \
   --node-cache-capable false --json
 BENCH_provision_bench := provision_bench --requests 100 --concurrency 20 --json
+# The web alone, with Kiln's ASGI handler and Django's own, alternated (docs/operations.md).
+BENCH_web_bench := web_bench --rounds 5 --json
 # The bench's 20 client threads each hold a connection of its process (provision_bench says so).
 bench-provision_bench: export KILN_DB_POOL_MAX ?= 32
 # The environment lifecycle (docs/portal.md): the worker SIGKILLed at every step, a demo of
@@ -122,7 +124,7 @@ BENCH_gitops_refresh_bench := gitops_refresh_bench --json
 BENCHMARKS := audit_bench audit_choices_bench audit_tlog_bench canary_bench canary_bench-tune canary_promote_bench \
   canary_promote_bench-kubernetes \
   chaos_crash_bench extender_bench extender_bench-varied extender_bench-adaptive scheduler_bench scheduler_replay \
-  cluster_bench cluster_bench-nocache provision_bench lifecycle_fault_matrix lifecycle_demo gitops_refresh_bench \
+  cluster_bench cluster_bench-nocache provision_bench web_bench lifecycle_fault_matrix lifecycle_demo gitops_refresh_bench \
   schemathesis
 
 bench: $(addprefix bench-,$(BENCHMARKS))

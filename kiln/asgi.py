@@ -1,7 +1,8 @@
 """ASGI entry point: Django for HTTP, Channels for websockets (session or bearer-token auth).
 
 Public read-only GETs whose view offers a `fast_read` are answered beside Django's
-middleware (kiln/fast_reads.py); everything else goes through Django.
+middleware (kiln/fast_reads.py); everything else goes through Django, its middleware and view
+in one thread per request (kiln/asgi_handler.py).
 
 Each web process imports every view, then freezes what it holds (kiln/heap.py), so no full
 garbage collection walks the startup objects while requests wait.
@@ -13,9 +14,10 @@ Websocket routes come from the modules named in `settings.KILN_WEBSOCKET_ROUTES`
 import os
 from importlib import import_module
 
-from django.core.asgi import get_asgi_application
-
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kiln.settings")
+
+from kiln.asgi_handler import get_asgi_application  # noqa: E402 - after the settings are named
+
 django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402 - after Django is set up

@@ -31,6 +31,7 @@ SLOW = (
     "tests/kiln/test_web_graceful_shutdown.py",
     "tests/portal/test_fault_matrix.py",
     "tests/portal/test_provision_bench.py",
+    "tests/portal/test_web_bench.py",
     "tests/portal/test_tracing_processes.py",
     "tests/audit/test_tlog_bench.py",
     "tests/scheduler/test_replay_pool.py",

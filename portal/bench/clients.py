@@ -74,6 +74,10 @@ class HttpApi:
     def approve(self, env_id: str) -> int:
         return self._call("approver", "POST", f"{URL}{env_id}/approve/", {"reason": "bench"})[0]
 
+    def reject(self, env_id: str, reason: str) -> int:
+        """POST the approver's rejection of one environment: the status answered."""
+        return self._call("approver", "POST", f"{URL}{env_id}/reject/", {"reason": reason})[0]
+
     def _call(
         self,
         who: str,
