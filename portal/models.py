@@ -128,7 +128,13 @@ class Environment(models.Model):
                 name="portal_environment_live_namespace",
             )
         ]
-        indexes = [models.Index(fields=["team", "status"], name="portal_env_team_status")]
+        indexes = [
+            models.Index(fields=["team", "status"], name="portal_env_team_status"),
+            # A staging plan's previous version (services/plan.py): the team's latest earlier
+            # environment of the same name, read from this index instead of every row the team
+            # ever had, each one's manifests read to compare (a cost growing with its history).
+            models.Index(fields=["team", "name", "created_at"], name="portal_env_team_name_created"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.namespace} [{self.status}]"

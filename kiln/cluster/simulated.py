@@ -381,14 +381,20 @@ class SimulatedBackend:
 
     # --- simulation ------------------------------------------------------------
 
+    def deleting_due(self, now) -> QuerySet:
+        """Deleting objects whose finalizers have cleared by `now` (a partial index holds only
+        deleting objects, so this never reads the live ones)."""
+        return self._objects().filter(
+            deletion_timestamp__isnull=False, finalizers_clear_at__lte=now
+        )
+
     def _reconcile(self, namespace: str | None = None) -> None:
         """Remove deleting objects whose finalizers have cleared (namespaces wait for contents).
 
         `namespace` narrows it to the objects of one namespace and the Namespace itself ("":
         the cluster-scoped objects); None is the whole cluster.
         """
-        now = timezone.now()
-        due = self._objects().filter(deletion_timestamp__isnull=False, finalizers_clear_at__lte=now)
+        due = self.deleting_due(timezone.now())
         if namespace is not None:
             due = due.filter(Q(namespace=namespace) | Q(kind="Namespace", name=namespace))
         gone = list(

@@ -18,6 +18,8 @@ import hashlib
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from django.db.models import QuerySet
+
 import audit
 from kiln.cluster import ref_of
 from kiln.cluster.gitops import GitOpsBackend, manifest_file_text
@@ -69,15 +71,20 @@ def plan_sha256(manifests: list[dict]) -> str:
     return hashlib.sha256(plan_text(manifests).encode()).hexdigest()
 
 
-def _previous(env: Environment) -> Environment | None:
-    """The last earlier environment of the same team and name that had manifests."""
+def earlier_versions(env: Environment) -> QuerySet[Environment]:
+    """The team's earlier environments of the same name that had manifests, latest first (read
+    through the index on team, name and creation: a team's history can be long)."""
     return (
         Environment.objects.filter(team=env.team, name=env.name, created_at__lte=env.created_at)
         .exclude(pk=env.pk)
         .exclude(manifests=[])
         .order_by("-created_at", "-id")
-        .first()
     )
+
+
+def _previous(env: Environment) -> Environment | None:
+    """The last earlier environment of the same team and name that had manifests."""
+    return earlier_versions(env).first()
 
 
 def environment_plan_make(*, actor, environment: Environment) -> str:
