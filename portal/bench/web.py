@@ -22,6 +22,7 @@ from kiln.identity.permissions import APPROVER, ENGINEER
 from kiln.shape import Shape, TokenIssuer, free_port, wait_for_port
 from portal.bench import harness
 from portal.bench.clients import HttpApi
+from portal.bench.report import percentile
 
 # The handler each run uses, by name: KILN_WEB_ONE_THREAD for the web's processes.
 HANDLERS = {"one-thread": "1", "django": "0"}
@@ -139,12 +140,11 @@ def _one(
         shape.stop_all()
     if errors or not latencies:
         raise RuntimeError(f"web bench ({handler}): creates answered {sorted(set(errors))}")
-    latencies.sort()
     return {
         "requests": len(latencies),
         "web_cpu_ms_per_request": round(cpu * 1000 / len(latencies), 1),
-        "p50_ms": round(_pct(latencies, 0.5) * 1000, 1),
-        "p95_ms": round(_pct(latencies, 0.95) * 1000, 1),
+        "p50_ms": round(percentile(latencies, 50) * 1000, 1),
+        "p95_ms": round(percentile(latencies, 95) * 1000, 1),
         "requests_per_second": round(len(latencies) / wall, 1),
     }
 
@@ -154,7 +154,3 @@ def _run_all(threads: list[threading.Thread]) -> None:
         thread.start()
     for thread in threads:
         thread.join()
-
-
-def _pct(ordered: list[float], q: float) -> float:
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
