@@ -13,7 +13,8 @@ it ask at once, and it also asks every RECHECK_SECONDS, so a lost notice (Redis 
 the writer died between its commit and the publish) delays the answer by at most that much
 and never makes it wrong. Each process keeps one subscriber thread (one Redis connection,
 one pattern subscription) that wakes the local waiters of a key; it starts with the first
-waiter and reconnects on its own.
+waiter and reconnects on its own. A reader watching many resources at once gives one
+event to `listen(key, event)` for each of them, and re-checks on its own as well.
 """
 
 from __future__ import annotations
@@ -42,8 +43,8 @@ class _Hub:
         self._waiters: dict[str, set[threading.Event]] = {}
         self._listener: threading.Thread | None = None
 
-    def register(self, key: str) -> threading.Event:
-        event = threading.Event()
+    def register(self, key: str, event: threading.Event | None = None) -> threading.Event:
+        event = event or threading.Event()
         with self._lock:
             self._waiters.setdefault(key, set()).add(event)
             if _redis_url() and (self._listener is None or not self._listener.is_alive()):
@@ -107,6 +108,17 @@ def publish(key: str) -> None:
 def notify_after_commit(key: str) -> None:
     """Announce that `key` changed once the current transaction commits (at once outside one)."""
     transaction.on_commit(lambda: publish(key))
+
+
+def listen(key: str, event: threading.Event) -> None:
+    """Set `event` whenever `key` is announced, until `unlisten(key, event)`: one event may
+    listen to many keys, for a reader that waits on a set of resources at once."""
+    _hub.register(key, event)
+
+
+def unlisten(key: str, event: threading.Event) -> None:
+    """Stop setting `event` for `key`."""
+    _hub.unregister(key, event)
 
 
 def wait_for_change(key: str, *, seconds: float, changed: Callable[[], bool]) -> bool:

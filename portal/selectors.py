@@ -84,7 +84,12 @@ def environment_get(*, viewer: Actor, public_id: str) -> Environment:
 
 def change_key(environment: Environment) -> str:
     """The change-notice key of one environment (kiln.changes)."""
-    return f"environment:{environment.public_id}"
+    return change_key_of(environment.public_id)
+
+
+def change_key_of(public_id: str) -> str:
+    """The change-notice key of the environment with this public id."""
+    return f"environment:{public_id}"
 
 
 def environment_wait_for_change(

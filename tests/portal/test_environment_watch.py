@@ -191,3 +191,24 @@ def test_a_notice_published_through_redis_by_another_process_wakes_the_waiter(
     started = time.monotonic()
     assert changes.wait_for_change("test:remote", seconds=20, changed=lambda: state["changed"])
     assert time.monotonic() - started < 10
+
+
+def test_one_event_listens_to_several_keys_until_each_is_unlistened(settings):
+    settings.REDIS_URL = ""  # this process's notices only: no echo through Redis arrives late
+    event = threading.Event()
+    changes.listen("test:many-a", event)
+    changes.listen("test:many-b", event)
+    try:
+        changes.publish("test:many-b")
+        assert event.wait(2)
+        event.clear()
+        changes.publish("test:many-c")  # a key it does not listen to
+        assert not event.wait(0.2)
+        changes.unlisten("test:many-b", event)
+        changes.publish("test:many-b")
+        assert not event.wait(0.2)
+        changes.publish("test:many-a")
+        assert event.wait(2)
+    finally:
+        changes.unlisten("test:many-a", event)
+        changes.unlisten("test:many-b", event)
