@@ -55,6 +55,7 @@ def run(
                 backlog[profile] = {
                     "queued": harness.wait_for_empty_queue(timeout=180.0) if prefork else 0,
                     "tearing_down": harness.wait_for_teardown(timeout=180.0),
+                    "database": harness.stand_in_for_autovacuum(),
                 }
                 before, cpu_before = os.getloadavg(), driven.cpu()
                 observed = harness.drive(

@@ -64,6 +64,9 @@ def test_provision_bench_drives_every_request_to_ready_and_tears_it_down(
     cpu = zero["cpu_ms_per_environment"]
     assert set(cpu) == {"bench_process", "web", "worker_and_audit_writer"}
     assert cpu["web"] > 0 and cpu["worker_and_audit_writer"] > 0
+    database = report["earlier_work_before_start"]["zero"]["database"]
+    assert database["vacuumed"] is (database["autovacuum"] is False)
+    assert database["dead_rows"] >= 0
     # Warm-up and measured requests alike were created once and handed to teardown.
     bench = Environment.objects.filter(team__slug="kiln-bench")
     assert bench.count() == 12
