@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from celery import Task, shared_task
+from celery import shared_task
 
 from kiln.cluster import DeliveryError
+from kiln.worker_db import Task
 from portal import conf
 from portal.services.notices import NotificationFailed, notification_send
 from portal.services.provisioning import (
@@ -62,7 +63,7 @@ def _advance(
             raise task.retry(exc=exc, countdown=backoff(task.request.retries)) from exc
         return give_up(exc)
     if result == PENDING:
-        task.apply_async((environment_id, polls + 1), countdown=poll_delay(polls))
+        task.requeue(environment_id, polls + 1, countdown=poll_delay(polls))
     return result
 
 
