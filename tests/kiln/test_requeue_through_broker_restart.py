@@ -26,10 +26,12 @@ def broker(tmp_path):
     pool of producers, one connection already made)."""
     servers = OwnServers(redis_port=free_port(), directory=tmp_path / "redis")
     servers.start()
-    app = Celery("requeue-test", broker=servers.environment()["REDIS_URL"])
+    # Not the current app: Kiln's tasks must keep sending through Kiln's own after this test.
+    app = Celery("requeue-test", broker=servers.environment()["REDIS_URL"], set_as_current=False)
     app.conf.broker_transport = settings.CELERY_BROKER_TRANSPORT
     app.send_task("celery.accumulate", args=["first"])
     yield servers, app
+    app.close()
     servers.stop()
 
 
