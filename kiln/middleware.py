@@ -1,4 +1,5 @@
-"""Process-wide HTTP middleware: the Content-Security-Policy header and request metrics."""
+"""Process-wide HTTP middleware: the Content-Security-Policy header, `Cache-Control: no-store` on
+authenticated answers, and request metrics."""
 
 from __future__ import annotations
 
@@ -23,6 +24,40 @@ class ContentSecurityPolicyMiddleware:
         if settings.CONTENT_SECURITY_POLICY and "Content-Security-Policy" not in response:
             response["Content-Security-Policy"] = settings.CONTENT_SECURITY_POLICY
         response.setdefault("Permissions-Policy", "camera=(), microphone=(), geolocation=()")
+        return response
+
+
+def _authenticated(request: HttpRequest) -> bool:
+    """True when the request came with credentials: a bearer token (whether or not it was
+    accepted), or a session whose user is signed in (a user DRF authenticated from a token
+    replaces `request.user` on the Django request too)."""
+    if "Authorization" in request.headers:
+        return True
+    user = getattr(request, "user", None)
+    return bool(user is not None and user.is_authenticated)
+
+
+class NoStoreMiddleware:
+    """`Cache-Control: no-store` on every answer to a signed-in user or a bearer token.
+
+    Pages, API answers and downloads (manifest bundles, kubeconfigs, audit exports) of a
+    signed-in caller hold what only that caller may see: no browser cache, shared proxy or
+    back button keeps a copy. Listed above SessionMiddleware, so reading `request.user` here
+    (after the view) adds no `Vary: Cookie`; answers that never reach the session (WhiteNoise's
+    static files, `kiln.fast_reads`' public reads) keep their own caching.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if _authenticated(request):
+            # Replaces what a view set: `public, max-age` (a tile) or `private, no-cache` (an
+            # ETag'd answer) are both weaker than this for a caller's own answer.
+            response["Cache-Control"] = "private, no-store"
+            if "Expires" in response:
+                del response["Expires"]
         return response
 
 

@@ -63,6 +63,7 @@ MIDDLEWARE = [
     "kiln.streaming.AsyncStreamingMiddleware",  # first: sees every streamed response (ASGI)
     "django.middleware.security.SecurityMiddleware",
     "kiln.middleware.ContentSecurityPolicyMiddleware",
+    "kiln.middleware.NoStoreMiddleware",  # above sessions: reads the user after the view
     "kiln.request_guard.RequestGuardMiddleware",  # NUL/over-long path or query values: a 400
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
