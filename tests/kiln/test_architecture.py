@@ -76,6 +76,7 @@ DJANGO_FREE = (
     "scheduler.extender.encoding",
     "scheduler.extender.lookup",
     "scheduler.extender.names",
+    "scheduler.extender.quantity",
     "scheduler.karpenter",
     "scheduler.kubedefault",
     "scheduler.kubefilters",
