@@ -22,6 +22,11 @@ one is set (another server of this kind: the tenant's API server). `on_write(ver
 user_agent)`, when set, is called after every apply and delete, as an API server's audit
 backend sees them.
 
+With `rbac` set (an `RBACAuthorizer` holding rendered RBAC objects), each request is
+authenticated by its bearer token and authorized as kube-apiserver's RBAC authorizer would:
+a denial is a 403 `Status` with the apiserver's wording, and is kept in `denied`. Leases
+(`coordination.k8s.io/v1`) are also created (POST) and replaced (PUT, resourceVersion checked).
+
 One module past ~400 lines: its one handler's verbs share the route parsing, the lock and the
 simulated controllers, and parts of it apart would each reach into the others' state.
 """
@@ -39,6 +44,7 @@ from urllib.parse import parse_qs, urlparse
 
 from kiln.cluster import AppliedRef
 from kiln.cluster.base import match_labels
+from kiln.cluster.kube_rbac import Attributes, RBACAuthorizer
 
 RESOURCES = {
     "v1": [
@@ -56,6 +62,7 @@ RESOURCES = {
         ("daemonsets", "DaemonSet", True),
     ],
     "batch/v1": [("jobs", "Job", True)],
+    "coordination.k8s.io/v1": [("leases", "Lease", True)],
     "networking.k8s.io/v1": [("networkpolicies", "NetworkPolicy", True)],
     "rbac.authorization.k8s.io/v1": [("rolebindings", "RoleBinding", True)],
     "flowcontrol.apiserver.k8s.io/v1": [
@@ -66,6 +73,7 @@ RESOURCES = {
     "karpenter.sh/v1": [("nodepools", "NodePool", False)],
     "argoproj.io/v1alpha1": [("applications", "Application", True)],
     "database.kiln.dev/v1alpha1": [("postgresqlinstances", "PostgreSQLInstance", True)],
+    "chaos-mesh.org/v1alpha1": [("podchaos", "PodChaos", True)],
     "networking.istio.io/v1": [
         ("virtualservices", "VirtualService", True),
         ("destinationrules", "DestinationRule", True),
@@ -105,6 +113,10 @@ class SimulatedKubeAPI:
         self.status: dict[tuple, dict] = {}  # written through the status subresource or a binding
         self.tenant_url: str | None = None
         self.on_write = None
+        # RBAC enforcement (kiln/cluster/kube_rbac.py): off (None) unless a test loads the rendered
+        # Roles and bindings; then every request is authorized and denials are kept here.
+        self.rbac: RBACAuthorizer | None = None
+        self.denied: list[Attributes] = []
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -216,6 +228,43 @@ class SimulatedKubeAPI:
                     },
                 )
 
+            def _forbidden(self, verb: str, route, *, name: str | None = None, sub=None) -> bool:
+                """Authorize the request when RBAC is on; answer 403 and return True if denied."""
+                if sim.rbac is None:
+                    return False
+                api_version, namespace, plural, _, rname, query = route
+                attrs = Attributes(
+                    verb=verb,
+                    api_group="" if api_version == "v1" else api_version.split("/")[0],
+                    resource=plural or "",
+                    subresource=query["_subresource"] if sub is None else sub,
+                    namespace=namespace,
+                    name=(rname or "") if name is None else name,
+                )
+                who = sim.rbac.authenticate(self.headers.get("Authorization"))
+                if sim.rbac.allows(who, attrs):
+                    return False
+                sim.denied.append(attrs)
+                body = {
+                    "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                    "message": attrs.forbidden_message(who.user), "reason": "Forbidden",
+                    "details": {"name": attrs.name, "group": attrs.api_group, "kind": attrs.resource},
+                    "code": 403,
+                }  # fmt: skip
+                self._send(403, body)
+                return True
+
+            def _forbidden_grant(self, route, body: dict) -> bool:
+                """A RoleBinding may name only a role the writer may `bind` (kube-apiserver's
+                escalation check; its other way, holding every permission of the role, is not
+                modelled: the simulator does not know the built-in roles' rules)."""
+                ref = body.get("roleRef") or {}
+                if route[3] != "RoleBinding" or sim.rbac is None:
+                    return False
+                plural = "clusterroles" if ref.get("kind") == "ClusterRole" else "roles"
+                bind_route = (route[0], route[1], plural, None, None, route[5])
+                return self._forbidden("bind", bind_route, name=ref.get("name", ""), sub="")
+
             def _route(self):
                 url = urlparse(self.path)
                 query = {k: v[-1] for k, v in parse_qs(url.query).items()}
@@ -255,6 +304,12 @@ class SimulatedKubeAPI:
                     return self._status(404, "NotFound", "no such path")
                 api_version, namespace, plural, kind, name, query = route
                 if plural is None:
+                    if (
+                        sim.rbac is not None
+                        and sim.rbac.authenticate(self.headers.get("Authorization")).user
+                        == "system:anonymous"
+                    ):
+                        return self._status(403, "Forbidden", "discovery needs authentication")
                     if api_version not in RESOURCES:
                         return self._status(404, "NotFound", "no such group")
                     return self._send(
@@ -275,6 +330,12 @@ class SimulatedKubeAPI:
                     )
                 if kind is None:
                     return self._status(404, "NotFound", f"no resource {plural}")
+                field = query.get("fieldSelector", "")
+                watching = query.get("watch") in ("true", "1")
+                by_name = field.split("=", 1)[1] if field.startswith("metadata.name=") else None
+                verb = "get" if name else "watch" if watching else "list"
+                if self._forbidden(verb, route, name=name or by_name or ""):
+                    return None
                 with sim.lock:
                     sim._reconcile()
                     if name:
@@ -293,7 +354,6 @@ class SimulatedKubeAPI:
                     items = [
                         i for i in items if match_labels(i["metadata"].get("labels"), selector)
                     ]
-                field = query.get("fieldSelector", "")
                 if field.startswith("metadata.name="):
                     items = [i for i in items if i["metadata"]["name"] == field.split("=", 1)[1]]
                 if query.get("watch") in ("true", "1"):
@@ -351,6 +411,8 @@ class SimulatedKubeAPI:
                 if route is None or route[3] is None or not route[4]:
                     return self._status(404, "NotFound", "no such resource")
                 api_version, namespace, _, kind, name, query = route
+                if self._forbidden("patch", route):
+                    return None
                 if query["_subresource"] == "status":
                     return self._patch_status((api_version, kind, namespace, name), body)
                 if self.headers.get("Content-Type") != "application/apply-patch+yaml":
@@ -364,6 +426,11 @@ class SimulatedKubeAPI:
                 if body.get("kind") != kind or body.get("metadata", {}).get("name") != name:
                     return self._status(400, "BadRequest", "body does not match the URL")
                 key = (api_version, kind, namespace, name)
+                # An apply that would create the object needs `create` too, as kube-apiserver asks.
+                if key not in sim.objects and self._forbidden("create", route):
+                    return None
+                if self._forbidden_grant(route, body):
+                    return None
                 with sim.lock:
                     if key in sim.deleted_at:
                         return self._status(409, "Conflict", "object is being deleted")
@@ -432,8 +499,12 @@ class SimulatedKubeAPI:
                 body = json.loads(self.rfile.read(length) or b"{}")
                 self._record(body)
                 route = self._route()
+                if route is not None and route[3] == "Lease" and not route[4]:
+                    return self._create(route, body)
                 if route is None or route[3] != "Pod" or route[5]["_subresource"] != "binding":
                     return self._status(405, "MethodNotAllowed", "only pod bindings are posted")
+                if self._forbidden("create", route):
+                    return None
                 api_version, namespace, _, kind, name, _ = route
                 key = (api_version, kind, namespace, name)
                 with sim.lock:
@@ -449,12 +520,56 @@ class SimulatedKubeAPI:
                     sim._reconcile()
                 self._send(201, {"kind": "Status", "status": "Success", "code": 201})
 
+            def _create(self, route, body: dict) -> None:
+                """POST of a new Lease (409 AlreadyExists if there is one)."""
+                if self._forbidden("create", route):
+                    return None
+                api_version, namespace, _, kind, _, _ = route
+                name = (body.get("metadata") or {}).get("name", "")
+                key = (api_version, kind, namespace, name)
+                with sim.lock:
+                    if key in sim.objects:
+                        return self._status(409, "AlreadyExists", f"{name} already exists")
+                    meta = {**body["metadata"], "namespace": namespace, "uid": str(uuid.uuid4()),
+                            "generation": 1, "resourceVersion": "1"}  # fmt: skip
+                    sim.objects[key] = {**body, "metadata": meta}
+                    sim.applied_at[key] = time.monotonic()
+                    view = sim._view(key)
+                self._send(201, view)
+
+            def do_PUT(self) -> None:  # noqa: N802
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                self._record(body)
+                route = self._route()
+                if route is None or route[3] != "Lease" or not route[4]:
+                    return self._status(405, "MethodNotAllowed", "only Leases are replaced")
+                if self._forbidden("update", route):
+                    return None
+                api_version, namespace, _, kind, name, _ = route
+                key = (api_version, kind, namespace, name)
+                with sim.lock:
+                    old = sim.objects.get(key)
+                    if old is None:
+                        return self._status(404, "NotFound", f"leases {name} not found")
+                    expected = (body.get("metadata") or {}).get("resourceVersion")
+                    if str(expected) != old["metadata"]["resourceVersion"]:
+                        return self._status(409, "Conflict", "the object has been modified")
+                    meta = {**body["metadata"], "namespace": namespace,
+                            "uid": old["metadata"]["uid"], "generation": 1,
+                            "resourceVersion": str(int(old["metadata"]["resourceVersion"]) + 1)}  # fmt: skip
+                    sim.objects[key] = {**body, "metadata": meta}
+                    view = sim._view(key)
+                self._send(200, view)
+
             def do_DELETE(self) -> None:  # noqa: N802
                 length = int(self.headers.get("Content-Length") or 0)
                 self._record(json.loads(self.rfile.read(length) or b"{}"))
                 route = self._route()
                 if route is None or route[3] is None or not route[4]:
                     return self._status(404, "NotFound", "no such resource")
+                if self._forbidden("delete", route):
+                    return None
                 api_version, namespace, _, kind, name, _ = route
                 key = (api_version, kind, namespace, name)
                 agent = self.headers.get("User-Agent", "")
