@@ -64,6 +64,11 @@ test: $(VENV)/.installed services browser
 ## dev: the production shape - web (WEB_PROCESSES, default 2: one per core, their metrics summed
 ## at /metrics), worker, beat and audit writer as separate processes
 WEB_PROCESSES ?= 2
+# X-Forwarded-For is believed only from KILN_TRUSTED_PROXIES (default none), by uvicorn and
+# Kiln alike (kiln/proxies.py); uvicorn's own default would trust loopback.
+KILN_TRUSTED_PROXIES ?=
+export KILN_TRUSTED_PROXIES
+UVICORN_PROXY_ARGS = $(if $(strip $(KILN_TRUSTED_PROXIES)),--proxy-headers --forwarded-allow-ips "$(KILN_TRUSTED_PROXIES)",--no-proxy-headers)
 dev: $(VENV)/.installed services db
 	$(PY) manage.py seed_demo
 	@echo "web http://127.0.0.1:$(PORT), worker, beat (Ctrl-C stops all)"
@@ -71,7 +76,7 @@ dev: $(VENV)/.installed services db
 	@trap 'kill 0' INT TERM EXIT; \
 	  PROMETHEUS_MULTIPROC_DIR=$(CURDIR)/var/prometheus \
 	    $(PY) -m uvicorn kiln.asgi:application --host 127.0.0.1 --port $(PORT) --workers $(WEB_PROCESSES) \
-	      --timeout-keep-alive 75 --timeout-graceful-shutdown 10 & \
+	      --timeout-keep-alive 75 --timeout-graceful-shutdown 10 $(UVICORN_PROXY_ARGS) & \
 	  $(VENV)/bin/celery -A kiln worker --loglevel INFO --concurrency 2 & \
 	  $(VENV)/bin/celery -A kiln beat --loglevel INFO --schedule var/celerybeat-schedule & \
 	  $(PY) manage.py audit_writer & \

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from django.conf import settings
 
+from kiln import proxies
 from kiln.identity import keys, tokens
 
 # An idle keep-alive connection outlives any client's pause (uvicorn's default, 5 s, closes it
@@ -78,7 +79,8 @@ class Shape:
                     "--port", str(self.port), "--workers", str(self.web_processes),
                     "--timeout-keep-alive", str(WEB_KEEP_ALIVE_SECONDS),
                     "--timeout-graceful-shutdown", str(WEB_GRACEFUL_SHUTDOWN_SECONDS),
-                    "--no-access-log", "--log-level", "warning"],
+                    "--no-access-log", "--log-level", "warning",
+                    *proxies.uvicorn_args(settings.KILN_TRUSTED_PROXIES)],
             "worker": [celery, "-A", "kiln", "worker", "--pool", "prefork", "--concurrency",
                        str(self.worker_concurrency), "--loglevel", "WARNING", "--hostname",
                        f"{self.hostname}-{self.port}@%h"],

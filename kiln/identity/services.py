@@ -209,9 +209,18 @@ def membership_remove(*, actor: Actor, membership: Membership) -> None:
 
 
 def login_lockout_record(
-    *, username: str, ip_address: str, failures: int | None, limit: int, cooloff_minutes: float
+    *,
+    username: str,
+    ip_address: str,
+    scope: str,
+    failures: int | None,
+    limit: int,
+    cooloff_minutes: float,
 ) -> None:
-    """Audit that sign-in is now refused for a username or an address (`kiln.login.locked_out`).
+    """Audit that sign-in is now refused for a username from an address, or for an address.
+
+    `kiln.login.locked_out`; `scope` is "account" (that username from that address) or
+    "address" (every username from it).
 
     Recorded once per lockout, when the failure that reaches the limit is counted
     (`failures` is that count); a refusal during the cool-off (`failures` None, the
@@ -229,8 +238,41 @@ def login_lockout_record(
             {
                 "username": username,
                 "ip_address": ip_address,
+                "scope": scope,
                 "failures": failures,
                 "limit": limit,
                 "cooloff_minutes": cooloff_minutes,
             },
         )
+
+
+def login_lockout_lift(*, username: str | None, ip_address: str | None, via: str) -> int:
+    """Forget the counted sign-in failures that match, lifting their locks (`kiln.login.unlocked`).
+
+    `username` and/or `ip_address` narrow it; neither lifts every lock. Returns how many
+    counters were removed; removing none records nothing.
+    """
+    from axes.models import AccessAttempt  # axes' table: imported where it is written
+
+    attempts = AccessAttempt.objects.all()
+    if username:
+        attempts = attempts.filter(username=username[:MAX_USERNAME])
+    if ip_address:
+        attempts = attempts.filter(ip_address=ip_address)
+    with transaction.atomic():
+        removed = [(a.username or "", a.ip_address or "") for a in attempts.select_for_update()]
+        if not removed:
+            return 0
+        attempts.delete()
+        audit.record(
+            system_actor("identity"),
+            "kiln.login.unlocked",
+            f"kiln.login:{username or '*'}",
+            {
+                "username": username or None,
+                "ip_address": ip_address or None,
+                "counters": len(removed),
+                "via": via,
+            },
+        )
+    return len(removed)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from kiln import proxies
 from kiln.dbpool import reset_connection
 from kiln.settings.environ import (
     BASE_DIR,
@@ -207,6 +208,13 @@ SECURE_HSTS_INCLUDE_SUBDOMAINS = not STANDALONE
 SECURE_SSL_REDIRECT = env_bool("KILN_SSL_REDIRECT", False)
 if env_bool("KILN_BEHIND_PROXY", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# The proxies whose X-Forwarded-For is believed (kiln/proxies.py), by uvicorn (every launcher
+# passes them as --forwarded-allow-ips) and by Kiln's client address (login throttling).
+# Empty, the default: nobody's; the connection's peer is the client.
+try:
+    KILN_TRUSTED_PROXIES = proxies.parse_trusted_proxies(env("KILN_TRUSTED_PROXIES", "") or "")
+except ValueError as exc:
+    raise ImproperlyConfigured(f"KILN_TRUSTED_PROXIES: {exc}") from exc
 
 # Scripts and styles come only from our own origin; no inline script anywhere.
 CONTENT_SECURITY_POLICY = env(

@@ -32,31 +32,40 @@ KILN_JWT_LEEWAY_SECONDS = min(env_int("KILN_JWT_LEEWAY_SECONDS", 10), 30)
 KILN_JWT_JWKS_CACHE_SECONDS = env_int("KILN_JWT_JWKS_CACHE_SECONDS", 300)
 
 # Login throttling (django-axes, kiln/identity/throttle.py, docs/identity.md): failed session
-# logins counted per username and per client address, each locked on its own at the limit
-# until the cool-off has passed. Bearer tokens never reach it.
+# logins counted per (username, client address) pair, and per client address over every
+# username with a higher limit (spraying); each locked at its limit until the cool-off has
+# passed. The client address believes KILN_TRUSTED_PROXIES only. Bearer tokens never reach it.
 KILN_LOGIN_THROTTLE = env_bool("KILN_LOGIN_THROTTLE", True)
 KILN_LOGIN_FAILURE_LIMIT = env_int("KILN_LOGIN_FAILURE_LIMIT", 5)
+KILN_LOGIN_ADDRESS_FAILURE_LIMIT = env_int("KILN_LOGIN_ADDRESS_FAILURE_LIMIT", 20)
 KILN_LOGIN_COOLOFF_MINUTES = env_float("KILN_LOGIN_COOLOFF_MINUTES", 15.0)
-KILN_LOGIN_PROXY_HOPS = env_int("KILN_LOGIN_PROXY_HOPS", 0)
 if KILN_LOGIN_FAILURE_LIMIT < 1:
     raise ImproperlyConfigured("KILN_LOGIN_FAILURE_LIMIT must be at least 1")
+if KILN_LOGIN_ADDRESS_FAILURE_LIMIT < KILN_LOGIN_FAILURE_LIMIT:
+    raise ImproperlyConfigured(
+        "KILN_LOGIN_ADDRESS_FAILURE_LIMIT must be at least KILN_LOGIN_FAILURE_LIMIT "
+        f"({KILN_LOGIN_FAILURE_LIMIT}): it counts every username's failures from one address"
+    )
 if not 0 < KILN_LOGIN_COOLOFF_MINUTES <= 7 * 24 * 60:
     raise ImproperlyConfigured("KILN_LOGIN_COOLOFF_MINUTES must be above 0 and at most a week")
-if KILN_LOGIN_PROXY_HOPS < 0:
-    raise ImproperlyConfigured("KILN_LOGIN_PROXY_HOPS must be 0 or more")
+if env("KILN_LOGIN_PROXY_HOPS") is not None:
+    raise ImproperlyConfigured(
+        "KILN_LOGIN_PROXY_HOPS is no longer read: list your proxies' addresses in "
+        "KILN_TRUSTED_PROXIES instead (docs/configuration.md)"
+    )
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",  # refuses a locked-out login before the password
     "django.contrib.auth.backends.ModelBackend",
 ]
 AXES_ENABLED = KILN_LOGIN_THROTTLE
-AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"  # SQLite and PostgreSQL alike
+AXES_HANDLER = "kiln.identity.throttle.LoginThrottleHandler"  # axes' database one, plus per address
 AXES_FAILURE_LIMIT = KILN_LOGIN_FAILURE_LIMIT
 AXES_COOLOFF_TIME = timedelta(minutes=KILN_LOGIN_COOLOFF_MINUTES)
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # each one on its own, not the pair
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]  # the pair; the address alone: handler
 AXES_RESET_ON_SUCCESS = False  # one good password must not wipe an address's failures
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False  # the cool-off ends when it says
 AXES_DISABLE_ACCESS_LOG = True  # successful logins write nothing
-AXES_ENABLE_ADMIN = False  # unaudited edits; `manage.py axes_reset_username` unlocks early
+AXES_ENABLE_ADMIN = False  # unaudited edits; `manage.py login_unlock` lifts a lock early
 AXES_CLIENT_IP_CALLABLE = "kiln.identity.throttle.client_address"
 AXES_LOCKOUT_CALLABLE = "kiln.identity.throttle.lockout_response"
 AXES_VERBOSE = False

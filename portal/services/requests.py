@@ -11,10 +11,15 @@ from django.db import IntegrityError, transaction
 import audit
 from kiln.errors import Conflict, Forbidden, InvalidInput, KilnError
 from kiln.identity.models import Team
-from kiln.identity.permissions import Actor, can_request_environment, system_actor
+from kiln.identity.permissions import (
+    Actor,
+    can_request_environment,
+    can_view_environment,
+    system_actor,
+)
 from kiln.observability import current_traceparent, tracer
 from portal import compose as c
-from portal import conf, policy
+from portal import conf, policy, selectors
 from portal.lifecycle import Status
 from portal.models import Environment, EnvironmentRequest, PolicyDecision
 from portal.services import cost, gate, plan, tenancy
@@ -37,32 +42,47 @@ def body_hash(*, data: dict[str, Any]) -> str:
 
 
 def _existing_for_key(actor: Actor, key: str, digest: str) -> Environment | None:
+    """The environment this caller submitted before with this key, if any (the key reused with
+    another body raises IdempotencyKeyReused, naming the environment only to one who sees it)."""
     if not key or actor.user_id is None:
         return None
     previous = (
-        EnvironmentRequest.objects.select_related("environment")
+        EnvironmentRequest.objects.select_related("environment", "team")
         .filter(requested_by_id=actor.user_id, idempotency_key=key)
         .first()
     )
     if previous is None:
         return None
     if previous.body_sha256 != digest:
+        visible = can_view_environment(actor, previous.team.slug)
         raise IdempotencyKeyReused(
             "this Idempotency-Key was already used with a different request",
-            extra={"environment": previous.environment.public_id},
+            extra={"environment": previous.environment.public_id} if visible else {},
         )
     return previous.environment
 
 
-def _replayed(env: Environment) -> Environment:
-    """A retried request's environment. One still APPROVED has its provisioning queued again:
-    the client retries because the first answer failed, and when that was the broker, down as
-    the first task was sent, this retry gets it going before the reaper's next pass (the task
-    checks the state first, so a second one changes nothing)."""
-    if env.status == Status.APPROVED:
+def _replayed(*, actor: Actor, env: Environment) -> Environment:
+    """A retried request's environment, as a GET by the same caller answers it.
+
+    The key was the caller's, but what it answers is decided now: one who can no longer see
+    the environment (left the team, lost the role) gets the GET's 404 and changes nothing.
+    One still APPROVED has its provisioning queued again, if the caller may still request
+    environments for its team: the client retries because the first answer failed, and when
+    that was the broker, down as the first task was sent, this retry gets it going before the
+    reaper's next pass (the task checks the state first, so a second one changes nothing).
+    """
+    env = selectors.environment_get(viewer=actor, public_id=env.public_id)
+    if env.status == Status.APPROVED and can_request_environment(actor, env.team.slug):
         with transaction.atomic():
             enqueue_provisioning(environment=env)
     return env
+
+
+def _replay(actor: Actor, key: str, digest: str) -> Environment | None:
+    """The replayed answer for a key this caller used before, or None for a new key."""
+    existing = _existing_for_key(actor, key, digest)
+    return None if existing is None else _replayed(actor=actor, env=existing)
 
 
 def environment_request_submit(
@@ -81,9 +101,9 @@ def environment_request_submit(
     if len(idempotency_key) > 200:
         raise InvalidInput("Idempotency-Key is at most 200 characters.")
     digest = body_hash(data=data)
-    existing = _existing_for_key(actor, idempotency_key, digest)
-    if existing is not None:
-        return _replayed(existing), False
+    replayed = _replay(actor, idempotency_key, digest)
+    if replayed is not None:
+        return replayed, False
     team = Team.objects.filter(slug=data["team"]).first()
     if team is None:
         raise InvalidInput("The request is invalid.", extra={"fields": {"team": ["No such team."]}})
@@ -94,6 +114,10 @@ def environment_request_submit(
     namespace = namespace_for(team.slug, data["name"])
     live = [s.value for s in Status if s not in (Status.DENIED, Status.REJECTED, Status.DELETED)]
     if Environment.objects.filter(namespace=namespace, status__in=live).exists():
+        # A concurrent retry with this key may have committed since the look-up above.
+        replayed = _replay(actor, idempotency_key, digest)
+        if replayed is not None:
+            return replayed, False
         raise Conflict(f"an environment named {data['name']} already exists for {team.slug}")
 
     if data["tenant_control_plane"]:
@@ -124,9 +148,9 @@ def environment_request_submit(
             )
     except IntegrityError:
         # A concurrent retry with the same key, or a concurrent request for the same name.
-        existing = _existing_for_key(actor, idempotency_key, digest)
-        if existing is not None:
-            return existing, False
+        replayed = _replay(actor, idempotency_key, digest)
+        if replayed is not None:
+            return replayed, False
         raise Conflict(
             f"an environment named {data['name']} already exists for {team.slug}"
         ) from None

@@ -124,7 +124,7 @@ def test_engineer_of_another_team_cannot_create_or_see(api):
 
 def test_approval_flow_roles_self_approval_and_double_approval(api):
     alice = api("engineer", "approver", sub="alice", team="payments")
-    carol = api("approver", sub="carol")
+    carol = api("approver", sub="carol", team="payments")
     bob = api("engineer", sub="bob", team="payments")
     env = alice.post(URL, body(), format="json").json()
     own = alice.post(f"{URL}{env['id']}/approve/", {}, format="json")
@@ -143,8 +143,8 @@ def test_prod_needs_two_distinct_approvers_over_the_api(api):
         body(env_class="prod", ttl_hours=2000, justification="payments launch for the EU region"),
         format="json",
     ).json()
-    carol = api("approver", sub="carol")
-    dave = api("approver", sub="dave")
+    carol = api("approver", sub="carol", team="payments")
+    dave = api("approver", sub="dave", team="payments")
     assert (
         carol.post(f"{URL}{env['id']}/approve/", {}, format="json").json()["status"]
         == "PENDING_APPROVAL"
@@ -157,14 +157,15 @@ def test_prod_needs_two_distinct_approvers_over_the_api(api):
 
 def test_reject_requires_a_reason(api):
     alice = api("engineer", sub="alice", team="payments")
-    carol = api("approver", sub="carol")
+    carol = api("approver", sub="carol", team="payments")
     env = alice.post(URL, body(), format="json").json()
     missing = carol.post(f"{URL}{env['id']}/reject/", {}, format="json")
     assert missing.status_code == 400 and "reason" in missing.json()["extra"]["fields"]
     assert Environment.objects.get().status == "PENDING_APPROVAL"
     done = carol.post(f"{URL}{env['id']}/reject/", {"reason": "use dev"}, format="json")
     assert done.json()["status"] == "REJECTED"
-    late = api("approver", sub="dave").post(f"{URL}{env['id']}/approve/", {}, format="json")
+    dave = api("approver", sub="dave", team="payments")
+    late = dave.post(f"{URL}{env['id']}/approve/", {}, format="json")
     assert late.status_code == 409 and late.json()["code"] == "illegal_transition"
 
 
@@ -263,3 +264,29 @@ def test_a_retried_create_queues_provisioning_again_while_approved(
     with queueing.tasks_held() as after, django_capture_on_commit_callbacks(execute=True):
         assert alice.post(URL, body(env_class="dev"), format="json", **key).status_code == 200
     assert after == [] and Environment.objects.count() == 1
+
+
+def test_a_replayed_key_answers_only_what_a_get_would_after_the_caller_left_the_team(
+    api, django_capture_on_commit_callbacks
+):
+    """Alice submits with a key, then her token names another team (she left payments): the
+    replay is the GET's 404, and her retry queues nothing."""
+    alice = api("engineer", sub="alice", team="payments")
+    key = {"HTTP_IDEMPOTENCY_KEY": "left-the-team"}
+    with queueing.tasks_held() as lost, django_capture_on_commit_callbacks(execute=True):
+        first = alice.post(URL, body(env_class="dev"), format="json", **key)
+    assert first.status_code == 201 and first.json()["status"] == "APPROVED"
+    assert len(lost) == 1
+    moved = api("engineer", sub="alice", team="search")
+    with queueing.tasks_held() as sent, django_capture_on_commit_callbacks(execute=True):
+        replay = moved.post(URL, body(env_class="dev"), format="json", **key)
+        reused = moved.post(URL, body(env_class="dev", cpu=8), format="json", **key)
+    get = moved.get(f"{URL}{first.json()['id']}/")
+    assert get.status_code == 404
+    assert replay.status_code == 404 and replay.json() == get.json()
+    assert "Idempotent-Replayed" not in replay
+    assert sent == []
+    # Reusing the key with another body still says so, without naming the hidden environment.
+    assert reused.status_code == 422 and reused.json()["extra"] == {}
+    assert Environment.objects.count() == 1
+    assert Environment.objects.get().status == "APPROVED"

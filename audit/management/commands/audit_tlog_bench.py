@@ -16,7 +16,7 @@ from django.db import connection
 from audit import merkle, tlog_bench
 from audit.selectors import tree_size
 from audit.services import public_key_path, signing_key
-from kiln import benchjson
+from kiln import benchjson, proxies
 from kiln.management.waiting import process_gone, wait_until
 
 TARGETS = {"writer_end_to_end_events_per_s": 5000, "http_p99_ms": 5.0, "offline_verify_ms": 2.0}
@@ -114,7 +114,8 @@ class Command(BaseCommand):
             )
         server = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "kiln.asgi:application", "--host", "127.0.0.1",
-             "--port", str(port), "--log-level", "warning", "--no-access-log"],
+             "--port", str(port), "--log-level", "warning", "--no-access-log",
+             *proxies.uvicorn_args(settings.KILN_TRUSTED_PROXIES)],
             cwd=settings.BASE_DIR, env=env, stdout=subprocess.DEVNULL,
         )  # fmt: skip
         client = tlog_bench.Client(port)

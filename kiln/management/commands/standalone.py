@@ -11,7 +11,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from kiln import standalone
+from kiln import proxies, standalone
 from kiln.identity.keys import KeysUnavailable
 from kiln.identity.signing import ensure_dev_keys, issue_token
 from kiln.seed import USERS, seed_demo
@@ -68,6 +68,9 @@ class Command(BaseCommand):
                 log_level="warning",
                 lifespan="off",
                 ws="websockets-sansio",
+                # X-Forwarded-For believed from KILN_TRUSTED_PROXIES only (none by default),
+                # as Kiln's own client address does; uvicorn's default trusts loopback.
+                **proxies.uvicorn_options(settings.KILN_TRUSTED_PROXIES),
             )
             uvicorn.Server(config).run()
         finally:
@@ -101,5 +104,13 @@ class Command(BaseCommand):
                 out(
                     f'  curl -H "Authorization: Bearer $KILN_TOKEN_ENGINEER" http://{host}:{port}/api/v1/me/'
                 )
+            out("")
+            out(
+                f"Sign-in locks after {settings.KILN_LOGIN_FAILURE_LIMIT} wrong passwords for one "
+                f"user from one address ({settings.KILN_LOGIN_ADDRESS_FAILURE_LIMIT} over all "
+                f"users), for {settings.KILN_LOGIN_COOLOFF_MINUTES:g} minutes. To lift it now:"
+            )
+            out("  env -u DATABASE_URL -u REDIS_URL .venv/bin/python manage.py login_unlock <username>")
+            out("  (or --address <ip>, or --all)")
         out("", ending="\n")
         self.stdout.flush()
