@@ -39,6 +39,8 @@ ALG_ED25519 = 0x01  # signed-note signature type of an Ed25519 note signature
 ALG_COSIGNATURE = 0x04  # C2SP tlog-cosignature/v1 (Ed25519 over the timestamped checkpoint)
 SIG_PREFIX = "\u2014 "
 COSIGNATURE_HEADER = "cosignature/v1\n"
+SIZE_MAX = 2**64 - 1  # a checkpoint's tree size is a u64 (C2SP tlog-checkpoint)
+SIZE_DIGITS = len(str(SIZE_MAX))  # 20
 
 
 class ProofError(ValueError):
@@ -270,8 +272,19 @@ def parse_checkpoint(body: str) -> CheckpointHead:
     if len(lines) < 4:
         raise NoteError("checkpoint needs origin, size and hash lines")
     size_text = lines[1]
-    if not size_text.isdigit() or (size_text != "0" and size_text.startswith("0")):
-        raise NoteError(f"checkpoint size {size_text!r} is not a decimal number")
+    # ASCII digits only (str.isdigit also takes "²", which int() refuses), no leading zero, and
+    # at most a u64's 20 digits (int() refuses 4,300 and more; C2SP sizes are u64).
+    if (
+        not (size_text.isascii() and size_text.isdigit())
+        or len(size_text) > SIZE_DIGITS
+        or (size_text != "0" and size_text.startswith("0"))
+        or int(size_text) > SIZE_MAX
+    ):
+        shown = repr(size_text) if len(size_text) <= 40 else repr(size_text[:37]) + "..."
+        raise NoteError(
+            f"checkpoint size {shown} is not an ASCII decimal number of at most "
+            f"{SIZE_DIGITS} digits (a u64, no leading zeros)"
+        )
     try:
         root = base64.b64decode(lines[2], validate=True)
     except ValueError as exc:
@@ -317,8 +330,16 @@ def verify_bundle(
     bundle: dict, key_text: str, witness_keys: Sequence[str] = (), quorum: int = 0
 ) -> CheckpointHead:
     """Check a per-event proof bundle offline; VerificationError names the entry index."""
-    head = verify_checkpoint(bundle["checkpoint"], key_text, witness_keys, quorum)
-    index, entry = int(bundle["index"]), bundle["entry"].encode("utf-8")
+    index, text, note = bundle["index"], bundle["entry"], bundle["checkpoint"]
+    if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+        raise VerificationError(f"the bundle's index {str(index)[:40]!r} is not a leaf index")
+    if not isinstance(text, str) or not isinstance(note, str):
+        raise VerificationError("the bundle's entry or checkpoint is not text", index)
+    head = verify_checkpoint(note, key_text, witness_keys, quorum)
+    try:
+        entry = text.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate: no canonical entry holds one
+        raise VerificationError(f"entry at index {index} is not UTF-8 text", index) from exc
     try:
         seq = json.loads(entry)["seq"]
     except (ValueError, KeyError, TypeError) as exc:

@@ -209,13 +209,26 @@ class HttpLog:
             raise LogUnavailable(f"{path}: {exc}") from exc
 
     def checkpoint(self) -> str:
-        return self._call("/audit/tlog/checkpoint").decode("utf-8")
+        """The log's latest checkpoint note; LogUnavailable when it is not UTF-8 text."""
+        try:
+            return self._call("/audit/tlog/checkpoint").decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise LogUnavailable(
+                f"/audit/tlog/checkpoint: the note is not UTF-8 text ({exc})"
+            ) from exc
 
     def tile(self, level: int, index: int, width: int) -> bytes:
         return self._call(f"/audit/tlog/tile/{level}/{merkle.tile_index_path(index, width)}")
 
     def submit(self, note: str) -> dict:
-        return json.loads(self._call("/audit/tlog/cosignature", note.encode("utf-8")))
+        """Post a cosigned note; the log's JSON answer (LogUnavailable when it is not JSON)."""
+        answer = self._call("/audit/tlog/cosignature", note.encode("utf-8"))
+        try:
+            return json.loads(answer)
+        except ValueError as exc:  # UnicodeDecodeError included
+            raise LogUnavailable(
+                f"/audit/tlog/cosignature: the answer is not JSON ({exc})"
+            ) from exc
 
 
 def now() -> int:
