@@ -106,6 +106,11 @@ class NodeSerializer(serializers.Serializer):
         help_text="Requests Workload Commitment counts (DaemonSets left out)."
     )
     pods = PodSerializer(many=True)
+    hidden_pods = serializers.IntegerField(
+        min_value=0,
+        help_text="Pods on it the caller may not see (other teams', the platform's): counted, "
+        "not named.",
+    )
 
     class Meta:
         ref_name = "SchedulerNode"

@@ -3,7 +3,10 @@
 Everything is read through the cluster interface (`kiln/cluster`), one list per kind, and
 filtered by what the viewer may see (`kiln.identity.permissions.can_view_node` and
 `can_view_pod`): a node an environment's NodePool launched belongs to that environment's
-team, found from its Namespace's `kiln.dev/team` label.
+team, found from its Namespace's `kiln.dev/team` label; so does a pod of that namespace, and a
+tenant control plane's pod in the shared management namespace (`kiln.dev/tenant-control-plane`
+names the namespace it serves). A pod the viewer may not see is counted on its node, never
+named: a pod no team owns can carry another team's environment in its name.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from kiln.cluster import DeliveryBackend
+from kiln.cluster import DeliveryBackend, DeliveryError
+from kiln.cluster.nodes import L_TENANT_CONTROL_PLANE
 from kiln.identity.permissions import Actor, can_view_node, can_view_pod
 from scheduler import commitment, nodesync, scoring
 from scheduler.models import (
@@ -25,6 +29,7 @@ from scheduler.models import (
     ZONE_LABEL,
     CapacityType,
     CommitmentSample,
+    Node,
 )
 from scheduler.reclaim_reads import ReclaimView, reclaim_list
 
@@ -83,6 +88,7 @@ class NodeView:
     requested: dict[str, int]
     committed: dict[str, int]
     pods: list[PodView] = field(default_factory=list)
+    hidden_pods: int = 0  # pods on it the viewer may not see: counted, not named
 
 
 def _explanation(pod: dict[str, Any]) -> Any:
@@ -125,7 +131,20 @@ def pod_view(pod: dict[str, Any]) -> PodView | None:
     )
 
 
-def _namespace_teams(backend: DeliveryBackend) -> dict[str, str]:
+def pod_team(pod: dict[str, Any], teams: dict[str, str]) -> str | None:
+    """The team a pod belongs to: its namespace's, or for a tenant control plane's pod in the
+    management namespace the team of the namespace it serves; None when no team owns it."""
+    metadata = pod.get("metadata") or {}
+    team = teams.get(str(metadata.get("namespace") or ""))
+    if team is not None:
+        return team
+    served = str((metadata.get("labels") or {}).get(L_TENANT_CONTROL_PLANE) or "")
+    namespace, dot, _ = served.partition(".")
+    return teams.get(namespace) if dot else None
+
+
+def namespace_teams(backend: DeliveryBackend) -> dict[str, str]:
+    """Each namespace's team, from its `kiln.dev/team` label (namespaces no team owns left out)."""
     teams = {}
     for ns in backend.list("v1", "Namespace"):
         metadata = ns.get("metadata") or {}
@@ -144,6 +163,7 @@ class ClusterState:
     pending: list[PodView]
     commitment: commitment.Commitment
     reclaims: list[ReclaimView] = field(default_factory=list)
+    hidden_pending: int = 0  # pending pods the viewer may not see: counted, not named
 
 
 def cluster_state(
@@ -154,19 +174,25 @@ def cluster_state(
     filters = filters or NodeFilter()
     raw_nodes = backend.list("v1", "Node", include_deleting=False)
     raw_pods = backend.list("v1", "Pod")
-    teams = _namespace_teams(backend)
+    teams = namespace_teams(backend)
     figures = nodesync.commitment_of(raw_nodes, raw_pods)
     by_node = {n.name: n for n in figures.nodes}
     requested = nodesync.requested_by_node(raw_pods)
     pods_on: dict[str, list[PodView]] = {}
+    hidden_on: dict[str, int] = {}
     pending: list[PodView] = []
+    hidden_pending = 0
     for pod in raw_pods:
         view = pod_view(pod)
         if view is None or view.phase in commitment.TERMINAL_PHASES:
             continue
-        if not can_view_pod(viewer, team=teams.get(view.namespace)):
-            continue
         node = (pod.get("spec") or {}).get("nodeName")
+        if not can_view_pod(viewer, team=pod_team(pod, teams)):
+            if node:
+                hidden_on[node] = hidden_on.get(node, 0) + 1
+            else:
+                hidden_pending += 1
+            continue
         if node:
             pods_on.setdefault(node, []).append(view)
         else:
@@ -206,11 +232,28 @@ def cluster_state(
                 )
             ),
             pods=sorted(pods_on.get(observed.name, []), key=lambda p: (p.namespace, p.name)),
+            hidden_pods=hidden_on.get(observed.name, 0),
         )
         if _matches(view, filters):
             nodes.append(view)
     reclaims = reclaim_list(viewer=viewer, pods=raw_pods, teams=teams)
-    return ClusterState(nodes, pending, figures, reclaims)
+    return ClusterState(nodes, pending, figures, reclaims, hidden_pending)
+
+
+def visible_node_names(*, viewer: Actor, backend: DeliveryBackend) -> set[str]:
+    """The stored inventory's nodes the viewer may see, by the node list's rule (the score
+    explainer lists no other: an environment's node is named after its NodePool)."""
+    try:
+        teams = namespace_teams(backend)
+    except DeliveryError:  # owners unknown: environments' nodes only for who sees every team
+        teams = {}
+    visible = set()
+    for name, labels in Node.objects.values_list("name", "labels"):
+        environment = str((labels or {}).get(ENVIRONMENT_LABEL) or "")
+        team = teams.get(environment) if environment else None
+        if can_view_node(viewer, environment=environment, team=team):
+            visible.add(name)
+    return visible
 
 
 def _matches(node: NodeView, filters: NodeFilter) -> bool:

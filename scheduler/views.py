@@ -93,8 +93,13 @@ def score_explain(request: HttpRequest) -> HttpResponse:
     if not form.is_valid():
         return render(request, "scheduler/_explain.html", {"form": form, "rows": None}, status=400)
     pod = form.pod()
+    visible = cluster_reads.visible_node_names(
+        viewer=actor_from_request(request), backend=get_backend()
+    )
+    scored = selectors.score_explain(pod)
+    rows = [r for r in scored if r.name in visible]
     return render(
         request,
         "scheduler/_explain.html",
-        {"form": form, "pod": pod, "rows": selectors.score_explain(pod)},
+        {"form": form, "pod": pod, "rows": rows, "hidden_nodes": len(scored) - len(rows)},
     )

@@ -38,6 +38,9 @@ L_ENVIRONMENT = "kiln.dev/environment"
 L_WORKLOAD_CLASS = "kiln.dev/workload-class"
 L_HOSTNAME = "kubernetes.io/hostname"
 L_OS = "kubernetes.io/os"
+# On a tenant control plane's pods in the shared management namespace: `<namespace>.<name>` of
+# the TenantControlPlane they serve, so the pods are shown to that namespace's team.
+L_TENANT_CONTROL_PLANE = "kiln.dev/tenant-control-plane"
 A_SCORE_EXPLANATION = "kiln.dev/score-explanation"
 # Karpenter's own marks: the taint it puts on a node it is disrupting (spot notice, expiry,
 # consolidation), so nothing new lands there while it drains.

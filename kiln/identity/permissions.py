@@ -236,11 +236,15 @@ def can_view_node(actor: Actor, *, environment: str | None, team: str | None) ->
 
 
 def can_view_pod(actor: Actor, *, team: str | None) -> bool:
-    """A pod bound to a node: any Kiln role for pods of namespaces no team owns (platform
-    components), else whoever may view that team's environments."""
+    """A pod, by name: whoever may view its team's environments; a pod no team owns (the
+    platform's namespaces, the management namespace that runs every tenant control plane as
+    `tcp-<namespace>-<name>`) platform admins only, since its name can carry another team's
+    environment. Who may not see a pod sees it counted, never named."""
     if not has_any_role(actor):
         return False
-    return team is None or can_view_environment(actor, team)
+    if team is None:
+        return PLATFORM_ADMIN in actor.roles
+    return can_view_environment(actor, team)
 
 
 def can_move_environment(actor: Actor, to: str) -> bool:

@@ -22,7 +22,7 @@ from django.db import transaction
 
 import audit
 from kiln.cluster import AppliedRef, DeliveryBackend, DeliveryError
-from kiln.cluster.nodes import L_ENVIRONMENT, L_WORKLOAD_CLASS, name_of
+from kiln.cluster.nodes import L_ENVIRONMENT, L_TENANT_CONTROL_PLANE, L_WORKLOAD_CLASS, name_of
 from kiln.identity.permissions import system_actor
 
 ACTOR = "karpenter"
@@ -209,7 +209,7 @@ def _control_plane(tcp: dict) -> dict:
         memory="1Gi",
         tolerations=[{**MANAGEMENT_TAINT, "operator": "Equal"}],
         node_selector={"karpenter.sh/nodepool": MANAGEMENT_POOL},
-        labels={"kiln.dev/tenant-control-plane": f"{namespace}.{name_of(tcp)}"[:63]},
+        labels={L_TENANT_CONTROL_PLANE: f"{namespace}.{name_of(tcp)}"[:63]},
     )
 
 

@@ -177,9 +177,10 @@ def cluster_pod(
     workload_class: str | None = "standard",
     phase: str | None = None,
     explanation: dict | None = None,
+    labels: dict[str, str] | None = None,
 ) -> dict:
     """Apply a v1 Pod (bound to `node`, or pending as Unschedulable) to the simulated cluster."""
-    labels = {"app": name.rsplit("-", 1)[0]}
+    labels = {"app": name.rsplit("-", 1)[0], **(labels or {})}
     if workload_class is not None:
         labels["kiln.dev/workload-class"] = workload_class
     requests = {"cpu": cpu, "memory": memory}
