@@ -1,6 +1,6 @@
 from django.apps import AppConfig
 
-from kiln import health, standalone
+from kiln import health, observability, standalone
 
 
 class AuditConfig(AppConfig):
@@ -13,8 +13,9 @@ class AuditConfig(AppConfig):
         # Not at the top: Django imports this module before any model, and the runtime imports
         # the models (through the writer, the relay and the selectors), so the import waits
         # for ready(), where Django says to make it.
-        from audit import runtime
+        from audit import metrics, runtime
 
         health.register("audit_writer", runtime.writer_lag_check)
+        observability.add_scrape_collector(metrics.AuditLagCollector(), kind="audit-writer")
         standalone.add_service(runtime.relay_service)
         standalone.add_service(runtime.writer_service)

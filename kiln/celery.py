@@ -4,7 +4,7 @@ import os
 
 from celery import Celery
 
-from kiln import task_recovery
+from kiln import celery_metrics, task_recovery
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kiln.settings")
 
@@ -14,3 +14,5 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 # A SIGKILLed worker's unacknowledged messages go back on the queue (kiln/task_recovery.py).
 task_recovery.install(app)
+# Task failures and queue depths; the worker's and beat's /metrics and probes (kiln/celery_metrics.py).
+celery_metrics.install(app)

@@ -19,7 +19,12 @@ Metrics: each process counts its own. When the web runs as several processes (`u
 --workers`), PROMETHEUS_MULTIPROC_DIR names a directory they all write their counts to, and
 `/metrics` (`exposition()`) answers the sum of every process's, so a scrape that lands on any of
 them sees the whole web. Figures read from the database when scraped (`add_scrape_collector`)
-are the same in every process and exported once.
+are the same in every process, so each is exported by one process kind only (the commitment by the
+web, the audit writer's lag by the writer, the queue depths by beat...): `exposition(kind)`.
+
+Names follow Prometheus conventions (`promtool check metrics` passes on every kind's output,
+tests/kiln/test_metrics_exposition.py): base units, `_total` on counters, and no `_created`
+series beside every counter and histogram (they doubled the series for no reader).
 """
 
 from __future__ import annotations
@@ -41,9 +46,22 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
+
+disable_created_metrics()
+
+# The process kinds, each serving /metrics, /healthz and /readyz on its own port
+# (docs/operations.md#metrics-and-probes); the web's is its own HTTP port.
+KINDS = ("web", "worker", "beat", "audit-writer", "scheduler-extender", "chaos-reaper")
 
 _lock = threading.Lock()
 _configured = False
@@ -62,28 +80,46 @@ HTTP_LATENCY = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
 
-_scrape_collectors: dict[type, Collector] = {}
+_scrape_collectors: dict[str, dict[type, Collector]] = {kind: {} for kind in KINDS}
 
 
-def add_scrape_collector(collector: Collector) -> None:
-    """Export a collector that reads its figures when scraped (one of each kind: an app's
-    ready() may run more than once)."""
+def add_scrape_collector(collector: Collector, kind: str = "web") -> None:
+    """Export, from the process kind `kind` only, a collector that reads its figures when scraped
+    (one of each type: an app's ready() may run more than once)."""
+    if kind not in _scrape_collectors:
+        raise ValueError(f"unknown process kind {kind!r}; one of {', '.join(KINDS)}")
     with _lock:
-        if type(collector) in _scrape_collectors:
-            return
-        _scrape_collectors[type(collector)] = collector
-    REGISTRY.register(collector)
+        _scrape_collectors[kind].setdefault(type(collector), collector)
 
 
-def exposition() -> bytes:
-    """The Prometheus text of `/metrics`: this process's metrics, or, under
-    PROMETHEUS_MULTIPROC_DIR, the sum over every process that writes there."""
+class _Forward(Collector):
+    """Every metric of another registry (the process's default one)."""
+
+    def __init__(self, source: CollectorRegistry) -> None:
+        self.source = source
+
+    def collect(self):
+        """The source registry's metrics."""
+        return self.source.collect()
+
+    def describe(self) -> list:
+        """Nothing: registering must not collect."""
+        return []
+
+
+def exposition(*kinds: str) -> bytes:
+    """The Prometheus text of `/metrics` for the process kinds `kinds` (default the web): this
+    process's metrics, or, under PROMETHEUS_MULTIPROC_DIR, the sum over every process that
+    writes there, and the scrape-time figures those kinds export."""
+    registry = CollectorRegistry(auto_describe=False)
     directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
-    if not directory:
-        return generate_latest(REGISTRY)
-    registry = CollectorRegistry()
-    MultiProcessCollector(registry, path=directory)
-    for collector in list(_scrape_collectors.values()):
+    if directory:
+        MultiProcessCollector(registry, path=directory)
+    else:
+        registry.register(_Forward(REGISTRY))
+    with _lock:
+        extra = [c for kind in (kinds or ("web",)) for c in _scrape_collectors[kind].values()]
+    for collector in extra:
         registry.register(collector)
     return generate_latest(registry)
 

@@ -61,8 +61,10 @@ def readyz(request: HttpRequest) -> JsonResponse:
 
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
-    """Prometheus text exposition of the web's metrics (every web process's, when several)."""
-    return HttpResponse(observability.exposition(), content_type=CONTENT_TYPE_LATEST)
+    """Prometheus text exposition of the web's metrics (every web process's, when several); in
+    standalone the one process is every kind, so it exports every kind's figures."""
+    kinds = observability.KINDS if settings.STANDALONE else ("web",)
+    return HttpResponse(observability.exposition(*kinds), content_type=CONTENT_TYPE_LATEST)
 
 
 class ApiRootView(APIView):

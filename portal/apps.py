@@ -17,7 +17,10 @@ class PortalConfig(AppConfig):
         # The home page's panels register the same way (kiln.dashboard), and so does the
         # in-process transport of the simulated tenant API servers' audit batches: Kiln's own
         # sink service, what the HTTP view calls (kiln.cluster.simulated_tenant).
+        from kiln import observability
         from portal import dashboard, tasks  # noqa: F401
+        from portal.metrics import ReaperBacklogCollector
         from portal.services.tenant_audit import tenant_audit_deliver
 
         set_audit_transport(tenant_audit_deliver)
+        observability.add_scrape_collector(ReaperBacklogCollector(), kind="beat")

@@ -18,5 +18,8 @@ class ChaosConfig(AppConfig):
         from canary import extensions
         from canary.chaos import dashboard, tasks  # noqa: F401
         from canary.chaos.actuators import apply_keeping_faults, fault_effect
+        from canary.chaos.reaper import FaultsPastLeaseCollector
+        from kiln import observability
 
         extensions.install(writer=apply_keeping_faults, faults=fault_effect)
+        observability.add_scrape_collector(FaultsPastLeaseCollector(), kind="chaos-reaper")

@@ -2,6 +2,11 @@
 
 Runs as the beat task `chaos.tasks.chaos_reap` and as the process
 `manage.py chaos_reaper`; idempotent, so any number of reapers may run.
+
+Metrics: `kiln_chaos_reaper_reverts_total{reason}` (faults the reaper reverted),
+`kiln_chaos_reaper_strays_removed_total` (fault objects no live injection accounts for) and,
+read when the reaper process is scraped, `kiln_chaos_faults_past_lease`: live faults the reaper
+would revert now. A pass reverts them, so one that stays above zero is a fault outliving its lease.
 """
 
 from __future__ import annotations
@@ -10,7 +15,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db import DatabaseError
 from django.utils import timezone
+from prometheus_client import Counter
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from canary.chaos import actuators
 from canary.chaos.leases import reap_due
@@ -19,6 +28,12 @@ from canary.chaos.selectors import lease_state, live_injections, timings_of
 from canary.chaos.services import delivery_backend, experiment_end, fault_revert
 from kiln.cluster import AppliedRef
 from kiln.identity.permissions import system_actor
+
+REVERTS = Counter("kiln_chaos_reaper_reverts_total", "Faults reverted by the reaper", ["reason"])
+STRAYS = Counter(
+    "kiln_chaos_reaper_strays_removed_total",
+    "Fault objects deleted by the reaper because no live injection accounts for them",
+)
 
 
 @dataclass
@@ -67,6 +82,7 @@ def chaos_reap(
             result.reverted.append(injection.pk)
         elif fault_revert(injection_id=injection.pk, actor=actor, reason=reason, backend=backend):
             result.reverted.append(injection.pk)
+            REVERTS.labels(_reason_label(reason)).inc()
     # Experiments nobody finishes: past the hard maximum, or past their duration with the lease lapsed.
     for exp in ChaosExperiment.objects.filter(
         status=ExperimentStatus.RUNNING, started_at__isnull=False
@@ -89,7 +105,41 @@ def chaos_reap(
                 )
             result.ended.append(str(exp.pk))
     result.strays = _sweep_strays(backend, dry_run=dry_run)
+    if not dry_run and result.strays:
+        STRAYS.inc(len(result.strays))
     return result
+
+
+def _reason_label(reason: str) -> str:
+    """A reason as a label value of few values: "experiment completed" -> "experiment_ended"."""
+    return "experiment_ended" if reason.startswith("experiment ") else reason.replace(" ", "_")
+
+
+def faults_past_lease(now: datetime | None = None) -> int:
+    """Live faults the reaper would revert now (lease lapsed or ended, experiment over, overdue)."""
+    now = now or timezone.now()
+    return sum(1 for injection in live_injections() if _reap_reason(injection, now) is not None)
+
+
+class FaultsPastLeaseCollector(Collector):
+    """`kiln_chaos_faults_past_lease`, read when scraped."""
+
+    def collect(self):
+        """Count the live faults past their lease now; nothing while the database is away."""
+        try:
+            count = faults_past_lease()
+        except DatabaseError:
+            return
+        family = GaugeMetricFamily(
+            "kiln_chaos_faults_past_lease",
+            "Live chaos faults whose lease lapsed or ended and that are not reverted yet",
+        )
+        family.add_metric([], float(count))
+        yield family
+
+    def describe(self) -> list:
+        """Nothing: registering must not read the database."""
+        return []
 
 
 def _sweep_strays(backend: Any, *, dry_run: bool) -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ from datetime import timedelta
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
+from prometheus_client import Counter
 
 import audit
 from audit.models import ChainEvent
@@ -31,6 +32,11 @@ from portal.services.tenant_cluster import ACK_STEP, tenant_audit_acknowledged
 
 REAPER = "reaper"
 DELETED, PENDING, QUARANTINED, NOOP = "deleted", "pending", "quarantined", "noop"
+QUARANTINES = Counter(
+    "kiln_portal_quarantines_total",
+    "Teardowns that ran out of their deadline and were quarantined, by environment class",
+    ["env_class"],
+)
 
 
 def environment_teardown_request(
@@ -156,6 +162,8 @@ def _quarantine(*, env: Environment, reason: str, remaining: list[str]) -> str:
         updates={"quarantine_owner": owner},
         data={"owner": owner.get_username(), "remaining": remaining},
     )
+    # Counted once the transition is committed: a rolled-back quarantine did not happen.
+    transaction.on_commit(lambda: QUARANTINES.labels(env.env_class).inc())
     return QUARANTINED
 
 

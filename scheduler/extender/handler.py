@@ -30,8 +30,8 @@ FILTER, PRIORITIZE = "filter", "prioritize"
 VERBS = (FILTER, PRIORITIZE)
 
 EXTENDER_SECONDS = Histogram(
-    "kiln_scheduler_extender_seconds",
-    "Time to answer one extender call",
+    "kiln_scheduler_extender_request_duration_seconds",
+    "Time to answer one extender call (answered calls; refused ones count in the errors)",
     ["verb"],
     buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5),
 )

@@ -24,6 +24,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
+from prometheus_client import Counter
 
 import audit
 from kiln.cluster import AppliedRef, DeliveryBackend
@@ -48,6 +49,13 @@ ACTOR = "karpenter"
 MONTH_SECONDS = 30 * 86400
 TOP_BAND = 0.25  # the midpoint of the >20% band, the likelihood's denominator
 NOTICE_MESSAGE = "Spot interruption warning: the instance will be reclaimed in two minutes"
+# Pods evicted by a reclaim notice, by workload class: a latency-sensitive one means the filter
+# that keeps them off spot was bypassed (an alert, deploy/monitoring/prometheus-rules.yaml).
+SPOT_RECLAIMED_PODS = Counter(
+    "kiln_scheduler_spot_reclaimed_pods_total",
+    "Pods evicted by a spot reclaim notice, by workload class",
+    ["workload_class"],
+)
 
 
 def monthly_rate(bucket: int | None) -> float:
@@ -97,6 +105,8 @@ def node_reclaim_notice(
         live = backend.get("v1", "Node", None, name) or node
         on_node = {f"{_ns(p)}/{name_of(p)}": p for p in pod_list(backend, node=name)}
         evicted = node_drain(backend=backend, node=live, reason="SpotInterrupted", delete=False)
+        # Which workload each evicted pod belongs to: its replacement is that workload's.
+        moved = [_moved(key, on_node.get(key)) for key in evicted]
         audit.record(
             system_actor(ACTOR),
             "scheduler.node.reclaim_noticed",
@@ -108,11 +118,16 @@ def node_reclaim_notice(
                 "zone": labels.get(L_ZONE, ""),
                 "reclaim_at": _iso(at),
                 "evicted": evicted,
-                # Which workload each evicted pod belongs to: its replacement is that workload's.
-                "moved": [_moved(key, on_node.get(key)) for key in evicted],
+                "moved": moved,
             },
         )
+        transaction.on_commit(lambda: _count_reclaimed(moved))
     return evicted
+
+
+def _count_reclaimed(moved: list[dict[str, str]]) -> None:
+    for pod in moved:
+        SPOT_RECLAIMED_PODS.labels(pod["workload_class"] or "unknown").inc()
 
 
 def _ns(obj: dict) -> str:

@@ -135,6 +135,7 @@ def test_metrics_export_the_last_commitment_sample(cluster, processes, tmp_path,
     text = Client().get("/metrics").content.decode()
     assert text.count("# TYPE kiln_workload_commitment_ratio gauge") == 1
     assert 'kiln_workload_commitment_ratio{resource="cpu"} 0.25' in text
-    assert 'kiln_workload_commitment_pending{resource="cpu"} 8000.0' in text
-    assert 'kiln_workload_commitment_node_ratio{quantile="max",resource="cpu"} 0.5' in text
+    # 8000 millicores pending: 8 cores, in the name's base unit.
+    assert "kiln_workload_commitment_pending_cpu_cores 8.0" in text
+    assert 'kiln_workload_commitment_node_ratio{resource="cpu",statistic="max"} 0.5' in text
     assert "kiln_workload_pending_pods 1.0" in text

@@ -8,8 +8,10 @@ import threading
 
 from django.core.management.base import BaseCommand, CommandError
 
-from audit.topic import TopicUnavailable
+from audit.metrics import LagWatch
+from audit.topic import TopicUnavailable, get_topic
 from audit.writer import AuditWriter
+from kiln import health, metrics_server
 
 
 class Command(BaseCommand):
@@ -41,6 +43,13 @@ class Command(BaseCommand):
                 raise CommandError(f"audit topic unavailable: {exc}") from exc
             self.stdout.write(json.dumps(stats.__dict__))
             return
+        # /metrics and probes on KILN_METRICS_PORT (9103 in deploy/): ready while the database
+        # and the stream answer, live unless the lag keeps growing past its bound.
+        metrics_server.start_from_env(
+            "audit-writer",
+            live={"lag": LagWatch().check},
+            ready={"database": health.database, "stream": _stream_check},
+        )
         stop = threading.Event()
         previous = {
             sig: signal.signal(sig, lambda *_: stop.set())
@@ -53,3 +62,8 @@ class Command(BaseCommand):
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         self.stdout.write(json.dumps(stats.__dict__))
+
+
+def _stream_check() -> dict:
+    """The audit stream answers: its backlog (published, not yet acknowledged)."""
+    return {"ok": True, "pending": get_topic().backlog()}

@@ -7,10 +7,12 @@ import ssl
 import uvicorn
 from django.core.management.base import BaseCommand, CommandError
 
+from kiln import health, metrics_server, observability
 from scheduler import scoring_kernel, selectors
 from scheduler.bench import synthetic_snapshot
 from scheduler.extender import lookup
 from scheduler.extender.handler import ExtenderASGI
+from scheduler.extender.probes import ExtenderState, certificate_not_after
 from scheduler.extender.server import ExtenderHttpProtocol
 
 
@@ -40,12 +42,22 @@ class Command(BaseCommand):
             raise CommandError("--tls-cert and --tls-key go together")
         if opts["client_ca"] and not opts["tls_cert"]:
             raise CommandError("--client-ca needs --tls-cert and --tls-key")
+        # /metrics and probes on KILN_METRICS_PORT (9104 in deploy/), not ready until the
+        # inventory is loaded and the kernels are warm.
+        state = ExtenderState()
+        if opts["tls_cert"]:
+            state.not_after = certificate_not_after(opts["tls_cert"])
+        observability.add_scrape_collector(state, kind="scheduler-extender")
+        metrics_server.start_from_env(
+            "scheduler-extender",
+            ready={"inventory": state.inventory_check, "database": health.database},
+        )
         source = None
         if opts["bench_nodes"] > 0:
             snapshot = synthetic_snapshot(opts["bench_nodes"])
             source = lambda: snapshot  # noqa: E731
         else:
-            selectors.node_snapshot()  # fail fast if the database is unreachable
+            snapshot = selectors.node_snapshot()  # fail fast if the database is unreachable
         tls = {}
         if opts["tls_cert"]:
             tls = {"ssl_certfile": opts["tls_cert"], "ssl_keyfile": opts["tls_key"]}
@@ -54,6 +66,7 @@ class Command(BaseCommand):
         # Compile or load the kernels before the first call waits on them.
         scoring_kernel.warm_up()
         lookup.warm_up()
+        state.inventory_loaded(len(snapshot.names))
         self.stderr.write(f"scheduler extender on {opts['host']}:{opts['port']}")
         uvicorn.run(
             ExtenderASGI(source),
