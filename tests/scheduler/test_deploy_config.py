@@ -1,5 +1,6 @@
-"""deploy/scheduler: the KubeSchedulerConfiguration that wires the extender in, checked against the
-documented kubescheduler.config.k8s.io/v1 schema, and the extender's own manifests."""
+"""The KubeSchedulerConfigurations that wire the extender in (deploy/scheduler for a self-managed
+control plane, the second-scheduler overlay's for managed clusters), checked against the documented
+kubescheduler.config.k8s.io/v1 schema, and the extender's rendered manifests."""
 
 from __future__ import annotations
 
@@ -12,7 +13,13 @@ import yaml
 from django.conf import settings
 from django.urls import resolve
 
-DEPLOY = Path(settings.BASE_DIR) / "deploy" / "scheduler"
+from tests.deploy.manifests import render
+
+DEPLOY = Path(settings.BASE_DIR) / "deploy"
+CONFIGS = {
+    "self-managed": DEPLOY / "scheduler" / "kube-scheduler-config.yaml",
+    "second-scheduler": DEPLOY / "overlays" / "second-scheduler" / "kube-scheduler-config.yaml",
+}
 
 # Field names and types of kubescheduler.config.k8s.io/v1 (k8s.io/kube-scheduler/config/v1/types.go).
 PLUGIN = {"name": str, "weight": int}
@@ -68,9 +75,9 @@ def check(value, schema, path: str = "$") -> list[str]:
     return [] if isinstance(value, schema) else [f"{path}: expected {schema.__name__}"]
 
 
-@pytest.fixture(scope="module")
-def config() -> dict:
-    return yaml.safe_load((DEPLOY / "kube-scheduler-config.yaml").read_text())
+@pytest.fixture(scope="module", params=sorted(CONFIGS))
+def config(request) -> dict:
+    return yaml.safe_load(CONFIGS[request.param].read_text())
 
 
 def test_config_matches_the_v1_schema(config):
@@ -118,25 +125,69 @@ def test_profile_turns_off_the_spreading_scorers_but_keeps_fit_filtering(config)
     assert "filter" not in profile["plugins"]
 
 
-def test_extender_manifests(config):
-    docs = list(yaml.safe_load_all((DEPLOY / "extender.yaml").read_text()))
-    kinds = {d["kind"]: d for d in docs}
-    assert {
-        "Deployment",
-        "Service",
-        "NetworkPolicy",
-        "ServiceAccount",
-        "ClusterRole",
-        "ClusterRoleBinding",
-    } <= set(kinds)
-    container = kinds["Deployment"]["spec"]["template"]["spec"]["containers"][0]
-    assert container["command"][:3] == ["python", "manage.py", "scheduler_extender"]
-    port = int(container["command"][container["command"].index("--port") + 1])
-    assert urlparse(config["extenders"][0]["urlPrefix"]).port == port
-    assert kinds["Service"]["spec"]["ports"][0]["port"] == port
-    policy = kinds["NetworkPolicy"]["spec"]
-    assert policy["policyTypes"] == ["Ingress"] and policy["ingress"][0]["ports"][0]["port"] == port
-    rules = kinds["ClusterRole"]["rules"]
-    assert rules == [
-        {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]}
+def test_extender_urls_name_the_rendered_service_in_namespace_kiln(config):
+    (extender,) = config["extenders"]
+    url = urlparse(extender["urlPrefix"])
+    objects = render("minimal")
+    (service,) = [
+        o
+        for o in objects
+        if o["kind"] == "Service" and o["metadata"]["name"] == "kiln-scheduler-extender"
     ]
+    assert url.hostname == f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc"
+    assert url.port in {p["port"] for p in service["spec"]["ports"]}
+    (deployment,) = [
+        o
+        for o in objects
+        if o["kind"] == "Deployment" and o["metadata"]["name"] == "kiln-scheduler-extender"
+    ]
+    command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert int(command[command.index("--port") + 1]) == url.port
+
+
+def test_second_scheduler_has_its_own_name_lease_and_kube_scheduler_rights():
+    config = yaml.safe_load(CONFIGS["second-scheduler"].read_text())
+    assert [p["schedulerName"] for p in config["profiles"]] == ["kiln-scheduler"]
+    assert config["leaderElection"]["resourceName"] == "kiln-scheduler"
+    assert config["leaderElection"]["resourceNamespace"] == "kiln"
+    objects = render("second-scheduler")
+    (deployment,) = [
+        o
+        for o in objects
+        if o["kind"] == "Deployment" and o["metadata"]["name"] == "kiln-kube-scheduler"
+    ]
+    spec = deployment["spec"]["template"]["spec"]
+    assert (
+        spec.get("schedulerName", "default-scheduler") == "default-scheduler"
+    )  # never schedules itself
+    (configmap,) = [
+        o
+        for o in objects
+        if o["kind"] == "ConfigMap"
+        and o["metadata"]["name"].startswith("kiln-kube-scheduler-config")
+    ]
+    assert yaml.safe_load(configmap["data"]["kube-scheduler-config.yaml"]) == config
+    assert {v["configMap"]["name"] for v in spec["volumes"] if "configMap" in v} == {
+        configmap["metadata"]["name"]
+    }
+    image = spec["containers"][0]["image"]
+    assert image.startswith("registry.k8s.io/kube-scheduler:v1.")
+    bound = {
+        o["roleRef"]["name"]
+        for o in objects
+        if o["kind"] in ("ClusterRoleBinding", "RoleBinding")
+        and {"kind": "ServiceAccount", "name": spec["serviceAccountName"], "namespace": "kiln"}
+        in o["subjects"]
+    }
+    assert {
+        "system:kube-scheduler",
+        "system:volume-scheduler",
+        "kiln-kube-scheduler-lease",
+    } <= bound
+    (lease_role,) = [
+        o
+        for o in objects
+        if o["kind"] == "Role" and o["metadata"]["name"] == "kiln-kube-scheduler-lease"
+    ]
+    assert {"resources": ["leases"], "resourceNames": ["kiln-scheduler"], "verbs": ["get", "update"],
+            "apiGroups": ["coordination.k8s.io"]} in lease_role["rules"]  # fmt: skip
