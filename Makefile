@@ -9,10 +9,10 @@ PORT ?= 8000
 export DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/kiln
 export REDIS_URL ?= redis://127.0.0.1:6379/0
 
-.PHONY: run test dev db bench loadtest lint services browser screenshots lock clean
+.PHONY: run test dev db bench loadtest lint services browser screenshots lock clean deploy-check
 
 # Outside standalone SECRET_KEY is required; these two local targets use a throwaway one.
-test dev db bench bench-% screenshots: export SECRET_KEY ?= insecure-local-test-and-dev-key-never-used-in-production
+test dev db bench bench-% screenshots deploy-check: export SECRET_KEY ?= insecure-local-test-and-dev-key-never-used-in-production
 dev: export KILN_SECURE_COOKIES ?= 0
 
 $(VENV)/.installed: requirements.lock
@@ -162,6 +162,15 @@ loadtest: $(VENV)/.installed db
 ## in docs/screenshots/
 screenshots: $(VENV)/.installed services browser
 	KILN_UPDATE_DOCS_SCREENSHOTS=1 $(PY) -m pytest -p no:cacheprovider -q tests/e2e/test_walk.py
+
+## deploy-check: render every overlay of deploy/ (kubectl kustomize), then tests/deploy: each object
+## strictly against Kubernetes 1.31 and 1.33 and the CRD schemas, cross-references, labels and
+## images, the migration hook, docs/install.md's commands, the RBAC proof (the suite runs them too)
+KUBECTL ?= $(shell command -v kubectl || echo $(VENV)/bin/kubectl)
+deploy-check: $(VENV)/.installed services
+	@for overlay in deploy/overlays/*/; do \
+	  echo "kubectl kustomize $$overlay"; $(KUBECTL) kustomize "$$overlay" > /dev/null || exit 1; done
+	$(PY) -m pytest -p no:cacheprovider -q tests/deploy tests/scheduler/test_deploy_config.py
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
