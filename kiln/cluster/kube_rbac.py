@@ -16,8 +16,10 @@ authorizer does (rules only grant; no deny):
 - discovery (`/api`, `/apis/...` without a resource) is allowed for any authenticated user, as
   the default `system:discovery` ClusterRoleBinding does.
 
-Tokens are issued by `issue_token(namespace, name)` for a rendered ServiceAccount; a request
-without a known token is `system:anonymous` and is allowed nothing.
+Tokens are issued by `issue_token(namespace, name)` for a rendered ServiceAccount, and by
+`admin_token()` for a member of `system:masters` (allowed everything, as kube-apiserver lets that
+group bypass authorization: a test seeds the cluster with it); a request without a known token
+is `system:anonymous` and is allowed nothing.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 ANONYMOUS = "system:anonymous"
+MASTERS = "system:masters"
 RBAC_KINDS = ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding", "ServiceAccount")
 VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
 
@@ -131,6 +134,12 @@ class RBACAuthorizer:
         self.tokens[token] = service_account_identity(namespace, name)
         return token
 
+    def admin_token(self) -> str:
+        """A bearer token for a cluster administrator (group `system:masters`)."""
+        token = secrets.token_urlsafe(24)
+        self.tokens[token] = Identity("kubernetes-admin", (MASTERS, "system:authenticated"))
+        return token
+
     def authenticate(self, authorization: str | None) -> Identity:
         """The identity of an `Authorization: Bearer <token>` header, else anonymous."""
         scheme, _, token = (authorization or "").partition(" ")
@@ -172,6 +181,8 @@ class RBACAuthorizer:
         """Whether any rule bound to `who` (cluster-wide, or in the request's namespace) allows it."""
         if who.user == ANONYMOUS:
             return False
+        if MASTERS in who.groups:
+            return True
         return any(
             rule_allows(rule, attrs)
             for rules in self._bound_rules(who, attrs.namespace)

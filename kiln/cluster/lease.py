@@ -3,11 +3,13 @@
 The kubernetes backend hands one out (`KubernetesBackend.lease_mirror`) so that
 a chaos lease also holds in the cluster: every write carries the Lease's
 resourceVersion (optimistic concurrency), and a 409 or another holder is a
-`LeaseConflict`.
+`LeaseConflict`. Any other refusal (a 403 when the ServiceAccount may not write Leases in
+the namespace) is a `DeliveryError` carrying the API server's message.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from datetime import datetime
 from typing import Any
@@ -15,9 +17,23 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from kiln.cluster.base import LeaseConflict
+from kiln.cluster.base import DeliveryError, LeaseConflict
 
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
+RETRYABLE = {408, 429, 500, 502, 503, 504}
+
+
+def _refused(what: str, exc: ApiException) -> DeliveryError:
+    """The API server's refusal as a DeliveryError with its own message (verb, resource, user)."""
+    try:
+        message = json.loads(exc.body or "{}").get("message", "") or exc.reason
+    except (ValueError, AttributeError):
+        message = exc.reason
+    return DeliveryError(
+        f"{what}: HTTP {exc.status} {message}".strip(),
+        retryable=exc.status in RETRYABLE,
+        extra={"status": exc.status},
+    )
 
 
 def _micro_time(value: datetime) -> str:
@@ -40,7 +56,7 @@ class KubernetesLease:
         except ApiException as exc:
             if exc.status == 404:
                 return None
-            raise
+            raise _refused(f"read Lease {self.namespace}/{self.name}", exc) from exc
 
     def write(
         self,
@@ -88,7 +104,7 @@ class KubernetesLease:
         except ApiException as exc:
             if exc.status == 409:
                 raise LeaseConflict(f"Lease {self.name} changed concurrently") from exc
-            raise
+            raise _refused(f"write Lease {self.namespace}/{self.name}", exc) from exc
 
     def delete(self) -> None:
         """Remove the Lease (idempotent)."""
@@ -96,4 +112,4 @@ class KubernetesLease:
             self.api.delete_namespaced_lease(self.name, self.namespace)
         except ApiException as exc:
             if exc.status != 404:
-                raise
+                raise _refused(f"delete Lease {self.namespace}/{self.name}", exc) from exc
