@@ -9,7 +9,7 @@ PORT ?= 8000
 export DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/kiln
 export REDIS_URL ?= redis://127.0.0.1:6379/0
 
-.PHONY: run test dev db bench loadtest lint services browser screenshots lock clean deploy-check
+.PHONY: run test dev db bench loadtest lint services browser prometheus-tools screenshots lock clean deploy-check
 
 # Outside standalone SECRET_KEY is required; these two local targets use a throwaway one.
 test dev db bench bench-% screenshots deploy-check: export SECRET_KEY ?= insecure-local-test-and-dev-key-never-used-in-production
@@ -45,11 +45,22 @@ browser:
 	  SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
+## prometheus-tools: promtool (Debian's prometheus package) for the metrics and alert rule tests;
+## only promtool is used: the package's server is not left running as a service
+prometheus-tools:
+	@test -x /usr/bin/promtool || { \
+	  echo "installing prometheus (promtool) from Debian packages"; \
+	  SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
+	    --no-install-recommends prometheus >/dev/null; \
+	  if command -v systemctl >/dev/null 2>&1 && systemctl is-system-running >/dev/null 2>&1; then \
+	    $$SUDO systemctl disable --now prometheus.service >/dev/null 2>&1 || :; fi; }
+
 ## test: the whole suite against PostgreSQL and Redis, as two pytest runs side by side: the
 ## tests marked slow (tests/conftest.py: browsers, real processes, faults; mostly waiting) on a
 ## test database and Redis database of their own, beside the rest; their output follows
 TEST_SLOW_REDIS_DB ?= 1
-test: $(VENV)/.installed services browser
+test: $(VENV)/.installed services browser prometheus-tools
 	$(PY) manage.py audit_setup_roles
 	@mkdir -p var; db="$${DATABASE_URL%%\?*}"; \
 	  DATABASE_URL="$${db}_slow" REDIS_URL="$${REDIS_URL%/*}/$(TEST_SLOW_REDIS_DB)" \
