@@ -353,7 +353,7 @@ class RolloutAbortApi(RolloutActionApi):
 
 @decision("rollouts_promote", ReasonInput, services.rollout_promote)
 class RolloutPromoteApi(RolloutActionApi):
-    """POST: promote by hand, overriding the analysis (approvers, platform admins)."""
+    """POST: promote by hand, overriding the analysis (the team's approvers, platform admins)."""
 
 
 @decision("rollouts_retry", RequiredReasonInput, services.rollout_retry)

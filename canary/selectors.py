@@ -9,11 +9,7 @@ from django.db.models import QuerySet
 
 from canary.models import Rollout, Service
 from kiln.errors import NotFound
-from kiln.identity.permissions import APPROVER, AUDITOR, PLATFORM_ADMIN, Actor
-
-
-def _sees_every_team(viewer: Actor) -> bool:
-    return bool(viewer.roles & {PLATFORM_ADMIN, APPROVER, AUDITOR})
+from kiln.identity.permissions import Actor, restrict_to_teams
 
 
 def _one(rows: QuerySet, key: Any, what: str) -> Any:
@@ -30,9 +26,9 @@ def _one(rows: QuerySet, key: Any, what: str) -> Any:
 
 def rollout_list(*, viewer: Actor, status: str | None = None) -> QuerySet[Rollout]:
     """Rollouts the viewer may see, newest first (ties by id: pages do not overlap)."""
-    qs = Rollout.objects.select_related("service__team")
-    if not _sees_every_team(viewer):
-        qs = qs.filter(service__team__slug__in=list(viewer.teams))
+    qs = restrict_to_teams(
+        Rollout.objects.select_related("service__team"), viewer, team_field="service__team__slug"
+    )
     if status:
         qs = qs.filter(status=status)
     return qs.order_by("-created_at", "-pk")
@@ -45,10 +41,9 @@ def rollout_get(*, viewer: Actor, rollout_id: Any) -> Rollout:
 
 def service_list(*, viewer: Actor) -> QuerySet[Service]:
     """Services the viewer may see."""
-    qs = Service.objects.select_related("team")
-    if _sees_every_team(viewer):
-        return qs.all()
-    return qs.filter(team__slug__in=list(viewer.teams))
+    return restrict_to_teams(
+        Service.objects.select_related("team"), viewer, team_field="team__slug"
+    )
 
 
 def service_get(*, viewer: Actor, service_id: Any) -> Service:

@@ -92,7 +92,7 @@ def rollout_detail(request, rollout_id):
             "analysis": selectors.rollout_analysis_view(rollout),
             "charts": chart_tables(selectors.rollout_ticks(rollout)),
             "can_manage": can_manage_rollout(actor, rollout.service.team.slug),
-            "can_promote": can_promote_rollout(actor),
+            "can_promote": can_promote_rollout(actor, rollout.service.team.slug),
             "action_form": RolloutActionForm(),
         },
     )

@@ -97,7 +97,9 @@ class EnvironmentAdmin(KilnModelAdmin):
     view_predicate = staticmethod(_can_view)
 
     def get_queryset(self, request):
-        return super().get_queryset(request).select_related("team", "request__requested_by")
+        # The portal's own rule of who sees which team's environments (approvers: their teams).
+        qs = super().get_queryset(request).select_related("team", "request__requested_by")
+        return permissions.restrict_to_teams(qs, admin_actor(request), team_field="team__slug")
 
     @admin.display(description="plan")
     def plan(self, obj: Environment) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from drf_spectacular.utils import OpenApiParameter
+from drf_spectacular.utils import OpenApiParameter, extend_schema_field
 from rest_framework import serializers
 
 from kiln.openapi import PAGE_PARAMETERS, documented, paginated
@@ -87,9 +87,32 @@ class ApprovalOutput(serializers.Serializer):
     decision = serializers.ChoiceField(choices=APPROVAL_DECISIONS)
     reason = serializers.CharField(allow_blank=True)
     at = serializers.DateTimeField(source="created_at")
+    on_behalf_of = serializers.CharField(
+        source="environment.team.slug", help_text="The team this decision counts for."
+    )
+    place = serializers.SerializerMethodField(
+        help_text="This approval's place among those the request needs (1 of `needed`); "
+        "null for a rejection."
+    )
+    needed = serializers.SerializerMethodField(help_text="Distinct approvals the request needs.")
+
+    @extend_schema_field({"type": "integer", "minimum": 1, "nullable": True})
+    def get_place(self, decision: Any) -> int | None:
+        return _tally_of(decision).place
+
+    @extend_schema_field({"type": "integer", "minimum": 1})
+    def get_needed(self, decision: Any) -> int:
+        return _tally_of(decision).needed
 
     class Meta:
         ref_name = "EnvironmentApproval"
+
+
+def _tally_of(decision: Any) -> selectors.ApprovalCount:
+    """The tally entry of one stored decision (its environment's decisions, in order)."""
+    env = decision.environment
+    ids = [d.pk for d in env.decisions.all()]
+    return selectors.approval_tally(env)[ids.index(decision.pk)]
 
 
 class PolicyDecisionOutput(serializers.Serializer):
@@ -214,14 +237,19 @@ def environment_payload(
     }
     if not detail:
         return body
+    decisions = [] if submitted else list(env.decisions.all())
+    tally = selectors.approval_tally(env, decisions)
     body["approvals"] = [
         {
             "approver": d.approver_name,
             "decision": d.decision,
             "reason": d.reason,
             "at": _when(d.created_at),
+            "on_behalf_of": t.team,
+            "place": t.place,
+            "needed": t.needed,
         }
-        for d in ([] if submitted else env.decisions.all())
+        for d, t in zip(decisions, tally, strict=True)
     ]
     body["policy_decisions"] = [
         {

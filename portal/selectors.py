@@ -19,11 +19,11 @@ from kiln.cluster.backends import get_backend
 from kiln.errors import NotFound
 from kiln.identity.models import Team
 from kiln.identity.permissions import (
-    APPROVER,
-    AUDITOR,
     PLATFORM_ADMIN,
     Actor,
+    approver_teams_filter,
     can_view_environment,
+    restrict_to_teams,
 )
 from portal import conf
 from portal.disruption import hard_deadline
@@ -32,16 +32,10 @@ from portal.models import Environment, ProvisioningStep
 from scheduler.showback import Window, environment_ran_cost
 
 
-def _sees_everything(viewer: Actor) -> bool:
-    return bool({PLATFORM_ADMIN, APPROVER, AUDITOR} & set(viewer.roles))
-
-
 def environment_queryset(viewer: Actor) -> QuerySet[Environment]:
-    """Environments the viewer may see (their teams'; approvers, auditors and admins see all)."""
+    """Environments the viewer may see (their teams'; kiln.identity.permissions.sees_every_team)."""
     qs = Environment.objects.select_related("team", "request", "request__requested_by")
-    if _sees_everything(viewer):
-        return qs
-    return qs.filter(team__slug__in=list(viewer.teams))
+    return restrict_to_teams(qs, viewer, team_field="team__slug")
 
 
 @dataclass(frozen=True)
@@ -115,13 +109,63 @@ def environment_wait_for_change(
 
 
 def approval_queue(*, viewer: Actor) -> QuerySet[Environment]:
-    """Requests waiting for approval, oldest first."""
-    return (
+    """Requests waiting for approval of the teams the viewer may approve for, oldest first."""
+    qs = (
         Environment.objects.select_related("team", "request__requested_by")
         .prefetch_related("decisions")
         .filter(status=Status.PENDING_APPROVAL)
         .order_by("created_at", "id")
     )
+    return approver_teams_filter(qs, viewer, team_field="team__slug")
+
+
+def approvals_needed(*, environment: Environment) -> int:
+    """Distinct approvals required: two for prod, one otherwise."""
+    return 2 if environment.env_class == "prod" else 1
+
+
+@dataclass(frozen=True)
+class ApprovalCount:
+    """One decision on a request and on whose behalf it counts: the team, and for an approval
+    its place among the approvals the request needs ("1 of 2"); a rejection has no place."""
+
+    approver: str
+    decision: str
+    team: str
+    place: int | None
+    needed: int
+    reason: str = ""
+
+    @property
+    def words(self) -> str:
+        """The decision in the queue's words: "counts for payments as carol's approval, 1 of 2"."""
+        if self.place is None:
+            return f"rejects for {self.team} as {self.approver}'s decision"
+        return (
+            f"counts for {self.team} as {self.approver}'s approval, {self.place} of {self.needed}"
+        )
+
+
+def approval_tally(
+    environment: Environment, decisions: list[Any] | None = None
+) -> list[ApprovalCount]:
+    """Every decision on the request (`decisions`, if read already), in order, with the team it
+    counts for and its place."""
+    needed = approvals_needed(environment=environment)
+    tally, place = [], 0
+    for d in environment.decisions.all() if decisions is None else decisions:
+        place += d.decision == "approve"
+        tally.append(
+            ApprovalCount(
+                approver=d.approver_name,
+                decision=d.decision,
+                team=environment.team.slug,
+                place=place if d.decision == "approve" else None,
+                needed=needed,
+                reason=d.reason,
+            )
+        )
+    return tally
 
 
 @dataclass(frozen=True)
@@ -284,10 +328,8 @@ def spend_by_day(*, viewer: Actor, days: int, team: str | None = None) -> list[d
 
 
 def teams_visible(viewer: Actor) -> QuerySet[Team]:
-    """Teams whose spend the viewer may see (their own; approvers, auditors and admins all)."""
-    if _sees_everything(viewer):
-        return Team.objects.order_by("slug")
-    return Team.objects.filter(slug__in=list(viewer.teams)).order_by("slug")
+    """Teams whose spend the viewer may see (their own; who sees every team, all)."""
+    return restrict_to_teams(Team.objects.order_by("slug"), viewer, team_field="slug")
 
 
 def teams_for(viewer: Actor) -> QuerySet[Team]:

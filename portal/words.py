@@ -60,3 +60,16 @@ def extended_hours(events: Sequence[tuple[str, str, dict[str, Any]]]) -> int:
     return sum(
         int(data.get("hours") or 0) for _, action, data in events if action.endswith(".extended")
     )
+
+
+# On whose behalf an approver acts for a team (kiln.identity.permissions.approval_basis).
+_BASIS = {
+    "member": "as an approver of {team}",
+    "change-board": "for the central change board (KILN_APPROVERS_GLOBAL)",
+    "platform-admin": "as a platform admin",
+}
+
+
+def approval_basis_words(basis: str | None, team: str) -> str:
+    """Why a viewer's approval would count for `team`, in words ("" when it would not)."""
+    return _BASIS[basis].format(team=team) if basis in _BASIS else ""

@@ -75,9 +75,11 @@ def rollout_abort(*, actor: Actor, rollout: Rollout, reason: str = "") -> Rollou
 
 
 def rollout_promote(*, actor: Actor, rollout: Rollout, reason: str = "") -> Rollout:
-    """Promote by hand, overriding the analysis (approvers and platform admins)."""
-    if not can_promote_rollout(actor):
-        raise Forbidden("only approvers and platform admins promote by hand")
+    """Promote by hand, overriding the analysis (approvers of the owning team, platform admins)."""
+    if not can_promote_rollout(actor, rollout.service.team.slug):
+        raise Forbidden(
+            "only approvers who act for the owning team, and platform admins, promote by hand"
+        )
 
     def decision(r: Rollout) -> Outcome:
         if r.status == RolloutStatus.PENDING:

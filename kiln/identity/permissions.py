@@ -16,6 +16,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
+from django.db.models import QuerySet
+
 from kiln.identity import components as c
 from kiln.identity.models import Membership
 
@@ -151,6 +154,60 @@ def can_see_all_teams(actor: Actor) -> bool:
     return PLATFORM_ADMIN in actor.roles
 
 
+# --- scope: which teams' environments and rollouts an actor sees and acts for ----------------
+
+
+def approvers_act_for_every_team() -> bool:
+    """The deployment's central change board (`KILN_APPROVERS_GLOBAL`): approvers act for every team."""
+    return bool(getattr(settings, "KILN_APPROVERS_GLOBAL", False))
+
+
+def sees_every_team(actor: Actor) -> bool:
+    """Platform admins and auditors see every team's environments and rollouts, approvers only
+    under `KILN_APPROVERS_GLOBAL`; everyone else sees the teams they belong to.
+
+    The one rule: `restrict_to_teams` (every selector's queryset) and the view predicates below
+    ask it, so a list and a detail never disagree."""
+    if actor.is_system:
+        return False
+    every = {PLATFORM_ADMIN, AUDITOR} | ({APPROVER} if approvers_act_for_every_team() else set())
+    return bool(actor.roles & every)
+
+
+def restrict_to_teams(queryset: QuerySet, actor: Actor, *, team_field: str) -> QuerySet:
+    """`queryset` narrowed to rows of the teams the actor sees (`team_field`: the team slug's path)."""
+    if sees_every_team(actor):
+        return queryset
+    return queryset.filter(**{f"{team_field}__in": sorted(actor.teams)})
+
+
+# On whose behalf an approver acts for a team (approval_basis), in the words the queue shows.
+AS_MEMBER = "member"
+AS_CHANGE_BOARD = "change-board"
+AS_PLATFORM_ADMIN = "platform-admin"
+
+
+def approval_basis(actor: Actor, team_slug: str) -> str | None:
+    """Why the actor may approve and steer for `team_slug`: a member approver, the central
+    change board (`KILN_APPROVERS_GLOBAL`) or a platform admin; None if they may not."""
+    if actor.is_system or not has_role(actor, APPROVER):
+        return None
+    if APPROVER in actor.roles and team_slug in actor.teams:
+        return AS_MEMBER
+    if PLATFORM_ADMIN in actor.roles:
+        return AS_PLATFORM_ADMIN
+    return AS_CHANGE_BOARD if approvers_act_for_every_team() else None
+
+
+def approver_teams_filter(queryset: QuerySet, actor: Actor, *, team_field: str) -> QuerySet:
+    """`queryset` narrowed to rows of the teams the actor may approve for (none for non-approvers)."""
+    if actor.is_system or not has_role(actor, APPROVER):
+        return queryset.none()
+    if PLATFORM_ADMIN in actor.roles or approvers_act_for_every_team():
+        return queryset
+    return queryset.filter(**{f"{team_field}__in": sorted(actor.teams)})
+
+
 def can_manage_teams(actor: Actor) -> bool:
     """Creating teams and changing who belongs to them: platform admins, `teams.manage`."""
     return PLATFORM_ADMIN in actor.roles or _has_capability(actor, c.TEAMS_MANAGE)
@@ -215,12 +272,10 @@ ENVIRONMENT_MOVES: dict[str, frozenset[str]] = {
 
 
 def can_view_environment(actor: Actor, team_slug: str) -> bool:
-    """The owning team, approvers, auditors, platform admins and the environment components."""
+    """The owning team (its approvers too), who sees every team and the environment components."""
     return (
         team_slug in actor.teams
-        or PLATFORM_ADMIN in actor.roles
-        or APPROVER in actor.roles
-        or AUDITOR in actor.roles
+        or sees_every_team(actor)
         or any(_has_capability(actor, cap) for cap in _ENVIRONMENT_JOBS)
     )
 
@@ -261,9 +316,15 @@ def can_move_environment(actor: Actor, to: str) -> bool:
     )
 
 
-def can_approve(actor: Actor, requester_username: str | None = None) -> bool:
-    """Approvers approve, never their own request (separation of duties); never a system actor."""
+def can_approve(
+    actor: Actor, team_slug: str | None = None, requester_username: str | None = None
+) -> bool:
+    """Approvers approve requests of the teams they act for (approval_basis), never their own
+    (separation of duties); never a system actor. Without `team_slug`: the approver role at all
+    (who sees the approval queue)."""
     if not has_role(actor, APPROVER) or actor.is_system:
+        return False
+    if team_slug is not None and approval_basis(actor, team_slug) is None:
         return False
     return requester_username is None or actor.username != requester_username
 
@@ -307,16 +368,17 @@ def can_decide_rollout(actor: Actor, kind: str) -> bool:
     )
 
 
-def can_promote_rollout(actor: Actor) -> bool:
-    """A manual promotion overrides the analysis: approvers and platform admins only (no system actor)."""
-    return has_role(actor, APPROVER)
+def can_promote_rollout(actor: Actor, team_slug: str) -> bool:
+    """A manual promotion overrides the analysis: approvers who act for the owning team
+    (approval_basis) and platform admins only (no system actor)."""
+    return approval_basis(actor, team_slug) is not None
 
 
 def can_view_rollout(actor: Actor, team_slug: str) -> bool:
-    """The owning team, approvers, auditors, platform admins and the canary components."""
+    """The owning team (its approvers too), who sees every team and the canary components."""
     return (
         team_slug in actor.teams
-        or bool(actor.roles & {PLATFORM_ADMIN, APPROVER, AUDITOR})
+        or sees_every_team(actor)
         or _has_capability(actor, c.ROLLOUT_ANALYZE)
         or _has_capability(actor, c.ROLLOUT_MANAGE)
     )

@@ -31,6 +31,10 @@ KILN_JWT_AUDIENCE = env("KILN_JWT_AUDIENCE", "kiln-api")
 KILN_JWT_LEEWAY_SECONDS = min(env_int("KILN_JWT_LEEWAY_SECONDS", 10), 30)
 KILN_JWT_JWKS_CACHE_SECONDS = env_int("KILN_JWT_JWKS_CACHE_SECONDS", 300)
 
+# Approvers approve requests and promote rollouts of the teams they belong to. A central change
+# board that acts for every team is an explicit grant (kiln/identity/permissions.py, docs/identity.md).
+KILN_APPROVERS_GLOBAL = env_bool("KILN_APPROVERS_GLOBAL", False)
+
 # Login throttling (django-axes, kiln/identity/throttle.py, docs/identity.md): failed session
 # logins counted per (username, client address) pair, and per client address over every
 # username with a higher limit (spraying); each locked at its limit until the cool-off has

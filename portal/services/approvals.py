@@ -6,10 +6,11 @@ from django.db import transaction
 
 import audit
 from kiln.errors import Conflict, Forbidden, IllegalTransition, InvalidInput
-from kiln.identity.permissions import APPROVER, Actor, can_approve, has_role
+from kiln.identity.permissions import APPROVER, Actor, approval_basis, can_approve, has_role
 from kiln.observability import continue_trace
 from portal.lifecycle import Status
 from portal.models import ApprovalDecision, Environment
+from portal.selectors import approvals_needed
 from portal.services.lifecycle import audit_target, environment_transition
 from portal.services.queueing import enqueue_provisioning
 
@@ -20,22 +21,29 @@ class SelfApprovalForbidden(Forbidden):
     code = "self_approval_forbidden"
 
 
+class NotApproverOfTeam(Forbidden):
+    """An approver decides only for the teams they act for (their own, or every team under
+    KILN_APPROVERS_GLOBAL)."""
+
+    code = "not_approver_of_team"
+
+
 class AlreadyDecided(Conflict):
     """This approver has already decided on this request."""
 
     code = "already_decided"
 
 
-def approvals_needed(*, environment: Environment) -> int:
-    """Distinct approvals required: two for prod, one otherwise."""
-    return 2 if environment.env_class == "prod" else 1
-
-
 def _check(*, actor: Actor, env: Environment, verb: str) -> None:
     requester = env.request.requested_by.get_username()
     if not has_role(actor, APPROVER) or actor.is_system:
         raise Forbidden(f"only approvers may {verb} environment requests")
-    if not can_approve(actor, requester):
+    if not can_approve(actor, env.team.slug):
+        raise NotApproverOfTeam(
+            f"you {verb} requests of your own teams only; this one is team {env.team.slug}'s",
+            extra={"team": env.team.slug},
+        )
+    if not can_approve(actor, env.team.slug, requester):
         raise SelfApprovalForbidden(f"you cannot {verb} your own request")
     if env.status != Status.PENDING_APPROVAL:
         raise IllegalTransition(
@@ -87,7 +95,14 @@ def environment_approve(*, actor: Actor, environment: Environment, reason: str =
             actor,
             "portal.approval.recorded",
             audit_target(env),
-            {"decision": "approve", "reason": reason, "approvals": approvals, "needed": needed},
+            {
+                "decision": "approve",
+                "reason": reason,
+                "approvals": approvals,
+                "needed": needed,
+                "on_behalf_of": env.team.slug,
+                "as": approval_basis(actor, env.team.slug),
+            },
         )
         if approvals >= needed:
             environment_transition(
@@ -128,7 +143,12 @@ def environment_reject(*, actor: Actor, environment: Environment, reason: str) -
             actor,
             "portal.approval.recorded",
             audit_target(env),
-            {"decision": "reject", "reason": reason.strip()},
+            {
+                "decision": "reject",
+                "reason": reason.strip(),
+                "on_behalf_of": env.team.slug,
+                "as": approval_basis(actor, env.team.slug),
+            },
         )
         environment_transition(
             actor=actor, environment=env, to=Status.REJECTED, reason=reason.strip()

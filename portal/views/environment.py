@@ -50,7 +50,7 @@ def _detail_context(request: HttpRequest, env) -> dict:
         "steps": selectors.environment_steps(env),
         "resources": selectors.environment_resources(env),
         "can_act": can_act_on_environment(actor, env.team.slug),
-        "can_decide": can_approve(actor, env.request.requested_by.get_username())
+        "can_decide": can_approve(actor, env.team.slug, env.request.requested_by.get_username())
         and env.status == Status.PENDING_APPROVAL,
         "waiting": WAITING.get(Status(env.status), ""),
     }
@@ -93,7 +93,7 @@ def environment_detail(request: HttpRequest, public_id: str) -> HttpResponse:
             ],
             "decisions": decisions,
             "denials": [d for d in decisions if not d.allowed],
-            "approvals": list(env.decisions.all()),
+            "approvals": selectors.approval_tally(env),
             "spent": _spent(env),
             "lifetime_cost": (env.hourly_cost * ttl_total).quantize(Decimal("0.01")),
             "is_auditor": has_role(actor_from_request(request), AUDITOR),

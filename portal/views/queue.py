@@ -17,12 +17,14 @@ from django.views.decorators.http import require_POST
 from kiln.errors import KilnError
 from kiln.identity.permissions import (
     actor_from_request,
+    approval_basis,
     can_approve,
 )
 from portal import selectors, services
 from portal.forms import ReasonForm
 from portal.services.plan import environment_plan
 from portal.views.common import env_or_404
+from portal.words import approval_basis_words
 
 # Session key: {public_id: message} of the last refused decision, shown on that row once.
 QUEUE_ERRORS = "portal_queue_errors"
@@ -39,11 +41,16 @@ def approval_queue(request: HttpRequest) -> HttpResponse:
     rows = []
     for env in selectors.approval_queue(viewer=actor):
         approvals = [d for d in env.decisions.all() if d.decision == "approve"]
+        needed = selectors.approvals_needed(environment=env)
         rows.append(
             {
                 "env": env,
                 "approvals": approvals,
-                "needed": services.approvals.approvals_needed(environment=env),
+                "needed": needed,
+                # On whose behalf each approval counts, and the viewer's own would.
+                "tally": selectors.approval_tally(env),
+                "next_place": min(len(approvals) + 1, needed),
+                "basis": approval_basis_words(approval_basis(actor, env.team.slug), env.team.slug),
                 "own": env.request.requested_by.get_username() == actor.username,
                 "decided": any(d.approver_name == actor.username for d in env.decisions.all()),
                 "lifetime_cost": (env.hourly_cost * env.request.ttl_hours).quantize(

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db
 
 ADMIN = Actor("root", roles=frozenset({PLATFORM_ADMIN}))
 ALICE = Actor("alice", roles=frozenset({ENGINEER}), teams=frozenset({"payments"}))
-CAROL = Actor("carol", roles=frozenset({APPROVER}))
+CAROL = Actor("carol", roles=frozenset({APPROVER}), teams=frozenset({"payments"}))
 DAVE = Actor("dave", roles=frozenset({AUDITOR}))
 
 

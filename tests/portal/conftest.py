@@ -66,7 +66,7 @@ def people(teams) -> dict[str, Actor]:
         "alice": make_person("alice", {ENGINEER}, teams["payments"]),
         "bob": make_person("bob", {ENGINEER}, teams["search"]),
         "carol": make_person("carol", {APPROVER}, teams["payments"]),
-        "dave": make_person("dave", {APPROVER}, None),
+        "dave": make_person("dave", {APPROVER}, teams["payments"]),
         "erin": make_person("erin", {APPROVER, ENGINEER}, teams["payments"]),
         "root": make_person("root", {PLATFORM_ADMIN}, None),
     }

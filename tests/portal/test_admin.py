@@ -7,6 +7,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.test import Client
 
+from kiln.identity.models import Membership, Team
 from portal.models import ApprovalDecision, Environment
 from portal.services import environment_request_submit
 from tests.portal.conftest import request_data
@@ -15,9 +16,11 @@ pytestmark = pytest.mark.django_db
 URL = "/admin/portal/environment/"
 
 
-def staff(username: str, role: str) -> Client:
+def staff(username: str, role: str, team: str | None = None) -> Client:
     user = get_user_model().objects.create_user(username, is_staff=True)
     user.groups.add(Group.objects.get_or_create(name=role)[0])
+    if team:
+        Membership.objects.create(user=user, team=Team.objects.get(slug=team))
     client = Client()
     client.force_login(user)
     return client
@@ -27,7 +30,7 @@ def test_approve_action_calls_the_service(people):
     env, _ = environment_request_submit(
         actor=people["alice"], data=request_data(env_class="staging")
     )
-    client = staff("zoe", "approver")
+    client = staff("zoe", "approver", "payments")
     response = client.post(
         URL, {"action": "approve_selected", "_selected_action": [env.pk]}, follow=True
     )
@@ -41,7 +44,7 @@ def test_reject_action_asks_for_a_reason_first(people):
     env, _ = environment_request_submit(
         actor=people["alice"], data=request_data(env_class="staging")
     )
-    client = staff("zoe", "approver")
+    client = staff("zoe", "approver", "payments")
     page = client.post(URL, {"action": "reject_selected", "_selected_action": [env.pk]})
     assert page.status_code == 200 and b"A reason is required" in page.content
     client.post(

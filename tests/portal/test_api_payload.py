@@ -25,7 +25,7 @@ def _json(value) -> object:
 def environments(api_client_for, django_capture_on_commit_callbacks):
     Team.objects.create(slug="payments", name="Payments")
     alice = api_client_for("engineer", sub="alice", team="payments")
-    carol = api_client_for("approver", sub="carol")
+    carol = api_client_for("approver", sub="carol", team="payments")
     body = {"team": "payments", "ttl_hours": 48, "cpu": 2, "memory_gib": 4}
     with django_capture_on_commit_callbacks(execute=True):
         staged = alice.post(URL, {**body, "name": "staged", "env_class": "staging"}, format="json")

@@ -141,7 +141,7 @@ def test_approver_decides_from_the_queue_and_rejection_needs_a_reason(team):
     alice = login("alice", "engineer", team)
     alice.post(reverse("portal:environment-request"), FORM)
     env = Environment.objects.get()
-    carol = login("carol", "approver")
+    carol = login("carol", "approver", team)
     queue = carol.get(reverse("portal:approval-queue"))
     assert b"payments-web" in queue.content
     carol.post(
