@@ -8,7 +8,8 @@ Each web process imports every view, then freezes what it holds (kiln/heap.py), 
 garbage collection walks the startup objects while requests wait.
 
 Websocket routes come from the modules named in `settings.KILN_WEBSOCKET_ROUTES`
-(each has `websocket_urlpatterns`), so the project package imports no app.
+(each has `websocket_urlpatterns`), so the project package imports no app; any other path is
+refused with a 404 (kiln/websocket_not_found.py).
 """
 
 import os
@@ -27,12 +28,13 @@ from django.conf import settings  # noqa: E402
 
 from kiln import heap  # noqa: E402
 from kiln.fast_reads import FastReads  # noqa: E402
+from kiln.websocket_not_found import NOT_FOUND_ROUTE  # noqa: E402
 
 websocket_urlpatterns = [
     route
     for name in settings.KILN_WEBSOCKET_ROUTES
     for route in import_module(name).websocket_urlpatterns
-]
+] + [NOT_FOUND_ROUTE]  # last: a path no app serves is refused with a 404, not a traceback
 
 application = ProtocolTypeRouter(
     {
