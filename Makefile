@@ -15,10 +15,11 @@ export REDIS_URL ?= redis://127.0.0.1:6379/0
 test dev db bench bench-% screenshots deploy-check: export SECRET_KEY ?= insecure-local-test-and-dev-key-never-used-in-production
 dev: export KILN_SECURE_COOKIES ?= 0
 
-$(VENV)/.installed: requirements.lock
+# The development lock: the runtime lock's packages (the image installs only those) plus tests,
+# benchmarks and lint, every file checked against its hash.
+$(VENV)/.installed: requirements.lock requirements-dev.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.lock
+	$(PY) -m pip install --quiet --require-hashes -r requirements-dev.lock
 	touch $@
 
 ## run: standalone mode on http://127.0.0.1:$(PORT) (SQLite, in-process worker, simulated cluster)
@@ -186,11 +187,17 @@ deploy-check: $(VENV)/.installed services
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 
-## lock: re-pin requirements.lock from requirements.in in a scratch venv
+## lock: re-pin both locks, with hashes, in a scratch venv: requirements.lock from
+## requirements.in (runtime), then requirements-dev.lock from requirements-dev.in (runtime plus
+## development, constrained to the runtime lock's versions). A pin already in a lock is kept
+## while it still satisfies the .in file; `make lock UPGRADE=1` re-resolves to the newest.
+PIP_COMPILE_FLAGS := --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url \
+  --no-emit-find-links $(if $(UPGRADE),--upgrade)
 lock:
 	rm -rf /tmp/kiln-lock && $(PYTHON) -m venv /tmp/kiln-lock
-	/tmp/kiln-lock/bin/pip install --quiet -r requirements.in
-	{ echo "# Generated from requirements.in; Python 3.11. Regenerate: make lock"; /tmp/kiln-lock/bin/pip freeze; } > requirements.lock
+	/tmp/kiln-lock/bin/pip install --quiet "$$(grep -oE '^pip-tools==[^ ]+' requirements-dev.lock)"
+	/tmp/kiln-lock/bin/pip-compile $(PIP_COMPILE_FLAGS) --output-file requirements.lock requirements.in
+	/tmp/kiln-lock/bin/pip-compile $(PIP_COMPILE_FLAGS) --output-file requirements-dev.lock requirements-dev.in
 
 clean:
 	rm -rf $(VENV) var
