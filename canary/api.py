@@ -25,7 +25,7 @@ from rest_framework.views import APIView
 
 from canary import selectors, services
 from canary.models import Arm, MetricsSource, Rollout, RolloutStatus
-from kiln.api_fields import StrictCharField, StrictSlugField, StrictURLField
+from kiln.api_fields import StrictCharField, StrictSerializer, StrictSlugField, StrictURLField
 from kiln.errors import NotFound
 from kiln.identity.models import Team
 from kiln.identity.permissions import actor_from_request
@@ -174,15 +174,17 @@ class ObservationOutput(serializers.Serializer):
 class ServiceListCreateApi(APIView):
     """GET: services the caller may see. POST: register a service (team engineers)."""
 
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(StrictSerializer):
         team = StrictSlugField()
         name = documented(StrictCharField(max_length=63), pattern=DNS_LABEL_RE.pattern)
         namespace = documented(StrictCharField(max_length=63), pattern=DNS_LABEL_RE.pattern)
-        host = StrictCharField(max_length=253, required=False, default="")
+        # Left out: the service's own default ("" = derived from name and namespace); a JSON
+        # Schema `default` must satisfy the field, and "" is not a host.
+        host = StrictCharField(max_length=253, required=False)
         metrics_source = serializers.ChoiceField(
             MetricsSource.values, default=MetricsSource.SIMULATED
         )
-        prometheus_url = StrictURLField(required=False, default="")
+        prometheus_url = StrictURLField(required=False)  # left out: none (simulated metrics)
         queries = serializers.DictField(child=StrictCharField(), required=False, default=dict)
         sim_traffic_class = StrictCharField(required=False, default="steady")
 
@@ -214,7 +216,7 @@ class ServiceListCreateApi(APIView):
 class RolloutListCreateApi(APIView):
     """GET: rollouts the caller may see. POST: start a rollout (engineers of the service's team)."""
 
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(StrictSerializer):
         service = serializers.UUIDField()
         baseline_version = documented(StrictCharField(max_length=63), pattern=DNS_LABEL_RE.pattern)
         canary_version = documented(StrictCharField(max_length=63), pattern=DNS_LABEL_RE.pattern)
@@ -289,14 +291,14 @@ class RolloutDetailApi(APIView):
         return Response(selectors.rollout_series(rollout))
 
 
-class ReasonInput(serializers.Serializer):
+class ReasonInput(StrictSerializer):
     reason = StrictCharField(required=False, default="", allow_blank=True, max_length=2000)
 
     class Meta:
         ref_name = "RolloutReason"
 
 
-class RequiredReasonInput(serializers.Serializer):
+class RequiredReasonInput(StrictSerializer):
     reason = StrictCharField(max_length=2000)
 
     class Meta:
@@ -369,7 +371,7 @@ class RolloutExtendApi(RolloutActionApi):
 class RolloutObservationApi(APIView):
     """POST: push one arm's requests, errors and latency samples for the next tick."""
 
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(StrictSerializer):
         arm = serializers.ChoiceField(["baseline", "canary"])
         requests = serializers.IntegerField(min_value=0)
         errors = serializers.IntegerField(min_value=0)

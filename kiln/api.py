@@ -12,7 +12,7 @@ from rest_framework.permissions import BasePermission, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from kiln.api_fields import StrictCharField
+from kiln.api_fields import StrictCharField, StrictSerializer
 from kiln.identity import permissions, selectors, services
 from kiln.identity.drf import role_required
 from kiln.openapi import errors
@@ -81,7 +81,7 @@ class MeApi(APIView):
 class TeamListCreateApi(APIView):
     """GET: the teams the caller may see. POST: create a team (platform admins)."""
 
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(StrictSerializer):
         slug = StrictCharField(max_length=63, validators=[DNS_LABEL])
         name = StrictCharField(max_length=200)
 
@@ -117,7 +117,7 @@ class TeamMemberAddApi(APIView):
 
     permission_classes = [CanManageTeams]
 
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(StrictSerializer):
         username = StrictCharField(max_length=150)
 
         class Meta:

@@ -6,7 +6,6 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
@@ -20,7 +19,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from kiln import conditional
-from kiln.api_fields import StrictCharField
+from kiln.api_fields import StrictCharField, StrictSerializer
 from kiln.errors import InvalidInput
 from kiln.identity.drf import HasKilnRole
 from kiln.identity.permissions import actor_from_request
@@ -52,38 +51,6 @@ class StrictBooleanField(serializers.BooleanField):
         if not isinstance(data, bool):
             self.fail("invalid", input=data)
         return data
-
-
-class StrictSerializer(serializers.Serializer):
-    """Rejects fields it does not know (a typo is a 400, not silently ignored), in the same
-    response as every other field's error."""
-
-    def to_internal_value(self, data: Any) -> Any:
-        unknown = {}
-        if isinstance(data, dict):
-            unknown = {name: ["Unknown field."] for name in sorted(set(data) - set(self.fields))}
-        try:
-            value = super().to_internal_value(data)
-        except serializers.ValidationError as exc:
-            if unknown and isinstance(exc.detail, dict):
-                raise serializers.ValidationError({**exc.detail, **unknown}) from exc
-            raise
-        if unknown:
-            raise serializers.ValidationError(unknown)
-        return value
-
-
-class StrictSerializerSchema(OpenApiSerializerExtension):
-    """A StrictSerializer's request body is documented with `additionalProperties: false`."""
-
-    target_class = StrictSerializer
-    match_subclasses = True
-
-    def map_serializer(self, auto_schema, direction):
-        schema = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
-        if direction == "request":
-            schema["additionalProperties"] = False
-        return schema
 
 
 @extend_schema_serializer(component_name="EnvironmentCreate")

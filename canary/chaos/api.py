@@ -15,7 +15,7 @@ from canary.chaos import api_schema as out
 from canary.chaos import selectors as chaos_selectors
 from canary.chaos import services as chaos_services
 from canary.chaos.models import ChaosExperiment, ExperimentStatus, FaultKind
-from kiln.api_fields import StrictCharField
+from kiln.api_fields import StrictCharField, StrictSerializer
 from kiln.identity.drf import role_required
 from kiln.identity.permissions import AUDITOR, ENGINEER, actor_from_request
 from kiln.openapi import PAGE_PARAMETERS, documented, errors
@@ -24,7 +24,7 @@ from kiln.params import parse_choice
 from portal.validation import DNS_LABEL_RE
 
 
-class StopConditionSerializer(serializers.Serializer):
+class StopConditionSerializer(StrictSerializer):
     kind = serializers.ChoiceField(choices=chaos_services.STOP_CONDITION_KINDS)
     threshold = serializers.FloatField(required=False, min_value=0)
 
@@ -105,7 +105,7 @@ def _detail(exp: ChaosExperiment) -> dict[str, Any]:
 class ExperimentListCreateApi(APIView):
     """GET: experiments the caller may see. POST: define and start an experiment (owning team's engineers)."""
 
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(StrictSerializer):
         name = StrictCharField(max_length=100)
         namespace = documented(StrictCharField(max_length=63), pattern=DNS_LABEL_RE.pattern)
         selector = documented(
@@ -222,7 +222,7 @@ class ExperimentAbortApi(APIView):
 
     permission_classes = [role_required(ENGINEER)]
 
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(StrictSerializer):
         reason = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
 
         class Meta:
