@@ -1,64 +1,48 @@
-"""The rollout dashboard's websocket: a snapshot on connect, then every update the services broadcast."""
+"""The rollout dashboard's websocket: a snapshot on connect, then every update the services
+broadcast, for as long as the caller may still see the rollout (kiln.websocket re-checks)."""
 
 from __future__ import annotations
 
-from urllib.parse import parse_qs
-
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from canary import selectors
 from canary.services import group_name
 from kiln.errors import NotFound
-from kiln.identity.authentication import verify_bearer
-from kiln.identity.permissions import actor_for_user, has_any_role
-from kiln.identity.services import user_from_claims
-from kiln.identity.tokens import TokenRejected
+from kiln.identity.permissions import Actor
+from kiln.websocket import AuthorisedStream
 
 
-class RolloutConsumer(AsyncJsonWebsocketConsumer):
-    """`/ws/rollouts/<id>/`: session user or `?token=` bearer; a hidden rollout closes like a missing one."""
+class RolloutConsumer(AuthorisedStream):
+    """`/ws/rollouts/<id>/`: session user or `?token=` bearer; a hidden rollout closes like a
+    missing one, and one hidden later (the caller left the team) closes the stream."""
 
-    async def connect(self) -> None:
-        self.rollout_id = self.scope["url_route"]["kwargs"]["rollout_id"]
-        snapshot = await self._authorised_snapshot()
-        if snapshot is None:
-            await self.close(code=4403)
-            return
-        self.group = group_name(self.rollout_id)
+    def authorise(self, actor: Actor) -> bool:
+        """The caller may follow the rollout while it may see it."""
+        try:
+            self.rollout = selectors.rollout_get(viewer=actor, rollout_id=self._rollout_id())
+        except NotFound:
+            return False
+        return True
+
+    async def opened(self) -> None:
+        """Join the rollout's group, then send the snapshot (an update in between is harmless)."""
+        self.group = group_name(self._rollout_id())
         await self.channel_layer.group_add(self.group, self.channel_name)
-        await self.accept()
-        await self.send_json(snapshot)
+        await self.send_json(await self._snapshot())
 
-    async def disconnect(self, code: int) -> None:
+    async def closed(self) -> None:
+        """Leave the rollout's group."""
         if getattr(self, "group", None):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def rollout_event(self, event: dict) -> None:
+        """Forward one broadcast update."""
         await self.send_json(event["payload"])
 
-    @database_sync_to_async
-    def _authorised_snapshot(self) -> dict | None:
-        actor = self._actor()
-        if actor is None or not has_any_role(actor):  # a role-less caller sees no stream
-            return None
-        try:
-            rollout = selectors.rollout_get(viewer=actor, rollout_id=self.rollout_id)
-        except NotFound:
-            return None
-        series = selectors.rollout_series(rollout)
-        return {"type": "snapshot", **series}
+    def _rollout_id(self) -> str:
+        return self.scope["url_route"]["kwargs"]["rollout_id"]
 
-    def _actor(self):
-        token = (parse_qs(self.scope.get("query_string", b"").decode()).get("token") or [None])[0]
-        if token:
-            try:
-                claims = verify_bearer(token)
-            except TokenRejected:
-                return None
-            user = user_from_claims(claims=claims)
-            return actor_for_user(user, claims) if user.is_active else None
-        user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
-            return None
-        return actor_for_user(user)
+    @database_sync_to_async
+    def _snapshot(self) -> dict:
+        self.rollout.refresh_from_db()  # as it is now the group is joined
+        return {"type": "snapshot", **selectors.rollout_series(self.rollout)}

@@ -23,11 +23,11 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402 - after Django is set up
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 
 from kiln import heap  # noqa: E402
 from kiln.fast_reads import FastReads  # noqa: E402
+from kiln.websocket import SameOriginValidator  # noqa: E402
 from kiln.websocket_not_found import NOT_FOUND_ROUTE  # noqa: E402
 
 websocket_urlpatterns = [
@@ -39,7 +39,8 @@ websocket_urlpatterns = [
 application = ProtocolTypeRouter(
     {
         "http": FastReads(django_asgi_app),
-        "websocket": AllowedHostsOriginValidator(
+        # Scheme, host and port must be the socket's own (or a CSRF_TRUSTED_ORIGINS entry).
+        "websocket": SameOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),
     }

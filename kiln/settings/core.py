@@ -190,6 +190,11 @@ if REDIS_URL:
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+# An open websocket asks again this often whether its caller is still signed in and may still
+# see what it streams (kiln/websocket.py); a token's exp closes it on time regardless.
+KILN_WS_RECHECK_SECONDS = env_float("KILN_WS_RECHECK_SECONDS", 2.0)
+if not 0.05 <= KILN_WS_RECHECK_SECONDS <= 60:
+    raise ImproperlyConfigured("KILN_WS_RECHECK_SECONDS must be between 0.05 and 60")
 
 # --- security ----------------------------------------------------------------
 

@@ -242,8 +242,12 @@
     var ws = new WebSocket(proto + window.location.host + root.dataset.wsPath);
     ws.onopen = function () { retry = 500; if (!finished) { setStream("live", "ok"); } };
     ws.onmessage = function (ev) { handle(JSON.parse(ev.data)); };
-    ws.onclose = function () {
+    ws.onclose = function (ev) {
       if (finished) { return; }  // nothing more will happen: no reconnecting
+      // The server closed it because the sign-in ended (4401) or access was lost (4403):
+      // reconnecting would be refused, so say so and stop (docs/api.md, websocket close codes).
+      if (ev.code === 4401) { setStream("signed out: reload to sign in", "bad"); return; }
+      if (ev.code === 4403) { setStream("access ended", "bad"); return; }
       setStream("reconnecting", "warn");
       setTimeout(connect, retry);
       retry = Math.min(retry * 2, 10000);
