@@ -43,6 +43,8 @@ USERS = (
     DemoUser("bob", "bob-kiln-demo", ENGINEER, "search"),
     DemoUser("carol", "carol-kiln-demo", APPROVER, "payments"),
     DemoUser("dave", "dave-kiln-demo", APPROVER, "search"),
+    # Approvers act for their own teams, and prod needs two: search's second approver.
+    DemoUser("frank", "frank-kiln-demo", APPROVER, "search"),
     DemoUser("erin", "erin-kiln-demo", AUDITOR, None),
     DemoUser("root", "root-kiln-demo", PLATFORM_ADMIN, None),
 )

@@ -66,7 +66,8 @@ class Observed:
 
 
 def bench_people() -> list[Any]:
-    """The bench's engineer (a member of its team) and approver, made once."""
+    """The bench's engineer and approver, both members of its team (approvers act for their
+    own teams), made once."""
     User = get_user_model()
     actor = system_actor("provision-bench")
     team = Team.objects.filter(slug=TEAM).first() or identity.team_create(
@@ -76,7 +77,7 @@ def bench_people() -> list[Any]:
     for username, role in (("bench-engineer", ENGINEER), ("bench-approver", APPROVER)):
         user, _ = User.objects.get_or_create(username=username)
         user.groups.add(Group.objects.get_or_create(name=role)[0])
-        if role == ENGINEER and not Membership.objects.filter(user=user, team=team).exists():
+        if not Membership.objects.filter(user=user, team=team).exists():
             identity.membership_add(actor=actor, team=team, username=username)
         people.append(user)
     return people

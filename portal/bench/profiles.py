@@ -99,7 +99,7 @@ def _shape(
     api = HttpApi(
         port=shape.port,
         engineer_token=issuer.sign(engineer.username, [ENGINEER], harness.TEAM),
-        approver_token=issuer.sign(approver.username, [APPROVER]),
+        approver_token=issuer.sign(approver.username, [APPROVER], harness.TEAM),
     )
 
     def cpu() -> dict[str, float]:

@@ -93,7 +93,7 @@ def _one(
     api = HttpApi(
         port=shape.port,
         engineer_token=issuer.sign(engineer.username, [ENGINEER], harness.TEAM),
-        approver_token=issuer.sign(approver.username, [APPROVER]),
+        approver_token=issuer.sign(approver.username, [APPROVER], harness.TEAM),
     )
     run_id = "w" + secrets.token_hex(3)
     made: list[str] = []

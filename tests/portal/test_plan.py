@@ -11,6 +11,7 @@ import pytest
 from audit.models import OutboxEvent
 from kiln.cluster import ref_of
 from kiln.cluster.gitops import GitOpsBackend
+from kiln.identity.models import Team
 from portal.lifecycle import Status
 from portal.models import Environment
 from portal.services import environment_approve, environment_request_submit
@@ -112,7 +113,7 @@ def test_approvers_see_the_plan_on_the_queue_and_in_admin(people):
         actor=people["alice"], data=request_data(env_class="staging")
     )
     sha = environment_plan(environment=env).sha256
-    quinn = login("quinn", "approver")
+    quinn = login("quinn", "approver", Team.objects.get(slug="payments"))
     page = quinn.get("/environments/approvals/").content.decode()
     assert sha in page and "Manifests as committed" in page and "kiln-quota" in page
     assert "never committed" not in page  # no control plane: nothing outside the plan
@@ -122,7 +123,7 @@ def test_approvers_see_the_plan_on_the_queue_and_in_admin(people):
     )
     page = quinn.get("/environments/approvals/").content.decode()
     assert "Also written, never committed (3)" in page and "-tenant-audit-token" in page
-    admin_page = staff("zoe", "approver").get(f"/admin/portal/environment/{env.pk}/change/")
+    admin_page = staff("zoe", "approver", "payments").get(f"/admin/portal/environment/{env.pk}/change/")
     assert admin_page.status_code == 200 and sha in admin_page.content.decode()
 
 

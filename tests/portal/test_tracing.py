@@ -33,7 +33,7 @@ def clients(api_client_for):
     Team.objects.create(slug="payments", name="Payments")
     return (
         api_client_for("engineer", sub="alice", team="payments"),
-        api_client_for("approver", sub="carol"),
+        api_client_for("approver", sub="carol", team="payments"),
     )
 
 

@@ -37,7 +37,7 @@ def _call(base: str, method: str, path: str, token: str, body: dict | None = Non
 def test_one_request_is_one_trace_across_web_approval_and_worker(settings, make_token, tmp_path):
     Team.objects.create(slug="payments", name="Payments")
     alice = make_token(sub="alice", roles=["engineer"], team="payments")
-    carol = make_token(sub="carol", roles=["approver"])
+    carol = make_token(sub="carol", roles=["approver"], team="payments")
     with Receiver() as receiver:
         environment = subprocess_env(
             settings,

@@ -76,7 +76,7 @@ def _tokens(issuer: TokenIssuer, engineers: int) -> dict[str, Any]:
     sign = issuer.sign
     return {
         "engineers": [sign(f"load-engineer-{i}", ["engineer"], TEAM) for i in range(engineers)],
-        "approver": sign("load-approver", ["approver"]),
+        "approver": sign("load-approver", ["approver"], TEAM),  # approves its own team's
         "auditor": sign("load-auditor", ["auditor"]),
         "admin": sign("load-admin", ["platform-admin"], TEAM),
     }
