@@ -15,7 +15,8 @@ the answer changes the socket is closed with a code saying why:
   password changed, the user was deactivated or removed;
 - 4403: access was lost (or never held): no Kiln role any more, no longer a member of the
   team, the object hidden; a handshake refused for any reason is closed with 4403 as well;
-- 1011: the re-check itself failed (the database was unreachable); reconnecting retries it.
+- 1011: the re-check itself kept failing (the database unreachable) for
+  RECHECK_FAILURE_GRACE_SECONDS; reconnecting retries it.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ log = logging.getLogger("kiln.websocket")
 CLOSE_CREDENTIALS_ENDED = 4401
 CLOSE_ACCESS_LOST = 4403
 CLOSE_RECHECK_FAILED = 1011
+# How long a re-check may keep failing (the database unreachable) before the stream closes.
+RECHECK_FAILURE_GRACE_SECONDS = 30.0
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -255,7 +258,14 @@ class AuthorisedStream(AsyncJsonWebsocketConsumer):
         return wait
 
     async def _watch(self) -> None:
-        """Re-check every KILN_WS_RECHECK_SECONDS, and at the token's exp; close when it fails."""
+        """Re-check every KILN_WS_RECHECK_SECONDS, and at the token's exp; close when it fails.
+
+        A re-check that cannot run (the database restarting) is tried again at the next
+        interval: every revocation it would see is stored in that database, so none is missed
+        meanwhile, and the token's exp needs no database. After RECHECK_FAILURE_GRACE_SECONDS
+        of failures the stream closes with 1011 all the same.
+        """
+        failing_since: float | None = None
         while True:
             await asyncio.sleep(self._next_wait())
             expires_at = self.credentials.expires_at if self.credentials else None
@@ -264,9 +274,20 @@ class AuthorisedStream(AsyncJsonWebsocketConsumer):
             else:
                 try:
                     code = await database_sync_to_async(self._recheck)()
-                except Exception:  # noqa: BLE001 - fail closed, and say why
-                    log.exception("websocket re-check failed; closing %s", self.scope.get("path"))
-                    code = CLOSE_RECHECK_FAILED
+                    failing_since = None
+                except Exception:  # noqa: BLE001 - retried, then the stream closes; logged
+                    now = time.monotonic()
+                    log.warning(
+                        "websocket re-check failed on %s", self.scope.get("path"),
+                        exc_info=failing_since is None,
+                    )  # fmt: skip
+                    failing_since = failing_since or now
+                    failed_for = now - failing_since
+                    code = (
+                        CLOSE_RECHECK_FAILED
+                        if failed_for >= RECHECK_FAILURE_GRACE_SECONDS
+                        else None
+                    )
             if code is not None:
                 await self.close(code=code, reason=_REASONS[code])
                 return

@@ -122,9 +122,7 @@ def test_a_stream_closes_with_4401_when_its_token_expires(rollout, make_token):
     run(scenario)
 
 
-def test_a_stream_closes_with_4403_when_the_member_is_removed_from_the_team(
-    rollout, make_token
-):
+def test_a_stream_closes_with_4403_when_the_member_is_removed_from_the_team(rollout, make_token):
     # alice's token names no team: platform admins granted her payments.
     token = make_token(sub="alice", roles=["engineer"])
     get_user_model().objects.create_user("alice")
@@ -138,6 +136,41 @@ def test_a_stream_closes_with_4403_when_the_member_is_removed_from_the_team(
         await database_sync_to_async(membership_remove)(actor=ADMIN, membership=membership)
         code, took = await ws.closed_within(WITHIN)
         assert code == CLOSE_ACCESS_LOST and took < WITHIN
+        await ws.disconnect()
+
+    run(scenario)
+
+
+def test_a_stream_rides_out_a_short_database_outage_and_closes_with_1011_on_a_long_one(
+    rollout, make_token, monkeypatch
+):
+    """A re-check that cannot reach the database is retried: the stream stays open for the
+    grace period (nothing can be revoked in a database that is down), then closes with 1011."""
+    from django.db import OperationalError
+
+    from canary.consumers import RolloutConsumer
+    from kiln import websocket
+
+    token = make_token(sub="alice", roles=["engineer"], team="payments")
+    real = RolloutConsumer.authorise
+    down = {"since": None}
+
+    def authorise(self, actor):
+        if down["since"] is not None:
+            raise OperationalError("the database is restarting")
+        return real(self, actor)
+
+    monkeypatch.setattr(RolloutConsumer, "authorise", authorise)
+    monkeypatch.setattr(websocket, "RECHECK_FAILURE_GRACE_SECONDS", 1.0)
+
+    async def scenario():
+        ws = Socket(f"/ws/rollouts/{rollout.pk}/?token={token}", origin="http://testserver")
+        assert await ws.connect()
+        down["since"] = time.monotonic()
+        assert await ws.still_open_after(0.6)
+        code, _ = await ws.closed_within(WITHIN)
+        assert code == websocket.CLOSE_RECHECK_FAILED
+        assert time.monotonic() - down["since"] >= 1.0
         await ws.disconnect()
 
     run(scenario)
