@@ -119,8 +119,11 @@ def node_row(node: dict[str, Any], known: np.ndarray | None) -> np.ndarray:
         if known is not None
         else np.array([0, 0, 0, 0, 0, 0, np.nan, np.nan, 0], dtype=np.float64)
     )
-    labels = (node.get("metadata") or {}).get("labels") or {}
-    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    metadata, status = node.get("metadata") or {}, node.get("status") or {}
+    if not isinstance(metadata, dict) or not isinstance(status, dict):
+        raise ProtocolError(REASON_MALFORMED_NODE)
+    labels = metadata.get("labels") or {}
+    allocatable = status.get("allocatable") or {}
     if not isinstance(labels, dict) or not isinstance(allocatable, dict):
         raise ProtocolError(REASON_MALFORMED_NODE)
     row[0] = float(parse_quantity(allocatable.get("cpu", "0")))
@@ -229,7 +232,8 @@ def _args_from(
         items = nodes.get("items") or []
         node_names = []
         for item in items:
-            name = (item.get("metadata") or {}).get("name") if isinstance(item, dict) else None
+            metadata = item.get("metadata") if isinstance(item, dict) else None
+            name = metadata.get("name") if isinstance(metadata, dict) else None
             if not isinstance(name, str) or not name:
                 raise ProtocolError("every node in Nodes.items needs metadata.name")
             node_names.append(name)

@@ -1,4 +1,4 @@
-"""Hostile resource quantities in ExtenderArgs: a 400 with the reason (or a node failed as
+"""Hostile quantities and node objects in ExtenderArgs: a 400 with the reason (or a node failed as
 malformed), never a Decimal overflow, a 500 or a logged traceback; in both nodeCacheCapable modes."""
 
 from __future__ import annotations
@@ -150,3 +150,40 @@ def test_quantities_at_kubernetes_bounds_are_read_as_kubernetes_holds_them(value
 def test_json_numbers_outside_the_bounds_are_refused(value):
     with pytest.raises(ProtocolError):
         parse_quantity(value)
+
+
+@pytest.mark.parametrize(
+    "items",
+    [[{"metadata": [1]}], [{"metadata": "node-od"}], [{"metadata": {"name": "node-od"}}, 7]],
+    ids=["metadata-list", "metadata-string", "item-number"],
+)
+@pytest.mark.parametrize("verb", ["filter", "prioritize"])
+def test_a_node_list_item_without_an_object_metadata_is_a_400(inventory, caplog, verb, items):
+    caplog.set_level(logging.WARNING)
+    response = post(f"/scheduler/{verb}", {"Pod": pod("batch"), "Nodes": {"items": items}})
+    assert response.status_code == 400
+    data = response.json()
+    message = data["Error"] if verb == "filter" else data["message"]
+    assert "every node in Nodes.items needs metadata.name" in message
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+
+
+@pytest.mark.parametrize(
+    "node",
+    [
+        {"metadata": {"name": "node-od", "labels": ["spot"]}},
+        {"metadata": {"name": "node-od"}, "status": [1]},
+        {"metadata": {"name": "node-od"}, "status": "Ready"},
+    ],
+    ids=["labels-list", "status-list", "status-string"],
+)
+def test_a_node_whose_labels_or_status_is_not_an_object_is_failed_as_malformed(
+    inventory, caplog, node
+):
+    caplog.set_level(logging.WARNING)
+    body = {"Pod": pod("batch"), "Nodes": {"items": [node, node_object("node-spot", "spot")]}}
+    response = post("/scheduler/filter", body)
+    assert response.status_code == 200
+    assert response.json()["FailedNodes"] == {"node-od": "node object is malformed"}
+    assert post("/scheduler/prioritize", body).status_code == 200
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
