@@ -35,6 +35,7 @@ SLOW = (
     "tests/portal/test_tracing_processes.py",
     "tests/audit/test_tlog_bench.py",
     "tests/scheduler/test_replay_pool.py",
+    "tests/kiln/test_upgrade.py",
 )
 
 
