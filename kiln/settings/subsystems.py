@@ -175,7 +175,7 @@ KILN_CHAOS_RETRY_PERIOD = env_float("KILN_CHAOS_RETRY_PERIOD", 2.0)
 KILN_CHAOS_MAX_CLOCK_SKEW = env_float("KILN_CHAOS_MAX_CLOCK_SKEW", 1.0)
 KILN_CHAOS_REVERT_BUDGET = env_float("KILN_CHAOS_REVERT_BUDGET", 2.0)
 KILN_CHAOS_REAPER_PERIOD = env_float("KILN_CHAOS_REAPER_PERIOD", 5.0)
-KILN_CHAOS_LEASE_NAMESPACE = env("KILN_CHAOS_LEASE_NAMESPACE", "kiln-system")
+KILN_CHAOS_LEASE_NAMESPACE = env("KILN_CHAOS_LEASE_NAMESPACE", "kiln")
 # Start a controller task when an experiment starts (off for the crash benchmark, which runs its own).
 KILN_CHAOS_AUTORUN = env_bool("KILN_CHAOS_AUTORUN", True)
 CELERY_IMPORTS = ("canary.chaos.tasks",)

@@ -75,9 +75,11 @@ def _is_builtin(group: str) -> bool:
 
 @cache
 def _shipped_crds() -> dict[tuple[str, str, str], dict]:
-    """CRDs deploy/ ships itself (for kinds whose upstream schema is not in ../shared/crds)."""
+    """CRDs deploy/ ships itself, and the test-only subsets of tests/deploy/schemas (the Prometheus
+    Operator's kinds), for kinds whose upstream schema is not in ../shared/crds."""
     index: dict[tuple[str, str, str], dict] = {}
-    for path in sorted(DEPLOY.rglob("*.yaml")):
+    paths = [*DEPLOY.rglob("*.yaml"), *(Path(__file__).parent / "schemas").glob("*.yaml")]
+    for path in sorted(paths):
         for doc in yaml.safe_load_all(path.read_text()):
             if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
                 for version in doc["spec"]["versions"]:

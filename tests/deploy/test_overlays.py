@@ -63,6 +63,30 @@ def test_the_strict_validation_rejects_an_unknown_field():
         validate(bad, "1.33")
 
 
+@pytest.mark.parametrize(
+    ("kind", "misspell"),
+    [
+        ("PodMonitor", lambda spec: spec["podMetricsEndpoints"][0].update(intervall="30s")),
+        ("PrometheusRule", lambda spec: spec["groups"][0]["rules"][0].update(expression="up")),
+    ],
+    ids=["podmonitor-endpoint", "prometheusrule-rule"],
+)
+def test_the_monitoring_objects_are_validated_strictly_too(kind, misspell):
+    import copy
+
+    obj = copy.deepcopy(next(o for o in render("ha") if o["kind"] == kind))
+    validate(obj, "1.33")
+    misspell(obj["spec"])
+    with pytest.raises(Exception, match="intervall|expression"):
+        validate(obj, "1.33")
+
+
+def test_only_the_ha_overlay_carries_the_monitoring_objects():
+    monitoring = {"PodMonitor", "ServiceMonitor", "PrometheusRule"}
+    assert {o["kind"] for o in render("ha")} >= {"PodMonitor", "PrometheusRule"}
+    assert not monitoring & {o["kind"] for o in render("minimal")}
+
+
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_one_namespace_and_the_labels_on_every_object(overlay):
     objects = render(overlay)
