@@ -80,6 +80,18 @@ per tick gives requests, times `tick_seconds` minutes. As evidence accumulates
 LLR - B shrinks and so does the estimate. It is an expectation (Wald's
 approximation without overshoot), not a promise.
 
+Histogram resolution (`resolution.py`). Latency read from histogram buckets is known
+only to its bucket. A `Window` read from buckets carries their bounds, and each tick's
+`Evidence` records, per latency channel, the bucket (lo, hi] its pooled quantile fell in
+and whether that bucket resolves the channel's design shift (`median_shift` 1.25 and
+`tail_shift` 1.5, the latency changes the design ratios stand for): it does when
+hi <= shift * lo, so that no request and the same request that much slower share the
+bucket. A channel that has counted a tick from an unresolving bucket is never accepted:
+where its SPRT would have accepted it is *held*, and once every channel is accepted or
+held the rollout ends inconclusive (reason 8), with the bounds or native-histogram schema
+that would resolve it. Rollback is unaffected: under H0 the arms' bucketed samples are
+still exchangeable, so the false-rollback bounds hold whatever the buckets.
+
 Assumptions: requests within a tick are exchangeable between the arms apart from
 the version (the router splits at random); latency samples are a random sample
 of each arm's requests.

@@ -23,6 +23,7 @@ from canary.sequential.model import (
     Evidence,
     Window,
 )
+from canary.sequential.resolution import channel_resolution, resolution_text
 
 
 def _p50_p99(values: np.ndarray) -> tuple[float | None, float | None]:
@@ -51,6 +52,33 @@ def _as_counts(values: tuple[float, float, float, float]) -> TickCounts:
     return TickCounts(*(np.array([v], dtype=float) for v in values))
 
 
+LATENCY_QUANTILES = {"median": 0.5}  # the tail channel's quantile is the config's
+
+
+def latency_resolution(
+    baseline: Window, canary: Window, config: AnalysisConfig
+) -> dict[str, dict] | None:
+    """Per latency channel, the bucket its pooled quantile falls in and whether it resolves
+    the channel's design shift; None for raw samples (or no samples at all).
+
+    The pooled quantile is the threshold `rank_counts` counts above: the (N - k)-th
+    smallest of the N pooled samples, k = round((1 - q) N).
+    """
+    if baseline.bounds_ms is None and canary.bounds_ms is None:
+        return None
+    pooled = np.concatenate([baseline.latencies_ms, canary.latencies_ms])
+    n = pooled.size
+    if not baseline.latencies_ms.size or not canary.latencies_ms.size:
+        return None
+    bounds = sorted(set(baseline.bounds_ms or ()) | set(canary.bounds_ms or ()))
+    quantiles = {**LATENCY_QUANTILES, "tail": config.tail_quantile}
+    kth = {ch: n - max(int(round((1.0 - q) * n)), 1) for ch, q in quantiles.items()}
+    part = np.partition(pooled, sorted(set(kth.values())))
+    return {
+        ch: channel_resolution(bounds, float(part[kth[ch]]), config.shift(ch)) for ch in quantiles
+    }
+
+
 def evidence(baseline: Window | None, canary: Window | None, config: AnalysisConfig) -> Evidence:
     """Reduce one tick of both arms to the counts the analysis needs (None: no metrics)."""
     if baseline is None or canary is None:
@@ -73,6 +101,7 @@ def evidence(baseline: Window | None, canary: Window | None, config: AnalysisCon
         baseline_p50_ms=baseline_p50,
         canary_p99_ms=canary_p99,
         baseline_p99_ms=baseline_p99,
+        resolution=latency_resolution(baseline, canary, config),
     )
 
 
@@ -87,6 +116,8 @@ class Analyzer:
         self.config = config or AnalysisConfig()
         self._batch = BatchAnalyzer(self.config, 1, latch_inconclusive=False)
         self.final: Decision | None = None
+        # The latest bucket each latency channel was judged in (histogram metrics only).
+        self.resolution: dict[str, dict] = {}
 
     @property
     def tick(self) -> int:
@@ -118,7 +149,13 @@ class Analyzer:
             _as_counts(ev.median),
             _as_counts(ev.tail),
             missing=np.array([ev.missing]),
+            unresolved={ch: np.array([ev.unresolved(ch)]) for ch in ("median", "tail")},
         )
+        for ch, res in (ev.resolution or {}).items() if not ev.empty else ():
+            # The page explains the bucket that keeps a channel from being accepted, else the
+            # latest one.
+            if not (b.unresolved[ch][0] and res.get("resolved", True)):
+                self.resolution[ch] = res
         action = ACTIONS[int(actions[0])]
         reason = REASONS[int(reasons[0])]
         if b.tick <= cfg.warmup_ticks:
@@ -158,7 +195,8 @@ class Analyzer:
             minutes_needed=minutes,
             empty_ticks=int(b.empty_ticks[0]),
             max_ticks=cfg.max_ticks,
-            settle=settle_text(action, channels, cfg),
+            settle=settle_text(action, channels, cfg, self.resolution),
+            resolution=dict(self.resolution),
         )
         if decision.action in (PROMOTE, ROLLBACK):
             self.final = decision
@@ -176,6 +214,9 @@ class Analyzer:
             out[ch] = {
                 "llr": float(b.llr[ch][0]),
                 "accepted": bool(b.accepted[ch][0]),
+                # False: the buckets could hide the design shift; never accepted (held).
+                "resolved": not bool(b.unresolved[ch][0]),
+                "held": bool(b.held[ch][0]),
                 "cusum": float(b.cusum[ch][0]) if ch in b.cusum else None,
                 "ratio": cfg.ratio(ch),
                 "ticks_needed": _finite(ticks),
@@ -194,11 +235,24 @@ def _inf_none(value: float | None) -> float:
 LABELS = {"errors": "error rate", "median": "median latency", "tail": "tail latency"}
 
 
-def settle_text(action: str, channels: dict[str, dict], cfg: AnalysisConfig) -> str:
-    """One line: what would settle an undecided rollout."""
+def settle_text(
+    action: str,
+    channels: dict[str, dict],
+    cfg: AnalysisConfig,
+    resolution: dict[str, dict] | None = None,
+) -> str:
+    """One line: what would settle an undecided rollout (finer buckets, or more requests)."""
     if action in (PROMOTE, ROLLBACK):
         return ""
     parts = []
+    unresolved = [
+        resolution_text(LABELS[ch], (resolution or {})[ch])
+        for ch, c in channels.items()
+        if not c.get("resolved", True) and ch in (resolution or {})
+    ]
+    if unresolved:
+        # More requests cannot help a channel its buckets keep from being accepted.
+        return "To promote, the latency histogram needs finer buckets — " + "; ".join(unresolved)
     for ch, c in channels.items():
         if c["accepted"]:
             continue

@@ -43,6 +43,9 @@ REASONS = {
     6: "inconclusive: too many windows without traffic or metrics",
     7: "inconclusive: at the current traffic the evidence still needed cannot arrive "
     "before the max duration",
+    8: "inconclusive: the latency histogram's buckets cannot resolve the design shift (a "
+    "canary slower by it could look as good as the baseline), so a latency channel that "
+    "found no regression cannot be accepted",
 }
 EMA = 0.3  # weight of the newest tick in the traffic estimate behind the sample sizes
 
@@ -92,6 +95,10 @@ class BatchAnalyzer:
         self.llr_raw = {ch: np.zeros(r) for ch in CHANNELS}
         self.llr = {ch: np.zeros(r) for ch in CHANNELS}
         self.accepted = {ch: np.zeros(r, dtype=bool) for ch in CHANNELS}
+        # A channel whose evidence came from a bucket that can hide its design shift is
+        # never accepted: it is held where it would have been (`resolution.py`).
+        self.unresolved = {ch: np.zeros(r, dtype=bool) for ch in CHANNELS}
+        self.held = {ch: np.zeros(r, dtype=bool) for ch in CHANNELS}
         self.cusum_raw = {ch: np.zeros(r) for ch in ("median", "tail")}
         self.cusum = {ch: np.zeros(r) for ch in ("median", "tail")}
         self.phi = {ch: np.ones(r) for ch in CHANNELS}
@@ -133,12 +140,16 @@ class BatchAnalyzer:
         median: TickCounts,
         tail: TickCounts,
         missing: np.ndarray | None = None,
+        unresolved: dict[str, np.ndarray] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Advance one tick; return (action codes, reason codes) per rollout.
 
         `missing` marks rollouts whose metrics could not be read this tick. A row
         without metrics or without traffic in either arm is no evidence: all its
-        counts are zeroed before they reach any statistic.
+        counts are zeroed before they reach any statistic. `unresolved` marks, per
+        latency channel, rows whose histogram bucket could hide the design shift this
+        tick: such a channel is never accepted afterwards (its SPRT is held instead,
+        and the rollout ends inconclusive once nothing else is left to decide).
         """
         cfg = self.config
         r = self.rollouts
@@ -162,6 +173,8 @@ class BatchAnalyzer:
         if self.tick <= cfg.warmup_ticks:
             return actions, reasons
         self.empty_ticks += empty.astype(int)
+        for ch, mask in (unresolved or {}).items():
+            self.unresolved[ch] |= np.asarray(mask, dtype=bool) & ~empty
         for ch in CHANNELS:
             self.history[ch].append(counts[ch])
         temper = surge(self.history["errors"], self.error_rates)
@@ -184,11 +197,13 @@ class BatchAnalyzer:
             if ch == "errors":
                 # A tick in a traffic-wide error surge counts no more than one at the usual level.
                 llr_t = llr_t / temper[-1]
-            # Wald's test stops once it has accepted: the accepted channel keeps its llr.
-            open_ = ~self.accepted[ch]
+            # Wald's test stops once it has accepted (or been held): the channel keeps its llr.
+            open_ = ~self.accepted[ch] & ~self.held[ch]
             self.llr_raw[ch] = self.llr_raw[ch] + np.where(open_, llr_t, 0.0)
             self.llr[ch] = np.where(open_, self.llr_raw[ch] / self.phi[ch], self.llr[ch])
-            self.accepted[ch] |= open_ & (self.llr[ch] <= self.lower)
+            crossed = open_ & (self.llr[ch] <= self.lower)
+            self.accepted[ch] |= crossed & ~self.unresolved[ch]
+            self.held[ch] |= crossed & self.unresolved[ch]
             if ch != "errors":
                 raw = np.maximum(0.0, self.cusum_raw[ch] + tick_llr(counts[ch], rho))
                 self.cusum_raw[ch] = raw
@@ -207,6 +222,10 @@ class BatchAnalyzer:
             open_rows & ~rollback & np.logical_and.reduce([self.accepted[ch] for ch in CHANNELS])
         )
         rest = open_rows & ~rollback & ~promote
+        # Every channel accepted or held, one held: more ticks cannot promote, only roll back.
+        settled = np.logical_and.reduce([self.accepted[ch] | self.held[ch] for ch in CHANNELS])
+        unresolvable = rest & settled & np.logical_or.reduce([self.held[ch] for ch in CHANNELS])
+        rest = rest & ~unresolvable
         evidence_ticks = self.tick - cfg.warmup_ticks
         past_plan = self.tick >= cfg.horizon_ticks
         at_max = rest & (self.tick >= cfg.max_ticks)
@@ -226,18 +245,19 @@ class BatchAnalyzer:
             & (needed > 2 * remaining)
             & (needed > cfg.horizon_ticks)
         )
-        inconclusive = at_max | too_empty | out_of_reach
+        inconclusive = unresolvable | at_max | too_empty | out_of_reach
         reasons = np.select(
             [
                 rollback & err_alarm,
                 rollback & med_alarm,
                 rollback,
                 promote,
+                unresolvable,
                 at_max,
                 too_empty,
                 out_of_reach,
             ],
-            [1, 2, 3, 4, 5, 6, 7],
+            [1, 2, 3, 4, 8, 5, 6, 7],
             0,
         ).astype(np.int8)
         actions = np.select(
@@ -262,7 +282,7 @@ class BatchAnalyzer:
             distance = np.maximum(0.0, self.llr[ch] - self.lower) * self.phi[ch]
             with np.errstate(divide="ignore", invalid="ignore"):
                 ticks = np.where(drift > 0, distance / np.where(drift > 0, drift, 1.0), np.inf)
-            self.ticks_needed[ch] = np.where(self.accepted[ch], 0.0, ticks)
+            self.ticks_needed[ch] = np.where(self.accepted[ch] | self.held[ch], 0.0, ticks)
         self.canary_requests = (1 - w) * self.canary_requests + w * counts["errors"].n_c
 
     def needed_ticks(self) -> np.ndarray:

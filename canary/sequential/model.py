@@ -43,6 +43,11 @@ class AnalysisConfig:
     median_ratio: float = 1.3  # canary/baseline share above the pooled median (+25% median)
     tail_ratio: float = 1.5  # canary/baseline share above the pooled tail quantile
     tail_quantile: float = 0.995  # the tail channel counts requests above the pooled p99.5
+    # The latency shifts the latency design ratios stand for (+25% at the median, +50% in the
+    # tail): a histogram bucket that can hold a request and the same request this much slower
+    # cannot tell them apart, and such a channel is never accepted (`resolution.py`).
+    median_shift: float = 1.25
+    tail_shift: float = 1.5
     cusum_threshold: float = 9.0
     dispersion_prior: float = 8.0  # pseudo-variance anchoring the dispersion at 1 early on
     dispersion_ticks: float = 8.0  # ... and at least this many pseudo-ticks of it
@@ -83,6 +88,9 @@ class AnalysisConfig:
         for name in ("error_ratio", "median_ratio", "tail_ratio"):
             value = number(name)
             need(value > 1, name, f"a design ratio must be greater than 1, got {value!r}")
+        for name in ("median_shift", "tail_shift"):
+            value = number(name)
+            need(value > 1, name, f"a design shift must be greater than 1, got {value!r}")
         need(0.5 < number("tail_quantile") < 1, "tail_quantile", "must be in (0.5, 1)")
         need(number("cusum_threshold") > 0, "cusum_threshold", "must be positive")
         # An infinite dispersion prior pins the dispersion at 1 (the textbook binomial SPRT).
@@ -133,14 +141,25 @@ class AnalysisConfig:
             "tail": self.tail_ratio,
         }[channel]
 
+    def shift(self, channel: str) -> float:
+        """The latency factor a latency channel's design ratio stands for."""
+        return {"median": self.median_shift, "tail": self.tail_shift}[channel]
+
 
 @dataclass(frozen=True)
 class Window:
-    """One tick of one arm: requests served, errors among them, a sample of latencies (ms)."""
+    """One tick of one arm: requests served, errors among them, a sample of latencies (ms).
+
+    `bounds_ms`: the finite upper bounds of the histogram buckets the latencies were read
+    from (each sample sits at its bucket's bound, the overflow bucket above the last
+    one); None for raw samples. A latency channel judged from buckets carries their
+    resolution (`resolution.py`).
+    """
 
     requests: int
     errors: int
     latencies_ms: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    bounds_ms: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.requests < 0 or self.errors < 0 or self.errors > self.requests:
@@ -149,6 +168,11 @@ class Window:
         if lat.size and (not np.all(np.isfinite(lat)) or lat.min() < 0):
             raise ValueError("latencies must be finite and non-negative")
         object.__setattr__(self, "latencies_ms", lat)
+        if self.bounds_ms is not None:
+            bounds = sorted({float(b) for b in self.bounds_ms})
+            if not bounds or not all(math.isfinite(b) and b > 0 for b in bounds):
+                raise ValueError("bucket bounds must be finite and positive")
+            object.__setattr__(self, "bounds_ms", tuple(bounds))
 
 
 @dataclass(frozen=True)
@@ -186,6 +210,7 @@ class Decision:
     empty_ticks: int = 0
     max_ticks: int = 0
     settle: str = ""
+    resolution: dict[str, dict] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         """JSON-ready form (audit data, API, websocket)."""
@@ -197,6 +222,9 @@ class Evidence:
     """What one tick contributes, as plain numbers: stored per tick so an analysis can be replayed.
 
     `missing` marks a tick whose metrics could not be read (an outage): no evidence.
+    `resolution` (latency read from histogram buckets only) holds, per latency channel,
+    the bucket its pooled quantile fell in and whether it resolves the design shift
+    (`resolution.channel_resolution`); None: raw samples, nothing hidden.
     """
 
     errors: tuple[float, float, float, float]  # n_b, n_c, k, c
@@ -210,6 +238,12 @@ class Evidence:
     baseline_p99_ms: float | None = None
     missing: bool = False
     note: str = ""
+    resolution: dict[str, dict] | None = None
+
+    def unresolved(self, channel: str) -> bool:
+        """Whether this tick's buckets could hide a design-size shift of a latency channel."""
+        res = (self.resolution or {}).get(channel)
+        return bool(res) and not res.get("resolved", True)
 
     @property
     def empty(self) -> bool:
