@@ -131,6 +131,17 @@ CHANNEL_LABELS = {
 }
 
 
+def channel_resolution_cell(c: dict[str, Any], res: dict[str, Any] | None) -> str:
+    """The resolution cell of a channel row: exact (counts, raw samples) or the bucket and whether it resolves."""
+    if not res:
+        return "exact" if c.get("resolved", True) else "buckets too wide"
+    lo, hi = res["bucket_ms"]
+    bucket = f"{lo:g}–{hi:g} ms" if hi is not None else f"> {lo:g} ms"
+    if c.get("resolved", True):
+        return f"{bucket} bucket: resolves ×{res['shift']:g}"
+    return f"{bucket} bucket: can hide ×{res['shift']:g}"
+
+
 def rollout_analysis_view(rollout: Rollout) -> dict[str, Any]:
     """The latest analysis in the shape the dashboard explains it: one row per channel."""
     a = rollout.analysis or {}
@@ -146,6 +157,9 @@ def rollout_analysis_view(rollout: Rollout) -> dict[str, Any]:
                 "ratio": c.get("ratio"),
                 "requests_needed": c.get("requests_needed"),
                 "minutes_needed": c.get("minutes_needed"),
+                "resolved": c.get("resolved", True),
+                "held": c.get("held", False),
+                "resolution": channel_resolution_cell(c, c.get("resolution")),
             }
         )
     return {
@@ -161,6 +175,12 @@ def rollout_analysis_view(rollout: Rollout) -> dict[str, Any]:
         "empty_ticks": a.get("empty_ticks"),
         "max_ticks": a.get("max_ticks"),
         "settle": a.get("settle") or "",
+        # What would resolve each latency channel whose histogram buckets cannot.
+        "unresolved": [
+            c["resolution"].get("text", "")
+            for c in (a.get("channels") or {}).values()
+            if c.get("resolution") and not c.get("resolved", True)
+        ],
     }
 
 

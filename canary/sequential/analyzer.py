@@ -196,7 +196,7 @@ class Analyzer:
             empty_ticks=int(b.empty_ticks[0]),
             max_ticks=cfg.max_ticks,
             settle=settle_text(action, channels, cfg, self.resolution),
-            resolution=dict(self.resolution),
+            resolution={ch: c["resolution"] for ch, c in channels.items() if c["resolution"]},
         )
         if decision.action in (PROMOTE, ROLLBACK):
             self.final = decision
@@ -217,6 +217,10 @@ class Analyzer:
                 # False: the buckets could hide the design shift; never accepted (held).
                 "resolved": not bool(b.unresolved[ch][0]),
                 "held": bool(b.held[ch][0]),
+                # The bucket its pooled quantile fell in (None: exact counts or raw samples).
+                "resolution": {**res, "text": resolution_text(LABELS[ch], res)}
+                if (res := self.resolution.get(ch))
+                else None,
                 "cusum": float(b.cusum[ch][0]) if ch in b.cusum else None,
                 "ratio": cfg.ratio(ch),
                 "ticks_needed": _finite(ticks),

@@ -70,13 +70,20 @@
   // The per-channel evidence table and the bounds, from the rollout's latest analysis
   // (the same cells the page renders: canary/rollouts/detail.html).
   var channelTable = document.getElementById("channels");
-  function badgeCell(row, accepted) {
+  function badgeCell(row, accepted, held) {
     var cellEl = document.createElement("td");
     var b = document.createElement("span");
-    b.className = accepted ? "badge ok" : "badge muted";
-    b.textContent = accepted ? "yes" : "not yet";
+    b.className = accepted ? "badge ok" : held ? "badge warn" : "badge muted";
+    b.textContent = accepted ? "yes" : held ? "held: buckets too wide" : "not yet";
     cellEl.appendChild(b);
     row.appendChild(cellEl);
+  }
+  // The resolution cell (canary.selectors.channel_resolution_cell renders the page's).
+  function resolutionCell(c, res) {
+    if (!res) { return c.resolved === false ? "buckets too wide" : "exact"; }
+    var lo = res.bucket_ms[0], hi = res.bucket_ms[1];
+    var bucket = hi === null ? "> " + lo + " ms" : lo + "\u2013" + hi + " ms";
+    return bucket + " bucket: " + (c.resolved === false ? "can hide" : "resolves") + " \u00d7" + res.shift;
   }
   function fixed(v, digits) { return v === null || v === undefined ? NO_EVIDENCE : Number(v).toFixed(digits); }
   function showChannels(a) {
@@ -88,16 +95,31 @@
       tr.setAttribute("data-channel", ch);
       td(tr, channelTable.getAttribute("data-label-" + ch) || ch);
       td(tr, fixed(c.llr, 2));
-      badgeCell(tr, c.accepted);
+      badgeCell(tr, c.accepted, c.held);
       td(tr, fixed(c.cusum, 2));
       td(tr, "\u00d7" + c.ratio);
       td(tr, c.accepted ? "0" : (c.requests_needed === null || c.requests_needed === undefined)
         ? "no traffic yet" : String(Math.round(c.requests_needed)));
       td(tr, c.accepted ? "0" : (c.minutes_needed === null || c.minutes_needed === undefined)
         ? NO_EVIDENCE : String(c.minutes_needed));
+      td(tr, resolutionCell(c, c.resolution));
       rows.appendChild(tr);
     });
     channelTable.tBodies[0].replaceChildren(rows);
+    var unresolved = document.getElementById("resolution");
+    if (unresolved) {
+      var items = document.createDocumentFragment();
+      Object.keys(a.channels).forEach(function (ch) {
+        var res = a.channels[ch].resolution;
+        if (res && a.channels[ch].resolved === false) {
+          var li = document.createElement("li");
+          li.textContent = res.text || "";
+          items.appendChild(li);
+        }
+      });
+      unresolved.replaceChildren(items);
+      unresolved.hidden = !unresolved.children.length;
+    }
     var bounds = document.getElementById("rollout-bounds");
     if (bounds && a.llr_lower !== null && a.llr_lower !== undefined) {
       bounds.textContent = "Accept bound " + fixed(a.llr_lower, 2) + " \u00b7 rollback bound " +
