@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import json
-import urllib.error
+import math
+import time
 import urllib.parse
-import urllib.request
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 from django.conf import settings
 
-from canary import promql
+from canary import prometheus, promql
 from canary.extensions import FaultEffect, traffic_faults
 from canary.models import MetricsSource, Observation, Rollout
 from canary.sequential import Window
@@ -25,17 +25,18 @@ from kiln.errors import InvalidInput, Unavailable
 # service's tail is judged on all its requests (5,000 gave 50 and threw the rest away).
 SAMPLE_CAP = 60_000
 
-# Istio's standard metrics, as canary.promql templates (placeholders filled per arm and tick).
+# Istio's standard metrics, as canary.promql templates of series selectors (placeholders filled
+# per arm): the reader takes their raw samples at the tick's boundaries (canary.prometheus).
+# Only the destination reporter: the source reporter counts the same requests again.
+_ARM = (
+    'reporter="destination",destination_service_name="{{service}}",'
+    'destination_service_namespace="{{namespace}}",destination_version="{{version}}"'
+)
 DEFAULT_QUERIES = {
-    "requests": 'sum(increase(istio_requests_total{destination_service_name="{{service}}",'
-    'destination_service_namespace="{{namespace}}",destination_version="{{version}}"}'
-    "[{{window}}]))",
-    "errors": 'sum(increase(istio_requests_total{destination_service_name="{{service}}",'
-    'destination_service_namespace="{{namespace}}",destination_version="{{version}}",'
-    'response_code=~"5.."}[{{window}}]))',
-    "latency_buckets": "sum by (le) (increase(istio_request_duration_milliseconds_bucket{"
-    'destination_service_name="{{service}}",destination_service_namespace="{{namespace}}",'
-    'destination_version="{{version}}"}[{{window}}]))',
+    "requests": "istio_requests_total{" + _ARM + "}",
+    "errors": "istio_requests_total{" + _ARM + ',response_code=~"5.."}',
+    "latency_buckets": "istio_request_duration_milliseconds_bucket{" + _ARM + "}",
+    "latency_native": "istio_request_duration_milliseconds{" + _ARM + "}",
 }
 QUERY_NAMES = tuple(DEFAULT_QUERIES)
 
@@ -66,6 +67,15 @@ def validate_queries(queries: Any) -> dict[str, str]:
                 f"query {name} is not a valid template: {exc}",
                 extra={"fields": {f"queries.{name}": [str(exc)]}, "query": name},
             ) from None
+        if not prometheus.is_selector(template):
+            reason = (
+                "must be a series selector such as istio_requests_total{...}: Kiln reads its raw "
+                "samples at each tick's boundaries (no increase() or rate(), no [{{window}}])"
+            )
+            raise MetricsConfigError(
+                f"query {name} {reason}",
+                extra={"fields": {f"queries.{name}": [reason]}, "query": name},
+            )
     return dict(queries)
 
 
@@ -140,7 +150,7 @@ def read_windows(rollout: Rollout, tick: int) -> tuple[Window, Window, int]:
     if source == MetricsSource.PUSH:
         return pushed_windows(rollout, tick)
     if source == MetricsSource.PROMETHEUS:
-        return prometheus_windows(rollout)
+        return prometheus_windows(rollout, tick)
     raise Unavailable(f"unknown metrics source {source!r}")
 
 
@@ -223,14 +233,58 @@ def pushed_windows(rollout: Rollout, tick: int) -> tuple[Window, Window, int]:
 
 
 # --- Prometheus HTTP API --------------------------------------------------------------
+# Exact windows (canary.prometheus): tick k reads (t_{k-1}, t_k] on boundaries fixed when the
+# analysis (re)started, by counter differences; every read failure is a tick without evidence.
+
+# The decisions after which ticks run again on a fresh grid of boundaries: the analysis was
+# not running before them (pending, or held inconclusive), so nothing before is owed to it.
+RESUMED_BY = ("started", "retried", "extended")
 
 
-def prometheus_windows(rollout: Rollout) -> tuple[Window, Window, int]:
-    """Query the Prometheus HTTP API (/api/v1/query) for both arms over the last tick."""
+def settle_seconds() -> float:
+    """How long before a tick's scheduled time its window closes (KILN_PROMETHEUS_SETTLE_SECONDS)."""
+    return float(getattr(settings, "KILN_PROMETHEUS_SETTLE_SECONDS", prometheus.SETTLE_SECONDS))
+
+
+def query_timeout() -> float:
+    """Seconds a Prometheus read may take (KILN_PROMETHEUS_TIMEOUT_SECONDS)."""
+    return float(getattr(settings, "KILN_PROMETHEUS_TIMEOUT_SECONDS", prometheus.QUERY_TIMEOUT))
+
+
+def tick_bounds(rollout: Rollout, tick: int) -> tuple[float, float]:
+    """The window (t_{k-1}, t_k] of 1-based `tick` in unix seconds, on the grid of the last resume.
+
+    t_k = T + (k - m) * tick_seconds - settle, where the analysis last (re)started with the
+    decision recorded at time T after tick m.
+    """
+    resumed = (
+        rollout.decisions.filter(kind__in=RESUMED_BY, tick__lt=tick)
+        .order_by("-created_at", "-id")
+        .values_list("created_at", "tick")
+        .first()
+    )
+    if resumed is None:
+        raise Unavailable("the rollout has not started: its analysis has no boundaries yet")
+    at, after = resumed
+    anchor = at.timestamp() - after * rollout.tick_seconds
+    return prometheus.tick_window(anchor, rollout.tick_seconds, tick, settle_seconds())
+
+
+def prometheus_windows(
+    rollout: Rollout, tick: int, *, now: float | None = None
+) -> tuple[Window, Window, int]:
+    """Both arms' windows of `tick` read from the Prometheus HTTP API (exact, contiguous windows)."""
     service = rollout.service
     base_url = prometheus_base_url(service.prometheus_url)
     queries = {**DEFAULT_QUERIES, **(service.queries or {})}
-    window = f"{max(1, round(rollout.tick_seconds))}s"
+    start, end = tick_bounds(rollout, tick)
+    now = time.time() if now is None else now
+    if now < end + settle_seconds():
+        # Reading now would count part of this window here and the rest never.
+        raise Unavailable(
+            f"tick {tick} ran before its window closed ({_utc(end)} plus "
+            f"{settle_seconds():g} s for the last scrape to be stored)"
+        )
     arms = {}
     for arm, version in (
         ("baseline", rollout.baseline_version),
@@ -241,87 +295,90 @@ def prometheus_windows(rollout: Rollout) -> tuple[Window, Window, int]:
             "namespace": service.namespace,
             "host": service.host,
             "version": version,
-            "window": window,
+            "window": f"{max(1, round(rollout.tick_seconds))}s",
         }
-        promqls = {}
-        for name in QUERY_NAMES:
-            try:
-                promqls[name] = promql.render(queries[name], values)
-            except promql.TemplateError as exc:
-                # A row written before templates were checked: refuse it, never evaluate it.
-                raise Unavailable(f"query {name} of {service} cannot be rendered: {exc}") from None
-        requests = _scalar(prometheus_query(base_url, promqls["requests"]))
-        errors = _scalar(prometheus_query(base_url, promqls["errors"]))
-        buckets = prometheus_query(base_url, promqls["latency_buckets"])
-        requests_i = int(round(requests))
-        arms[arm] = Window(
-            requests_i, min(int(round(errors)), requests_i), samples_from_buckets(buckets)
-        )
+        try:
+            arms[arm] = _read_arm(base_url, queries, values, start, end)
+        except promql.TemplateError as exc:
+            # A row written before templates were checked: refuse it, never evaluate it.
+            raise Unavailable(f"a query of {service} cannot be rendered: {exc}") from None
+        except prometheus.ReadError as exc:
+            raise Unavailable(
+                f"{arm} {version}, window {_utc(start)} to {_utc(end)}: {exc}"
+            ) from None
     return arms["baseline"], arms["canary"], rollout.weight
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """Refuse redirects: the configured server answers, or the query fails."""
+def _read_arm(
+    base_url: str, queries: dict[str, str], values: dict[str, str], start: float, end: float
+) -> Window:
+    timeout = query_timeout()
 
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
+    def read(name: str) -> list[dict[str, Any]]:
+        return prometheus.range_at(
+            base_url, promql.render(queries[name], values), start, end, timeout
+        )
 
-
-_OPENER = urllib.request.build_opener(_NoRedirect)
-
-
-def prometheus_query(base_url: str, promql: str, timeout: float = 5.0) -> list[dict[str, Any]]:
-    """Run an instant query; return the result vector or raise Unavailable."""
-    if not base_url:
-        raise Unavailable("the service has no Prometheus URL")
-    url = base_url.rstrip("/") + "/api/v1/query?" + urllib.parse.urlencode({"query": promql})
-    try:
-        with _OPENER.open(url, timeout=timeout) as response:  # noqa: S310 - a URL from settings
-            body = json.loads(response.read().decode())
-    except (urllib.error.URLError, TimeoutError, ValueError) as exc:
-        raise Unavailable(f"Prometheus query failed: {exc}") from exc
-    if body.get("status") != "success":
-        raise Unavailable(f"Prometheus answered {body.get('errorType')}: {body.get('error')}")
-    data = body.get("data") or {}
-    if data.get("resultType") != "vector":
-        raise Unavailable(f"expected a vector result, got {data.get('resultType')!r}")
-    return data.get("result") or []
-
-
-def _scalar(result: list[dict[str, Any]]) -> float:
-    """Sum of a vector's sample values (an empty vector is 0: no traffic)."""
-    total = 0.0
-    for sample in result:
-        value = float(sample["value"][1])
-        if np.isfinite(value):
-            total += value
-    return max(total, 0.0)
+    requests = prometheus.counter_total(read("requests"), start, end)
+    errors = prometheus.counter_total(read("errors"), start, end)
+    result = read("latency_buckets")
+    if not result:
+        result = read("latency_native")
+    histogram = prometheus.latency_histogram(result, start, end)
+    # Counter differences of integer counters are integers; anything else is not a count.
+    if not (float(requests).is_integer() and float(errors).is_integer()):
+        raise prometheus.ReadError(
+            f"the counters rose by {requests:g} requests and {errors:g} errors: not whole counts"
+        )
+    requests_i = int(requests)
+    if errors > requests_i:
+        raise prometheus.ReadError(f"{errors:g} errors among {requests_i} requests")
+    bounds = histogram.bounds()
+    return Window(requests_i, int(errors), histogram.samples(SAMPLE_CAP), bounds_ms=bounds or None)
 
 
-def samples_from_buckets(result: list[dict[str, Any]], cap: int = SAMPLE_CAP) -> np.ndarray:
-    """Latency samples (ms) from cumulative histogram buckets: each bucket's count at its bound.
+def _utc(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, tz=UTC).isoformat(timespec="milliseconds")
 
-    The rank statistics only need order, and ties at a bound are shared fairly by
-    `latency_counts`; the +Inf bucket sits at twice the largest finite bound. At
-    most `cap` samples, in proportion to the bucket counts.
+
+def prometheus_min_tick(service_url: str) -> float | None:
+    """The shortest tick the service's metrics server allows: its scrape interval (seconds).
+
+    KILN_PROMETHEUS_SCRAPE_SECONDS if set, else the longest scrape interval of the server's
+    active targets (/api/v1/targets); None when neither says.
     """
-    bounds = []
-    for sample in result:
-        le = sample.get("metric", {}).get("le")
-        if le is None:
-            continue
-        bounds.append((float(le), max(float(sample["value"][1]), 0.0)))
-    if not bounds:
-        return np.zeros(0)
-    bounds.sort()
-    finite = [b for b, _ in bounds if np.isfinite(b)]
-    top = 2 * finite[-1] if finite else 1.0
-    counts = np.diff([0.0] + [c for _, c in bounds])
-    counts = np.maximum(counts, 0)
-    total = counts.sum()
-    if total <= 0:
-        return np.zeros(0)
-    scale = min(1.0, cap / total)
-    reps = np.round(counts * scale).astype(int)
-    values = [b if np.isfinite(b) else top for b, _ in bounds]
-    return np.repeat(np.array(values, dtype=float), reps)
+    configured = getattr(settings, "KILN_PROMETHEUS_SCRAPE_SECONDS", None)
+    if configured:
+        return float(configured)
+    try:
+        return prometheus.scrape_interval(prometheus_base_url(service_url), query_timeout())
+    except prometheus.ReadError as exc:
+        raise Unavailable(f"cannot read the scrape interval from Prometheus: {exc}") from None
+
+
+def tick_seconds_errors(service: Any, tick_seconds: Any) -> list[str]:
+    """Why `tick_seconds` is too short for the service's metrics (empty: it is long enough).
+
+    A window shorter than the scrape interval holds no scrape at all on some ticks: each tick
+    must span at least one interval, so every window sees the counters move.
+    """
+    if service.metrics_source != MetricsSource.PROMETHEUS:
+        return []
+    try:
+        seconds = float(tick_seconds)
+    except (TypeError, ValueError):
+        return []
+    interval = prometheus_min_tick(service.prometheus_url)
+    if interval is None:
+        return [
+            "the metrics server reports no scrape targets, so the shortest tick is unknown: "
+            "set KILN_PROMETHEUS_SCRAPE_SECONDS"
+        ]
+    if seconds < interval:
+        smallest = math.ceil(interval)
+        return [
+            f"a tick of {seconds:g} s is shorter than Prometheus's scrape interval of "
+            f"{interval:g} s, so some windows would hold no scrape; the smallest tick that "
+            f"works is {smallest} s"
+        ]
+    return []

@@ -120,7 +120,16 @@ class PrometheusServer:
         )
         log.close()
         self.wait_ready()
+        self.wait_targets()
         return self
+
+    def wait_targets(self, timeout: float = READY_TIMEOUT) -> None:
+        """Wait until every configured target is listed among the active ones (not yet scraped)."""
+        deadline = time.monotonic() + timeout
+        while set(self.targets) - set(self.last_scrapes()):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"targets never became active: {self.log_tail()}")
+            time.sleep(0.05)
 
     @property
     def running(self) -> bool:

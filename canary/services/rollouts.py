@@ -17,7 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit import record
-from canary.metrics import read_windows
+from canary.metrics import read_windows, tick_seconds_errors
 from canary.models import (
     ACTIVE_STATUSES,
     ROLLOUT_OPEN_STATUSES,
@@ -89,6 +89,8 @@ def rollout_create(
         tick_seconds=tick_seconds,
         config=config,
     )
+    if "tick_seconds" not in errors and (too_short := tick_seconds_errors(service, tick_seconds)):
+        errors["tick_seconds"] = too_short
     if errors:
         raise InvalidInput("The rollout is invalid.", extra={"fields": errors})
     rollout = Rollout(

@@ -194,6 +194,12 @@ KILN_PROMETHEUS_URL = env("KILN_PROMETHEUS_URL", "")
 KILN_PROMETHEUS_URL_ALLOWLIST = [
     u.strip() for u in (env("KILN_PROMETHEUS_URL_ALLOWLIST", "") or "").split(",") if u.strip()
 ]
+# Prometheus windows (canary/prometheus.py): a tick's window closes this long before the tick is
+# due, so the last scrape in it is stored when it is read; reads time out after the next; the
+# scrape interval (0: read from the server's /api/v1/targets) sets the shortest tick allowed.
+KILN_PROMETHEUS_SETTLE_SECONDS = env_float("KILN_PROMETHEUS_SETTLE_SECONDS", 15.0)
+KILN_PROMETHEUS_TIMEOUT_SECONDS = env_float("KILN_PROMETHEUS_TIMEOUT_SECONDS", 5.0)
+KILN_PROMETHEUS_SCRAPE_SECONDS = env_float("KILN_PROMETHEUS_SCRAPE_SECONDS", 0.0)
 CELERY_BEAT_SCHEDULE["canary-rollouts-tick-due"] = {
     "task": "canary.tasks.rollouts_tick_due",
     "schedule": KILN_CANARY_SWEEP_SECONDS,

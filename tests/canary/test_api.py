@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlparse
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from audit.models import OutboxEvent
 from canary import services
 from canary.models import MetricsSource, Observation, Rollout, RolloutStatus, RolloutTick
+from kiln.errors import InvalidInput
 from kiln.identity.models import Team
 from kiln.identity.permissions import PLATFORM_ADMIN, Actor
 from tests.canary.test_ownership_support import own_namespace
@@ -244,77 +243,22 @@ def test_pushing_to_a_simulated_service_is_a_conflict(alice, service):
 # --- Prometheus HTTP API ---------------------------------------------------------------
 
 
-class _Prometheus(BaseHTTPRequestHandler):
-    """Speaks /api/v1/query: vectors for Istio request counts and duration buckets per version."""
-
-    queries: list[str] = []
-
-    def do_GET(self):  # noqa: N802 - http.server's name
-        url = urlparse(self.path)
-        query = parse_qs(url.query).get("query", [""])[0]
-        type(self).queries.append(query)
-        canary = 'version="v2"' in query
-        if url.path != "/api/v1/query":
-            self.send_response(404)
-            self.end_headers()
-            return
-        if "bucket" in query:
-            counts = (
-                [(50, 20), (100, 60), (250, 95), ("+Inf", 100)]
-                if canary
-                else [(50, 400), (100, 1200), (250, 1900), ("+Inf", 2000)]
-            )
-            result = [{"metric": {"le": str(le)}, "value": [1.0, str(c)]} for le, c in counts]
-        elif "response_code" in query:
-            result = [{"metric": {}, "value": [1.0, "2" if canary else "20"]}]
-        else:
-            result = [{"metric": {}, "value": [1.0, "100" if canary else "2000"]}]
-        body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}})
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.end_headers()
-        self.wfile.write(body.encode())
-
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture
-def prometheus():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Prometheus)
-    _Prometheus.queries = []
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-
-
-def test_prometheus_source_reads_both_arms_with_the_configured_promql(teams, prometheus, settings):
-    settings.KILN_PROMETHEUS_URL = prometheus
-    service = services.service_create(
-        actor=ADMIN,
-        team=teams["payments"],
-        name="cart",
-        namespace="shop",
-        metrics_source=MetricsSource.PROMETHEUS,
-        queries={
-            "requests": 'sum(rate(http_requests_total{app="{{service}}",version="{{version}}"}'
-            "[{{window}}]))"
-        },
-    )
-    rollout = services.rollout_create(
-        actor=ADMIN, service=service, baseline_version="v1", canary_version="v2", tick_seconds=30
-    )
-    services.rollout_tick(rollout_id=rollout.pk, tick=0)
-    assert services.rollout_tick(rollout_id=rollout.pk, tick=1) == "continue"
-    tick = RolloutTick.objects.get(rollout=rollout, number=1)
-    assert tick.evidence["errors"] == [2000.0, 100.0, 22.0, 2.0]
-    assert tick.evidence["baseline_error_rate"] == pytest.approx(0.01)
-    # Latency from buckets: every bucket count is a sample at its bound (under the cap).
-    assert tick.evidence["median"][:2] == [2000.0, 100.0]
-    assert 'sum(rate(http_requests_total{app="cart",version="v2"}[30s]))' in _Prometheus.queries
-    assert any("istio_request_duration_milliseconds_bucket" in q for q in _Prometheus.queries)
+def test_a_query_template_that_is_not_a_series_selector_is_refused(teams, settings):
+    # Kiln reads raw counter samples at each tick's boundaries: increase() over [{{window}}]
+    # (the old templates) would extrapolate and is refused with the query named.
+    settings.KILN_PROMETHEUS_URL = "http://127.0.0.1:9"
+    before = OutboxEvent.objects.count()
+    with pytest.raises(InvalidInput) as refused:
+        services.service_create(
+            actor=ADMIN,
+            team=teams["payments"],
+            name="cart",
+            namespace="shop",
+            metrics_source=MetricsSource.PROMETHEUS,
+            queries={"requests": 'sum(rate(http_requests_total{app="{{service}}"}[{{window}}]))'},
+        )
+    assert "series selector" in refused.value.extra["fields"]["queries.requests"][0]
+    assert OutboxEvent.objects.count() == before
 
 
 def test_a_prometheus_outage_is_a_tick_without_evidence(teams, settings):
@@ -326,14 +270,20 @@ def test_a_prometheus_outage_is_a_tick_without_evidence(teams, settings):
         namespace="shop",
         metrics_source=MetricsSource.PROMETHEUS,
     )
+    settings.KILN_PROMETHEUS_SCRAPE_SECONDS = 15  # nothing answers to tell it
     rollout = services.rollout_create(
         actor=ADMIN, service=service, baseline_version="v1", canary_version="v2"
     )
     services.rollout_tick(rollout_id=rollout.pk, tick=0)
+    # Started a tick ago, so tick 1's window has closed and the read reaches the server.
+    rollout.decisions.filter(kind="started").update(
+        created_at=timezone.now() - timedelta(minutes=1)
+    )
     # The metrics error is recorded as no evidence; the analysis clock runs on.
     assert services.rollout_tick(rollout_id=rollout.pk, tick=1) == "continue"
     rollout.refresh_from_db()
     tick = rollout.ticks.get(number=1)
     assert rollout.ticks_done == 1 and tick.evidence["missing"] is True
     assert "metrics unavailable" in tick.evidence["note"]
+    assert "Prometheus is unreachable" in tick.evidence["note"]
     assert tick.decision["channels"]["errors"]["llr"] == 0.0

@@ -91,9 +91,9 @@ def lex_strings(query: str) -> list[str]:
 def test_the_default_queries_are_templates_and_render_to_istio_promql():
     rendered = promql.render(DEFAULT_QUERIES["errors"], VALUES)
     assert rendered == (
-        'sum(increase(istio_requests_total{destination_service_name="checkout",'
+        'istio_requests_total{reporter="destination",destination_service_name="checkout",'
         'destination_service_namespace="shop",destination_version="v2",'
-        'response_code=~"5.."}[60s]))'
+        'response_code=~"5.."}'
     )
     for template in DEFAULT_QUERIES.values():
         promql.validate(template)

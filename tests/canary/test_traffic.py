@@ -5,12 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import jsonschema
-import numpy as np
 import pytest
 import yaml
 from django.conf import settings
 
-from canary.metrics import samples_from_buckets
 from canary.traffic import canary_weight_of, destination_rule, virtual_service
 
 CRDS = Path(settings.BASE_DIR).parent / "shared" / "crds" / "networking.istio.io"
@@ -75,16 +73,3 @@ def test_deploy_example_matches_what_kiln_applies():
     assert docs == expected
     jsonschema.validate(docs[0], _schema("destinationrules.yaml"))
     jsonschema.validate(docs[1], _schema("virtualservices.yaml"))
-
-
-def test_histogram_buckets_become_bounded_samples():
-    # Cumulative buckets: 10 <= 50 ms, 30 <= 100 ms, 40 in all (+Inf at twice 100 ms).
-    result = [
-        {"metric": {"le": "50"}, "value": [0, "10"]},
-        {"metric": {"le": "100"}, "value": [0, "30"]},
-        {"metric": {"le": "+Inf"}, "value": [0, "40"]},
-    ]
-    samples = samples_from_buckets(result)
-    assert np.array_equal(np.sort(samples), np.repeat([50.0, 100.0, 200.0], [10, 20, 10]))
-    # Capped at 4 samples in proportion: 1, 2, 1.
-    assert np.array_equal(np.sort(samples_from_buckets(result, cap=4)), [50.0, 100.0, 100.0, 200.0])
