@@ -18,9 +18,12 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from kiln.errors import InvalidInput, KilnError
+
+if TYPE_CHECKING:
+    from kiln.cluster.tree import ObjectState
 
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 # What Kiln's requests say they are (the User-Agent header, and `userAgent` in the audit events
@@ -221,6 +224,10 @@ class DeliveryBackend(Protocol):
 
     def health_many(self, refs: list[AppliedRef]) -> list[Health]:
         """Health of many objects, in order."""
+        ...
+
+    def describe(self, refs: list[AppliedRef]) -> list[ObjectState]:
+        """Each object's health, sync state and recent events, in order (`kiln.cluster.tree`)."""
         ...
 
     def lock_namespace(self, *, namespace: str) -> AbstractContextManager[None]:

@@ -43,6 +43,7 @@ from kiln.cluster.base import (
     desired_state,
     ref_of,
 )
+from kiln.cluster.tree import ObjectState, SyncStatus, state_of
 
 ENV_LABEL = "kiln.dev/environment"
 AUTHOR = ["-c", "user.name=Kiln", "-c", "user.email=kiln@localhost"]
@@ -245,6 +246,24 @@ class GitOpsBackend:
             self._sync_from_remote()
             path = self._find(ref)
             return yaml.safe_load(path.read_text()) if path else None
+
+    def describe(self, refs: list[AppliedRef]) -> list[ObjectState]:
+        """Each object's committed state against the observed cluster's, Argo CD style: one read
+        of the repository for all of them (`kiln.cluster.tree`)."""
+        with self._locked():
+            self._sync_from_remote()
+            paths = [self._find(ref) for ref in refs]
+            desired = [yaml.safe_load(path.read_text()) if path else None for path in paths]
+        if self.observer is None:
+            unknown = Health(HealthStatus.PROGRESSING, "no observer configured: health unknown")
+            return [
+                ObjectState(ref, unknown, SyncStatus.UNKNOWN, "no cluster is observed")
+                for ref in refs
+            ]
+        return [
+            state_of(ref, self.observer.get(*ref.key), desired=want, tracks_desired=True)
+            for ref, want in zip(refs, desired, strict=True)
+        ]
 
     def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict | None:
         """The live object as the observer sees it (falls back to the committed one without an observer)."""

@@ -450,7 +450,14 @@ class SimulatedKubeAPI:
                     meta = copy.deepcopy(body["metadata"])
                     if old is None:
                         meta.update(
-                            {"uid": str(uuid.uuid4()), "generation": 1, "resourceVersion": "1"}
+                            {
+                                "uid": str(uuid.uuid4()),
+                                "generation": 1,
+                                "resourceVersion": "1",
+                                "creationTimestamp": time.strftime(
+                                    "%Y-%m-%dT%H:%M:%SZ", time.gmtime()
+                                ),
+                            }
                         )
                         sim.applied_at[key] = time.monotonic()
                     else:
@@ -459,6 +466,7 @@ class SimulatedKubeAPI:
                         meta.update(
                             {
                                 "uid": old["metadata"]["uid"],
+                                "creationTimestamp": old["metadata"].get("creationTimestamp"),
                                 "generation": old["metadata"]["generation"] + (1 if changed else 0),
                                 "resourceVersion": str(int(old["metadata"]["resourceVersion"]) + 1),
                             }

@@ -50,6 +50,7 @@ from kiln.cluster.base import (
 )
 from kiln.cluster.lease import KubernetesLease
 from kiln.cluster.ratelimit import RateLimit
+from kiln.cluster.tree import ObjectState, state_of
 
 __all__ = ["KubernetesBackend", "RateLimit"]
 
@@ -327,6 +328,10 @@ class KubernetesBackend:
     def health_many(self, refs: list[AppliedRef]) -> list[Health]:
         """Health of each object, one read each."""
         return [self.health(ref) for ref in refs]
+
+    def describe(self, refs: list[AppliedRef]) -> list[ObjectState]:
+        """Each object as the API server serves it, one read each (`kiln.cluster.tree`)."""
+        return [state_of(ref, self.get(*ref.key)) for ref in refs]
 
     def lock_namespace(self, *, namespace: str) -> AbstractContextManager[None]:
         """Nothing to hold: the API server's resourceVersion preconditions decide every write."""

@@ -58,6 +58,7 @@ from kiln.cluster.simulated_failures import (
 from kiln.cluster.simulated_render import render
 from kiln.cluster.simulated_tenant import TCP, TenantAuditWebhook, tenant_cluster
 from kiln.cluster.simulated_write import apply_one
+from kiln.cluster.tree import ObjectState, state_of
 
 Batch = list[tuple[AppliedRef, dict, list[SimulatedFailure], str | None]]
 
@@ -351,6 +352,10 @@ class SimulatedBackend:
             else:
                 out.append(health_of(render(obj) if obj else None))
         return out
+
+    def describe(self, refs: list[AppliedRef]) -> list[ObjectState]:
+        """Each object as applied here: live is Synced, gone is OutOfSync (`kiln.cluster.tree`)."""
+        return [state_of(ref, self.get(*ref.key)) for ref in refs]
 
     def health(self, ref: AppliedRef) -> Health:
         """Health derived from the object's Ready condition and deletion state."""

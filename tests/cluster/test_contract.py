@@ -392,3 +392,45 @@ def test_the_simulated_namespace_lock_holds_a_second_writer_until_the_first_is_d
     for t in threads:
         t.join(10)
     assert events == ["first in", "first out", "second in"]
+
+
+def test_describe_reports_each_object_in_order_with_health_sync_and_events(harness):
+    backend = harness.backend
+    backend.apply([namespace(), vs("front", ["front"])])
+    refs = [
+        AppliedRef(ISTIO, "VirtualService", "shop", "front"),
+        AppliedRef("v1", "Namespace", "", "shop"),
+    ]
+    states = backend.describe(refs)
+    assert [s.ref for s in states] == refs
+    assert [s.sync.value for s in states] == ["Synced", "Synced"]
+    assert all(s.health.status.value in ("Healthy", "Progressing") for s in states)
+    assert all(s.events and s.events[0].reason for s in states)
+    assert any(e.reason == "Created" for e in states[0].events)
+
+
+def test_describe_of_an_object_deleted_from_the_cluster_is_out_of_sync_or_missing(harness):
+    backend = harness.backend
+    backend.apply([namespace(), vs("gone", ["gone"])])
+    ref = AppliedRef(ISTIO, "VirtualService", "shop", "gone")
+    live = backend.observer if isinstance(backend, GitOpsBackend) else backend
+    live.delete(ref)
+    deadline = time.monotonic() + 10
+    while live.get(*ref.key) is not None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    (state,) = backend.describe([ref])
+    assert state.sync.value == "OutOfSync"
+    assert state.events == ()
+
+
+def test_describe_under_gitops_reports_drift_between_the_commit_and_the_cluster(tmp_path):
+    backend = GitOpsBackend(
+        str(tmp_path / "gitops.git"), work_dir=tmp_path / "work", observer=SimulatedBackend()
+    )
+    backend.apply([namespace(), vs("front", ["front"])])
+    ref = AppliedRef(ISTIO, "VirtualService", "shop", "front")
+    assert backend.describe([ref])[0].sync.value == "Synced"
+    backend.observer.apply([vs("front", ["elsewhere"])])  # changed in the cluster, not in Git
+    (state,) = backend.describe([ref])
+    assert state.sync.value == "OutOfSync"
+    assert "spec" in state.sync_message
