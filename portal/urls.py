@@ -20,6 +20,7 @@ urlpatterns: list = [
         views.environment_progress,
         name="environment-progress",
     ),
+    path("environments/<str:public_id>/tree/", views.environment_tree, name="environment-tree"),
     path(
         "environments/<str:public_id>/extend/", views.environment_extend, name="environment-extend"
     ),

@@ -8,6 +8,7 @@ from portal.views.environment import (
     environment_manifests,
     environment_progress,
     environment_teardown,
+    environment_tree,
 )
 from portal.views.lifecycle import environment_defer, environment_keep
 from portal.views.queue import approval_queue, environment_decide
@@ -28,6 +29,7 @@ __all__ = [
     "environment_progress",
     "environment_request",
     "environment_teardown",
+    "environment_tree",
     "showback",
     "showback_csv",
 ]

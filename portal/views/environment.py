@@ -21,7 +21,7 @@ from kiln.identity.permissions import (
     can_approve,
     has_role,
 )
-from portal import conf, selectors, services
+from portal import conf, resource_tree, selectors, services
 from portal.connect import connection, kubeconfig
 from portal.forms import ExtendForm, ReasonForm
 from portal.lifecycle import Status, badge, label
@@ -143,6 +143,15 @@ def environment_progress(request: HttpRequest, public_id: str) -> HttpResponse:
     if not context["active"] and request.GET.get("was") in {s.value for s in ACTIVE}:
         response["HX-Refresh"] = "true"
     return response
+
+
+@login_required
+def environment_tree(request: HttpRequest, public_id: str) -> HttpResponse:
+    """htmx partial polled by the Resources tab: the objects' tree, health, sync and events."""
+    env = env_or_404(request, public_id)
+    return render(
+        request, "portal/_tree.html", {"env": env, "tree": resource_tree.environment_tree(env)}
+    )
 
 
 @login_required
