@@ -114,6 +114,8 @@ BENCH_audit_tlog_bench := audit_tlog_bench --entries 1000000 --json
 BENCH_canary_bench := canary_bench --seeds report --rollouts 1000 --json
 BENCH_canary_bench-tune := canary_bench --seeds tune --tune-rollouts 300 --json
 BENCH_canary_promote_bench := canary_promote_bench --rollouts 1000 --json
+# Real time: one 15 s tick per simulated minute against two live Prometheus servers.
+BENCH_canary_prometheus_bench := canary_prometheus_bench --rollouts 10 --json
 # The same over the kubernetes backend: the real client over HTTP to a local API server, with the
 # client limits (KILN_KUBE_QPS / KILN_KUBE_BURST) it reports against.
 BENCH_canary_promote_bench-kubernetes := canary_promote_bench --rollouts 1000 --kube-api local --json
@@ -139,7 +141,7 @@ BENCH_lifecycle_fault_matrix := lifecycle_fault_matrix --json
 BENCH_lifecycle_demo := lifecycle_demo --environments 12 --seed 7 --port 9320 --json
 BENCH_gitops_refresh_bench := gitops_refresh_bench --json
 BENCHMARKS := audit_bench audit_choices_bench audit_tlog_bench canary_bench canary_bench-tune canary_promote_bench \
-  canary_promote_bench-kubernetes \
+  canary_promote_bench-kubernetes canary_prometheus_bench \
   chaos_crash_bench extender_bench extender_bench-varied extender_bench-adaptive scheduler_bench scheduler_replay \
   cluster_bench cluster_bench-nocache provision_bench web_bench lifecycle_fault_matrix lifecycle_demo gitops_refresh_bench \
   schemathesis

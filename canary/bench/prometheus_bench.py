@@ -1,0 +1,305 @@
+"""The canary benchmark measured through a real Prometheus: source -> scrape -> PromQL -> analyzer.
+
+Every rollout of every traffic class is a service of its own in one Istio traffic
+source (`istio_source.IstioSource`, native histograms of schema 3 beside Istio's
+default buckets). Two Debian Prometheus servers scrape it every `scrape_seconds`:
+`classic` (the text exposition: Istio's default buckets) and `native` (the protobuf
+exposition with `--enable-feature=native-histograms`). Time is compressed: one tick
+of `tick_seconds` real seconds carries one simulated minute of the benchmark's traffic
+(`streams.BENCH_STEPS`, the same classes and regressions as `canary_bench`), served
+right after the tick's opening boundary, so every request is scraped inside its tick.
+
+After each boundary t_k (plus a settle for the last scrape to be stored) each server is
+asked once for the raw samples of every series over the window, evaluated at t_k, and
+each arm's window (t_{k-1}, t_k] is read with the exact-window reader's own arithmetic
+(`canary.prometheus`: counter differences at the boundaries, resets handled, no
+extrapolation; histogram buckets the same way). The windows, with their bucket bounds,
+go through `canary.sequential` exactly as a rollout's do (`evidence`, `Analyzer`). The
+same simulated traffic is also judged from exact counts and raw latency samples (what
+`canary_bench` measures), so the table sets both side by side; the requests Prometheus
+counted are checked against the requests served.
+
+Constants: the engine's defaults, which `canary_bench` chose on its "tune" seeds; this
+benchmark runs on the "report" seeds and tunes nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from canary.bench.istio_source import DURATION, REQUESTS, IstioSource
+from canary.bench.prometheus_server import PrometheusServer
+from canary.bench.streams import BENCH_STEPS, HORIZON, MAX_TICKS, SAMPLE_CAP, SEED_SETS, BenchClass
+from canary.prometheus import ReadError, api_get, classic_histogram, counter_total
+from canary.prometheus import native_histogram as read_native_histogram
+from canary.sequential import PROMOTE, ROLLBACK, AnalysisConfig, Analyzer, Decision, Window
+from canary.sequential import evidence as tick_evidence
+from canary.simulated_traffic import Simulator
+from canary.traffic import weight_at
+
+KINDS = ("classic", "native")
+NAMESPACE = "bench"
+BASELINE, CANARY = "v1", "v2"
+NATIVE_SCHEMA = 3
+READ_CAP = 60_000  # latency samples per arm from a histogram (the metrics module's cap)
+
+
+@dataclass
+class Rollout:
+    """One benchmark rollout: its service, whether its canary regressed, and its judges."""
+
+    service: str
+    cls: str
+    row: int
+    regression: str | None
+    judges: dict[str, Analyzer] = field(default_factory=dict)
+    decided: dict[str, tuple[str, int]] = field(default_factory=dict)  # judge -> (action, tick)
+    unresolved: dict[str, bool] = field(default_factory=dict)  # kind -> a held latency channel
+    served: float = 0.0  # requests served to both arms
+    counted: dict[str, float] = field(default_factory=dict)  # kind -> requests Prometheus counted
+
+    def open(self, judge: str) -> bool:
+        """Whether `judge` has not decided this rollout yet."""
+        return judge not in self.decided
+
+
+def config() -> AnalysisConfig:
+    """The engine as the benchmark's rollouts run it (the defaults, the benchmark's steps)."""
+    return AnalysisConfig(horizon_ticks=HORIZON, max_ticks=MAX_TICKS)
+
+
+def _group(result: list[dict], *labels: str) -> dict[tuple[str, ...], list[dict]]:
+    out: dict[tuple[str, ...], list[dict]] = defaultdict(list)
+    for series in result:
+        metric = series.get("metric") or {}
+        out[tuple(metric.get(name, "") for name in labels)].append(series)
+    return out
+
+
+def read_tick(server: PrometheusServer, native: bool, start: float, end: float) -> dict:
+    """Every arm's window (t_{k-1}, t_k]: {(service, version): (requests, errors, histogram)}.
+
+    Two queries for all rollouts at once (raw samples of every series, evaluated at
+    `end`, reaching one tick before `start` for the opening sample); each arm is then
+    read with `canary.prometheus`'s arithmetic. An arm whose window cannot be read
+    maps to the ReadError.
+    """
+    span_ms = int(round((end - start) * 2 * 1000))
+    at = f"{end:.3f}"
+    timeout = max(30.0, end - start)
+    keys = ("destination_service_name", "destination_version")
+    requests = api_get(
+        server.url, "query", {"query": f"{REQUESTS}[{span_ms}ms]", "time": at}, timeout
+    )
+    metric = DURATION if native else f"{DURATION}_bucket"
+    latency = api_get(server.url, "query", {"query": f"{metric}[{span_ms}ms]", "time": at}, timeout)
+    by_arm = _group(requests.get("result") or [], *keys)
+    hist_by_arm = _group(latency.get("result") or [], *keys)
+    out: dict = {}
+    for arm, series in by_arm.items():
+        try:
+            total = counter_total(series, start, end)
+            errors = [
+                s for s in series if (s.get("metric") or {}).get("response_code", "")[:1] == "5"
+            ]
+            failed = counter_total(errors, start, end) if errors else 0.0
+            read = read_native_histogram if native else classic_histogram
+            hist = read(hist_by_arm.get(arm, []), start, end)
+            out[arm] = (total, failed, hist)
+        except ReadError as exc:
+            out[arm] = exc
+    return out
+
+
+def _window(read: object) -> Window | None:
+    if not isinstance(read, tuple):
+        return None
+    total, failed, hist = read
+    requests = int(round(total))
+    bounds = hist.bounds()
+    return Window(
+        requests,
+        min(int(round(failed)), requests),
+        hist.samples(READ_CAP),
+        bounds_ms=bounds or None,
+    )
+
+
+def _observe(rollout: Rollout, judge: str, decision: Decision, tick: int) -> None:
+    if decision.action in (PROMOTE, ROLLBACK) or decision.action == "inconclusive":
+        rollout.decided[judge] = (decision.action, tick)
+    if judge in KINDS:
+        held = any(not c.get("resolved", True) for c in decision.channels.values())
+        rollout.unresolved[judge] = rollout.unresolved.get(judge, False) or held
+
+
+def _sleep_until(at: float) -> None:
+    delay = at - time.time()
+    if delay > 0:
+        time.sleep(delay)
+
+
+def run(
+    classes: dict[str, BenchClass],
+    *,
+    rollouts: int,
+    tick_seconds: float,
+    scrape_seconds: float,
+    seed: int = SEED_SETS["report"],
+    log=print,
+) -> dict:
+    """Run `rollouts` healthy and `rollouts` regressed rollouts per class through both servers."""
+    cfg = config()
+    source = IstioSource(native_schema=NATIVE_SCHEMA).start()
+    servers = {
+        kind: PrometheusServer(
+            targets=[source.address],
+            scrape_interval=scrape_seconds,
+            native_histograms=kind == "native",
+        )
+        for kind in KINDS
+    }
+    try:
+        for server in servers.values():
+            server.start()
+        version = servers["classic"].version()
+        sims: dict[str, Simulator] = {}
+        plan: list[Rollout] = []
+        for ci, (name, bench) in enumerate(classes.items()):
+            kinds = (None,) * rollouts + tuple(
+                bench.regressions[i % len(bench.regressions)] for i in range(rollouts)
+            )
+            sims[name] = Simulator(
+                bench.traffic,
+                rollouts=2 * rollouts,
+                seed=seed + ci,
+                regression=kinds,
+                sample_cap=SAMPLE_CAP,
+            )
+            for row, regression in enumerate(kinds):
+                r = Rollout(f"c{ci}-r{row}", name, row, regression)
+                r.judges = {judge: Analyzer(cfg) for judge in ("exact", *KINDS)}
+                plan.append(r)
+        by_class = defaultdict(list)
+        for r in plan:
+            by_class[r.cls].append(r)
+        # Both servers must have scraped the (empty) source before the first boundary.
+        for server in servers.values():
+            server.wait_scrapes(1)
+        settle = min(scrape_seconds, 5.0) + 1.0
+        anchor = math.ceil(time.time()) + 1.0
+        started = time.monotonic()
+        late = 0
+        for tick in range(1, MAX_TICKS + 1):
+            start, end = anchor + (tick - 1) * tick_seconds, anchor + tick * tick_seconds
+            _sleep_until(start)
+            weight = weight_at(BENCH_STEPS, tick - 1)
+            missing_rows: dict[str, np.ndarray] = {}
+            for name, sim in sims.items():
+                live = [r for r in by_class[name] if any(r.open(j) for j in r.judges)]
+                if not live:
+                    continue
+                d = sim.tick(tick - 1, weight)
+                missing_rows[name] = d.missing if d.missing is not None else np.zeros(0, bool)
+                rng = np.random.default_rng([seed, tick, 99])
+                for r in live:
+                    windows = []
+                    for version_, req, err, lat in (
+                        (BASELINE, d.req_b, d.err_b, d.lat_b),
+                        (CANARY, d.req_c, d.err_c, d.lat_c),
+                    ):
+                        n, e, sample = int(req[r.row]), int(err[r.row]), lat[r.row]
+                        served = rng.choice(sample, n) if sample.size and n else np.zeros(0)
+                        source.observe(r.service, NAMESPACE, version_, served, min(e, n))
+                        windows.append(Window(n, min(e, n), sample))
+                        r.served += n
+                    outage = missing_rows[name].size and missing_rows[name][r.row]
+                    if r.open("exact"):
+                        exact = r.judges["exact"]
+                        dec = exact.update(None, None) if outage else exact.update(*windows)
+                        _observe(r, "exact", dec, tick)
+            if time.time() > end - scrape_seconds:
+                # Served too late for a scrape inside the tick: its requests fall in the next one.
+                late += 1
+            _sleep_until(end + settle)
+            for kind, server in servers.items():
+                try:
+                    arms = read_tick(server, kind == "native", start, end)
+                except ReadError as exc:
+                    arms = defaultdict(lambda exc=exc: exc)
+                for r in plan:
+                    b = arms.get((r.service, BASELINE))
+                    c = arms.get((r.service, CANARY))
+                    for read in (b, c):
+                        if isinstance(read, tuple):
+                            r.counted[kind] = r.counted.get(kind, 0.0) + read[0]
+                    if not r.open(kind):
+                        continue
+                    outage = missing_rows.get(r.cls, np.zeros(0, bool))
+                    if (outage.size and outage[r.row]) or b is None or c is None:
+                        dec = r.judges[kind].update(None, None)
+                    else:
+                        wb, wc = _window(b), _window(c)
+                        if wb is None or wc is None:
+                            dec = r.judges[kind].update(None, None)
+                        else:
+                            dec = r.judges[kind].observe(tick_evidence(wb, wc, cfg))
+                    _observe(r, kind, dec, tick)
+            open_ = sum(1 for r in plan for j in r.judges if r.open(j))
+            log(f"tick {tick}: {open_} judgements open, {time.monotonic() - started:.0f} s")
+            if not open_:
+                break
+        return {
+            "prometheus_version": version,
+            "scrape_interval_seconds": scrape_seconds,
+            "tick_seconds_real": tick_seconds,
+            "native_schema": NATIVE_SCHEMA,
+            "classes": {name: summarise(by_class[name]) for name in classes},
+            "ticks_served_late": late,
+            "wall_seconds": round(time.monotonic() - started, 1),
+        }
+    finally:
+        for server in servers.values():
+            server.close()
+        source.stop()
+
+
+def _rate(values: list[bool]) -> float | None:
+    return round(float(np.mean(values)), 4) if values else None
+
+
+def summarise(rows: list[Rollout]) -> dict:
+    """Per judge: the fractions the targets are about, minutes to decide, and the resolution."""
+    healthy = [r for r in rows if r.regression is None]
+    regressed = [r for r in rows if r.regression is not None]
+    out = {}
+    for judge in ("exact", *KINDS):
+
+        def action(r: Rollout, judge: str = judge) -> str:
+            return r.decided.get(judge, ("undecided", MAX_TICKS))[0]
+
+        ticks = [r.decided[judge][1] for r in rows if judge in r.decided]
+        row = {
+            "false_rollback": _rate([action(r) == ROLLBACK for r in healthy]),
+            "regression_promoted": _rate([action(r) == PROMOTE for r in regressed]),
+            "inconclusive": _rate([action(r) in ("inconclusive", "undecided") for r in rows]),
+            "healthy_promoted": _rate([action(r) == PROMOTE for r in healthy]),
+            "regression_rolled_back": _rate([action(r) == ROLLBACK for r in regressed]),
+            "median_minutes_to_decide": float(np.median(ticks)) if ticks else None,
+        }
+        if judge in KINDS:
+            # Resolved: no rollout of the class had a latency channel its buckets could not
+            # resolve at the design shifts.
+            row["resolved"] = not any(r.unresolved.get(judge) for r in rows)
+            served = sum(r.served for r in rows)
+            row["requests_counted_share"] = (
+                round(sum(r.counted.get(judge, 0.0) for r in rows) / served, 4) if served else None
+            )
+        out[judge] = row
+    out["rollouts"] = {"healthy": len(healthy), "regressed": len(regressed)}
+    return out
