@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ SLOW = (
     "tests/canary/test_rollout_steer_browser.py",
     "tests/canary/test_stream_http.py",
     "tests/canary/test_promote_bench.py",
+    "tests/canary/test_prometheus_live.py",
     "tests/chaos/test_loadtest.py",
     "tests/kiln/test_task_recovery.py",
     "tests/kiln/test_standalone.py",
@@ -37,6 +39,29 @@ SLOW = (
     "tests/scheduler/test_replay_pool.py",
     "tests/kiln/test_upgrade.py",
 )
+
+
+def worker_redis_url(url: str, index: int, dbs: str | None = None) -> str:
+    """The Redis URL for parallel worker `index`: database `dbs[index]` if a comma list is given
+    (KILN_TEST_REDIS_DBS), else the URL's own database plus the index."""
+    base, _, tail = url.rpartition("/")
+    db, sep, query = tail.partition("?")
+    chosen = [int(d) for d in dbs.split(",")] if dbs else None
+    number = chosen[index] if chosen else int(db or 0) + index
+    return f"{base}/{number}{sep}{query}"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_setupnodes(config, specs) -> None:
+    """Under pytest-xdist each worker gets a Redis database of its own (its test database is
+    suffixed by pytest-django): the Celery broker, the channel layer, the cache and the change
+    hub would otherwise be shared between tests running at once. Set before the worker starts,
+    so the settings read it as any process's REDIS_URL."""
+    url = os.environ.get("REDIS_URL")
+    if not url:
+        return
+    for index, spec in enumerate(specs):
+        spec.env["REDIS_URL"] = worker_redis_url(url, index, os.environ.get("KILN_TEST_REDIS_DBS"))
 
 
 def pytest_collection_modifyitems(config, items) -> None:
