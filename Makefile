@@ -46,8 +46,9 @@ browser:
 	  SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
-## prometheus-tools: promtool (Debian's prometheus package) for the metrics and alert rule tests;
-## only promtool is used: the package's server is not left running as a service
+## prometheus-tools: Debian's prometheus package: promtool for the metrics and alert rule tests,
+## and the server, which the canary tests start on loopback themselves (canary/bench/
+## prometheus_server.py) like PostgreSQL and Redis; the package's own service is not left running
 prometheus-tools:
 	@test -x /usr/bin/promtool || { \
 	  echo "installing prometheus (promtool) from Debian packages"; \
