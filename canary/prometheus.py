@@ -217,12 +217,20 @@ def _float_samples(series: dict[str, Any]) -> list[tuple[float, float]]:
 
 
 def counter_total(result: list[dict[str, Any]], start: float, end: float) -> float:
-    """The increase of every series in (start, end], summed; ReadError if none was scraped in it.
+    """The increase of every series in (start, end], summed; ReadError if none was scraped in it,
+    or if the series come from several Istio reporters (the same requests counted twice).
 
     A series seen before the window but not in it is skipped when others were scraped (a
     deleted pod, a response code no longer served); when none was, the target is down or
     its series are stale, and zero would be a guess, not a count.
     """
+    reporters = {(s.get("metric") or {}).get("reporter") for s in result} - {None}
+    if len(reporters) > 1:
+        # Istio reports each request from both ends of the call: summing them counts it twice.
+        raise ReadError(
+            f"the query matches series of several Istio reporters ({', '.join(sorted(reporters))}):"
+            ' each request would count more than once; filter on reporter="destination"'
+        )
     series = [_float_samples(s) for s in result]
     inside = [any(start < at <= end for at, _ in s) for s in series]
     if series and not any(inside):

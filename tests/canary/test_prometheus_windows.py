@@ -261,3 +261,15 @@ def test_a_latency_series_without_buckets_is_refused():
     result = [{"metric": {"pod": "a"}, "values": [[0, "1"], [60, "2"]]}]
     with pytest.raises(prometheus.ReadError, match="no `le` label"):
         prometheus.classic_histogram(result, 0, 60)
+
+
+def test_several_series_are_summed_unless_they_count_the_same_requests_twice():
+    pods = [
+        {"metric": {"reporter": "destination", "pod": p}, "values": [[0, "5"], [30, str(5 + n)]]}
+        for p, n in (("a", 3), ("b", 4))
+    ]
+    # Two pods of one version: each counted by its own difference.
+    assert prometheus.counter_total(pods, 0, 60) == 7
+    both_ends = [pods[0], {**pods[1], "metric": {"reporter": "source", "pod": "b"}}]
+    with pytest.raises(prometheus.ReadError, match="several Istio reporters"):
+        prometheus.counter_total(both_ends, 0, 60)
