@@ -1,5 +1,5 @@
 """Audit API: chain entries (filters, cursor pagination) and exports, for auditors. The transparency
-log's proofs and tiles are audit/tlog_api.py."""
+log's proofs and tiles are audit/tree/api.py."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from rest_framework.views import APIView
 
 from audit import selectors, services
 from audit.chain import format_time
-from audit.export import csv_lines, jsonl_lines
+from audit.export.lines import csv_lines, jsonl_lines
 from audit.models import ChainEvent
 from kiln import params
 from kiln.errors import InvalidInput

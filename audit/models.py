@@ -63,7 +63,7 @@ class ChainEvent(models.Model):
 
 
 class MerkleTile(models.Model):
-    """One C2SP tlog tile of the chain's RFC 6962 Merkle tree (audit/merkle.py).
+    """One C2SP tlog tile of the chain's RFC 6962 Merkle tree (audit/tree/merkle.py).
 
     Tile `level`/`index` holds the hashes of complete subtrees of height 8 * level, numbered
     256 * index onwards, 32 bytes each (level 0: the leaf hashes of the chain's canonical
@@ -105,7 +105,7 @@ class Cosignature(models.Model):
     """A witness's C2SP tlog-cosignature/v1 on one signed checkpoint, verified before it is stored.
 
     The witness checked that the checkpoint's tree extends every tree it cosigned before
-    (audit/witness.py); `line` is its signature line as sent, appended to the checkpoint's note
+    (audit/witness/protocol.py); `line` is its signature line as sent, appended to the checkpoint's note
     when the log serves it, so a verifier can require a quorum of witnesses.
     """
 

@@ -14,7 +14,8 @@ from typing import Any
 from django.db.models import Count, Max, Min, Q, QuerySet
 from django.utils import timezone
 
-from audit import chain, merkle, renamed
+from audit import chain
+from audit.chain import renamed
 from audit.models import (
     ChainEvent,
     Checkpoint,
@@ -23,6 +24,7 @@ from audit.models import (
     OutboxEvent,
     VerificationRun,
 )
+from audit.tree import merkle
 from kiln.errors import Conflict, InvalidInput, NotFound
 from kiln.params import BIGINT_MAX
 
@@ -71,7 +73,7 @@ def event_list(filters: EventFilter) -> QuerySet[ChainEvent]:
         qs = qs.filter(recorded_at__lt=filters.until)
     if filters.actor:
         qs = qs.filter(actor=filters.actor)
-    # Renamed actions and targets (audit.renamed) match under their old and new names.
+    # Renamed actions and targets (audit.chain.renamed) match under their old and new names.
     if filters.action and filters.action.endswith("."):
         prefixes = Q()
         for prefix in renamed.action_prefixes(filters.action):
@@ -195,7 +197,7 @@ def export_segment(since: datetime | None, until: datetime | None) -> Segment | 
     return Segment(first, last, checkpoints, unsigned)
 
 
-# --- the Merkle tree (audit/merkle.py; its tiles are written by the audit writer) ----------
+# --- the Merkle tree (audit/tree/merkle.py; its tiles are written by the audit writer) ----------
 
 
 def tree_size() -> int:
@@ -318,7 +320,7 @@ def latest_tree_checkpoint() -> Checkpoint | None:
     return Checkpoint.objects.exclude(root_hash="").order_by("-size", "-id").first()
 
 
-# --- witnesses (audit/witness.py; cosignatures stored by audit.services.witnessing) ------------
+# --- witnesses (audit/witness/protocol.py; cosignatures stored by audit.services.witnessing) ------------
 
 
 def cosigned_note(checkpoint: Checkpoint) -> str:

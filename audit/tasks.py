@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from audit.relay import RELAY_TASK, release_wake
+from audit.chain.relay import RELAY_TASK, release_wake
+from audit.chain.topic import TopicUnavailable
+from audit.chain.verification import verify_and_store
 from audit.services import relay_publish
 from audit.services.operations import VERIFY_TASK
-from audit.topic import TopicUnavailable
-from audit.verification import verify_and_store
 
 
 @shared_task(

@@ -2,7 +2,8 @@
 
 from django.urls import path
 
-from audit import api, tlog_api, views
+from audit import api, views
+from audit.tree import api as tree_api
 
 app_name = "audit"
 
@@ -13,25 +14,25 @@ urlpatterns = [
     path("audit/public-key/", views.public_key, name="public-key"),
     path("audit/verify/", views.verify_now, name="verify"),
     path("audit/tlog_verify.py", views.verifier_script, name="verifier"),
-    path("audit/tlog/checkpoint", tlog_api.TlogCheckpointApi.as_view(), name="tlog-checkpoint"),
-    path("audit/tlog/cosignature", tlog_api.TlogCosignatureApi.as_view(), name="tlog-cosignature"),
+    path("audit/tlog/checkpoint", tree_api.TlogCheckpointApi.as_view(), name="tlog-checkpoint"),
+    path("audit/tlog/cosignature", tree_api.TlogCosignatureApi.as_view(), name="tlog-cosignature"),
     path(
-        "audit/tlog/tile/entries/<path:rest>", tlog_api.TlogTileApi.as_view(), name="tlog-entries"
+        "audit/tlog/tile/entries/<path:rest>", tree_api.TlogTileApi.as_view(), name="tlog-entries"
     ),
     path(
-        "audit/tlog/tile/<int:level>/<path:rest>", tlog_api.TlogTileApi.as_view(), name="tlog-tile"
+        "audit/tlog/tile/<int:level>/<path:rest>", tree_api.TlogTileApi.as_view(), name="tlog-tile"
     ),
 ]
 api_urlpatterns = [
     path("audit/events/", api.AuditEventListApi.as_view(), name="events"),
     path("audit/export", api.AuditExportApi.as_view(), name="export"),
-    path("audit/events/<int:seq>/proof", tlog_api.AuditEventProofApi.as_view(), name="event-proof"),
+    path("audit/events/<int:seq>/proof", tree_api.AuditEventProofApi.as_view(), name="event-proof"),
     path(
-        "audit/proofs/inclusion", tlog_api.AuditInclusionProofApi.as_view(), name="proof-inclusion"
+        "audit/proofs/inclusion", tree_api.AuditInclusionProofApi.as_view(), name="proof-inclusion"
     ),
     path(
         "audit/proofs/consistency",
-        tlog_api.AuditConsistencyProofApi.as_view(),
+        tree_api.AuditConsistencyProofApi.as_view(),
         name="proof-consistency",
     ),
 ]

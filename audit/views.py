@@ -15,10 +15,12 @@ from django.utils.dateparse import parse_datetime
 from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
 
-from audit import selectors, services, tlog_verify, witness_selectors
+from audit import selectors, services
 from audit.api import filters_from
+from audit.chain.verification import load_public_key
 from audit.services import public_key_path
-from audit.verification import load_public_key
+from audit.tree import tlog_verify
+from audit.witness import selectors as witness_selectors
 from kiln.errors import Forbidden, InvalidInput, InvalidParameter, NotFound
 from kiln.identity.permissions import actor_from_request, can_view_audit
 from kiln.params import ParamError
@@ -127,7 +129,7 @@ def _proof_context(seq: int) -> dict:
 
 @login_required
 def verifier_script(request: HttpRequest) -> HttpResponse:
-    """The standalone verifier (audit/tlog_verify.py) as a download: one file, stdlib + cryptography."""
+    """The standalone verifier (audit/tree/tlog_verify.py) as a download: one file, stdlib + cryptography."""
     _require_auditor(request)
     response = HttpResponse(
         Path(tlog_verify.__file__).read_text(encoding="utf-8"), content_type="text/x-python"
@@ -154,7 +156,7 @@ def _status_context(request: HttpRequest) -> dict:
 
 @login_required
 def public_key(request: HttpRequest) -> HttpResponse:
-    """The checkpoint verifier key, to verify an export offline with audit.verify_export."""
+    """The checkpoint verifier key, to verify an export offline with audit.export.verify."""
     _require_auditor(request)
     load_public_key()  # dev: creates the key pair on first use
     response = HttpResponse(

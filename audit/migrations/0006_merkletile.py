@@ -2,7 +2,9 @@
 
 from django.db import migrations, models
 
-from audit import chain, merkle, triggers, verification
+from audit import chain, triggers
+from audit.chain import verification
+from audit.tree import merkle
 
 
 def create_triggers(apps, schema_editor):

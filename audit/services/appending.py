@@ -7,7 +7,7 @@ import logging
 import re
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 from django.conf import settings
@@ -15,12 +15,13 @@ from django.db import connection, transaction
 from django.utils import timezone
 from prometheus_client import Counter
 
-from audit import chain, notes
-from audit.anchors import configured_anchors
+from audit import chain
+from audit.chain import notes
+from audit.chain.anchors import configured_anchors
+from audit.chain.topic import Message
 from audit.models import ChainEvent, Checkpoint, OutboxEvent
 from audit.selectors import tree_root
 from audit.services.tree import tree_check_consistent, tree_extend
-from audit.topic import Message
 from kiln.errors import Forbidden
 from kiln.identity.permissions import Actor, can_append_chain, system_actor
 
@@ -243,7 +244,7 @@ def checkpoint_create(*, force: bool = False, actor: Actor | None = None) -> Che
         settings.KILN_AUDIT_ORIGIN,
         head_seq,
         head_hash,
-        notes.time_text(now.astimezone(chain.UTC)),
+        notes.time_text(now.astimezone(UTC)),
         root.hex(),
     )
     note = notes.sign(statement, settings.KILN_AUDIT_ORIGIN, signing_key())

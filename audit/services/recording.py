@@ -13,7 +13,8 @@ from typing import Any
 from django.db import connection, models, transaction
 from opentelemetry.instrumentation.utils import suppress_instrumentation
 
-from audit import chain, relay
+from audit import chain
+from audit.chain import relay
 from audit.models import OutboxEvent
 from kiln.errors import InvalidInput
 from kiln.observability import current_trace_id

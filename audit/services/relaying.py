@@ -11,8 +11,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from audit import chain
+from audit.chain.topic import get_topic
 from audit.models import OutboxEvent
-from audit.topic import get_topic
 
 RELAY_BATCH = 1000
 # The relays' PostgreSQL advisory lock ("kilnrela"): one relay publishes at a time.

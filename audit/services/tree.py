@@ -7,9 +7,10 @@ from operator import or_
 
 from django.db.models import Q
 
-from audit import chain, merkle
+from audit import chain
 from audit.models import Checkpoint, MerkleTile
 from audit.selectors import tree_source
+from audit.tree import merkle
 from kiln.errors import Conflict
 
 

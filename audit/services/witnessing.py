@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from audit.models import Checkpoint, Cosignature
 from audit.services.recording import record
-from audit.tlog_verify import (
+from audit.tree.tlog_verify import (
     ALG_COSIGNATURE,
     SIG_PREFIX,
     NoteError,
@@ -21,7 +21,7 @@ from audit.tlog_verify import (
     split_note,
     verify_cosignature,
 )
-from audit.witness_selectors import witness_keys
+from audit.witness.selectors import witness_keys
 from kiln.errors import Forbidden, InvalidInput, NotFound
 from kiln.identity.permissions import Actor, can_store_cosignature, system_actor
 

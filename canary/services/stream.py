@@ -3,7 +3,7 @@
 Dashboards follow a rollout over a Channels websocket (`canary.consumers`), one group
 per rollout. Broadcasts run in `transaction.on_commit`, so a dashboard never shows a
 change that rolled back, and a dashboard outage never fails a rollout. The next
-analysis tick is enqueued by task name (`ROLLOUT_TICK_TASK`), as `audit.relay` does:
+analysis tick is enqueued by task name (`ROLLOUT_TICK_TASK`), as `audit.chain.relay` does:
 the task module calls these services, so naming the task keeps the import one-way.
 """
 

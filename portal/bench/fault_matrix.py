@@ -44,15 +44,15 @@ from django.contrib.auth import get_user_model
 from django.db import connections
 from django.utils import timezone
 
+from audit.chain.writer import AuditWriter
 from audit.models import ChainEvent, OutboxEvent
-from audit.writer import AuditWriter
 from kiln.cluster.models import SimulatedObject
 from kiln.identity.models import Membership, Team
 from kiln.identity.permissions import ENGINEER, Actor
 from portal import conf
 from portal.lifecycle import ARRIVAL_VERB, Status
 from portal.models import Environment
-from portal.services import provisioning, steps, teardown, tenant_cluster
+from portal.services import pipeline, steps
 from portal.services.provisioning import PENDING, environment_mark_failed, environment_provision
 from portal.services.queueing import tasks_held
 from portal.services.reaper import environments_reap_expired
@@ -130,9 +130,7 @@ def _pause_at(step: str, ready_file: str) -> None:
                 time.sleep(1)
         return real(**kwargs)
 
-    provisioning.step_done = step_done
-    teardown.step_done = step_done
-    tenant_cluster.step_done = step_done
+    pipeline.step_done = step_done  # the driver records every step of both pipelines
 
 
 def _kill_at(step: str, work: Callable[[], Any]) -> tuple[bool, str]:

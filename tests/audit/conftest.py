@@ -61,7 +61,7 @@ def log300():
 
 def drain() -> dict:
     """Publish the outbox and chain everything pending, as `audit_writer --once` does."""
-    from audit.writer import AuditWriter
+    from audit.chain.writer import AuditWriter
 
     return AuditWriter(block_ms=0).run_once().__dict__
 

@@ -115,9 +115,9 @@ def test_an_export_taken_before_the_newest_entries_are_signed_ends_at_the_last_c
 ):
     """Entries chained but not yet covered by a checkpoint (the writer signs once idle) are left
     out and counted, so an export verifies offline whenever it is taken."""
+    from audit.chain.writer import AuditWriter
+    from audit.export.verify import verify_export
     from audit.services import public_key_path
-    from audit.verify_export import verify_export
-    from audit.writer import AuditWriter
 
     for i in range(3):
         record("user9", "portal.environment.requested", f"env:late-{i}", {"i": i})
@@ -210,8 +210,8 @@ def test_readyz_reports_writer_lag(client, settings):
 
 
 def test_csv_export_verifies_offline(events, api_client_for, tmp_path):
+    from audit.export.verify import verify_export
     from audit.services import public_key_path
-    from audit.verify_export import verify_export
 
     response = api_client_for("auditor").get("/api/v1/audit/export", {"format": "csv"})
     path = tmp_path / "export.csv"

@@ -135,7 +135,7 @@ def test_golden_chain_is_rebuilt_byte_for_byte_and_verifies():
 
 
 def test_an_export_line_is_the_canonical_entry_with_its_type_and_hashes_around_it():
-    from audit.export import _event_line
+    from audit.export.lines import _event_line
 
     row = (7, EVENT_ID, RECORDED_AT, "alice", "portal.environment.approved",
            "portal.environmentrequest:42", DATA_JCS, TRACE_ID, PREV, ENTRY_HASH)  # fmt: skip

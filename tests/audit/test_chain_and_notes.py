@@ -11,7 +11,8 @@ import pytest
 import rfc8785
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from audit import chain, notes
+from audit import chain
+from audit.chain import notes
 
 EVENT = {
     "event_id": "3f1c2a9e-0000-4000-8000-00000000abcd",

@@ -12,8 +12,10 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.test import Client
 
-from audit import notes, record, tlog_verify, witness
+from audit import record, witness
+from audit.chain import notes
 from audit.models import Checkpoint, Cosignature
+from audit.tree import tlog_verify
 from tests.audit.conftest import drain
 
 ORIGIN = "kiln.test/audit"

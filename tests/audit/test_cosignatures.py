@@ -13,10 +13,12 @@ from django.db import connection, transaction
 from django.db.utils import DatabaseError
 from django.test import Client
 
-from audit import record, tlog_verify, triggers, witness, witness_selectors
+from audit import record, triggers, witness
 from audit.management.commands.audit_witness import Command as WitnessCommand
 from audit.models import Checkpoint, Cosignature, OutboxEvent
 from audit.services import cosignature_add, public_key_path
+from audit.tree import tlog_verify
+from audit.witness import selectors as witness_selectors
 from kiln.errors import Forbidden
 from kiln.identity.permissions import system_actor
 from tests.audit.conftest import drain

@@ -8,11 +8,11 @@ import json
 import pytest
 from django.db import transaction
 
-from audit.export import jsonl_lines
+from audit.export.lines import jsonl_lines
+from audit.export.verify import verify_export
 from audit.models import Checkpoint
 from audit.selectors import Segment
 from audit.services import public_key_path
-from audit.verify_export import verify_export
 
 pytestmark = pytest.mark.django_db
 

@@ -10,7 +10,7 @@ import pytest
 from asgiref.testing import ApplicationCommunicator
 from django.db import connection, connections
 
-from audit import tlog_api
+from audit.tree import api as tree_api
 from kiln import fast_reads
 from kiln.asgi import django_asgi_app
 from kiln.fast_reads import READ_THREADS, FastReads, release_connections
@@ -151,7 +151,7 @@ def test_a_failing_read_is_answered_by_django(settings, monkeypatch):
     def broken(cls, query, **kwargs):
         raise RuntimeError("database gone")
 
-    monkeypatch.setattr(tlog_api.TlogTileApi, "fast_read", classmethod(broken))
+    monkeypatch.setattr(tree_api.TlogTileApi, "fast_read", classmethod(broken))
     django = Counting()
     status, _, body = _call(FastReads(django), READS[0])
     assert django.calls == 1

@@ -1,4 +1,4 @@
-"""audit/merkle.py: RFC 6962 hashing and proofs against published vectors, tiles, and properties."""
+"""audit/tree/merkle.py: RFC 6962 hashing and proofs against published vectors, tiles, and properties."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from audit import merkle
+from audit.tree import merkle
 
 VECTORS = json.loads(
     (Path(__file__).parent / "vectors" / "transparency-dev-merkle.json").read_text()

@@ -8,9 +8,9 @@ import pytest
 from django.db import transaction
 
 from audit import record
+from audit.chain.topic import TopicUnavailable
 from audit.models import ChainEvent, OutboxEvent
 from audit.services import relay_publish
-from audit.topic import TopicUnavailable
 from kiln.errors import InvalidInput
 from kiln.identity.permissions import system_actor
 from tests.audit.conftest import drain
@@ -102,7 +102,7 @@ def test_published_but_lost_events_are_republished_after_the_grace_period(settin
 def test_awkward_text_survives_chaining_and_the_row_reader():
     from django.db import transaction as tx
 
-    from audit.verification import iter_rows, verify_chain
+    from audit.chain.verification import iter_rows, verify_chain
 
     record(
         'a,"b"\nc\\d',
@@ -162,7 +162,7 @@ def test_the_relay_sweep_is_scheduled_and_the_task_relays(settings):
 def _relay_hooks() -> int:
     from django.db import connection
 
-    from audit.relay import wake
+    from audit.chain.relay import wake
 
     return sum(1 for item in connection.run_on_commit if item[1] is wake)
 

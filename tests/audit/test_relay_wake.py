@@ -47,7 +47,7 @@ def test_a_commit_after_the_relay_started_queues_a_new_run_that_publishes_it(
 
 
 def test_without_redis_every_commit_still_wakes_the_relay(wake_ups, settings):
-    from audit import relay
+    from audit.chain import relay
 
     settings.REDIS_URL = None  # no claim store: never suppress a wake-up
     assert relay._claim_wake() is True

@@ -6,12 +6,13 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import Group, User
 
-from audit import record, renamed
+from audit import record
+from audit.chain import renamed
+from audit.chain.verification import verify_chain
+from audit.export.verify import verify_export
 from audit.models import ChainEvent
 from audit.selectors import EventFilter, event_list
 from audit.services import public_key_path
-from audit.verification import verify_chain
-from audit.verify_export import verify_export
 from tests.audit.conftest import drain
 
 pytestmark = pytest.mark.django_db

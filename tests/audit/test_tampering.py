@@ -51,7 +51,7 @@ def run_export_verify(api_client_for, tmp_path: Path) -> subprocess.CompletedPro
         [
             sys.executable,
             "-m",
-            "audit.verify_export",
+            "audit.export.verify",
             str(export),
             "--public-key",
             str(public_key_path()),
@@ -177,7 +177,7 @@ def test_forged_checkpoint_signature_is_rejected(chain30, tamper):
 
 def test_offline_verifier_imports_nothing_from_django(tmp_path):
     probe = (
-        "import sys, audit.verify_export; "
+        "import sys, audit.export.verify; "
         "assert not [m for m in sys.modules if m.split('.')[0] in ('django', 'psycopg', 'rest_framework')], "
         "sorted(m for m in sys.modules if m.startswith('django'))"
     )
@@ -207,7 +207,7 @@ def test_offline_verifier_imports_nothing_from_django(tmp_path):
     ids=["intact", "edited-in-second-range", "deleted-at-boundary", "relinked-at-boundary"],
 )
 def test_parallel_verification_stitches_ranges(statements, bad_seq, committed_chain, tamper):
-    from audit.verification import verify_chain
+    from audit.chain.verification import verify_chain
 
     for i in range(40):
         record("alice", "portal.environment.approved", f"env:{i}")

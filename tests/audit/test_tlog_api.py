@@ -7,8 +7,10 @@ import json
 
 import pytest
 
-from audit import chain, merkle, notes, record
+from audit import chain, record
+from audit.chain import notes
 from audit.models import ChainEvent, MerkleTile, OutboxEvent
+from audit.tree import merkle
 from tests.audit.conftest import drain
 
 pytestmark = pytest.mark.django_db

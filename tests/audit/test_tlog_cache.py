@@ -12,10 +12,11 @@ import uuid
 import pytest
 from django.db import transaction
 
-from audit import chain, merkle, selectors, tlog_serving
+from audit import chain, selectors
 from audit.models import ChainEvent, Checkpoint
 from audit.services import chain_append
-from audit.tlog_cache import Anchor, TileCache, TileHashes
+from audit.tree import merkle, serving
+from audit.tree.cache import Anchor, TileCache, TileHashes
 from tests.audit.conftest import wipe_chain
 
 pytestmark = pytest.mark.django_db
@@ -24,9 +25,9 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture(autouse=True)
 def public_log(settings):
     settings.KILN_AUDIT_TLOG_PUBLIC = True
-    tlog_serving.CACHE.clear()
+    serving.CACHE.clear()
     yield
-    tlog_serving.CACHE.clear()
+    serving.CACHE.clear()
 
 
 def append(count: int, tag: str = "") -> None:
@@ -114,22 +115,22 @@ def test_proofs_over_cached_tiles_are_the_databases_while_the_tree_grows():
         for _ in range(12):
             at = rng.randint(1, size)
             seq = rng.randint(1, at)
-            assert tlog_serving.event_inclusion(seq=seq, size=at) == selectors.event_inclusion(
+            assert serving.event_inclusion(seq=seq, size=at) == selectors.event_inclusion(
                 seq=seq, size=at
             ), (seq, at)
             old = rng.randint(1, at)
-            assert tlog_serving.consistency_proof(old=old, new=at) == selectors.consistency_proof(
+            assert serving.consistency_proof(old=old, new=at) == selectors.consistency_proof(
                 old=old, new=at
             ), (old, at)
-    assert tlog_serving.event_inclusion(seq=size) == selectors.event_inclusion(seq=size)
+    assert serving.event_inclusion(seq=size) == selectors.event_inclusion(seq=size)
 
 
 def test_a_tile_or_a_proof_is_one_round_trip(client, django_assert_num_queries, monkeypatch):
     append(700)
     Checkpoint.objects.create(size=700, head_hash="0" * 64, root_hash="ab" * 32,
                               signed_at="2026-12-01T00:00:00Z", note="note\n")  # fmt: skip
-    reads, real = [], tlog_serving._read
-    monkeypatch.setattr(tlog_serving, "_read", lambda *a: reads.append(a) or real(*a))
+    reads, real = [], serving._read
+    monkeypatch.setattr(serving, "_read", lambda *a: reads.append(a) or real(*a))
     for path in (
         "/audit/tlog/tile/0/001",
         "/api/v1/audit/proofs/inclusion?seq=300&size=700",

@@ -9,9 +9,11 @@ import re
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from audit import record, tlog_verify, witness, witness_selectors
+from audit import record, witness
 from audit.models import Checkpoint
 from audit.services import cosignature_add
+from audit.tree import tlog_verify
+from audit.witness import selectors as witness_selectors
 from tests.audit.conftest import drain
 from tests.audit.test_api_and_pages import _login
 

@@ -1,4 +1,4 @@
-"""The standalone verifier (audit/tlog_verify.py): proof bundles, checkpoints, cosignatures, forks."""
+"""The standalone verifier (audit/tree/tlog_verify.py): proof bundles, checkpoints, cosignatures, forks."""
 
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from audit import merkle, notes, record
-from audit import tlog_verify as tv
+from audit import record
+from audit.chain import notes
+from audit.tree import merkle
+from audit.tree import tlog_verify as tv
 from tests.audit.conftest import drain
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,9 +59,9 @@ def test_the_verifier_imports_without_django_or_any_other_kiln_module():
     env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
     code = (
         "import sys\n"
-        "import audit.tlog_verify\n"
+        "import audit.tree.tlog_verify\n"
         "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('django', 'kiln', 'audit'))\n"
-        "assert loaded == ['audit', 'audit.tlog_verify'], loaded\n"
+        "assert loaded == ['audit', 'audit.tree', 'audit.tree.tlog_verify'], loaded\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
@@ -185,8 +187,8 @@ def test_kiln_s_proof_bundle_verifies_with_the_copied_script_alone(
 def test_verify_export_rebuilds_the_tree_and_names_a_checkpoint_whose_root_is_not_it(
     api_client_for, tmp_path, settings
 ):
+    from audit.export.verify import verify_export
     from audit.services import public_key_path, signing_key
-    from audit.verify_export import verify_export
 
     for i in range(6):
         record("alice", "portal.environment.approved", f"env:{i}", {"i": i})

@@ -9,10 +9,12 @@ import pytest
 from django.db import connection, transaction
 from django.db.utils import DatabaseError
 
-from audit import chain, merkle, notes, record, selectors, triggers
+from audit import chain, record, selectors, triggers
+from audit.chain import notes
+from audit.chain.verification import iter_rows
 from audit.models import ChainEvent, MerkleTile
 from audit.services.tree import tree_extend
-from audit.verification import iter_rows
+from audit.tree import merkle
 from kiln.errors import InvalidInput
 from tests.audit.conftest import drain
 

@@ -10,10 +10,11 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
-from audit import merkle, notes
+from audit.chain import notes
 from audit.models import Checkpoint, MerkleTile, VerificationRun
 from audit.services import signing_key
-from audit.tree_verification import tile_difference
+from audit.tree import merkle
+from audit.tree.verification import tile_difference
 
 pytestmark = pytest.mark.django_db
 

@@ -11,11 +11,11 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.db import transaction
 
-from audit import notes
-from audit.export import jsonl_lines
+from audit.chain import notes
+from audit.export.lines import jsonl_lines
+from audit.export.verify import main
 from audit.selectors import export_segment
 from audit.services import public_key_path
-from audit.verify_export import main
 
 pytestmark = pytest.mark.django_db
 

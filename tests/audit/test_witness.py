@@ -1,4 +1,4 @@
-"""The witness alone (audit/witness.py, no database): it cosigns only a tree proved to extend the
+"""The witness alone (audit/witness/protocol.py, no database): it cosigns only a tree proved to extend the
 last one it cosigned, and refuses rollbacks, forks, other origins and bad signatures by name."""
 
 from __future__ import annotations
@@ -10,7 +10,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from audit import merkle, notes, tlog_verify, witness
+from audit import witness
+from audit.chain import notes
+from audit.tree import merkle, tlog_verify
 
 ORIGIN = "kiln.test/audit"
 LOG_KEY = Ed25519PrivateKey.generate()

@@ -15,11 +15,11 @@ import redis
 from django.db import connection, transaction
 
 from audit import record
+from audit.chain.topic import get_topic
+from audit.chain.verification import verify_chain
+from audit.chain.writer import AuditWriter
 from audit.models import ChainEvent, Checkpoint, OutboxEvent
 from audit.services import chain_append, relay_publish
-from audit.topic import get_topic
-from audit.verification import verify_chain
-from audit.writer import AuditWriter
 from tests.audit.conftest import drain, subprocess_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -115,7 +115,7 @@ def test_writer_killed_mid_batch_restarts_with_no_gap_and_no_duplicate(settings,
 
 @pytest.mark.django_db(transaction=True)
 def test_a_second_writer_waits_for_the_lock(settings, committed_chain):
-    from audit.writer import LOCK_KEY
+    from audit.chain.writer import LOCK_KEY
 
     ids = _record_many(10)
     db = connection.settings_dict
@@ -186,7 +186,7 @@ def test_eight_concurrent_recorders_make_one_contiguous_chain(settings, committe
 
 @pytest.mark.django_db(transaction=True)
 def test_standalone_runs_relay_and_writer_in_process_without_redis(settings, committed_chain):
-    from audit import runtime
+    from audit.chain import runtime
 
     settings.REDIS_URL = None  # the in-process topic
     settings.KILN_AUDIT_CHECKPOINT_SECONDS = 0.2
@@ -211,7 +211,7 @@ def test_standalone_runs_relay_and_writer_in_process_without_redis(settings, com
 
 @pytest.mark.django_db
 def test_checkpoints_are_pushed_to_directory_and_git_anchors(settings, tmp_path):
-    from audit.anchors import configured_anchors
+    from audit.chain.anchors import configured_anchors
 
     settings.KILN_AUDIT_ANCHORS = f"dir:{tmp_path / 'dir'},git:{tmp_path / 'git'}"
     for batch in range(2):

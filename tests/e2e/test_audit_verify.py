@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _verify_offline(export: str, key: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "audit.verify_export", export, "--public-key", key],
+        [sys.executable, "-m", "audit.export.verify", export, "--public-key", key],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -138,8 +138,8 @@ def test_checker_rejects_a_bad_sample(text, problem):
             "pytest tests/kiln/test_schemathesis.py",
         ),
         (
-            "python -m audit.verify_export export.jsonl --public-key k",
-            "python -m audit.verify_export",
+            "python -m audit.export.verify export.jsonl --public-key k",
+            "python -m audit.export.verify",
         ),
         ("python -m kiln.benchjson out.json -- true", "python -m kiln.benchjson"),
         ("python -m no.such.module", None),

@@ -15,7 +15,7 @@ from django.test import Client
 from django.utils import timezone
 
 import audit
-from audit.metrics import LagWatch
+from audit.chain.metrics import LagWatch
 from kiln import celery_metrics, health, metrics_server, observability
 from kiln.celery import app as celery_app
 from kiln.identity.permissions import system_actor

@@ -115,7 +115,7 @@ def world(fuzz_settings) -> dict[str, str]:
     experiment and a chained audit trail; returns the ids the path parameters use."""
     from django.contrib.auth import get_user_model
 
-    from audit.writer import AuditWriter
+    from audit.chain.writer import AuditWriter
     from canary import services as canary_services
     from canary.chaos import services as chaos_services
     from kiln.cluster.backends import get_backend

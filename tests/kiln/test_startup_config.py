@@ -79,7 +79,7 @@ def test_configurations_that_share_a_topic_or_run_standalone_still_load(env, sta
 def test_audit_bench_gives_up_when_its_writer_never_chains(settings, tmp_path):
     """The writer cannot take the single-writer lock (this test holds it), so no event is chained:
     the bench fails after --timeout, naming how many events reached the chain."""
-    from audit.writer import LOCK_KEY
+    from audit.chain.writer import LOCK_KEY
     from tests.audit.conftest import subprocess_env
 
     settings.KILN_AUDIT_SIGNING_KEY = str(tmp_path / "audit" / "key.pem")

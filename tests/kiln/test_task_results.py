@@ -10,7 +10,7 @@ import threading
 import pytest
 from celery.backends.base import DisabledBackend
 
-from audit import relay
+from audit.chain import relay
 from kiln.celery import app
 from kiln.worker_db import send_keeping_no_result
 from portal.services.queueing import PROVISION_TASK, REAP_TASK, TEARDOWN_TASK

@@ -93,7 +93,7 @@ def request_data(**overrides) -> dict:
 
 def drain_audit() -> None:
     """Publish the outbox and chain everything pending, as the audit writer does."""
-    from audit.writer import AuditWriter
+    from audit.chain.writer import AuditWriter
 
     AuditWriter(block_ms=0).run_once()
 

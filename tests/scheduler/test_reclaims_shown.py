@@ -8,7 +8,7 @@ from django.contrib.auth.models import Group
 from django.test import Client
 from django.urls import reverse
 
-from audit.writer import AuditWriter
+from audit.chain.writer import AuditWriter
 from kiln.identity.models import Membership, Team
 from kiln.identity.permissions import Actor
 from scheduler import cluster_reads, seed

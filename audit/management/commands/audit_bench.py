@@ -16,10 +16,10 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, transaction
 
 from audit import record
+from audit.chain.verification import verify_chain
+from audit.chain.writer import LOCK_KEY
 from audit.models import ChainEvent
 from audit.services import chain_head, relay_publish, signing_key
-from audit.verification import verify_chain
-from audit.writer import LOCK_KEY
 from kiln import benchjson
 from kiln.management.waiting import process_gone, wait_until
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from audit import notes
+from audit.chain import notes
 from audit.services import public_key_path
 
 

@@ -13,9 +13,10 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
-from audit import merkle, tlog_bench
+from audit.bench import tlog
 from audit.selectors import tree_size
 from audit.services import public_key_path, signing_key
+from audit.tree import merkle
 from kiln import benchjson, proxies
 from kiln.management.waiting import process_gone, wait_until
 
@@ -38,22 +39,22 @@ class Command(BaseCommand):
         parser.add_argument("--checkpoint-every", type=int, default=100_000)
         parser.add_argument("--requests", type=int, default=2000, help="timed requests per kind")
         parser.add_argument("--bundles", type=int, default=500, help="bundles verified offline")
-        parser.add_argument("--seeds", choices=sorted(tlog_bench.SEEDS), default="report")
+        parser.add_argument("--seeds", choices=sorted(tlog.SEEDS), default="report")
         parser.add_argument("--port", type=int, default=9251, help="port of the server under test")
         parser.add_argument("--json", action="store_true", help="print only the JSON result")
 
     def handle(self, *args, **opts):
         started_at, load_start = benchjson.now(), os.getloadavg()
-        seed = tlog_bench.SEEDS[opts["seeds"]]
+        seed = tlog.SEEDS[opts["seeds"]]
         signing_key()
-        filled = tlog_bench.fill(entries=opts["entries"], batch=opts["batch"],
+        filled = tlog.fill(entries=opts["entries"], batch=opts["batch"],
                                  checkpoint_every=opts["checkpoint_every"])  # fmt: skip
         size = tree_size()
         key_text = public_key_path().read_text(encoding="utf-8")
         connection.close()  # the server gets its own connections
         server = self.start_server(opts["port"])
         try:
-            client = tlog_bench.Client(opts["port"])
+            client = tlog.Client(opts["port"])
             full_tiles = max(1, size // merkle.TILE_WIDTH)
             kinds = {
                 "inclusion_proof": lambda rng: f"/api/v1/audit/proofs/inclusion?seq={rng.randint(1, size)}&size={size}",
@@ -61,31 +62,31 @@ class Command(BaseCommand):
                 "consistency_proof": lambda rng: f"/api/v1/audit/proofs/consistency?from={rng.randint(1, size)}&to={size}",
                 "checkpoint": lambda rng: "/audit/tlog/checkpoint",
             }  # fmt: skip
-            latency = tlog_bench.serve_latency(client, kinds, requests=opts["requests"], seed=seed)
-            proof_size, bundles = tlog_bench.proofs_and_bundles(
+            latency = tlog.serve_latency(client, kinds, requests=opts["requests"], seed=seed)
+            proof_size, bundles = tlog.proofs_and_bundles(
                 client, size, count=opts["bundles"], seed=seed
             )
             if not bundles:
                 raise CommandError("no proof bundle could be fetched: is a checkpoint signed?")
-            offline = tlog_bench.offline_verification(bundles, key_text)
-            faults = tlog_bench.faults(client, bundles[0], key_text, fork_at=size // 3)
+            offline = tlog.offline_verification(bundles, key_text)
+            faults = tlog.faults(client, bundles[0], key_text, fork_at=size // 3)
         finally:
             server.terminate()
             server.wait(timeout=30)
         result = {
             "database": connection.vendor,
             "entries": size,
-            "seeds": {"used": opts["seeds"], "seed": seed, **tlog_bench.SEEDS},
+            "seeds": {"used": opts["seeds"], "seed": seed, **tlog.SEEDS},
             "constants": {
-                "warmup_requests_per_kind": tlog_bench.WARMUP,
-                "chosen_on": f"tune seed {tlog_bench.SEEDS['tune']}",
+                "warmup_requests_per_kind": tlog.WARMUP,
+                "chosen_on": f"tune seed {tlog.SEEDS['tune']}",
             },  # fmt: skip
             "append_with_tree": filled,
-            "tree_pure_leaves_per_s": round(tlog_bench.pure_tree_rate()),
+            "tree_pure_leaves_per_s": round(tlog.pure_tree_rate()),
             "http": latency,
             "proof_size": proof_size,
             "offline_verify_one_event": offline,
-            "tree_check": tlog_bench.tree_check(),
+            "tree_check": tlog.tree_check(),
             "faults": faults,
             "targets": TARGETS,
             "notes": (
@@ -118,7 +119,7 @@ class Command(BaseCommand):
              *proxies.uvicorn_args(settings.KILN_TRUSTED_PROXIES)],
             cwd=settings.BASE_DIR, env=env, stdout=subprocess.DEVNULL,
         )  # fmt: skip
-        client = tlog_bench.Client(port)
+        client = tlog.Client(port)
 
         def up() -> bool:
             try:

@@ -6,7 +6,7 @@ import json
 
 from django.core.management.base import BaseCommand
 
-from audit.verification import verify_and_store
+from audit.chain.verification import verify_and_store
 
 
 class Command(BaseCommand):

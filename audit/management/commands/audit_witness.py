@@ -8,7 +8,8 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from audit import notes, witness
+from audit import witness
+from audit.chain import notes
 
 
 class Command(BaseCommand):

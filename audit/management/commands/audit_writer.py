@@ -8,9 +8,9 @@ import threading
 
 from django.core.management.base import BaseCommand, CommandError
 
-from audit.metrics import LagWatch
-from audit.topic import TopicUnavailable, get_topic
-from audit.writer import AuditWriter
+from audit.chain.metrics import LagWatch
+from audit.chain.topic import TopicUnavailable, get_topic
+from audit.chain.writer import AuditWriter
 from kiln import health, metrics_server
 
 

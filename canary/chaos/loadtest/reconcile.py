@@ -15,8 +15,8 @@ from typing import Any
 
 from django.db import OperationalError, connection
 
+from audit.chain.verification import verify_chain
 from audit.models import ChainEvent, OutboxEvent
-from audit.verification import verify_chain
 from canary.chaos.models import ChaosLease
 from kiln.celery import app
 from portal.bench.harness import queue_length

@@ -2,7 +2,7 @@
 request one database round trip.
 
 A tile or proof request names the tree size it is about, so it knows which tiles (and how many
-hashes of each) it needs before it reads anything. What the cache (audit/tlog_cache.py) does not
+hashes of each) it needs before it reads anything. What the cache (audit/tree/cache.py) does not
 hold is read in one statement, together with the chain's hash at the cache's anchor (is the
 cached tree still the database's?), the chain's row at the size asked (does the tree have it?)
 and, for an inclusion proof, the checkpoint signed at that size with its cosignatures. The
@@ -18,8 +18,9 @@ from typing import Any
 import psycopg
 from django.db import connection
 
-from audit import merkle, selectors
-from audit.tlog_cache import Anchor, TileCache, TileHashes
+from audit import selectors
+from audit.tree import merkle
+from audit.tree.cache import Anchor, TileCache, TileHashes
 from kiln.errors import InvalidInput, NotFound
 from kiln.params import BIGINT_MAX
 

@@ -9,11 +9,11 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
-from audit import relay
+from audit.chain import relay
+from audit.chain.topic import TopicUnavailable
+from audit.chain.writer import AuditWriter
 from audit.selectors import writer_lag
 from audit.services import relay_publish
-from audit.topic import TopicUnavailable
-from audit.writer import AuditWriter
 from kiln.standalone import Service
 
 log = logging.getLogger("kiln.audit.relay")

@@ -13,8 +13,8 @@ from django.db.models import Count, Max
 
 from audit.models import Cosignature
 from audit.selectors import cosigned_note, latest_tree_checkpoint, tree_root, tree_size
-from audit.tlog_verify import ALG_COSIGNATURE, NoteError, parse_verifier_key
-from audit.witness import witness_verifier_key
+from audit.tree.tlog_verify import ALG_COSIGNATURE, NoteError, parse_verifier_key
+from audit.witness.protocol import witness_verifier_key
 
 
 def witness_keys() -> dict[str, Ed25519PublicKey]:

@@ -12,7 +12,7 @@ tree grows at the same (level, index); two databases have trees of their own. So
   with the chain's hash at that seq. The hash chain commits to every entry up to that seq, so
   while the chain's row there still carries that hash, the tree below it is the one the entries
   were read from. The reader checks it in the same statement that reads what it misses
-  (audit/tlog_serving.py); when it differs, `invalidate` drops the database's entries (a new
+  (audit/tree/serving.py); when it differs, `invalidate` drops the database's entries (a new
   epoch) and the reader reads them all again from the database.
 
 `TileHashes` also holds, computed on first use, the hash of every complete subtree inside the

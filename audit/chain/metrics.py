@@ -27,8 +27,8 @@ from django.db import DatabaseError
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from audit.chain.topic import TopicUnavailable, get_topic
 from audit.selectors import writer_lag
-from audit.topic import TopicUnavailable, get_topic
 
 log = logging.getLogger("kiln.audit.metrics")
 

@@ -15,11 +15,12 @@ from django.db import connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from audit import chain, notes
-from audit.anchors import configured_anchors
+from audit import chain
+from audit.chain import notes
+from audit.chain.anchors import configured_anchors
 from audit.models import ChainEvent, Checkpoint
 from audit.services import public_key_path, signing_key, verification_run_store
-from audit.tree_verification import TreeReport, verify_tree
+from audit.tree.verification import TreeReport, verify_tree
 
 FETCH = 20000
 

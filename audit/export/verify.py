@@ -1,6 +1,6 @@
-"""Offline verifier of an audit export: `python -m audit.verify_export FILE --public-key KEY`.
+"""Offline verifier of an audit export: `python -m audit.export.verify FILE --public-key KEY`.
 
-Needs only this file, audit/chain.py, audit/notes.py and the public key: no
+Needs only this file, audit/chain/hashing.py, audit/chain/notes.py and the public key: no
 Django, no database. Exit 0 when the export is intact; otherwise 1, printing the
 first bad seq and what is wrong; 2 for unreadable input, and for a well-formed key
 that signed none of the export's checkpoints (another log's key, or an old one),
@@ -17,7 +17,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from audit import chain, merkle, notes
+from audit import chain
+from audit.chain import notes
+from audit.tree import merkle
 
 
 class WrongKey(ValueError):
@@ -186,7 +188,7 @@ def _check_tree(rows: list[tuple], roots: dict[int, str]) -> chain.Problem | Non
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m audit.verify_export", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m audit.export.verify", description=__doc__)
     parser.add_argument("file", type=Path)
     parser.add_argument(
         "--public-key", required=True, type=Path, help="verifier key or Ed25519 PEM"

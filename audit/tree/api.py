@@ -16,7 +16,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from audit import merkle, selectors, services, tlog_serving, witness_selectors
+from audit import selectors, services
+from audit.tree import merkle, serving
+from audit.witness import selectors as witness_selectors
 from kiln import params
 from kiln.errors import InvalidInput, InvalidParameter, KilnError, NotFound, error_body
 from kiln.identity.permissions import actor_from_request, can_view_audit
@@ -123,7 +125,7 @@ class AuditInclusionProofApi(PublicTlogRead):
         seq = _seq_param(query, "seq", required=True)
         size = _seq_param(query, "size", required=False)
         # Already in the serializer's shape (it documents the schema): rendered as it is.
-        return _json(tlog_serving.event_inclusion(seq=seq, size=size))
+        return _json(serving.event_inclusion(seq=seq, size=size))
 
 
 class AuditConsistencyProofApi(PublicTlogRead):
@@ -153,7 +155,7 @@ class AuditConsistencyProofApi(PublicTlogRead):
     def answer(self, query: QueryDict) -> HttpResponse:
         old = _seq_param(query, "from", required=True)
         new = _seq_param(query, "to", required=False)
-        new, proof, old_root, new_root = tlog_serving.consistency_proof(old=old, new=new)
+        new, proof, old_root, new_root = serving.consistency_proof(old=old, new=new)
         out = {"old_size": old, "new_size": new, "old_root": _b64(old_root),
                "new_root": _b64(new_root), "proof": [_b64(p) for p in proof]}  # fmt: skip
         return _json(out)  # the serializer's shape (it documents the schema)
@@ -250,7 +252,7 @@ class TlogTileApi(PublicTlogRead):
         elif level > 63:
             raise InvalidInput(f"tile level {level} is not in 0..63")
         else:
-            body = tlog_serving.tile(level=level, index=index, width=width)
+            body = serving.tile(level=level, index=index, width=width)
         response = HttpResponse(body, content_type="application/octet-stream")
         response["Cache-Control"] = TLOG_CACHE
         return response

@@ -14,7 +14,7 @@ the checkpoint's Merkle root, the checkpoint's Ed25519 signed-note signature, th
 C2SP tlog-cosignature lines and an optional quorum of them; and that a later checkpoint's tree
 extends an earlier one's (a consistency proof), so a fork is refused naming both sizes.
 Exit 0 when everything verifies, 1 with the reason (naming the entry index) otherwise, 2 for
-unreadable input. Kiln's own code (audit.merkle, audit.notes) uses these functions; nothing
+unreadable input. Kiln's own code (audit.tree.merkle, audit.chain.notes) uses these functions; nothing
 here imports Django or Kiln.
 """
 

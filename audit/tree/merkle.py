@@ -20,7 +20,7 @@ import hashlib
 import re
 from collections.abc import Callable, Iterable, Sequence
 
-from audit.tlog_verify import (  # the verifying half lives in the standalone verifier
+from audit.tree.tlog_verify import (  # the verifying half lives in the standalone verifier
     HASH_SIZE,
     ProofError,
     computed_root,
@@ -35,7 +35,7 @@ TILE_HEIGHT = 8
 TILE_WIDTH = 1 << TILE_HEIGHT  # hashes in a full tile
 EMPTY_ROOT = hashlib.sha256(b"").digest()
 
-__all__ = [  # re-exported: the verifying half lives in audit/tlog_verify.py
+__all__ = [  # re-exported: the verifying half lives in audit/tree/tlog_verify.py
     "ProofError", "computed_root", "leaf_hash", "node_hash", "verify_consistency", "verify_inclusion",
 ]  # fmt: skip
 

@@ -3,7 +3,7 @@ verification, the tree check, and the faults a witness or the verifier must catc
 
 Every figure is taken on the configured database through the code the log runs: entries are
 appended by `chain_append` (the writer's one write, tree included), served by a real ASGI
-server (uvicorn, a subprocess) and verified by `audit/tlog_verify.py`.
+server (uvicorn, a subprocess) and verified by `audit/tree/tlog_verify.py`.
 """
 
 from __future__ import annotations
@@ -20,12 +20,14 @@ from datetime import UTC, datetime
 
 from django.db import transaction
 
-from audit import merkle, notes, tlog_verify, witness
+from audit import witness
+from audit.chain import notes
+from audit.chain.verification import iter_rows
 from audit.models import Checkpoint
 from audit.services import appending, chain_append, chain_head, checkpoint_create, signing_key
 from audit.services.appending import tree_extend
-from audit.tree_verification import advance_edge, verify_tree
-from audit.verification import iter_rows
+from audit.tree import merkle, tlog_verify
+from audit.tree.verification import advance_edge, verify_tree
 
 SEEDS = {"tune": 1000, "report": 20261201}  # constants chosen on "tune", reported on "report"
 WARMUP = 200  # untimed requests per kind first: chosen on the tune seed (p99 settled after ~100)

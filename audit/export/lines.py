@@ -12,9 +12,10 @@ from datetime import datetime
 from django.conf import settings
 from django.db import transaction
 
-from audit import chain, merkle
+from audit import chain
+from audit.chain.verification import iter_rows
 from audit.selectors import Segment, cosigned_note, tree_source
-from audit.verification import iter_rows
+from audit.tree import merkle
 
 CSV_COLUMNS = ("type", *chain.ROW_COLUMNS, "note")
 

@@ -29,8 +29,8 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from audit import merkle
-from audit.tlog_verify import (
+from audit.tree import merkle
+from audit.tree.tlog_verify import (
     ALG_COSIGNATURE,
     NoteError,
     ProofError,

@@ -29,7 +29,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from audit.tlog_verify import (  # the verifying half lives in the standalone verifier
+from audit.tree.tlog_verify import (  # the verifying half lives in the standalone verifier
     ALG_ED25519,
     SIG_PREFIX,
     NoteError,
@@ -39,7 +39,7 @@ from audit.tlog_verify import (  # the verifying half lives in the standalone ve
     split_note,
     verify_note_signature,
 )
-from audit.tlog_verify import raw_public as public_raw
+from audit.tree.tlog_verify import raw_public as public_raw
 
 __all__ = ["NoteError", "key_hash", "parse_verifier_key", "public_raw", "split_note"]  # re-exported
 

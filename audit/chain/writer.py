@@ -19,8 +19,8 @@ from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 
 from audit import services
+from audit.chain.topic import Topic, TopicUnavailable, get_topic
 from audit.services.tree import CheckpointRefused
-from audit.topic import Topic, TopicUnavailable, get_topic
 
 log = logging.getLogger("kiln.audit.writer")
 

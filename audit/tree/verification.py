@@ -15,9 +15,11 @@ from dataclasses import dataclass
 
 from django.db.models import Max
 
-from audit import chain, merkle, notes
+from audit import chain
+from audit.chain import notes
 from audit.models import Checkpoint, MerkleTile
 from audit.selectors import tree_source
+from audit.tree import merkle
 
 TILE_BYTES = merkle.TILE_WIDTH * merkle.HASH_SIZE
 
