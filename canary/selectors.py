@@ -9,7 +9,8 @@ from django.db.models import QuerySet
 
 from canary.models import Rollout, Service
 from kiln.errors import NotFound
-from kiln.identity.permissions import Actor, restrict_to_teams
+from kiln.identity import visibility
+from kiln.identity.permissions import Actor
 
 
 def _one(rows: QuerySet, key: Any, what: str) -> Any:
@@ -26,8 +27,11 @@ def _one(rows: QuerySet, key: Any, what: str) -> Any:
 
 def rollout_list(*, viewer: Actor, status: str | None = None) -> QuerySet[Rollout]:
     """Rollouts the viewer may see, newest first (ties by id: pages do not overlap)."""
-    qs = restrict_to_teams(
-        Rollout.objects.select_related("service__team"), viewer, team_field="service__team__slug"
+    qs = visibility.restrict(
+        Rollout.objects.select_related("service__team"),
+        viewer,
+        visibility.ROLLOUTS,
+        team_field="service__team__slug",
     )
     if status:
         qs = qs.filter(status=status)
@@ -40,9 +44,9 @@ def rollout_get(*, viewer: Actor, rollout_id: Any) -> Rollout:
 
 
 def service_list(*, viewer: Actor) -> QuerySet[Service]:
-    """Services the viewer may see."""
-    return restrict_to_teams(
-        Service.objects.select_related("team"), viewer, team_field="team__slug"
+    """Services the viewer may see (those of the rollouts it sees)."""
+    return visibility.restrict(
+        Service.objects.select_related("team"), viewer, visibility.ROLLOUTS, team_field="team__slug"
     )
 
 

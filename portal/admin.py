@@ -10,7 +10,7 @@ from django.template.response import TemplateResponse
 
 from kiln.admin_site import KilnModelAdmin, ReadOnlyInline, admin_actor
 from kiln.errors import KilnError
-from kiln.identity import permissions
+from kiln.identity import permissions, visibility
 from portal import services
 from portal.models import (
     ApprovalDecision,
@@ -97,9 +97,11 @@ class EnvironmentAdmin(KilnModelAdmin):
     view_predicate = staticmethod(_can_view)
 
     def get_queryset(self, request):
-        # The portal's own rule of who sees which team's environments (approvers: their teams).
+        # Who sees which team's environments: the one rule (approvers: their teams).
         qs = super().get_queryset(request).select_related("team", "request__requested_by")
-        return permissions.restrict_to_teams(qs, admin_actor(request), team_field="team__slug")
+        return visibility.restrict(
+            qs, admin_actor(request), visibility.ENVIRONMENTS, team_field="team__slug"
+        )
 
     @admin.display(description="plan")
     def plan(self, obj: Environment) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from kiln.identity import components as c
 from portal.words import REAPER_PREFIX
 
 
@@ -62,6 +63,16 @@ ARRIVAL_VERB: dict[Status, str] = {
     S.DELETED: "deleted",
     S.FAILED: "failed",
     S.QUARANTINED: "quarantined",
+}
+
+# Whose job each move is: the states a background component may move an environment to, by
+# the capability of its job (kiln.identity.components; asked by can_move_environment). A
+# person's move is checked by the service that makes it, with the person's own predicate.
+JOB_MOVES: dict[str, frozenset[Status]] = {
+    c.ENV_POLICY: frozenset({S.DENIED, S.PENDING_APPROVAL, S.FAILED}),
+    c.ENV_AUTO_APPROVE: frozenset({S.APPROVED}),
+    c.ENV_PROVISION: frozenset({S.PROVISIONING, S.READY, S.FAILED}),
+    c.ENV_TEARDOWN: frozenset({S.EXPIRING, S.TEARING_DOWN, S.DELETED, S.QUARANTINED, S.FAILED}),
 }
 
 TERMINAL = frozenset(s for s, targets in TRANSITIONS.items() if not targets)

@@ -17,14 +17,9 @@ from kiln import changes
 from kiln.cluster import AppliedRef
 from kiln.cluster.backends import get_backend
 from kiln.errors import NotFound
+from kiln.identity import visibility
 from kiln.identity.models import Team
-from kiln.identity.permissions import (
-    PLATFORM_ADMIN,
-    Actor,
-    approver_teams_filter,
-    can_view_environment,
-    restrict_to_teams,
-)
+from kiln.identity.permissions import Actor, approver_teams_filter
 from portal import conf
 from portal.disruption import hard_deadline
 from portal.lifecycle import Status
@@ -33,9 +28,9 @@ from scheduler.showback import Window, environment_ran_cost
 
 
 def environment_queryset(viewer: Actor) -> QuerySet[Environment]:
-    """Environments the viewer may see (their teams'; kiln.identity.permissions.sees_every_team)."""
+    """Environments (and their requests) the viewer may see (kiln.identity.visibility.ENVIRONMENTS)."""
     qs = Environment.objects.select_related("team", "request", "request__requested_by")
-    return restrict_to_teams(qs, viewer, team_field="team__slug")
+    return visibility.restrict(qs, viewer, visibility.ENVIRONMENTS, team_field="team__slug")
 
 
 @dataclass(frozen=True)
@@ -71,7 +66,7 @@ def environment_list(
 def environment_get(*, viewer: Actor, public_id: str) -> Environment:
     """One visible environment; an invisible one is the same 404 as a missing one."""
     env = environment_queryset(viewer).filter(public_id=public_id).first()
-    if env is None or not can_view_environment(viewer, env.team.slug):
+    if env is None:
         raise NotFound("no such environment")
     return env
 
@@ -328,15 +323,15 @@ def spend_by_day(*, viewer: Actor, days: int, team: str | None = None) -> list[d
 
 
 def teams_visible(viewer: Actor) -> QuerySet[Team]:
-    """Teams whose spend the viewer may see (their own; who sees every team, all)."""
-    return restrict_to_teams(Team.objects.order_by("slug"), viewer, team_field="slug")
+    """Teams whose spend the viewer may see: those whose environments it sees."""
+    return visibility.restrict(
+        Team.objects.order_by("slug"), viewer, visibility.ENVIRONMENTS, team_field="slug"
+    )
 
 
 def teams_for(viewer: Actor) -> QuerySet[Team]:
-    """Teams the viewer may request environments for."""
-    if PLATFORM_ADMIN in viewer.roles:
-        return Team.objects.all()
-    return Team.objects.filter(slug__in=list(viewer.teams))
+    """Teams the viewer may request environments for: the teams it sees in the directory."""
+    return visibility.restrict(Team.objects.all(), viewer, visibility.TEAMS, team_field="slug")
 
 
 def spend_this_month(*, viewer: Actor) -> Decimal:

@@ -18,14 +18,18 @@ from canary.chaos.models import ChaosExperiment, ChaosInjection, ChaosLease
 from canary.hosts import HostRefused, canonical_service_host
 from kiln.cluster.backends import get_backend
 from kiln.errors import NotFound
-from kiln.identity.permissions import AUDITOR, PLATFORM_ADMIN, Actor, can_view_chaos
+from kiln.identity import visibility
+from kiln.identity.permissions import Actor
 
 
 def experiment_list(*, viewer: Actor, status: str | None = None) -> QuerySet[ChaosExperiment]:
-    """Experiments the viewer may see (their teams; everything for auditors and platform admins)."""
-    qs = ChaosExperiment.objects.select_related("team", "lease")
-    if not (PLATFORM_ADMIN in viewer.roles or AUDITOR in viewer.roles):
-        qs = qs.filter(team__slug__in=list(viewer.teams))
+    """Experiments the viewer may see (kiln.identity.visibility.EXPERIMENTS)."""
+    qs = visibility.restrict(
+        ChaosExperiment.objects.select_related("team", "lease"),
+        viewer,
+        visibility.EXPERIMENTS,
+        team_field="team__slug",
+    )
     if status:
         qs = qs.filter(status=status)
     return qs.order_by("-created_at")
@@ -33,13 +37,16 @@ def experiment_list(*, viewer: Actor, status: str | None = None) -> QuerySet[Cha
 
 def experiment_get(*, viewer: Actor, experiment_id: Any) -> ChaosExperiment:
     """One experiment, or NotFound when it is missing or invisible to the viewer (same answer)."""
+    rows = visibility.restrict(
+        ChaosExperiment.objects.select_related("team"),
+        viewer,
+        visibility.EXPERIMENTS,
+        team_field="team__slug",
+    )
     try:
-        exp = ChaosExperiment.objects.select_related("team").get(pk=experiment_id)
+        return rows.get(pk=experiment_id)
     except (ChaosExperiment.DoesNotExist, ValueError, TypeError, ValidationError) as exc:
         raise NotFound("No such experiment.") from exc
-    if not can_view_chaos(viewer, exp.team.slug):
-        raise NotFound("No such experiment.")
-    return exp
 
 
 def timings_of(exp: ChaosExperiment) -> LeaseTimings:

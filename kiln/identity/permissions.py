@@ -12,56 +12,25 @@ capability; no system actor approves or administers.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from django.conf import settings
 from django.db.models import QuerySet
 
 from kiln.identity import components as c
+from kiln.identity import visibility as v
+
+# Who acts, re-exported: callers ask this module for roles and actors as for permissions.
+from kiln.identity.actors import APPROVER as APPROVER
+from kiln.identity.actors import AUDITOR as AUDITOR
+from kiln.identity.actors import ENGINEER as ENGINEER
+from kiln.identity.actors import PLATFORM_ADMIN as PLATFORM_ADMIN
+from kiln.identity.actors import ROLES as ROLES
+from kiln.identity.actors import Actor as Actor
+from kiln.identity.actors import has_capability as _has_capability
+from kiln.identity.actors import system_actor as system_actor
 from kiln.identity.models import Membership
-
-ENGINEER = "engineer"
-APPROVER = "approver"
-AUDITOR = "auditor"
-PLATFORM_ADMIN = "platform-admin"
-ROLES = (ENGINEER, APPROVER, AUDITOR, PLATFORM_ADMIN)
-
-
-@dataclass(frozen=True)
-class Actor:
-    """Who is acting: a person, an API client or a named system component."""
-
-    username: str
-    roles: frozenset[str] = field(default_factory=frozenset)
-    teams: frozenset[str] = field(default_factory=frozenset)
-    user_id: int | None = None
-    kind: str = "user"  # user | system
-    capabilities: frozenset[str] = field(default_factory=frozenset)  # system actors only
-
-    def __str__(self) -> str:
-        return self.username
-
-    @property
-    def is_system(self) -> bool:
-        return self.kind == "system"
-
-
-def system_actor(component: str) -> Actor:
-    """The actor of a named background component (`system:reaper`): its job's capabilities only.
-
-    Raises ValueError for a name kiln.identity.components does not list.
-    """
-    return Actor(
-        username=f"system:{component}",
-        kind="system",
-        capabilities=c.capabilities_of(component),
-    )
-
-
-def _has_capability(actor: Actor, capability: str) -> bool:
-    return actor.is_system and capability in actor.capabilities
+from kiln.identity.visibility import approvers_act_for_every_team as approvers_act_for_every_team
 
 
 def actor_for_user(user: Any, claims: dict[str, Any] | None = None) -> Actor:
@@ -135,8 +104,9 @@ def is_member(actor: Actor, team_slug: str) -> bool:
 
 
 def can_view_audit(actor: Actor) -> bool:
-    """Auditors (and platform admins) read and export the audit chain; the verifier reads it."""
-    return has_role(actor, AUDITOR) or _has_capability(actor, c.AUDIT_VERIFY)
+    """Auditors (and platform admins) read and export the audit chain; the verifier reads it
+    (visibility.AUDIT)."""
+    return v.scope(actor, v.AUDIT).every
 
 
 def can_administer(actor: Actor) -> bool:
@@ -150,35 +120,12 @@ def can_use_admin(actor: Actor, *, is_staff: bool) -> bool:
 
 
 def can_see_all_teams(actor: Actor) -> bool:
-    """Platform admins see every team; everyone else sees the teams they belong to."""
-    return PLATFORM_ADMIN in actor.roles
+    """Platform admins see every team in the directory; everyone else the teams they belong to
+    (visibility.TEAMS)."""
+    return v.scope(actor, v.TEAMS).every
 
 
-# --- scope: which teams' environments and rollouts an actor sees and acts for ----------------
-
-
-def approvers_act_for_every_team() -> bool:
-    """The deployment's central change board (`KILN_APPROVERS_GLOBAL`): approvers act for every team."""
-    return bool(getattr(settings, "KILN_APPROVERS_GLOBAL", False))
-
-
-def sees_every_team(actor: Actor) -> bool:
-    """Platform admins and auditors see every team's environments and rollouts, approvers only
-    under `KILN_APPROVERS_GLOBAL`; everyone else sees the teams they belong to.
-
-    The one rule: `restrict_to_teams` (every selector's queryset) and the view predicates below
-    ask it, so a list and a detail never disagree."""
-    if actor.is_system:
-        return False
-    every = {PLATFORM_ADMIN, AUDITOR} | ({APPROVER} if approvers_act_for_every_team() else set())
-    return bool(actor.roles & every)
-
-
-def restrict_to_teams(queryset: QuerySet, actor: Actor, *, team_field: str) -> QuerySet:
-    """`queryset` narrowed to rows of the teams the actor sees (`team_field`: the team slug's path)."""
-    if sees_every_team(actor):
-        return queryset
-    return queryset.filter(**{f"{team_field}__in": sorted(actor.teams)})
+# --- scope: for which teams an approver acts (what anyone sees: kiln.identity.visibility) ------
 
 
 # On whose behalf an approver acts for a team (approval_basis), in the words the queue shows.
@@ -221,13 +168,9 @@ def can_run_chaos(actor: Actor, team_slug: str) -> bool:
 
 
 def can_view_chaos(actor: Actor, team_slug: str) -> bool:
-    """Chaos experiments: the owning team, auditors, platform admins and the chaos components."""
-    return (
-        PLATFORM_ADMIN in actor.roles
-        or AUDITOR in actor.roles
-        or team_slug in actor.teams
-        or any(_has_capability(actor, cap) for cap in (c.CHAOS_RUN, c.CHAOS_CONTROL, c.CHAOS_REAP))
-    )
+    """Chaos experiments: the owning team, auditors, platform admins and the chaos components
+    (`chaos.run`, `chaos.control`, `chaos.reap`; visibility.EXPERIMENTS)."""
+    return v.sees(actor, v.EXPERIMENTS, team_slug)
 
 
 def can_control_chaos(actor: Actor) -> bool:
@@ -259,61 +202,41 @@ def can_tear_down_environment(actor: Actor, team_slug: str) -> bool:
     return can_act_on_environment(actor, team_slug) or _has_capability(actor, c.ENV_TEARDOWN)
 
 
-_ENVIRONMENT_JOBS = (c.ENV_POLICY, c.ENV_AUTO_APPROVE, c.ENV_PROVISION, c.ENV_TEARDOWN)
-
-# Which lifecycle states each environment job may move an environment to (portal/lifecycle.py
-# holds the table of legal moves; this says whose job each move is).
-ENVIRONMENT_MOVES: dict[str, frozenset[str]] = {
-    c.ENV_POLICY: frozenset({"DENIED", "PENDING_APPROVAL", "FAILED"}),
-    c.ENV_AUTO_APPROVE: frozenset({"APPROVED"}),
-    c.ENV_PROVISION: frozenset({"PROVISIONING", "READY", "FAILED"}),
-    c.ENV_TEARDOWN: frozenset({"EXPIRING", "TEARING_DOWN", "DELETED", "QUARANTINED", "FAILED"}),
-}
-
-
 def can_view_environment(actor: Actor, team_slug: str) -> bool:
-    """The owning team (its approvers too), who sees every team and the environment components."""
-    return (
-        team_slug in actor.teams
-        or sees_every_team(actor)
-        or any(_has_capability(actor, cap) for cap in _ENVIRONMENT_JOBS)
-    )
+    """The owning team (its approvers too), auditors, platform admins, approvers under
+    `KILN_APPROVERS_GLOBAL` and the environment components (`environment.policy`,
+    `environment.auto-approve`, `environment.provision`, `environment.teardown`;
+    visibility.ENVIRONMENTS)."""
+    return v.sees(actor, v.ENVIRONMENTS, team_slug)
 
 
 def can_view_node(actor: Actor, *, environment: str | None, team: str | None) -> bool:
     """A cluster node: any Kiln role sees shared capacity (a node no environment's NodePool
     launched); a node of an environment is seen by whoever may view that environment (its
     team, approvers, auditors, platform admins). `team` None: the owner is unknown, so only
-    those who see every environment."""
-    if not has_any_role(actor):
-        return False
-    return not environment or can_view_environment(actor, team or "")
+    those who see every environment (visibility.NODES)."""
+    return v.sees(actor, v.NODES, (team or "") if environment else None)
 
 
 def can_view_pod(actor: Actor, *, team: str | None) -> bool:
     """A pod, by name: whoever may view its team's environments; a pod no team owns (the
     platform's namespaces, the management namespace that runs every tenant control plane as
     `tcp-<namespace>-<name>`) platform admins only, since its name can carry another team's
-    environment. Who may not see a pod sees it counted, never named."""
-    if not has_any_role(actor):
-        return False
-    if team is None:
-        return PLATFORM_ADMIN in actor.roles
-    return can_view_environment(actor, team)
+    environment. Who may not see a pod sees it counted, never named (visibility.PODS)."""
+    return v.sees(actor, v.PODS, team)
 
 
-def can_move_environment(actor: Actor, to: str) -> bool:
+def can_move_environment(actor: Actor, to: str, *, moves: Mapping[str, Collection[str]]) -> bool:
     """May this actor move an environment to state `to`?
 
-    A system component only to the states of its job (ENVIRONMENT_MOVES). A
-    person's move reaches the lifecycle through a service that has already asked
-    the person's own predicate (can_approve, can_act_on_environment), so it passes here.
+    A system component only to the states of its job: `moves` maps a capability to the states
+    it may move to (portal.lifecycle.JOB_MOVES, beside the table of legal moves). A person's
+    move reaches the lifecycle through a service that has already asked the person's own
+    predicate (can_approve, can_act_on_environment), so it passes here.
     """
     if not actor.is_system:
         return True
-    return any(
-        to in moves for job, moves in ENVIRONMENT_MOVES.items() if _has_capability(actor, job)
-    )
+    return any(to in states for job, states in moves.items() if _has_capability(actor, job))
 
 
 def can_approve(
@@ -375,13 +298,10 @@ def can_promote_rollout(actor: Actor, team_slug: str) -> bool:
 
 
 def can_view_rollout(actor: Actor, team_slug: str) -> bool:
-    """The owning team (its approvers too), who sees every team and the canary components."""
-    return (
-        team_slug in actor.teams
-        or sees_every_team(actor)
-        or _has_capability(actor, c.ROLLOUT_ANALYZE)
-        or _has_capability(actor, c.ROLLOUT_MANAGE)
-    )
+    """The owning team (its approvers too), auditors, platform admins, approvers under
+    `KILN_APPROVERS_GLOBAL` and the canary components (`rollout.analyze`, `rollout.manage`;
+    visibility.ROLLOUTS)."""
+    return v.sees(actor, v.ROLLOUTS, team_slug)
 
 
 # --- the background components' own jobs ----------------------------------------------------

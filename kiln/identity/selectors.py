@@ -5,16 +5,15 @@ from __future__ import annotations
 from django.db.models import QuerySet
 
 from kiln.errors import NotFound
+from kiln.identity import visibility
 from kiln.identity.models import Team
-from kiln.identity.permissions import Actor, can_see_all_teams
+from kiln.identity.permissions import Actor
 
 
 def team_list(*, viewer: Actor) -> QuerySet[Team]:
-    """Teams the viewer may see: platform admins see all, everyone else their own."""
+    """Teams (and their members) the viewer may see (kiln.identity.visibility.TEAMS)."""
     teams = Team.objects.prefetch_related("memberships__user").order_by("slug")
-    if can_see_all_teams(viewer):
-        return teams
-    return teams.filter(slug__in=viewer.teams)
+    return visibility.restrict(teams, viewer, visibility.TEAMS, team_field="slug")
 
 
 def team_get(*, viewer: Actor, slug: str) -> Team:

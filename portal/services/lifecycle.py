@@ -11,7 +11,7 @@ from kiln import changes
 from kiln.errors import Forbidden, IllegalTransition
 from kiln.identity.permissions import Actor, can_move_environment
 from kiln.observability import tracer
-from portal.lifecycle import ARRIVAL_VERB, Status, is_allowed
+from portal.lifecycle import ARRIVAL_VERB, JOB_MOVES, Status, is_allowed
 from portal.models import Environment
 from portal.selectors import change_key
 
@@ -40,7 +40,7 @@ def environment_transition(
     the caller's instance is used as it is, with no row lock and no savepoint.
     """
     target = Status(to)
-    if isinstance(actor, Actor) and not can_move_environment(actor, target.value):
+    if isinstance(actor, Actor) and not can_move_environment(actor, target.value, moves=JOB_MOVES):
         raise Forbidden(f"{actor} may not move an environment to {target.value}")
     if created_in_this_transaction and not transaction.get_connection().in_atomic_block:
         raise RuntimeError("created_in_this_transaction needs the creating transaction open")

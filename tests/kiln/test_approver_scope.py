@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kiln.identity import permissions as p
+from kiln.identity import visibility
 from kiln.identity.permissions import APPROVER, AUDITOR, ENGINEER, PLATFORM_ADMIN, Actor
 
 CAROL = Actor("carol", roles=frozenset({APPROVER}), teams=frozenset({"payments"}))
@@ -34,12 +35,14 @@ def test_who_approves_promotes_and_sees_payments(actor, acts, sees):
 
 
 def test_the_change_board_grant_makes_approvers_act_for_every_team(settings):
-    assert p.approval_basis(SAM, "payments") is None and not p.sees_every_team(SAM)
+    assert p.approval_basis(SAM, "payments") is None
+    assert not visibility.scope(SAM, visibility.ENVIRONMENTS).every
     settings.KILN_APPROVERS_GLOBAL = True
     assert p.approval_basis(SAM, "payments") == p.AS_CHANGE_BOARD
     assert p.approval_basis(SAM, "search") == p.AS_MEMBER
     assert p.can_approve(SAM, "payments") and p.can_promote_rollout(SAM, "payments")
-    assert p.sees_every_team(SAM) and p.can_view_rollout(SAM, "payments")
+    assert visibility.scope(SAM, visibility.ENVIRONMENTS).every
+    assert p.can_view_rollout(SAM, "payments")
     assert not p.can_approve(SAM, "payments", "sam")  # still never their own request
     assert not p.can_promote_rollout(ALICE, "search")  # the grant is the approvers' only
 
@@ -61,7 +64,9 @@ def test_querysets_and_predicates_agree(settings):
         settings.KILN_APPROVERS_GLOBAL = grant
         for actor in (CAROL, SAM, ERIN, ROOT, ALICE):
             seen = set(
-                p.restrict_to_teams(teams, actor, team_field="slug").values_list("slug", flat=True)
+                visibility.restrict(
+                    teams, actor, visibility.ENVIRONMENTS, team_field="slug"
+                ).values_list("slug", flat=True)
             )
             assert seen == {t.slug for t in teams if p.can_view_environment(actor, t.slug)}
             queue = p.approver_teams_filter(teams, actor, team_field="slug")
