@@ -5,15 +5,17 @@ source (`istio_source.IstioSource`, native histograms of schema 3 beside Istio's
 default buckets). Two Debian Prometheus servers scrape it every `scrape_seconds`:
 `classic` (the text exposition: Istio's default buckets) and `native` (the protobuf
 exposition with `--enable-feature=native-histograms`). Time is compressed: one tick
-of `tick_seconds` real seconds carries one simulated minute of the benchmark's traffic
-(`streams.BENCH_STEPS`, the same classes and regressions as `canary_bench`), served
-right after the tick's opening boundary, so every request is scraped inside its tick.
+carries one simulated minute of the benchmark's traffic (`streams.BENCH_STEPS`, the same
+classes and regressions as `canary_bench`) and lasts as long as serving it and one
+scrape of it take.
 
-After each boundary t_k (plus a settle for the last scrape to be stored) each server is
-asked once for the raw samples of every series over the window, evaluated at t_k, and
-each arm's window (t_{k-1}, t_k] is read with the exact-window reader's own arithmetic
-(`canary.prometheus`: counter differences at the boundaries, resets handled, no
-extrapolation; histogram buckets the same way). The windows, with their bucket bounds,
+Boundaries. Tick k's traffic is served after t_{k-1}; t_k is set once both servers have
+finished a scrape that *started* after the last of it was served (their `lastScrape`),
+so every request of tick k is in a sample stamped inside (t_{k-1}, t_k] and none of tick
+k+1's is. Each server is then asked once for the raw samples of every series over the
+window, evaluated at t_k, and each arm's window is read with the exact-window reader's
+own arithmetic (`canary.prometheus`: counter differences at the boundaries, resets
+handled, no extrapolation; histogram buckets the same way). The windows, with their bucket bounds,
 go through `canary.sequential` exactly as a rollout's do (`evidence`, `Analyzer`). The
 same simulated traffic is also judged from exact counts and raw latency samples (what
 `canary_bench` measures), so the table sets both side by side; the requests Prometheus
@@ -25,7 +27,8 @@ benchmark runs on the "report" seeds and tunes nothing.
 
 from __future__ import annotations
 
-import math
+import datetime
+import re
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -81,15 +84,17 @@ def _group(result: list[dict], *labels: str) -> dict[tuple[str, ...], list[dict]
     return out
 
 
-def read_tick(server: PrometheusServer, native: bool, start: float, end: float) -> dict:
+def read_tick(
+    server: PrometheusServer, native: bool, start: float, end: float, lookback: float = 30.0
+) -> dict:
     """Every arm's window (t_{k-1}, t_k]: {(service, version): (requests, errors, histogram)}.
 
     Two queries for all rollouts at once (raw samples of every series, evaluated at
-    `end`, reaching one tick before `start` for the opening sample); each arm is then
-    read with `canary.prometheus`'s arithmetic. An arm whose window cannot be read
-    maps to the ReadError.
+    `end`, reaching `lookback` seconds before `start` for the opening sample); each arm
+    is then read with `canary.prometheus`'s arithmetic. An arm whose window cannot be
+    read maps to the ReadError.
     """
-    span_ms = int(round((end - start) * 2 * 1000))
+    span_ms = int(round((end - start + lookback) * 1000))
     at = f"{end:.3f}"
     timeout = max(30.0, end - start)
     keys = ("destination_service_name", "destination_version")
@@ -138,17 +143,36 @@ def _observe(rollout: Rollout, judge: str, decision: Decision, tick: int) -> Non
         rollout.unresolved[judge] = rollout.unresolved.get(judge, False) or held
 
 
-def _sleep_until(at: float) -> None:
-    delay = at - time.time()
-    if delay > 0:
-        time.sleep(delay)
+def _stamp(text: str) -> float:
+    """Unix seconds of an RFC 3339 UTC time as Prometheus writes it (nanoseconds cut to micro)."""
+    match = re.fullmatch(r"(.+T[0-9:]+)(?:\.([0-9]+))?(Z|[+-][0-9:]+)", text)
+    if match is None:
+        raise ValueError(f"not an RFC 3339 time: {text!r}")
+    head, frac, zone = match.groups()
+    zone = "+00:00" if zone == "Z" else zone
+    micro = ((frac or "") + "000000")[:6]
+    return datetime.datetime.fromisoformat(f"{head}.{micro}{zone}").timestamp()
+
+
+def wait_scraped_after(servers: list[PrometheusServer], after: float, timeout: float) -> None:
+    """Wait until every server has finished a scrape of every target that started after `after`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        stamps = [
+            _stamp(s) if s and not s.startswith("0001") else 0.0
+            for server in servers
+            for s in server.last_scrapes().values()
+        ]
+        if stamps and min(stamps) > after:
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"no scrape after {after:.3f} within {timeout:g} s")
 
 
 def run(
     classes: dict[str, BenchClass],
     *,
     rollouts: int,
-    tick_seconds: float,
     scrape_seconds: float,
     seed: int = SEED_SETS["report"],
     log=print,
@@ -191,13 +215,11 @@ def run(
         # Both servers must have scraped the (empty) source before the first boundary.
         for server in servers.values():
             server.wait_scrapes(1)
-        settle = min(scrape_seconds, 5.0) + 1.0
-        anchor = math.ceil(time.time()) + 1.0
         started = time.monotonic()
-        late = 0
+        end = time.time()
+        seconds_per_tick = []
         for tick in range(1, MAX_TICKS + 1):
-            start, end = anchor + (tick - 1) * tick_seconds, anchor + tick * tick_seconds
-            _sleep_until(start)
+            start = end
             weight = weight_at(BENCH_STEPS, tick - 1)
             missing_rows: dict[str, np.ndarray] = {}
             for name, sim in sims.items():
@@ -223,13 +245,16 @@ def run(
                         exact = r.judges["exact"]
                         dec = exact.update(None, None) if outage else exact.update(*windows)
                         _observe(r, "exact", dec, tick)
-            if time.time() > end - scrape_seconds:
-                # Served too late for a scrape inside the tick: its requests fall in the next one.
-                late += 1
-            _sleep_until(end + settle)
+            served_at = time.time()
+            wait_scraped_after(list(servers.values()), served_at, timeout=6 * scrape_seconds)
+            end = time.time()
+            seconds_per_tick.append(end - start)
+            time.sleep(0.5)  # the scrape reported done is committed to storage by now
             for kind, server in servers.items():
                 try:
-                    arms = read_tick(server, kind == "native", start, end)
+                    arms = read_tick(
+                        server, kind == "native", start, end, lookback=3 * scrape_seconds
+                    )
                 except ReadError as exc:
                     arms = defaultdict(lambda exc=exc: exc)
                 for r in plan:
@@ -257,10 +282,12 @@ def run(
         return {
             "prometheus_version": version,
             "scrape_interval_seconds": scrape_seconds,
-            "tick_seconds_real": tick_seconds,
+            "real_seconds_per_tick": {
+                "median": round(float(np.median(seconds_per_tick)), 1),
+                "max": round(float(np.max(seconds_per_tick)), 1),
+            },
             "native_schema": NATIVE_SCHEMA,
             "classes": {name: summarise(by_class[name]) for name in classes},
-            "ticks_served_late": late,
             "wall_seconds": round(time.monotonic() - started, 1),
         }
     finally:

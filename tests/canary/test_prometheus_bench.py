@@ -11,20 +11,26 @@ import time
 import numpy as np
 
 from canary.bench.istio_source import ISTIO_BUCKETS_MS, IstioSource
-from canary.bench.prometheus_bench import BASELINE, CANARY, NAMESPACE, _window, config, read_tick
+from canary.bench.prometheus_bench import (
+    BASELINE,
+    CANARY,
+    NAMESPACE,
+    _window,
+    config,
+    read_tick,
+    wait_scraped_after,
+)
 from canary.sequential import evidence
 
 
-def _serve_window(source: IstioSource, start: float, end: float, servers) -> None:
-    """Serve known traffic just after `start`, then wait until the window is closed and stored."""
-    while time.time() < start:
-        time.sleep(0.05)
-    rng = np.random.default_rng(1)
-    # 60 ms body, 4% wide: every request of both arms in Istio's (50, 100] bucket.
-    source.observe("svc", NAMESPACE, BASELINE, rng.lognormal(np.log(60), 0.04, 900), errors=9)
-    source.observe("svc", NAMESPACE, CANARY, rng.lognormal(np.log(75), 0.04, 100), errors=3)
-    while time.time() < end + 1.5:
-        time.sleep(0.05)
+def _serve(source: IstioSource, servers, *arms) -> float:
+    """Serve each (version, latencies, errors), then return once every server has scraped it all."""
+    for version, latencies, errors in arms:
+        source.observe("svc", NAMESPACE, version, latencies, errors)
+    served_at = time.time()
+    wait_scraped_after(servers, served_at, timeout=10)
+    time.sleep(0.5)
+    return time.time()
 
 
 def test_a_window_reads_exactly_what_was_served_and_knows_its_buckets(prometheus_factory):
@@ -34,14 +40,20 @@ def test_a_window_reads_exactly_what_was_served_and_knows_its_buckets(prometheus
         native = prometheus_factory(
             targets=[source.address], scrape_interval=1, native_histograms=True
         )
+        servers = [classic, native]
         # Earlier traffic, scraped before the window opens: it must not be counted in it.
-        source.observe("svc", NAMESPACE, BASELINE, np.full(40, 60.0), 1)
-        source.observe("svc", NAMESPACE, CANARY, np.full(10, 60.0), 1)
-        classic.wait_scrapes(2)
-        native.wait_scrapes(2)
-        start = float(int(time.time()) + 1)
-        end = start + 3.0
-        _serve_window(source, start, end, (classic, native))
+        t0 = time.time()
+        start = _serve(
+            source, servers, (BASELINE, np.full(40, 60.0), 1), (CANARY, np.full(10, 60.0), 1)
+        )
+        rng = np.random.default_rng(1)
+        # A 60 ms body 4% wide (the canary +25%): every request in Istio's (50, 100] bucket.
+        end = _serve(
+            source,
+            servers,
+            (BASELINE, rng.lognormal(np.log(60), 0.04, 900), 9),
+            (CANARY, rng.lognormal(np.log(75), 0.04, 100), 3),
+        )
         cfg = config()
         for server, is_native in ((classic, False), (native, True)):
             arms = read_tick(server, is_native, start, end)
@@ -58,7 +70,7 @@ def test_a_window_reads_exactly_what_was_served_and_knows_its_buckets(prometheus
                 assert median["resolved"] is False and median["bucket_ms"] == [50.0, 100.0]
                 assert set(_window(base).bounds_ms) <= set(ISTIO_BUCKETS_MS)
         # Together with the window before it, every request served is counted once.
-        before = read_tick(classic, False, start - 30.0, start)
+        before = read_tick(classic, False, t0 - 1.0, start)
         assert before[("svc", BASELINE)][:2] == (40, 1) and before[("svc", CANARY)][:2] == (10, 1)
     finally:
         source.stop()
