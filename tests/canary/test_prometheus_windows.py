@@ -273,3 +273,40 @@ def test_several_series_are_summed_unless_they_count_the_same_requests_twice():
     both_ends = [pods[0], {**pods[1], "metric": {"reporter": "source", "pod": "b"}}]
     with pytest.raises(prometheus.ReadError, match="several Istio reporters"):
         prometheus.counter_total(both_ends, 0, 60)
+
+
+def test_native_histograms_are_read_bucket_by_bucket_per_window(prometheus_factory):
+    source = IstioSource(native_schema=3).start()
+    try:
+        server = prometheus_factory(
+            targets=[source.address], scrape_interval=1, native_histograms=True
+        )
+        source.observe("search", "shop", "v2", [60.0] * 5)
+        server.wait_scrapes(1)
+        t0 = time.time()
+        # In the window: 3 at 70 ms, in (2^(49/8), 2^(50/8)] = (69.79, 76.11], and 2 at 300 ms.
+        source.observe("search", "shop", "v2", [70.0, 70.0, 70.0, 300.0, 300.0])
+        server.wait_scrapes(1)
+        time.sleep(0.2)
+        t1 = time.time()
+        selector = (
+            'istio_request_duration_milliseconds{destination_service_name="search",'
+            'destination_version="v2"}'
+        )
+        histogram = prometheus.latency_histogram(
+            prometheus.range_at(server.url, selector, t0, t1), t0, t1
+        )
+        assert histogram.native and histogram.total == 5
+        counts = {round(hi, 2): c for (_, hi), c in histogram.counts.items()}
+        assert counts == {round(2 ** (50 / 8), 2): 3, round(2 ** (66 / 8), 2): 2}
+        # The window's resolution: the edges of the native buckets it holds.
+        assert histogram.bounds()[:2] == pytest.approx((2 ** (49 / 8), 2 ** (50 / 8)))
+    finally:
+        source.stop()
+
+
+def test_a_native_histogram_reset_counts_from_zero():
+    a, b = (64.0, 69.79), (69.79, 76.11)
+    samples = [(0.0, {a: 10.0, b: 4.0}), (30.0, {a: 12.0, b: 4.0}), (45.0, {a: 1.0, b: 2.0})]
+    # (0, 60]: +2 in a, then a restart (a fell 12 -> 1): its 1 and 2 count whole.
+    assert prometheus.histogram_increase(samples, 0, 60) == {a: 3.0, b: 2.0}
