@@ -54,6 +54,15 @@ def test_the_log_is_for_auditors_unless_it_is_public(path, log, client, api_clie
     assert client.get(path).status_code == 200
 
 
+def test_a_public_logs_tiles_are_cached_by_anyone_and_an_auditors_by_nobody(log, client, api_client_for, settings):
+    settings.KILN_AUDIT_TLOG_PUBLIC = True
+    anonymous = client.get("/audit/tlog/tile/0/000.p/5")
+    assert anonymous.status_code == 200
+    assert anonymous["Cache-Control"] == "public, max-age=31536000, immutable"
+    signed = api_client_for("auditor").get("/audit/tlog/tile/0/000.p/5")
+    assert signed.status_code == 200 and signed["Cache-Control"] == "private, no-store"
+
+
 def test_a_client_computes_a_proof_from_the_tiles_and_the_checkpoint(log, api_client_for, settings):
     from audit.services import signing_key
 
@@ -62,7 +71,9 @@ def test_a_client_computes_a_proof_from_the_tiles_and_the_checkpoint(log, api_cl
     cp = notes.verify(note, settings.KILN_AUDIT_ORIGIN, signing_key().public_key())
     assert cp.size == 5
     tile = api.get("/audit/tlog/tile/0/000.p/5")
-    assert tile["Cache-Control"] == "public, max-age=31536000, immutable"
+    # Tiles never change, but this log is for auditors: an answer to a bearer token is not
+    # for shared caches (the public log's anonymous tiles are: test_tlog_pages, fast reads).
+    assert tile["Cache-Control"] == "private, no-store"
     assert tile["Content-Type"] == "application/octet-stream"
     hashes = tile.content
     assert len(hashes) == 5 * 32 and hashes == b"".join(_leaves(log))
