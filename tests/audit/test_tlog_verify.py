@@ -161,7 +161,7 @@ def test_kiln_s_proof_bundle_verifies_with_the_copied_script_alone(
     drain()
     bundle = api_client_for("auditor").get("/api/v1/audit/events/4/proof").json()
     script = tmp_path / "tlog_verify.py"  # anywhere, beside nothing else of Kiln
-    shutil.copy(ROOT / "audit" / "tlog_verify.py", script)
+    shutil.copy(ROOT / "audit" / "tree" / "tlog_verify.py", script)
     key = tmp_path / "kiln-audit.pub"
     key.write_text(notes.verifier_key(settings.KILN_AUDIT_ORIGIN, signing_key().public_key()))
     good, bad = tmp_path / "good.json", tmp_path / "bad.json"
