@@ -10,4 +10,4 @@ class CanaryConfig(AppConfig):
     def ready(self) -> None:
         # The home page's panel registers itself (kiln.dashboard); it imports the models, so
         # it waits for ready(), where Django says to make such imports.
-        from canary import dashboard  # noqa: F401
+        from canary import attention, dashboard, search  # noqa: F401

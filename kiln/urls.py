@@ -17,6 +17,7 @@ from drf_spectacular.views import SpectacularAPIView
 
 import kiln.api_urls
 from kiln import views
+from kiln.attention import views as attention_views
 
 handler400 = "kiln.views.bad_request"
 handler403 = "kiln.views.permission_denied"
@@ -35,6 +36,10 @@ for module in APPS:
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("search/", views.search_page, name="search"),
+    path("attention/", attention_views.attention_card, name="attention"),
+    path("attention/feed.json", attention_views.attention_feed, name="attention-feed"),
+    path("attention/dismiss/", attention_views.attention_dismiss_view, name="attention-dismiss"),
     path(
         "accounts/login/",
         auth_views.LoginView.as_view(redirect_authenticated_user=True),

@@ -18,9 +18,10 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from kiln import dashboard, health, observability
+from kiln import dashboard, health, observability, search
+from kiln.attention.selectors import attention_list
 from kiln.dbpool import pool_exhausted
-from kiln.errors import error_body
+from kiln.errors import KilnError, error_body
 from kiln.identity.permissions import actor_from_request, can_use_admin
 
 
@@ -36,11 +37,32 @@ def home(request: HttpRequest) -> HttpResponse:
             "roles": sorted(actor.roles),
             "teams": sorted(actor.teams),
             "show_admin": can_use_admin(actor, is_staff=request.user.is_staff),
+            "attention": attention_list(viewer=actor),
             "panels": [
                 loader.render_to_string(p.template, p.context, request=request)
                 for p in dashboard.panels(actor)
             ],
         },
+    )
+
+
+@login_required
+@require_GET
+def search_page(request: HttpRequest) -> HttpResponse:
+    """Results of the header's search, by kind, among what the viewer may see (kiln.search)."""
+    raw = request.GET.get("q", "")
+    try:
+        hits = search.search(actor_from_request(request), raw)
+    except KilnError as exc:
+        context = {"q": raw.strip(), "error": exc.message, "groups": []}
+        return render(request, "kiln/search.html", context, status=exc.http_status)
+    groups: dict[str, list[search.Hit]] = {}
+    for hit in hits:
+        groups.setdefault(hit.kind, []).append(hit)
+    return render(
+        request,
+        "kiln/search.html",
+        {"q": raw.strip(), "groups": list(groups.items()), "count": len(hits)},
     )
 
 

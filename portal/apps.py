@@ -18,7 +18,7 @@ class PortalConfig(AppConfig):
         # in-process transport of the simulated tenant API servers' audit batches: Kiln's own
         # sink service, what the HTTP view calls (kiln.cluster.simulated_tenant).
         from kiln import observability
-        from portal import dashboard, tasks  # noqa: F401
+        from portal import attention, dashboard, search, tasks  # noqa: F401
         from portal.metrics import ReaperBacklogCollector
         from portal.services.tenant_audit import tenant_audit_deliver
 

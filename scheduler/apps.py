@@ -23,6 +23,7 @@ class SchedulerConfig(AppConfig):
             raise ImproperlyConfigured(f"KILN_SCHEDULER_WEIGHT_*: {exc}") from exc
         # Not at the top: Django imports this module before any model, and the collector
         # imports the models, so the import waits for ready(), where Django says to make it.
-        from scheduler import metrics
+        # The header search's node provider registers itself the same way (kiln.search).
+        from scheduler import metrics, search  # noqa: F401
 
         observability.add_scrape_collector(metrics.CommitmentCollector())

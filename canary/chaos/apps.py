@@ -16,7 +16,7 @@ class ChaosConfig(AppConfig):
         # as the worker's autodiscovery does. Not at the top: Django imports this module
         # before the apps are ready, and ready() is where Django says to do such imports.
         from canary import extensions
-        from canary.chaos import dashboard, tasks  # noqa: F401
+        from canary.chaos import attention, dashboard, search, tasks  # noqa: F401
         from canary.chaos.actuators import apply_keeping_faults, fault_effect
         from canary.chaos.reaper import FaultsPastLeaseCollector
         from kiln import observability

@@ -1,0 +1,93 @@
+"""The portal's items on the attention list (`kiln.attention`): requests waiting for this
+approver, and the viewer's environments that are expiring or proposed idle."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.urls import reverse
+from django.utils import timezone
+
+from kiln.attention import Item, register
+from kiln.identity.permissions import Actor, can_approve
+from portal import conf, selectors
+from portal.lifecycle import Status
+
+
+def _url(env) -> str:
+    return reverse("portal:environment-detail", args=[env.public_id])
+
+
+@register
+def approvals_for_me(actor: Actor) -> list[Item]:
+    """Requests this approver may still decide (not their own, not decided by them yet)."""
+    if not can_approve(actor):
+        return []
+    items = []
+    for env in selectors.approval_queue(viewer=actor)[:50]:
+        requester = env.request.requested_by.get_username()
+        if requester == actor.username or not can_approve(actor, env.team.slug, requester):
+            continue
+        if any(d.approver_name == actor.username for d in env.decisions.all()):
+            continue
+        needed = selectors.approvals_needed(environment=env)
+        items.append(
+            Item(
+                key=f"portal.approval:{env.public_id}",
+                kind="approval",
+                title=f"Approve or reject {env.team.slug}/{env.name}",
+                detail=f"{env.env_class} requested by {requester}; needs {needed} approval"
+                f"{'s' if needed != 1 else ''} from {env.team.name}'s approvers",
+                url=_url(env),
+                at=env.created_at,
+            )
+        )
+    return items
+
+
+@register
+def my_environments_ending(actor: Actor) -> list[Item]:
+    """The viewer's environments expiring (inside their warning window) or proposed idle."""
+    now = timezone.now()
+    envs = selectors.environment_list(
+        viewer=actor, filters=selectors.EnvironmentFilter(requested_by=actor.username)
+    ).filter(status__in=[Status.READY, Status.EXPIRING])[:100]
+    items = []
+    for env in envs:
+        if env.status == Status.EXPIRING:
+            items.append(
+                Item(
+                    key=f"portal.expiring:{env.public_id}:expiring",
+                    kind="expiring",
+                    title=f"{env.name} has expired",
+                    detail="its TTL ran out; it is torn down next",
+                    url=_url(env),
+                    at=env.expires_at,
+                )
+            )
+            continue
+        warn_before = timedelta(seconds=conf.class_lifecycle(env.env_class).warn_before)
+        if env.expires_at and env.expires_at - warn_before <= now:
+            left = max(0, int((env.expires_at - now).total_seconds() // 60))
+            items.append(
+                Item(
+                    key=f"portal.expiring:{env.public_id}:{env.expires_at.isoformat()}",
+                    kind="expiring",
+                    title=f"{env.name} expires in {left // 60} h {left % 60} min",
+                    detail="extend its TTL or let it go",
+                    url=_url(env),
+                    at=env.expires_at - warn_before,
+                )
+            )
+        if env.idle_proposed_at:
+            items.append(
+                Item(
+                    key=f"portal.idle:{env.public_id}:{env.idle_proposed_at.isoformat()}",
+                    kind="idle",
+                    title=f"{env.name} looks idle",
+                    detail="it is proposed for teardown: keep it if you still use it",
+                    url=_url(env),
+                    at=env.idle_proposed_at,
+                )
+            )
+    return items
