@@ -116,7 +116,7 @@ BENCH_canary_bench := canary_bench --seeds report --rollouts 1000 --json
 BENCH_canary_bench-tune := canary_bench --seeds tune --tune-rollouts 300 --json
 BENCH_canary_promote_bench := canary_promote_bench --rollouts 1000 --json
 # Real time: one 15 s tick per simulated minute against two live Prometheus servers.
-BENCH_canary_prometheus_bench := canary_prometheus_bench --rollouts 10 --json
+BENCH_canary_prometheus_bench := canary_prometheus_bench --rollouts 5 --json
 # The same over the kubernetes backend: the real client over HTTP to a local API server, with the
 # client limits (KILN_KUBE_QPS / KILN_KUBE_BURST) it reports against.
 BENCH_canary_promote_bench-kubernetes := canary_promote_bench --rollouts 1000 --kube-api local --json

@@ -155,18 +155,20 @@ def _stamp(text: str) -> float:
 
 
 def wait_scraped_after(servers: list[PrometheusServer], after: float, timeout: float) -> None:
-    """Wait until every server has finished a scrape of every target that started after `after`."""
+    """Wait until every server has scraped every target successfully in a scrape started after
+    `after` (a failed scrape stores nothing: the next one must carry the traffic)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        stamps = [
-            _stamp(s) if s and not s.startswith("0001") else 0.0
-            for server in servers
-            for s in server.last_scrapes().values()
-        ]
-        if stamps and min(stamps) > after:
+        stamps = []
+        for server in servers:
+            for target in server.api("targets", state="active").get("activeTargets", []):
+                last = str(target.get("lastScrape", ""))
+                fresh = last and not last.startswith("0001") and _stamp(last) > after
+                stamps.append(bool(fresh and target.get("health") == "up"))
+        if stamps and all(stamps):
             return
         time.sleep(0.1)
-    raise TimeoutError(f"no scrape after {after:.3f} within {timeout:g} s")
+    raise TimeoutError(f"no successful scrape after {after:.3f} within {timeout:g} s")
 
 
 def run(
@@ -218,6 +220,7 @@ def run(
         started = time.monotonic()
         end = time.time()
         seconds_per_tick = []
+        retired: set[str] = set()
         for tick in range(1, MAX_TICKS + 1):
             start = end
             weight = weight_at(BENCH_STEPS, tick - 1)
@@ -231,20 +234,29 @@ def run(
                 rng = np.random.default_rng([seed, tick, 99])
                 for r in live:
                     windows = []
+                    scraped = any(r.open(kind) for kind in KINDS)
                     for version_, req, err, lat in (
                         (BASELINE, d.req_b, d.err_b, d.lat_b),
                         (CANARY, d.req_c, d.err_c, d.lat_c),
                     ):
                         n, e, sample = int(req[r.row]), int(err[r.row]), lat[r.row]
-                        served = rng.choice(sample, n) if sample.size and n else np.zeros(0)
-                        source.observe(r.service, NAMESPACE, version_, served, min(e, n))
                         windows.append(Window(n, min(e, n), sample))
-                        r.served += n
+                        if scraped:
+                            served = rng.choice(sample, n) if sample.size and n else np.zeros(0)
+                            source.observe(r.service, NAMESPACE, version_, served, min(e, n))
+                            r.served += n
                     outage = missing_rows[name].size and missing_rows[name][r.row]
                     if r.open("exact"):
                         exact = r.judges["exact"]
                         dec = exact.update(None, None) if outage else exact.update(*windows)
                         _observe(r, "exact", dec, tick)
+            for r in plan:
+                if not any(r.open(kind) for kind in KINDS) and r.service not in retired:
+                    # Decided through both servers: its pods go away (the series go stale), so
+                    # the scrapes of the rollouts still running stay small.
+                    retired.add(r.service)
+                    for version_ in (BASELINE, CANARY):
+                        source.remove(r.service, NAMESPACE, version_)
             served_at = time.time()
             wait_scraped_after(list(servers.values()), served_at, timeout=6 * scrape_seconds)
             end = time.time()
