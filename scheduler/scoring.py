@@ -195,24 +195,38 @@ def dominant_share(nodes: NodeArrays, pod: PodRequest) -> np.ndarray:
     return share
 
 
+def pod_hourly_cost(price: np.ndarray, share: np.ndarray) -> np.ndarray:
+    """What the pod costs on each node, in $/h: node price/h * dominant share (inf on zero capacity).
+
+    A pod that asks for nothing (share 0) is costed at the whole node price.
+    """
+    price = np.asarray(price, dtype=np.float64)
+    share = np.where(share > 0, share, 1.0)
+    return np.multiply(price, share, out=np.full(share.shape, np.inf), where=np.isfinite(share))
+
+
+def cheapest_pod_cost(cost: np.ndarray, feasible: np.ndarray | None = None) -> float | None:
+    """The lowest finite pod cost ($/h) over `feasible` nodes (all when None); None if there is none."""
+    pool = np.isfinite(cost) if feasible is None else np.isfinite(cost) & feasible
+    return float(cost[pool].min()) if pool.any() else None
+
+
 def cost_term(
     price: np.ndarray, share: np.ndarray, feasible: np.ndarray | None = None
 ) -> np.ndarray:
     """Cost score in [0, 1]: cheapest pod cost / this node's pod cost, pod cost = price/h * share.
 
-    The pod's cost on a node is the hourly price of the share it takes. 1.0 for
-    the cheapest candidate, 0.5 for one twice as dear, 0 for an infinite cost.
-    A pod that asks for nothing (share 0) is compared on the node price alone.
+    The pod's cost on a node is the hourly price of the share it takes
+    (`pod_hourly_cost`). 1.0 for the cheapest candidate, 0.5 for one twice as
+    dear, 0 for an infinite cost; two nodes with the same price per core (an
+    xlarge at twice a large's price) cost a pod the same and score alike.
     The cheapest is taken over `feasible` nodes only (all when None).
     """
-    price = np.asarray(price, dtype=np.float64)
-    share = np.where(share > 0, share, 1.0)
-    cost = np.multiply(price, share, out=np.full(share.shape, np.inf), where=np.isfinite(share))
+    cost = pod_hourly_cost(price, share)
     finite = np.isfinite(cost)
-    pool = finite if feasible is None else finite & feasible
-    if not pool.any():
+    cheapest = cheapest_pod_cost(cost, feasible)
+    if cheapest is None:
         return np.zeros_like(cost)
-    cheapest = float(cost[pool].min())
     if cheapest <= 0:
         # Free capacity: free nodes are best (1.0), every priced node scores 0.
         return np.where(cost <= 0, 1.0, 0.0)
@@ -235,20 +249,32 @@ def balance_after(cpu: np.ndarray, mem: np.ndarray) -> np.ndarray:
     return np.divide(least, most, out=np.ones_like(most), where=most > 0)
 
 
-def packing_term(nodes: NodeArrays, pod: PodRequest) -> np.ndarray:
-    """Packing score in [0, 1]: (fill + balance) / 2 after placement, times (1 - stranded GPU fraction).
+@dataclass(frozen=True)
+class PackingParts:
+    """The inputs of `packing_term` per node, each in [0, 1], and the term itself (`value`).
 
-    fill = mean over cpu, memory (and GPUs if the pod asks for any) of
-    min(1, (requested + pod) / allocatable); balance = `balance_after` of the cpu
-    and memory fractions (1 - stranded share of what is left, like
-    kube-scheduler's BalancedAllocation); 0 on zero capacity. A pod that asks
-    for no GPU on a node with free GPUs strands them (their cpu and memory get
-    used up), so the term is multiplied by 1 - free_gpus / allocatable_gpus.
+    `cpu`, `memory` (and `gpu` when the pod asks for GPUs, else None) are the node's fill
+    after placement; `balance` is `balance_after`; `stranded_gpu` the share of the node's
+    GPUs a GPU-less pod leaves idle; `zero` marks zero-capacity nodes (packing 0).
     """
+
+    cpu: np.ndarray
+    memory: np.ndarray
+    gpu: np.ndarray | None
+    balance: np.ndarray
+    stranded_gpu: np.ndarray
+    zero: np.ndarray
+    value: np.ndarray
+
+
+def packing_parts(nodes: NodeArrays, pod: PodRequest) -> PackingParts:
+    """`packing_term` with its inputs: fill per resource, balance and stranded GPU share."""
     cpu = np.minimum(_safe_ratio(nodes.req_cpu + pod.cpu, nodes.alloc_cpu), 1.0)
     mem = np.minimum(_safe_ratio(nodes.req_mem + pod.memory, nodes.alloc_mem), 1.0)
     balance = balance_after(cpu, mem)
     zero = (nodes.alloc_cpu <= 0) | (nodes.alloc_mem <= 0)
+    gpu = None
+    stranded = np.zeros(len(nodes))
     if pod.gpu > 0:
         gpu = np.minimum(_safe_ratio(nodes.req_gpu + pod.gpu, nodes.alloc_gpu), 1.0)
         packing = 0.5 * ((cpu + mem + gpu) / 3.0) + 0.5 * balance
@@ -262,7 +288,21 @@ def packing_term(nodes: NodeArrays, pod: PodRequest) -> np.ndarray:
                 np.divide(free, nodes.alloc_gpu, out=np.zeros_like(free), where=has_gpu), 1.0
             )
             packing = packing * (1.0 - stranded)
-    return np.where(zero, 0.0, np.maximum(packing, 0.0))
+    value = np.where(zero, 0.0, np.maximum(packing, 0.0))
+    return PackingParts(cpu, mem, gpu, balance, stranded, zero, value)
+
+
+def packing_term(nodes: NodeArrays, pod: PodRequest) -> np.ndarray:
+    """Packing score in [0, 1]: (fill + balance) / 2 after placement, times (1 - stranded GPU fraction).
+
+    fill = mean over cpu, memory (and GPUs if the pod asks for any) of
+    min(1, (requested + pod) / allocatable); balance = `balance_after` of the cpu
+    and memory fractions (1 - stranded share of what is left, like
+    kube-scheduler's BalancedAllocation); 0 on zero capacity. A pod that asks
+    for no GPU on a node with free GPUs strands them (their cpu and memory get
+    used up), so the term is multiplied by 1 - free_gpus / allocatable_gpus.
+    """
+    return packing_parts(nodes, pod).value
 
 
 def interruption_likelihood(nodes: NodeArrays) -> np.ndarray:
@@ -271,10 +311,28 @@ def interruption_likelihood(nodes: NodeArrays) -> np.ndarray:
     return np.where(nodes.spot, np.minimum(np.maximum(likelihood, 0.0), 1.0), 0.0)
 
 
+def restart_cost(pod: PodRequest) -> float:
+    """What one interruption costs the pod's class, in [0, 1] (`RESTART_COST`)."""
+    return RESTART_COST.get(pod.workload_class, RESTART_COST[LATENCY_SENSITIVE])
+
+
 def risk_term(nodes: NodeArrays, pod: PodRequest) -> np.ndarray:
     """Preemption risk in [0, 1]: interruption likelihood * restart cost of the pod's class."""
-    restart = RESTART_COST.get(pod.workload_class, RESTART_COST[LATENCY_SENSITIVE])
-    return interruption_likelihood(nodes) * restart
+    return interruption_likelihood(nodes) * restart_cost(pod)
+
+
+def weighted_sum(
+    weights: Weights, cost: np.ndarray, packing: np.ndarray, risk: np.ndarray
+) -> np.ndarray:
+    """w_cost * cost + w_packing * packing + w_risk * (1 - risk), clipped to [0, 1]."""
+    total = weights.cost * cost + weights.packing * packing + weights.risk * (1.0 - risk)
+    return np.minimum(np.maximum(total, 0.0), 1.0)
+
+
+def to_priority(raw: np.ndarray, feasible: np.ndarray) -> np.ndarray:
+    """round(10 * raw) half up as int64, 0 where the node fails the filter."""
+    scores = np.floor(raw * MAX_EXTENDER_PRIORITY + 0.5).astype(np.int64)
+    return np.where(feasible, scores, 0)
 
 
 def combined_score(
@@ -282,12 +340,7 @@ def combined_score(
 ) -> np.ndarray:
     """Weighted sum in [0, 1] of cost, packing and (1 - risk); cost compares feasible nodes only."""
     cost = cost_term(effective_prices(nodes.price), dominant_share(nodes, pod), feasible)
-    total = (
-        weights.cost * cost
-        + weights.packing * packing_term(nodes, pod)
-        + weights.risk * (1.0 - risk_term(nodes, pod))
-    )
-    return np.minimum(np.maximum(total, 0.0), 1.0)
+    return weighted_sum(weights, cost, packing_term(nodes, pod), risk_term(nodes, pod))
 
 
 def score_nodes(
@@ -303,9 +356,7 @@ def score_nodes(
     feasible = reasons == FIT
     if not feasible.any():
         return np.zeros(len(nodes), dtype=np.int64)
-    raw = combined_score(nodes, pod, weights, feasible)
-    scores = np.floor(raw * MAX_EXTENDER_PRIORITY + 0.5).astype(np.int64)
-    return np.where(feasible, scores, 0)
+    return to_priority(combined_score(nodes, pod, weights, feasible), feasible)
 
 
 def filter_matrix(rows: np.ndarray, pod: PodRequest) -> np.ndarray:

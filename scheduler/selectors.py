@@ -18,6 +18,7 @@ from django.db.models import QuerySet
 from scheduler import scoring
 from scheduler.extender.snapshot import NodeSnapshot, fail_safe_prices
 from scheduler.models import CapacityType, InstanceType, Node, ReplayReport, SpotPrice
+from scheduler.score_terms import score_terms
 
 _LIKELIHOOD = {bucket: value for bucket, (_, value) in enumerate(scoring.INTERRUPTION_BUCKETS)}
 _cache_lock = threading.Lock()
@@ -137,46 +138,120 @@ def replay_report_list(limit: int = 20) -> list[ReplayReport]:
 
 @dataclass(frozen=True)
 class NodeExplanation:
-    """One node's verdict for a sample pod: filter reason, the three terms and the final score."""
+    """One node's verdict for a sample pod: every input and term of its score, in the units a
+    person reads (cores, GiB, $/h); the terms as `scheduler.score_terms` computed them."""
 
     name: str
     spot: bool
-    price: float
     reason: str
+    alloc_cpu: float  # cores
+    alloc_mem_gib: float
+    alloc_gpu: int
+    req_cpu: float  # cores requested before the pod
+    req_mem_gib: float
+    req_gpu: int
+    price: float  # $/h the scorer uses (unpriced: the highest known price)
+    share: float  # the pod's dominant share of the node, in [0, 1]
+    pod_cost: float  # $/h the pod costs here: price * share
     cost: float
+    fill_cpu: float
+    fill_mem: float
+    fill_gpu: float | None  # only when the pod asks for GPUs
+    balance: float
+    stranded_gpu: float
     packing: float
+    likelihood: float
     risk: float
+    raw: float  # the weighted sum in [0, 1] before rounding
     score: int
+    parts: tuple[float, float, float]  # w_cost * cost, w_packing * packing, w_risk * (1 - risk)
+
+    @property
+    def fits(self) -> bool:
+        """True when the node passes the filter (and so is scored)."""
+        return self.reason == "fits"
+
+    @property
+    def fill(self) -> float:
+        """Mean fill after placement over cpu, memory (and GPUs when the pod asks for them)."""
+        fills = [self.fill_cpu, self.fill_mem] + ([] if self.fill_gpu is None else [self.fill_gpu])
+        return sum(fills) / len(fills)
+
+    @property
+    def left(self) -> tuple[float, float]:
+        """The cpu and memory fractions left free after placement (balance's inputs)."""
+        return 1.0 - self.fill_cpu, 1.0 - self.fill_mem
+
+
+@dataclass(frozen=True)
+class ScoreExplanation:
+    """A sample pod scored against the inventory: the nodes best first and the shared inputs."""
+
+    rows: list[NodeExplanation]
+    cheapest: float | None  # the lowest pod cost ($/h) over every feasible node
+    cheapest_nodes: tuple[str, ...]  # the feasible nodes with that pod cost
+    restart: float  # what one interruption costs the pod's class, in [0, 1]
+    weights: scoring.Weights
+
+
+def _finite(value: float, default: float = 0.0) -> float:
+    return float(value) if np.isfinite(value) else default
 
 
 def score_explain(
     pod: scoring.PodRequest, weights: scoring.Weights | None = None
-) -> list[NodeExplanation]:
-    """Score a sample pod against the current inventory, term by term, best first."""
+) -> ScoreExplanation:
+    """Score a sample pod against the current inventory, term by term, best first: the same
+    numbers `scoring.score_nodes` gives the extender (through `scheduler.score_terms`)."""
     weights = weights or scoring_weights()
     snapshot = build_snapshot()
+    restart = scoring.restart_cost(pod)
     if not snapshot.names:
-        return []
+        return ScoreExplanation([], None, (), restart, weights)
     matrix = fail_safe_prices(snapshot.matrix.copy(), snapshot)
     nodes = scoring.NodeArrays.from_matrix(matrix)
-    reasons = scoring.filter_nodes(nodes, pod)
-    feasible = reasons == scoring.FIT
-    prices = scoring.effective_prices(nodes.price)
-    cost = scoring.cost_term(prices, scoring.dominant_share(nodes, pod), feasible)
-    packing = scoring.packing_term(nodes, pod)
-    risk = scoring.risk_term(nodes, pod)
-    scores = scoring.score_matrix(matrix, pod, weights, reasons)
-    rows = [
-        NodeExplanation(
-            name=name,
-            spot=bool(nodes.spot[i]),
-            price=float(prices[i]),
-            reason=scoring.REASON_MESSAGES.get(int(reasons[i]), "fits"),
-            cost=float(cost[i]) if feasible[i] else 0.0,
-            packing=float(packing[i]) if feasible[i] else 0.0,
-            risk=float(risk[i]) if feasible[i] else 0.0,
-            score=int(scores[i]),
+    terms = score_terms(nodes, pod, weights)
+    gib = float(2**30)
+    rows = []
+    for i, name in enumerate(snapshot.names):
+        fits = bool(terms.feasible[i])
+        gpu_fill = terms.packing.gpu
+        rows.append(
+            NodeExplanation(
+                name=name,
+                spot=bool(nodes.spot[i]),
+                reason=scoring.REASON_MESSAGES.get(int(terms.reasons[i]), "fits"),
+                alloc_cpu=float(nodes.alloc_cpu[i]),
+                alloc_mem_gib=float(nodes.alloc_mem[i]) / gib,
+                alloc_gpu=int(nodes.alloc_gpu[i]),
+                req_cpu=float(nodes.req_cpu[i]),
+                req_mem_gib=float(nodes.req_mem[i]) / gib,
+                req_gpu=int(nodes.req_gpu[i]),
+                price=float(terms.price[i]),
+                share=_finite(terms.share[i], 1.0),
+                pod_cost=_finite(terms.pod_cost[i]),
+                cost=float(terms.cost[i]) if fits else 0.0,
+                fill_cpu=float(terms.packing.cpu[i]),
+                fill_mem=float(terms.packing.memory[i]),
+                fill_gpu=None if gpu_fill is None else float(gpu_fill[i]),
+                balance=float(terms.packing.balance[i]),
+                stranded_gpu=float(terms.packing.stranded_gpu[i]),
+                packing=float(terms.packing.value[i]) if fits else 0.0,
+                likelihood=float(terms.likelihood[i]),
+                risk=float(terms.risk[i]) if fits else 0.0,
+                raw=float(terms.raw[i]) if fits else 0.0,
+                score=int(terms.score[i]),
+                parts=(
+                    weights.cost * float(terms.cost[i]),
+                    weights.packing * float(terms.packing.value[i]),
+                    weights.risk * (1.0 - float(terms.risk[i])),
+                ),
+            )
         )
-        for i, name in enumerate(snapshot.names)
-    ]
-    return sorted(rows, key=lambda r: (r.reason != "fits", -r.score, r.name))
+    cheapest_nodes = tuple(
+        r.name
+        for r, c in zip(rows, terms.pod_cost, strict=True)
+        if r.fits and terms.cheapest is not None and c == terms.cheapest
+    )
+    rows.sort(key=lambda r: (not r.fits, -r.score, -r.raw, r.name))
+    return ScoreExplanation(rows, terms.cheapest, cheapest_nodes, restart, weights)

@@ -96,10 +96,18 @@ def score_explain(request: HttpRequest) -> HttpResponse:
     visible = cluster_reads.visible_node_names(
         viewer=actor_from_request(request), backend=get_backend()
     )
-    scored = selectors.score_explain(pod)
-    rows = [r for r in scored if r.name in visible]
+    explained = selectors.score_explain(pod)
+    rows = [r for r in explained.rows if r.name in visible]
     return render(
         request,
         "scheduler/_explain.html",
-        {"form": form, "pod": pod, "rows": rows, "hidden_nodes": len(scored) - len(rows)},
+        {
+            "form": form,
+            "pod": pod,
+            "pod_memory_gib": pod.memory / 2**30,
+            "explained": explained,
+            "rows": rows,
+            "cheapest_shown": [n for n in explained.cheapest_nodes if n in visible],
+            "hidden_nodes": len(explained.rows) - len(rows),
+        },
     )

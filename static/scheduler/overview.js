@@ -45,7 +45,17 @@
     var node = document.getElementById("replay-data");
     if (!node) { return; }
     var data = JSON.parse(node.textContent);
-    draw("chart-latency", "latency_on_spot", data);
-    draw("chart-cost", "cost", data);
+    var drawReplays = function () {
+      draw("chart-latency", "latency_on_spot", data);
+      draw("chart-cost", "cost", data);
+    };
+    // A folded section has no width to draw in: draw its charts the first time it opens.
+    var fold = node.closest("details");
+    if (!fold || fold.open) { drawReplays(); return; }
+    fold.addEventListener("toggle", function once() {
+      if (!fold.open) { return; }
+      fold.removeEventListener("toggle", once);
+      drawReplays();
+    });
   });
 })();
