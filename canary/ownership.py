@@ -18,6 +18,7 @@ API, the portal pages and the admin all go through.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from canary.hosts import FOREIGN, HostRefused, canonical_service_host
@@ -64,6 +65,26 @@ def namespace_owner(namespace: str, backend: Any = None) -> str | None:
         ).values_list("team__slug", flat=True)
     )
     return slugs.pop() if len(slugs) == 1 else None
+
+
+def namespaces_of(teams: Callable[[str], bool], backend: Any = None) -> list[str]:
+    """Every namespace owned by a team `teams(slug)` accepts, by `namespace_owner`'s rule: the
+    cluster's Namespaces by their label, and live environments' namespaces not in it yet."""
+    owned: set[str] = set()
+    in_cluster: set[str] = set()
+    for obj in _backend(backend).list("v1", "Namespace"):
+        metadata = obj.get("metadata") or {}
+        name = str(metadata.get("name") or "")
+        in_cluster.add(name)
+        team = (metadata.get("labels") or {}).get(TEAM_LABEL)
+        if isinstance(team, str) and team and teams(team):
+            owned.add(name)
+    for namespace, team in Environment.objects.filter(
+        status__in=[s.value for s in LIVE]
+    ).values_list("namespace", "team__slug"):
+        if namespace not in in_cluster and teams(team):
+            owned.add(namespace)
+    return sorted(owned)
 
 
 def require_namespace_of(team_slug: str, namespace: str, backend: Any = None) -> None:

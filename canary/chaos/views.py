@@ -17,6 +17,8 @@ from canary.chaos import actuators
 from canary.chaos import selectors as chaos_selectors
 from canary.chaos import services as chaos_services
 from canary.chaos.models import ExperimentStatus, FaultKind
+from canary.ownership import namespaces_of
+from kiln.cluster import DeliveryError
 from kiln.errors import KilnError, NotFound
 from kiln.form_errors import add_service_errors, values_for_service
 from kiln.identity.permissions import ENGINEER, actor_from_request, can_run_chaos, has_role
@@ -26,17 +28,39 @@ class ExperimentForm(forms.Form):
     """The create page's form; the service validates the experiment itself."""
 
     name = forms.CharField(max_length=100)
-    namespace = forms.CharField(max_length=63, help_text="owned by your team")
+    namespace = forms.ChoiceField(
+        choices=[],
+        error_messages={"invalid_choice": "not a namespace your team owns"},
+        help_text="Your team's namespaces: its environments' and those labelled "
+        "kiln.dev/team with its name.",
+    )
     selector = forms.CharField(max_length=500, help_text="matchLabels, e.g. app=web,tier=front")
     service = forms.CharField(max_length=253, required=False, help_text="host, for HTTP faults")
     fault = forms.ChoiceField(choices=FaultKind.choices)
     delay_ms = forms.IntegerField(required=False, min_value=1, label="Delay (ms)")
     abort_http_status = forms.IntegerField(required=False, label="Abort HTTP status")
-    percent = forms.FloatField(initial=100.0, label="Requests affected (%)")
+    percent = forms.FloatField(
+        initial=100.0,
+        label="Requests affected (%)",
+        help_text="HTTP faults: the share of the service's requests that get the fault. 25 "
+        "means about 1 request in 4 is delayed or aborted; the other 3 pass untouched.",
+    )
     duration_seconds = forms.IntegerField(min_value=1, initial=300)
     max_duration_seconds = forms.IntegerField(min_value=1, initial=600, label="Hard maximum (s)")
-    max_pods = forms.IntegerField(required=False, min_value=1, label="Blast radius: max pods")
-    max_percent = forms.FloatField(required=False, label="Blast radius: max %")
+    max_pods = forms.IntegerField(
+        required=False,
+        min_value=1,
+        label="Blast radius: max pods",
+        help_text="The most pods the fault may touch, however many the selector matches: 2 "
+        "means at most 2 pods.",
+    )
+    max_percent = forms.FloatField(
+        required=False,
+        label="Blast radius: max %",
+        help_text="The most pods the fault may touch, as a share of the pods the selector "
+        "matches: with 8 matching pods, 25 means at most 2. With max pods too, the smaller "
+        "limit wins; for HTTP faults it also caps Requests affected. Give one or both.",
+    )
     stop_error_rate = forms.FloatField(
         required=False, min_value=0, label="Stop when error rate above"
     )
@@ -44,6 +68,16 @@ class ExperimentForm(forms.Form):
     stop_on_rollback = forms.BooleanField(
         required=False, initial=True, label="Stop when a canary on the target rolls back"
     )
+
+    def __init__(self, *args: Any, namespaces: list[str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        field = self.fields["namespace"]
+        field.choices = [("", "choose a namespace")] + [(n, n) for n in namespaces]
+        if not namespaces:
+            field.help_text = (
+                "Your team owns no namespace yet: request an environment first, or label a "
+                "namespace kiln.dev/team with your team's name."
+            )
 
     def clean_selector(self) -> dict[str, str]:
         pairs: dict[str, str] = {}
@@ -77,6 +111,16 @@ class ExperimentForm(forms.Form):
         data = {k: d.get(k) for k in keys}
         data["stop_conditions"] = conds
         return data
+
+
+def _field_of(key: str) -> str:
+    """The form field that shows a service error key: the API's `blast_radius` rule is about
+    the two blast radius fields; a stop condition's problem sits with the stop fields."""
+    if key == "blast_radius":
+        return "max_pods"
+    if key.startswith("stop_conditions"):
+        return "stop_error_rate"
+    return key
 
 
 def _status_badge(status: str) -> str:
@@ -118,16 +162,23 @@ def experiment_create(request: HttpRequest) -> HttpResponse:
     actor = actor_from_request(request)
     if not has_role(actor, ENGINEER):
         raise PermissionDenied("Only engineers and platform admins run chaos experiments.")
-    form = ExperimentForm(request.POST or None)
+    try:
+        namespaces = namespaces_of(lambda team: can_run_chaos(actor, team))
+    except DeliveryError:  # the cluster is away: no namespace can be checked, none offered
+        namespaces = []
+    form = ExperimentForm(request.POST or None, namespaces=namespaces)
     if request.method == "POST":
         data = form.experiment_data()
-        # The service's checks run on every field Django accepted: all problems in one round.
-        add_service_errors(form, chaos_services.experiment_errors(actor=actor, data=data))
+        # The service's checks run on every field Django accepted: all problems in one round,
+        # each on its field (the blast radius rule on the blast radius fields).
+        add_service_errors(
+            form, chaos_services.experiment_errors(actor=actor, data=data), field_of=_field_of
+        )
         if form.is_valid():
             try:
                 exp = chaos_services.experiment_create(actor=actor, data=data)
             except KilnError as exc:
-                add_service_errors(form, exc.extra.get("fields") or {})
+                add_service_errors(form, exc.extra.get("fields") or {}, field_of=_field_of)
                 if not exc.extra.get("fields"):
                     form.add_error(None, exc.message)
             else:

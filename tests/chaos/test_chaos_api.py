@@ -203,3 +203,32 @@ def test_create_page_names_every_problem_in_one_round_and_creates_nothing(alice_
     assert "key=value" in page and "not a namespace your team owns" in page
     assert "HTTP status 400-599" in page and "never the whole namespace" not in page
     assert ChaosExperiment.objects.count() == 0 and audit_actions() == []
+
+
+def test_create_page_offers_the_teams_namespaces_and_puts_the_blast_radius_on_its_field(
+    alice_browser,
+):
+    page = alice_browser.get(reverse("chaos:experiment-create")).content.decode()
+    assert '<option value="shop">shop</option>' in page and 'value="lab"' not in page
+    assert "25 means about 1 request in 4" in page  # the percentages explained by example
+    assert "with 8 matching pods, 25 means at most 2" in page
+    resp = alice_browser.post(
+        reverse("chaos:experiment-create"),
+        {
+            "name": "no radius",
+            "namespace": "shop",
+            "selector": "app=web",
+            "fault": "pod-kill",
+            "percent": 100,
+            "duration_seconds": 10,
+            "max_duration_seconds": 60,
+        },
+    )
+    assert resp.status_code == 400
+    form = resp.context["form"]
+    assert form.non_field_errors() == []
+    assert form.errors["max_pods"] == [
+        "give a blast radius: a maximum number of pods (max_pods), a maximum percentage of "
+        "the matching pods (max_percent), or both"
+    ]
+    assert ChaosExperiment.objects.count() == 0

@@ -41,6 +41,11 @@ log = logging.getLogger("kiln.chaos")
 STOP_CONDITION_KINDS = ("error-rate-above", "latency-p99-above-ms", "canary-rolled-back")
 MAX_HARD_SECONDS = 24 * 3600
 NO_OWNER = "no Namespace with a kiln.dev/team label"
+# One wording for the API (field `blast_radius`) and the form (on its blast radius fields).
+BLAST_RADIUS_REQUIRED = (
+    "give a blast radius: a maximum number of pods (max_pods), a maximum percentage of the "
+    "matching pods (max_percent), or both"
+)
 # Queued by name: the task module runs the controller, which calls these services, so an
 # import of it here would close a circle. ChaosConfig.ready registers it in every process.
 CONTROLLER_TASK = "chaos.tasks.chaos_run_controller"
@@ -118,7 +123,7 @@ def _validate(data: dict[str, Any]) -> dict[str, str]:
     max_pods = data.get("max_pods")
     max_percent = data.get("max_percent")
     if max_pods is None and max_percent is None:
-        errors["blast_radius"] = "set max_pods or max_percent"
+        errors["blast_radius"] = BLAST_RADIUS_REQUIRED
     if max_pods is not None and (not isinstance(max_pods, int) or max_pods < 1):
         errors["max_pods"] = "at least 1"
     if max_percent is not None and (
