@@ -11,6 +11,11 @@ urlpatterns: list = [
     path("environments/", views.environment_list, name="environment-list"),
     path("environments/new/", views.environment_request, name="environment-request"),
     path("environments/estimate/", views.environment_estimate, name="environment-estimate"),
+    path(
+        "environments/policy-check/",
+        views.environment_policy_check,
+        name="environment-policy-check",
+    ),
     path("environments/approvals/", views.approval_queue, name="approval-queue"),
     path("environments/showback/", views.showback, name="showback"),
     path("environments/showback.csv", views.showback_csv, name="showback-csv"),

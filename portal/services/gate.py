@@ -90,6 +90,18 @@ def evaluate_request(*, actor: Actor, data: dict[str, Any]) -> policy.Evaluation
     )
 
 
+DRAFT_NAME = "draft"
+
+
+def request_dry_run(*, actor: Actor, data: dict[str, Any]) -> policy.Evaluation:
+    """The request policies over a draft request, nothing stored or audited: what submitting
+    it now would be told (the same files and the same messages as `evaluate_request`). A draft
+    without a usable name yet is checked under a placeholder name."""
+    draft = {**data, "name": data.get("name") or DRAFT_NAME}
+    draft["justification"] = draft.get("justification") or ""
+    return evaluate_request(actor=actor, data=draft)
+
+
 def evaluate_manifests(*, manifests: list[dict]) -> policy.Evaluation:
     """Manifest policies over every composed manifest (fail closed)."""
     return _evaluate(

@@ -12,7 +12,12 @@ from portal.views.environment import (
 )
 from portal.views.lifecycle import environment_defer, environment_keep
 from portal.views.queue import approval_queue, environment_decide
-from portal.views.requests import environment_estimate, environment_list, environment_request
+from portal.views.requests import (
+    environment_estimate,
+    environment_list,
+    environment_policy_check,
+    environment_request,
+)
 from portal.views.showback import showback, showback_csv
 
 __all__ = [
@@ -26,6 +31,7 @@ __all__ = [
     "environment_kubeconfig",
     "environment_list",
     "environment_manifests",
+    "environment_policy_check",
     "environment_progress",
     "environment_request",
     "environment_teardown",

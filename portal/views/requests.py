@@ -18,7 +18,7 @@ from kiln.identity.permissions import (
 from portal import selectors, services
 from portal.forms import EnvironmentRequestForm, class_limits
 from portal.lifecycle import TTL_EXPIRED_PREFIX, Status, badge, label
-from portal.services import cost
+from portal.services import cost, gate
 from portal.validation import field_errors
 from portal.views.common import env_or_404
 
@@ -147,6 +147,38 @@ def environment_request(request: HttpRequest) -> HttpResponse:
             "resubmit_of": resubmit_of,
             **_estimate_from(source),
         },
+    )
+
+
+def _draft_from(form: EnvironmentRequestForm) -> tuple[dict | None, list[str]]:
+    """The form's values as a draft request for the policy check, or the field problems that
+    keep it from being checked (a bad name alone does not: policies do not read it)."""
+    form.is_valid()
+    problems = {f: e for f, e in form.errors.items() if f not in ("name", "__all__")}
+    if problems:
+        words = [f"{form.fields[f].label or f}: {' '.join(e)}" for f, e in problems.items()]
+        return None, words
+    data = dict(form.cleaned_data)
+    if "name" in form.errors:
+        data["name"] = ""
+    return data, []
+
+
+@login_required
+def environment_policy_check(request: HttpRequest) -> HttpResponse:
+    """htmx partial: the request policies run on the form's current values (a dry run: nothing
+    stored), so the form says what would be denied, in the API's words, before it is sent."""
+    actor = actor_from_request(request)
+    teams = list(selectors.teams_for(actor).values_list("slug", flat=True))
+    if not has_role(actor, ENGINEER) or not teams:
+        raise PermissionDenied("Only engineers of a team can request environments.")
+    form = EnvironmentRequestForm(request.GET, teams=teams)
+    draft, problems = _draft_from(form)
+    evaluation = gate.request_dry_run(actor=actor, data=draft) if draft is not None else None
+    return render(
+        request,
+        "portal/_policy_check.html",
+        {"evaluation": evaluation, "problems": problems},
     )
 
 
