@@ -55,13 +55,16 @@ def test_class_limits_sit_beside_the_fields_and_follow_the_class(browser_page: W
     )
     assert ttl.inner_text() == "dev: at most 336 h (14 days)."
     assert gpu.inner_text() == "dev: at most 2 GPUs."
-    assert "allowed" in spot.inner_text()
+    # The default class is latency-sensitive, which no spot pool serves: said before asking.
+    assert "latency-sensitive workloads never run on spot capacity" in spot.inner_text()
+    page.select_option("#id_workload_class", "batch")
+    assert spot.inner_text() == "dev: allowed for batch workloads."
+    page.select_option("#id_workload_class", "latency-sensitive")
     page.select_option("#id_env_class", "staging")
     assert ttl.inner_text() == "staging: at most 720 h (30 days)."
     assert gpu.inner_text() == "staging: at most 4 GPUs."
-    assert (
-        spot.inner_text() == "Not available for staging: spot pools are for ephemeral and dev only."
-    )
+    # The policy's own words (deploy/policies/request/spot-classes.yaml).
+    assert spot.inner_text() == "spot node pools are for ephemeral and dev, not staging."
     assert page.locator("#id_ttl_hours").get_attribute("max") == "720"
     for option in ("tenant_control_plane", "spot_node_pool", "database", "workload_class"):
         assert page.locator(f"#help-{option}").inner_text().strip(), option
