@@ -3,19 +3,15 @@
 from django.contrib import admin
 
 from audit.models import ChainEvent, Checkpoint, OutboxEvent, VerificationRun
+from kiln.admin_site import KilnModelAdmin
+from kiln.identity.permissions import can_view_audit
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """No add, change or delete: audit records are evidence."""
+class ReadOnlyAdmin(KilnModelAdmin):
+    """No add, change or delete: audit records are evidence. Who sees them is the audit rule
+    (kiln.identity.visibility.AUDIT, through can_view_audit), as on the explorer and the API."""
 
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
+    view_predicate = staticmethod(can_view_audit)
 
 
 @admin.register(ChainEvent)

@@ -2,6 +2,10 @@
 
 from django.contrib import admin
 
+from kiln.admin_site import KilnModelAdmin, admin_actor
+from kiln.cluster.backends import get_backend
+from kiln.identity.permissions import has_any_role
+from scheduler.cluster_reads import visible_node_names
 from scheduler.models import InstanceType, Node, ReplayReport, SpotPrice
 
 
@@ -10,17 +14,9 @@ class SpotPriceInline(admin.TabularInline):
     extra = 0
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """Shown in the admin, written elsewhere: seed_demo prices, node sync and the replay command."""
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
+class ReadOnlyAdmin(KilnModelAdmin):
+    """Shown in the admin, written elsewhere: seed_demo prices, node sync and the replay command
+    (platform admins: pricing and replays are the platform's)."""
 
 
 @admin.register(InstanceType)
@@ -32,9 +28,18 @@ class InstanceTypeAdmin(ReadOnlyAdmin):
 
 @admin.register(Node)
 class NodeAdmin(ReadOnlyAdmin):
+    """The node inventory, narrowed to the nodes the node list shows the viewer
+    (kiln.identity.visibility.NODES: shared capacity, and the nodes of environments it sees)."""
+
     list_display = ("name", "capacity_type", "instance_type", "zone", "source", "synced_at")
     list_filter = ("capacity_type", "source", "zone")
     search_fields = ("name",)
+    view_predicate = staticmethod(has_any_role)
+
+    def get_queryset(self, request):
+        """The stored nodes the viewer may see."""
+        names = visible_node_names(viewer=admin_actor(request), backend=get_backend())
+        return super().get_queryset(request).filter(name__in=names)
 
 
 @admin.register(ReplayReport)
