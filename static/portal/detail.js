@@ -46,3 +46,21 @@
     });
   });
 })();
+
+// The Resources tab is read again every few seconds: the events a person opened stay open.
+(function () {
+  var open = [];
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    if (event.detail.target.id !== "resource-tree") { return; }
+    open = Array.prototype.map.call(
+      event.detail.target.querySelectorAll("details.tree-events[open]"),
+      function (d) { return d.getAttribute("data-ref"); }
+    );
+  });
+  document.addEventListener("htmx:afterSwap", function (event) {
+    if (event.detail.target.id !== "resource-tree") { return; }
+    event.detail.target.querySelectorAll("details.tree-events").forEach(function (d) {
+      if (open.indexOf(d.getAttribute("data-ref")) >= 0) { d.open = true; }
+    });
+  });
+})();
