@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from kiln import observability
@@ -44,11 +47,10 @@ SLOW = (
 def worker_redis_url(url: str, index: int, dbs: str | None = None) -> str:
     """The Redis URL for parallel worker `index`: database `dbs[index]` if a comma list is given
     (KILN_TEST_REDIS_DBS), else the URL's own database plus the index."""
-    base, _, tail = url.rpartition("/")
-    db, sep, query = tail.partition("?")
+    parts = urlsplit(url)
     chosen = [int(d) for d in dbs.split(",")] if dbs else None
-    number = chosen[index] if chosen else int(db or 0) + index
-    return f"{base}/{number}{sep}{query}"
+    number = chosen[index] if chosen else int(parts.path.strip("/") or 0) + index
+    return urlunsplit(parts._replace(path=f"/{number}"))
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -70,6 +72,26 @@ def pytest_collection_modifyitems(config, items) -> None:
         path = Path(str(item.path)).relative_to(root).as_posix()
         if path.startswith(SLOW):
             item.add_marker(pytest.mark.slow)
+
+
+class Clock:
+    """A controlled clock: `django.utils.timezone.now()` stands still until the test advances it,
+    so a test waits out a simulated delay (readiness, finalizers, step timeouts) exactly, without
+    sleeping and whatever the machine's pace."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.current = timezone.now()
+        monkeypatch.setattr(timezone, "now", lambda: self.current)
+
+    def advance(self, seconds: float) -> None:
+        """Move the time every later `timezone.now()` returns forward by `seconds`."""
+        self.current += timedelta(seconds=seconds)
+
+
+@pytest.fixture
+def clock(monkeypatch) -> Clock:
+    """A controlled clock for the test: `clock.advance(seconds)` instead of `time.sleep`."""
+    return Clock(monkeypatch)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from django.db import connection
 from django.db.models.signals import post_init
@@ -135,13 +133,15 @@ def test_a_selective_list_reads_only_the_objects_its_selector_can_match():
         post_init.disconnect(count, sender=SimulatedObject)
 
 
-def test_readiness_comes_after_the_configured_delay(settings):
+def test_readiness_comes_after_the_configured_delay(settings, clock):
     settings.KILN_SIM_DELAY_PROFILE = "realistic"
     settings.KILN_SIM_DELAY_SCALE = 1.5  # VirtualService: 1.0 s x 1.5
     backend = get_backend()
     [ref] = backend.apply([vs()])
     assert backend.health(ref).status == HealthStatus.PROGRESSING
-    time.sleep(1.6)
+    clock.advance(1.4)
+    assert backend.health(ref).status == HealthStatus.PROGRESSING  # not before its 1.5 s
+    clock.advance(0.2)
     assert backend.health(ref).status == HealthStatus.HEALTHY
 
 
@@ -214,13 +214,15 @@ def test_deleting_a_namespace_costs_the_same_statements_however_much_it_holds():
     assert many == few
 
 
-def test_a_deletion_removes_only_its_own_namespace_and_reads_still_see_the_rest_gone(settings):
+def test_a_deletion_removes_only_its_own_namespace_and_reads_still_see_the_rest_gone(
+    settings, clock
+):
     backend = get_backend()
     settings.KILN_SIM_DELAY_PROFILE, settings.KILN_SIM_FINALIZER_SECONDS = "fast", 0.05
     [other] = backend.apply([vs("other", namespace="elsewhere")])
     [mine] = backend.apply([vs("mine")])
     backend.delete(other)
-    time.sleep(0.1)  # the other object's finalizers have cleared; nobody has looked since
+    clock.advance(0.1)  # the other object's finalizers have cleared; nobody has looked since
     backend.delete(mine)
     assert SimulatedObject.objects.filter(namespace="elsewhere").exists()  # not reconciled yet
     assert backend.get(*other.key) is None  # a read sees it gone all the same

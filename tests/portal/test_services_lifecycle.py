@@ -232,9 +232,7 @@ def test_extend_within_the_class_limit(people, django_capture_on_commit_callback
         environment_extend(actor=people["alice"], environment=env, hours=1)
 
 
-def test_provisioning_waits_while_objects_become_ready(people, settings):
-    import time
-
+def test_provisioning_waits_while_objects_become_ready(people, settings, clock):
     settings.KILN_SIM_DELAY_PROFILE = "realistic"
     settings.KILN_SIM_DELAY_SCALE = 0.4  # the Application is the slowest: 5 s x 0.4 = 2 s
     env, _ = environment_request_submit(actor=people["alice"], data=request_data())
@@ -242,7 +240,9 @@ def test_provisioning_waits_while_objects_become_ready(people, settings):
     assert environment_provision(environment_id=env.pk) == "pending"
     step = ProvisioningStep.objects.get(environment=env, name="ready")
     assert step.status == "running" and step.attempts == 1
-    time.sleep(2.1)
+    clock.advance(1.9)
+    assert environment_provision(environment_id=env.pk) == "pending"  # the Application: 2 s
+    clock.advance(0.2)
     assert environment_provision(environment_id=env.pk) == "ready"
     env.refresh_from_db()
     assert env.status == Status.READY
