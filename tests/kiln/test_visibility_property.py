@@ -46,6 +46,7 @@ from portal import selectors as portal_selectors
 from portal.services import environment_request_submit
 from tests.chaos.test_chaos_support import abort_data
 from tests.portal.conftest import request_data
+from tests.scheduler.conftest import cluster_node, cluster_pod
 
 pytestmark = pytest.mark.django_db
 
@@ -63,11 +64,12 @@ PAGE_EXAMPLES = settings(API_EXAMPLES, max_examples=15)
 
 @dataclass(frozen=True)
 class Row:
-    """One object of the world: its kind (visibility.KINDS), id as URLs carry it, owning team."""
+    """One object of the world: its kind (visibility.KINDS), id as URLs carry it, owning team
+    (None: a node or pod no team owns)."""
 
     kind: str
     id: str
-    team: str
+    team: str | None
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,15 @@ def build_world(backend: Any) -> World:
         )
         rows.append(Row(visibility.EXPERIMENTS, str(exp.pk), slug))
         rows.append(Row(visibility.TEAMS, slug, slug))
+        cluster_node(f"node-{slug}", nodepool=f"kiln-{slug}", environment=namespace)
+        rows.append(Row(visibility.NODES, f"node-{slug}", slug))
+        cluster_pod(f"pod-{slug}-1", f"node-{slug}", namespace=namespace)
+        rows.append(Row(visibility.PODS, f"pod-{slug}-1", slug))
+    # Shared capacity, running a pod of the platform's own namespace.
+    cluster_node("node-shared", nodepool="general")
+    rows.append(Row(visibility.NODES, "node-shared", None))
+    cluster_pod("ds-platform-1", "node-shared", namespace="kube-system", owner="DaemonSet")
+    rows.append(Row(visibility.PODS, "ds-platform-1", None))
     return World(tuple(rows))
 
 
@@ -196,12 +207,27 @@ API = {
         None,
         None,
     ),
+    visibility.NODES: (
+        "/api/v1/scheduler/nodes/",
+        lambda body: {n["name"] for n in body["results"]},
+        None,
+        None,
+    ),
+    # A pod is named on its node only to who may see it (the others are counted).
+    visibility.PODS: (
+        "/api/v1/scheduler/nodes/",
+        lambda body: {p["name"] for n in body["results"] for p in n["pods"]},
+        None,
+        None,
+    ),
 }
-# kind -> (list page, detail page). A page names a row by its id (links carry it).
+# kind -> (list page, detail page or None). A page names a row by its id (links carry it).
 PAGES = {
     visibility.ENVIRONMENTS: ("/environments/", "/environments/{}/"),
     visibility.ROLLOUTS: ("/rollouts/", "/rollouts/{}/"),
     visibility.EXPERIMENTS: ("/chaos/", "/chaos/{}/"),
+    visibility.NODES: ("/scheduler/", None),
+    visibility.PODS: ("/scheduler/", None),
 }
 
 
@@ -222,7 +248,7 @@ def missing_id(kind: str) -> str:
 
 def test_the_world_has_every_kind_in_every_team(world):
     for kind in (*API, *PAGES):
-        assert {r.team for r in world.of(kind)} == set(TEAMS), kind
+        assert {r.team for r in world.of(kind)} >= set(TEAMS), kind
 
 
 def test_every_api_list_and_detail_agrees_with_the_rule(world):
@@ -249,6 +275,10 @@ def test_every_api_list_and_detail_agrees_with_the_rule(world):
                     else:
                         # Hidden is the same answer as missing: nothing confirms it exists.
                         assert (got.status_code, got.json()) == (404, missing.json())
+            # The audit chain: all of it or none (visibility.AUDIT).
+            events = client.get("/api/v1/audit/events/")
+            reads_audit = visibility.scope(actor, visibility.AUDIT).every
+            assert events.status_code == (200 if reads_audit else 403), (actor, events.content)
 
     check()
 
@@ -264,6 +294,8 @@ def test_every_page_list_and_detail_agrees_with_the_rule(world):
                 assert page.status_code == 200, (kind, page.status_code)
                 listed = {r.id for r in world.of(kind) if r.id in page.content.decode()}
                 assert listed == expected(world, actor, kind), (kind, actor)
+                if detail is None:
+                    continue
                 missing = client.get(detail.format(missing_id(kind)))
                 assert missing.status_code == 404
                 for row in world.of(kind):
