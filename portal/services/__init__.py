@@ -6,17 +6,18 @@ from portal.services.approvals import (
     environment_approve,
     environment_reject,
 )
-from portal.services.expiry import environment_defer_teardown, environment_expire
+from portal.services.expiry import (
+    environment_defer_teardown,
+    environment_expire,
+    environment_extend,
+    environment_keep,
+)
 from portal.services.lifecycle import audit_target, environment_transition
-from portal.services.notices import environment_keep, notification_send
+from portal.services.notices import notification_send
 from portal.services.provisioning import environment_mark_failed, environment_provision
 from portal.services.reaper import environments_reap_expired
 from portal.services.requests import IdempotencyKeyReused, environment_request_submit
-from portal.services.teardown import (
-    environment_extend,
-    environment_teardown,
-    environment_teardown_request,
-)
+from portal.services.teardown import environment_teardown, environment_teardown_request
 
 __all__ = [
     "AlreadyDecided",

@@ -1,4 +1,5 @@
-"""Expiry with disruption safety: ask the workloads, defer in bounded steps, force at the hard deadline.
+"""Expiry: the owner's verbs (extend, keep, defer) and the reaper's (ask the workloads, defer in
+bounded steps, force at the hard deadline), together.
 
 The rules are in `portal.disruption` (pure); here they meet the cluster (the workloads' annotations,
 real HTTP checks), the database (deferral fields under the row lock) and the audit chain. Every
@@ -239,6 +240,74 @@ def environment_defer_teardown(
             now=timezone.now(),
         )
     DEFERRALS.labels(environment.env_class, "owner").inc()
+    environment.refresh_from_db()
+    return environment
+
+
+def environment_extend(*, actor: Actor, environment: Environment, hours: int) -> Environment:
+    """Push a READY environment's expiry out by `hours`, within its class's maximum lifetime."""
+    if not can_act_on_environment(actor, environment.team.slug):
+        raise Forbidden("only engineers of the owning team may extend this environment")
+    if not isinstance(hours, int) or isinstance(hours, bool) or hours < 1:
+        raise InvalidInput(
+            "The request is invalid.",
+            extra={"fields": {"hours": ["A whole number of hours, at least 1."]}},
+        )
+    with transaction.atomic():
+        env = Environment.objects.select_for_update().get(pk=environment.pk)
+        if env.status != Status.READY:
+            raise IllegalTransition(
+                f"only a READY environment can be extended (this one is {env.status})",
+                extra={"from": env.status, "environment": env.public_id},
+            )
+        limit = conf.MAX_TTL_HOURS[env.env_class]
+        new_expiry = env.expires_at + timedelta(hours=hours)
+        lifetime = (new_expiry - (env.ready_at or env.created_at)).total_seconds() / 3600
+        if lifetime > limit:
+            raise InvalidInput(
+                "The request is invalid.",
+                extra={
+                    "fields": {
+                        "hours": [f"{env.env_class} environments live at most {limit}h in total."]
+                    }
+                },
+            )
+        previous = env.expires_at
+        env.expires_at = new_expiry
+        env.last_activity_at, env.idle_proposed_at = timezone.now(), None  # an owner's activity
+        env.save(update_fields=["expires_at", "last_activity_at", "idle_proposed_at", "updated_at"])
+        audit.record(
+            actor,
+            "portal.environment.extended",
+            audit_target(env),
+            {"hours": hours, "from": previous, "to": new_expiry},
+        )
+    environment.refresh_from_db()
+    return environment
+
+
+def environment_keep(*, actor: Actor, environment: Environment, reason: str = "") -> Environment:
+    """The owner keeps an environment proposed as idle: the proposal is withdrawn, activity is now."""
+    if not can_act_on_environment(actor, environment.team.slug):
+        raise Forbidden("only engineers of the owning team may keep this environment")
+    with transaction.atomic():
+        env = Environment.objects.select_for_update().get(pk=environment.pk)
+        if env.status != Status.READY:
+            raise IllegalTransition(
+                f"only a READY environment can be kept (this one is {env.status})",
+                extra={"from": env.status, "environment": env.public_id},
+            )
+        now = timezone.now()
+        proposed = env.idle_proposed_at
+        env.idle_proposed_at = None
+        env.last_activity_at = now
+        env.save(update_fields=["idle_proposed_at", "last_activity_at", "updated_at"])
+        audit.record(
+            actor,
+            "portal.environment.kept",
+            audit_target(env),
+            {"proposed_at": proposed, "reason": reason},
+        )
     environment.refresh_from_db()
     return environment
 

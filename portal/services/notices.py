@@ -3,7 +3,8 @@
 - Ahead of expiry (the class's `warn_before`) a READY environment is warned once:
   `portal.environment.expiry_warned`, a page banner, and a post to the team's webhook.
 - With no activity for the class's `idle_after` it is proposed for early teardown
-  (`portal.environment.idle_proposed`); the owner keeps it (`portal.environment.kept`) or,
+  (`portal.environment.idle_proposed`); the owner keeps it (`portal.environment.kept`,
+  `environment_keep` in portal/services/expiry.py beside the other expiry verbs) or,
   after `idle_grace`, its expiry is brought forward to now (`portal.environment.idle_expired`)
   and the reaper's ordinary expiry (with its disruption checks) takes it.
 - Activity is what Kiln sees (becoming READY, an extension, a deferral, a keep), the
@@ -30,8 +31,8 @@ from django.utils import timezone
 import audit
 from kiln.cluster import DeliveryError
 from kiln.cluster.backends import get_backend
-from kiln.errors import Forbidden, IllegalTransition, InvalidInput, KilnError
-from kiln.identity.permissions import Actor, can_act_on_environment, system_actor
+from kiln.errors import InvalidInput, KilnError
+from kiln.identity.permissions import Actor, system_actor
 from portal import activity, conf
 from portal import compose as c
 from portal.lifecycle import Status
@@ -249,32 +250,6 @@ def _propose_idle(*, env: Environment, actor: Any, now: datetime, idle_from: dat
         text=f"{env.namespace} has had no activity since {idle_from.isoformat()}; it will be torn "
         f"down early after {(now + timedelta(seconds=grace)).isoformat()} unless you keep it.",
     )
-
-
-def environment_keep(*, actor: Actor, environment: Environment, reason: str = "") -> Environment:
-    """The owner keeps an environment proposed as idle: the proposal is withdrawn, activity is now."""
-    if not can_act_on_environment(actor, environment.team.slug):
-        raise Forbidden("only engineers of the owning team may keep this environment")
-    with transaction.atomic():
-        env = Environment.objects.select_for_update().get(pk=environment.pk)
-        if env.status != Status.READY:
-            raise IllegalTransition(
-                f"only a READY environment can be kept (this one is {env.status})",
-                extra={"from": env.status, "environment": env.public_id},
-            )
-        now = timezone.now()
-        proposed = env.idle_proposed_at
-        env.idle_proposed_at = None
-        env.last_activity_at = now
-        env.save(update_fields=["idle_proposed_at", "last_activity_at", "updated_at"])
-        audit.record(
-            actor,
-            "portal.environment.kept",
-            audit_target(env),
-            {"proposed_at": proposed, "reason": reason},
-        )
-    environment.refresh_from_db()
-    return environment
 
 
 def team_webhook_set(*, actor: Actor, team_id: int, url: str) -> TeamWebhook:

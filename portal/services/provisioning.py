@@ -4,21 +4,20 @@ With a tenant control plane, two steps outside the plan (portal/services/tenant_
 the sink token into the Secret its API server mounts, after apply; the flow-control objects
 inside its API server, once it serves (READY waits for them).
 
-`environment_provision` is re-entrant: every step checks what is already done,
-apply is server-side-apply (idempotent), so a redelivered task after a killed
-worker finishes the job without duplicating anything.
+Provisioning is a pipeline of steps (`PROVISIONING`, data) run by the one driver
+(portal/services/pipeline.py): a step already done is skipped and apply is server-side apply
+(idempotent), so a redelivered task after a killed worker finishes the job without
+duplicating anything.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
 
-from django.db import transaction
 from django.utils import timezone
 
 from kiln.cluster import AppliedRef, DeliveryError, HealthStatus
 from kiln.cluster.backends import get_backend
-from kiln.errors import IllegalTransition
 from kiln.identity.permissions import system_actor
 from kiln.observability import continue_trace, tracer
 from portal import compose as c
@@ -27,22 +26,33 @@ from portal.lifecycle import Status
 from portal.models import Environment, PolicyDecision, ProvisioningStep
 from portal.services import gate
 from portal.services.lifecycle import environment_transition
-from portal.services.steps import (
-    position_of,
-    step_done,
-    step_failed,
-    step_started,
+from portal.services.pipeline import (
+    Move,
+    Outcome,
+    Pipeline,
+    Result,
+    Run,
+    Step,
+    done,
+    failed,
+    pending,
+    pipeline_advance,
 )
+from portal.services.steps import position_of, step_failed
 from portal.services.tenancy import datastore_reserve
 from portal.services.tenant_cluster import (
     FLOW_STEP,
     TOKEN_STEP,
+    tenant_api_server,
     tenant_audit_token_deliver,
+    tenant_control_plane_ref,
     tenant_flow_control_seed,
+    tenant_namespace_exists,
 )
 
 PROVISIONER = "provisioner"
 READY, PENDING, FAILED, NOOP = "ready", "pending", "failed", "noop"
+READY_STEP = "ready"
 
 
 def environment_spec(*, environment: Environment) -> c.EnvironmentSpec:
@@ -98,217 +108,224 @@ def environment_provision(*, environment_id: int) -> str:
     backend's apply, and the end (the applied objects, apply and ready done, READY). The CPU
     work (composition, the policies) runs before the first one, outside any row lock.
     """
-    actor = system_actor(PROVISIONER)
-    env = Environment.objects.select_related("team", "request").get(pk=environment_id)
-    with continue_trace(env.traceparent, "portal.environment.provision") as span:
-        span.set_attribute("kiln.environment", env.public_id)
-        if env.status not in (Status.APPROVED, Status.PROVISIONING):
-            return NOOP
-        # Only PENDING_APPROVAL leads to APPROVED: an environment not yet provisioning has no steps.
-        steps = (
-            []
-            if env.status == Status.APPROVED
-            else list(
-                ProvisioningStep.objects.filter(environment=env).values_list(
-                    "name", "status", "started_at"
-                )
-            )
-        )
-        started = _provision_started_at(env, steps)
-        done = {name for name, status, _ in steps if status == ProvisioningStep.DONE}
-        start = _start(actor=actor, env=env, done=done)
-        if start != PENDING:
-            return start
-
-        backend = get_backend()
-        applied = ""  # what apply did, recorded with the next transaction
-        if "apply" not in done:
-            with tracer("kiln.portal").start_as_current_span("portal.delivery.apply") as apply_span:
-                apply_span.set_attribute("kiln.backend", backend.name)
-                refs = backend.apply(env.manifests)  # DeliveryError propagates: the task retries
-            env.applied_refs = [r.as_dict() for r in refs]
-            applied = f"{len(refs)} objects applied with {backend.name}"
-
-        tenant, delivered = bool(env.request.tenant_control_plane), True
-        if applied and tenant:  # the tenant's steps come between apply and ready
-            _record_apply(actor=actor, env=env, detail=applied)
-            applied = ""
-        if tenant and TOKEN_STEP not in done:
-            delivered = tenant_audit_token_deliver(
-                actor=actor,
-                environment=env,
-                backend=backend,
-                spec=environment_spec(environment=env),
-            )
-
-        refs = [AppliedRef.from_dict(r) for r in env.applied_refs]
-        healths = backend.health_many(refs)
-        degraded = [
-            f"{r['kind']} {r['name']}: {h.message}"
-            for r, h in zip(env.applied_refs, healths, strict=True)
-            if h.status in (HealthStatus.DEGRADED, HealthStatus.MISSING, HealthStatus.DELETING)
-        ]
-        serving = (
-            not degraded and delivered and all(h.status == HealthStatus.HEALTHY for h in healths)
-        )
-        if serving and tenant and FLOW_STEP not in done:
-            serving = tenant_flow_control_seed(
-                actor=actor,
-                environment=env,
-                backend=backend,
-                spec=environment_spec(environment=env),
-            )
-        if serving:
-            now = timezone.now()
-            try:
-                # The transition locks the row and re-checks the status; raising rolls back all.
-                with transaction.atomic():
-                    if applied:
-                        _record_apply(actor=actor, env=env, detail=applied)
-                    step_done(
-                        actor=actor,
-                        environment=env,
-                        name="ready",
-                        detail=f"{len(healths)} objects healthy",
-                    )
-                    environment_transition(
-                        actor=actor,
-                        environment=env,
-                        to=Status.READY,
-                        reason="every object reports healthy",
-                        updates={
-                            "ready_at": now,
-                            "expires_at": now + timedelta(hours=env.request.ttl_hours),
-                        },
-                        data={"seconds_to_ready": round((now - env.created_at).total_seconds(), 3)},
-                    )
-            except IllegalTransition:  # another worker finished (or failed) it first
-                if applied:  # what this apply did is kept all the same (done once)
-                    _record_apply(actor=actor, env=env, detail=applied)
-                return NOOP
-            return READY
-        if applied:
-            _record_apply(actor=actor, env=env, detail=applied)
-        if degraded:
-            environment_mark_failed(environment_id=env.pk, reason="; ".join(degraded), step="ready")
-            return FAILED
-        if (timezone.now() - started).total_seconds() > conf.provision_timeout():
-            waiting = [
-                f"{r['kind']} {r['name']}"
-                for r, h in zip(env.applied_refs, healths, strict=True)
-                if h.status != HealthStatus.HEALTHY
-            ] or ["the tenant API server or its sink token"]
-            environment_mark_failed(
-                environment_id=env.pk,
-                reason=f"not ready within {conf.provision_timeout():.0f}s: {', '.join(waiting)}",
-                step="ready",
-            )
-            return FAILED
-        if "ready" not in done:  # one row while waiting, not one write per poll
-            ProvisioningStep.objects.get_or_create(
-                environment=env,
-                name="ready",
-                defaults={
-                    "position": position_of("ready"),
-                    "status": ProvisioningStep.RUNNING,
-                    "attempts": 1,
-                    "started_at": timezone.now(),
-                    "detail": "waiting for every object to report healthy",
-                },
-            )
-        return PENDING
+    return pipeline_advance(PROVISIONING, environment_id=environment_id)
 
 
-def _start(*, actor, env: Environment, done: set[str]) -> str:
-    """The first transaction: PROVISIONING (from APPROVED), the composed manifests, the manifest
-    policies' decision and apply marked running, committed together; PENDING to go on to apply,
-    else FAILED (composition or a manifest policy) or NOOP (another worker moved it first)."""
-    manifests, composition_error = env.manifests, ""
-    planned = bool(manifests)
-    if "compose" not in done and not manifests:  # else the plan approvers saw, delivered as it is
+def _compose(run: Run) -> Result:
+    """The manifests: the plan approvers saw, delivered as it is, or composed now."""
+    env = run.environment
+    manifests = env.manifests
+    if not manifests:
         try:
             if env.request.tenant_control_plane:  # reserved at submission; older ones here
                 datastore_reserve(environment=env)
             manifests = c.compose(environment_spec(environment=env))
         except c.CompositionError as exc:
-            composition_error = f"composition failed: {exc}"
-    evaluation, stored = None, False
-    if not composition_error and "manifest-policy" not in done:
-        # The plan's verdicts, stored at submission, when the same policy set still holds.
-        evaluation = gate.planned_manifest_evaluation(environment=env) if planned else None
-        stored = evaluation is not None
-        if evaluation is None:
-            with tracer("kiln.portal").start_as_current_span("portal.policy.manifests"):
-                evaluation = gate.evaluate_manifests(manifests=manifests)
-    with transaction.atomic():
-        if env.status == Status.APPROVED:
-            try:  # the transition locks the row and re-checks the status itself
-                environment_transition(
-                    actor=actor,
-                    environment=env,
-                    to=Status.PROVISIONING,
-                    reason="provisioning started",
-                )
-            except IllegalTransition:  # another worker moved it first: that one provisions
-                return NOOP
-        if composition_error:
-            step_failed(environment=env, name="compose", detail=composition_error)
-            environment_transition(
-                actor=actor, environment=env, to=Status.FAILED, reason=composition_error
+            return failed(f"composition failed: {exc}")
+        run.memo["composed"] = True
+    env.manifests = manifests
+
+    def keep() -> None:  # after the entry move, which reads the row back into `env`
+        Environment.objects.filter(pk=env.pk).update(manifests=manifests)
+        env.manifests = manifests
+
+    return done(
+        f"{len(manifests)} manifests", data={"kinds": [m["kind"] for m in manifests]}, record=keep
+    )
+
+
+def _manifest_policy(run: Run) -> Result:
+    """The manifest policies' verdict: the plan's, stored at submission, when the same policy
+    set still holds; else evaluated now. Every verdict is stored with the decision."""
+    env = run.environment
+    evaluation = (
+        None if run.memo.get("composed") else gate.planned_manifest_evaluation(environment=env)
+    )
+    stored = evaluation is not None
+    if evaluation is None:
+        with tracer("kiln.portal").start_as_current_span("portal.policy.manifests"):
+            evaluation = gate.evaluate_manifests(manifests=env.manifests)
+
+    def store() -> None:
+        if (
+            not stored
+            and not PolicyDecision.objects.filter(
+                environment=env, stage=PolicyDecision.MANIFEST
+            ).exists()
+        ):
+            gate.store_decisions(
+                environment=env, stage=PolicyDecision.MANIFEST, evaluation=evaluation
             )
-            return FAILED
-        if "compose" not in done:
-            Environment.objects.filter(pk=env.pk).update(manifests=manifests)
-            env.manifests = manifests
-            step_done(
-                actor=actor,
-                environment=env,
-                name="compose",
-                detail=f"{len(manifests)} manifests",
-                data={"kinds": [m["kind"] for m in manifests]},
-            )
-        if evaluation is not None:
-            if (
-                not stored
-                and not PolicyDecision.objects.filter(
-                    environment=env, stage=PolicyDecision.MANIFEST
-                ).exists()
-            ):
-                gate.store_decisions(
-                    environment=env, stage=PolicyDecision.MANIFEST, evaluation=evaluation
-                )
-            if not evaluation.allowed:
-                step_failed(environment=env, name="manifest-policy", detail=evaluation.summary())
-                environment_transition(
-                    actor=system_actor("policy-gate"),
-                    environment=env,
-                    to=Status.FAILED,
-                    reason=f"manifest policy denied: {evaluation.summary()}",
-                    data={"policy": gate.decision_summary(evaluation=evaluation)},
-                )
-                return FAILED
-            step_done(
-                actor=actor,
-                environment=env,
-                name="manifest-policy",
-                detail=evaluation.summary(),
-                data={"policy": gate.decision_summary(evaluation=evaluation)},
-            )
-        if "apply" not in done:
-            step_started(environment=env, name="apply")
-    return PENDING
+
+    summary = {"policy": gate.decision_summary(evaluation=evaluation)}
+    if not evaluation.allowed:
+        return failed(
+            f"manifest policy denied: {evaluation.summary()}",
+            detail=evaluation.summary(),
+            data=summary,
+            record=store,
+            actor=system_actor("policy-gate"),
+        )
+    return done(evaluation.summary(), data=summary, record=store)
 
 
-def _record_apply(*, actor, env: Environment, detail: str) -> None:
-    """Keep what apply returned and mark the step done (inside the caller's transaction, if any)."""
-    with transaction.atomic(savepoint=False):
-        Environment.objects.filter(pk=env.pk).update(applied_refs=env.applied_refs)
-        step_done(actor=actor, environment=env, name="apply", detail=detail)
+def _apply(run: Run) -> Result:
+    """Server-side apply through the delivery backend (a DeliveryError propagates: the task
+    retries); the applied objects are kept with the step's record."""
+    env, backend = run.environment, run.backend
+    with tracer("kiln.portal").start_as_current_span("portal.delivery.apply") as span:
+        span.set_attribute("kiln.backend", backend.name)
+        refs = backend.apply(env.manifests)
+    env.applied_refs = [r.as_dict() for r in refs]
+    applied = env.applied_refs
+
+    def keep() -> None:
+        Environment.objects.filter(pk=env.pk).update(applied_refs=applied)
+        env.applied_refs = applied
+
+    return done(f"{len(refs)} objects applied with {backend.name}", record=keep)
 
 
-def _provision_started_at(env: Environment, steps: list[tuple]):
-    started = sorted(at for _, _, at in steps if at is not None)
-    return started[0] if started else env.updated_at
+def _has_tenant(run: Run) -> bool:
+    return bool(run.environment.request.tenant_control_plane)
+
+
+def _health(run: Run) -> Result | None:
+    """Every applied object's health, read once a pass: failed if one is degraded, missing or
+    going; pending while one is not yet healthy; None when all serve."""
+
+    def read() -> Result | None:
+        env = run.environment
+        refs = [AppliedRef.from_dict(r) for r in env.applied_refs]
+        healths = run.backend.health_many(refs)
+        objects = list(zip(env.applied_refs, healths, strict=True))
+        degraded = [
+            f"{r['kind']} {r['name']}: {h.message}"
+            for r, h in objects
+            if h.status in (HealthStatus.DEGRADED, HealthStatus.MISSING, HealthStatus.DELETING)
+        ]
+        if degraded:
+            return failed("; ".join(degraded), failed_step=READY_STEP)
+        waiting = tuple(
+            f"{r['kind']} {r['name']}" for r, h in objects if h.status != HealthStatus.HEALTHY
+        )
+        return pending("objects not yet healthy", remaining=waiting) if waiting else None
+
+    return run.once("health", read)
+
+
+def _token_guard(run: Run) -> Result | None:
+    if not tenant_namespace_exists(backend=run.backend, environment=run.environment):
+        return pending("the namespace is not in the cluster yet")
+    return None
+
+
+def _token(run: Run) -> Result:
+    return tenant_audit_token_deliver(
+        environment=run.environment,
+        backend=run.backend,
+        spec=environment_spec(environment=run.environment),
+    )
+
+
+def _has_control_plane(run: Run) -> bool:
+    return _has_tenant(run) and tenant_control_plane_ref(environment=run.environment) is not None
+
+
+def _flow_guard(run: Run) -> Result | None:
+    """The flow control goes in once every object serves and the tenant API server answers."""
+    unhealthy = _health(run)
+    if unhealthy is not None:
+        return unhealthy
+    run.memo["tenant"] = tenant_api_server(backend=run.backend, environment=run.environment)
+    return (
+        None
+        if run.memo["tenant"] is not None
+        else pending("the tenant API server does not serve yet")
+    )
+
+
+def _flow(run: Run) -> Result:
+    return tenant_flow_control_seed(
+        tenant=run.memo["tenant"], spec=environment_spec(environment=run.environment)
+    )
+
+
+def _ready(run: Run) -> Result:
+    """Ready once every applied object reports healthy."""
+    unhealthy = _health(run)
+    if unhealthy is not None:
+        return unhealthy
+    return done(f"{len(run.environment.applied_refs)} objects healthy")
+
+
+def _provisioning_started_at(run: Run):
+    started = sorted(at for _, at in run.rows.values() if at is not None)
+    return started[0] if started else run.environment.updated_at
+
+
+def _waiting(run: Run, step: Step, result: Result) -> Result:
+    """A wait fails once an object is degraded or past KILN_PROVISION_TIMEOUT_SECONDS; else the
+    ready step keeps one row while it waits (not one write per poll)."""
+    unhealthy = _health(run)
+    if unhealthy is not None and unhealthy.outcome == Outcome.FAILED:
+        return unhealthy
+    if (timezone.now() - _provisioning_started_at(run)).total_seconds() > conf.provision_timeout():
+        waiting = list(unhealthy.remaining if unhealthy else ()) or [
+            "the tenant API server or its sink token"
+        ]
+        return failed(
+            f"not ready within {conf.provision_timeout():.0f}s: {', '.join(waiting)}",
+            failed_step=READY_STEP,
+        )
+    ProvisioningStep.objects.get_or_create(
+        environment=run.environment,
+        name=READY_STEP,
+        defaults={
+            "position": position_of(READY_STEP),
+            "status": ProvisioningStep.RUNNING,
+            "attempts": 1,
+            "started_at": timezone.now(),
+            "detail": "waiting for every object to report healthy",
+        },
+    )
+    return result
+
+
+def _entry(run: Run) -> Move:
+    return Move("provisioning started")
+
+
+def _end(run: Run) -> Move:
+    env, now = run.environment, timezone.now()
+    return Move(
+        "every object reports healthy",
+        updates={"ready_at": now, "expires_at": now + timedelta(hours=env.request.ttl_hours)},
+        data={"seconds_to_ready": round((now - env.created_at).total_seconds(), 3)},
+    )
+
+
+PROVISIONING = Pipeline(
+    name="provisioning",
+    span="portal.environment.provision",
+    actor=PROVISIONER,
+    steps=(
+        Step("compose", _compose, starts=False),
+        Step("manifest-policy", _manifest_policy, starts=False),
+        Step("apply", _apply),
+        Step(TOKEN_STEP, _token, guard=_token_guard, when=_has_tenant),
+        Step(FLOW_STEP, _flow, guard=_flow_guard, when=_has_control_plane),
+        Step(READY_STEP, _ready, starts=False),
+    ),
+    enters_from=Status.APPROVED,
+    runs_in=Status.PROVISIONING,
+    ends_in=Status.READY,
+    entry=_entry,
+    end=_end,
+    backend=lambda: get_backend(),  # looked up when a pass needs it (tests replace it)
+    waiting=_waiting,
+    joins_request_trace=True,
+)
 
 
 __all__ = [

@@ -229,8 +229,9 @@ def ready(environment):
     "component", ["canary-analyzer", "scheduler-node-sync", "audit-writer", "provisioner"]
 )
 def test_components_outside_teardown_cannot_expire_extend_or_tear_down(environment, component):
+    from portal.services.expiry import environment_extend
     from portal.services.lifecycle import environment_transition
-    from portal.services.teardown import environment_extend, environment_teardown_request
+    from portal.services.teardown import environment_teardown_request
 
     env = ready(environment)
     actor = system_actor(component)
@@ -245,8 +246,8 @@ def test_components_outside_teardown_cannot_expire_extend_or_tear_down(environme
 
 
 def test_the_reaper_expires_a_ready_environment_but_cannot_extend_it(environment):
+    from portal.services.expiry import environment_extend
     from portal.services.lifecycle import environment_transition
-    from portal.services.teardown import environment_extend
 
     env = ready(environment)
     reaper = system_actor("reaper")

@@ -34,6 +34,7 @@ from portal.models import Environment, ProvisioningStep, TenantAuditEvent, Tenan
 from portal.services import environment_request_submit, environment_teardown
 from portal.services import environment_teardown_request as teardown_request
 from portal.services.notices import environments_warn_and_propose
+from portal.services.pipeline import Outcome
 from portal.services.provisioning import (
     environment_mark_failed,
     environment_provision,
@@ -46,7 +47,7 @@ from portal.services.tenant_audit import (
     tenant_audit_export,
     tenant_audit_token_issue,
 )
-from portal.services.tenant_cluster import tenant_audit_token_deliver
+from portal.services.tenant_cluster import tenant_audit_token_deliver, tenant_namespace_exists
 from tests.portal.conftest import drain_audit, request_data
 
 pytestmark = pytest.mark.django_db
@@ -255,16 +256,17 @@ def test_the_token_waits_for_the_namespace_to_be_in_the_cluster(
         )
     spec = environment_spec(environment=env)
     backend = SimulatedBackend()
-    # As behind Argo CD before its sync: nothing in the cluster yet, so nothing is written.
-    assert not tenant_audit_token_deliver(
-        actor=people["alice"], environment=env, backend=backend, spec=spec
-    )
+    # As behind Argo CD before its sync: nothing in the cluster yet, so the step waits unstarted.
+    assert not tenant_namespace_exists(backend=backend, environment=env)
     assert not TenantAuditToken.objects.filter(environment=env).exists()
     assert backend.list("v1", "Secret", env.namespace) == []
     backend.apply([m for m in c.compose(spec) if m["kind"] == "Namespace"])
-    assert tenant_audit_token_deliver(
-        actor=people["alice"], environment=env, backend=backend, spec=spec
-    )
+    assert tenant_namespace_exists(backend=backend, environment=env)
+    delivered = tenant_audit_token_deliver(environment=env, backend=backend, spec=spec)
+    # The hash is kept with the step's record, after the Secret is written.
+    assert delivered.outcome == Outcome.DONE
+    assert not TenantAuditToken.objects.filter(environment=env).exists()
+    delivered.record()
     secret = backend.get("v1", "Secret", env.namespace, c.audit_token_secret_name(spec))
     assert TenantAuditToken.objects.get(environment=env).token_sha256 == _digest(
         secret_text(secret, c.TOKEN_KEY)
