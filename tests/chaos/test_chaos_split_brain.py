@@ -75,8 +75,14 @@ def test_partitioned_holder_reverts_before_the_new_holder_injects(admin, shop, b
     stop = threading.Event()
     a = _run(exp.pk, "controller-a", stop, ControllerHooks(partitioned=partitioned.is_set), backend)
     _wait(lambda: ChaosInjection.objects.filter(holder="controller-a", state="active").exists())
-    b = _run(exp.pk, "controller-b", stop, ControllerHooks(), backend)
-    time.sleep(0.5)  # b keeps retrying while a renews
+    attempts = []  # b asks for the lease at every retry: it is refused while a renews
+
+    def b_attempts() -> bool:
+        attempts.append(time.monotonic())
+        return False
+
+    b = _run(exp.pk, "controller-b", stop, ControllerHooks(partitioned=b_attempts), backend)
+    _wait(lambda: len(attempts) >= 3)
     assert ChaosLease.objects.get(pk=exp.pk).holder == "controller-a"
     partitioned.set()  # a can no longer reach the lease store
     _wait(lambda: ChaosInjection.objects.filter(holder="controller-b", state="active").exists())
