@@ -17,8 +17,9 @@ window, evaluated at t_k, and each arm's window is read with the exact-window re
 own arithmetic (`canary.prometheus`: counter differences at the boundaries, resets
 handled, no extrapolation; histogram buckets the same way). The windows, with their bucket bounds,
 go through `canary.sequential` exactly as a rollout's do (`evidence`, `Analyzer`). The
-same simulated traffic is also judged from exact counts and raw latency samples (what
-`canary_bench` measures), so the table sets both side by side; the requests Prometheus
+same simulated traffic is also judged from exact counts and the raw latency of every
+request (`exact`: what `canary_bench` measures, with every request's latency rather than
+its 1,000-sample reservoir), so the table sets both side by side; the requests Prometheus
 counted are checked against the requests served.
 
 Constants: the engine's defaults, which `canary_bench` chose on its "tune" seeds; this
@@ -37,7 +38,7 @@ import numpy as np
 
 from canary.bench.istio_source import DURATION, REQUESTS, IstioSource
 from canary.bench.prometheus_server import PrometheusServer
-from canary.bench.streams import BENCH_STEPS, HORIZON, MAX_TICKS, SAMPLE_CAP, SEED_SETS, BenchClass
+from canary.bench.streams import BENCH_STEPS, HORIZON, MAX_TICKS, SEED_SETS, BenchClass
 from canary.prometheus import ReadError, api_get, classic_histogram, counter_total
 from canary.prometheus import native_histogram as read_native_histogram
 from canary.sequential import PROMOTE, ROLLBACK, AnalysisConfig, Analyzer, Decision, Window
@@ -50,6 +51,7 @@ NAMESPACE = "bench"
 BASELINE, CANARY = "v1", "v2"
 NATIVE_SCHEMA = 3
 READ_CAP = 60_000  # latency samples per arm from a histogram (the metrics module's cap)
+SIM_SAMPLE_CAP = 60_000  # a latency per nominal request of the busiest class (27,000 a minute)
 
 
 @dataclass
@@ -119,6 +121,21 @@ def read_tick(
         except ReadError as exc:
             out[arm] = exc
     return out
+
+
+def served(sample: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """A latency for each of the `n` requests served: the simulated sample's own, one each.
+
+    The simulator draws a latency per nominal request (`SIM_SAMPLE_CAP` covers every class);
+    only requests beyond the nominal count (a burst) reuse one. Resampling a small sample
+    for every request would repeat each latency many times, and the histogram would count
+    copies as independent evidence.
+    """
+    if not n or not sample.size:
+        return np.zeros(0)
+    if n <= sample.size:
+        return sample[:n]
+    return np.concatenate([sample, rng.choice(sample, n - sample.size)])
 
 
 def _window(read: object) -> Window | None:
@@ -205,7 +222,7 @@ def run(
                 rollouts=2 * rollouts,
                 seed=seed + ci,
                 regression=kinds,
-                sample_cap=SAMPLE_CAP,
+                sample_cap=SIM_SAMPLE_CAP,
             )
             for row, regression in enumerate(kinds):
                 r = Rollout(f"c{ci}-r{row}", name, row, regression)
@@ -242,8 +259,8 @@ def run(
                         n, e, sample = int(req[r.row]), int(err[r.row]), lat[r.row]
                         windows.append(Window(n, min(e, n), sample))
                         if scraped:
-                            served = rng.choice(sample, n) if sample.size and n else np.zeros(0)
-                            source.observe(r.service, NAMESPACE, version_, served, min(e, n))
+                            latencies = served(sample, n, rng)
+                            source.observe(r.service, NAMESPACE, version_, latencies, min(e, n))
                             r.served += n
                     outage = missing_rows[name].size and missing_rows[name][r.row]
                     if r.open("exact"):
