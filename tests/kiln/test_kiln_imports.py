@@ -75,7 +75,9 @@ def test_the_apps_reach_kiln_by_name_routes_websockets_and_seeds():
     assert [m.app_name for m in urls.APPS] == ["portal", "scheduler", "canary", "chaos", "audit"]
     assert reverse("portal:environment-list") and reverse("audit-api:events")
     assert reverse("chaos:experiment-list")
-    assert asgi.websocket_urlpatterns == canary.routing.websocket_urlpatterns
+    # The apps' routes, then the catch-all that refuses any other path (kiln/websocket_not_found.py).
+    assert asgi.websocket_urlpatterns[:-1] == canary.routing.websocket_urlpatterns
+    assert asgi.websocket_urlpatterns[-1] is asgi.NOT_FOUND_ROUTE
     # In INSTALLED_APPS order: scheduler's prices exist before portal's cost estimates.
     assert seed.app_seeds() == [
         audit.seed.seed_demo,
