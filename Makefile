@@ -60,14 +60,23 @@ prometheus-tools:
 
 ## test: the whole suite against PostgreSQL and Redis, as two pytest runs side by side: the
 ## tests marked slow (tests/conftest.py: browsers, real processes, faults; mostly waiting) on a
-## test database and Redis database of their own, beside the rest; their output follows
-TEST_SLOW_REDIS_DB ?= 1
+## test database and Redis databases of their own, beside the rest; their output follows. Each
+## run spreads its test files over TEST_WORKERS pytest-xdist workers (0: in one process), each
+## worker on its own test database (pytest-django suffixes it) and Redis database (the run's
+## database number plus the worker's index: tests/conftest.py), so the fast run takes Redis
+## databases 0 and 1 and the slow run TEST_SLOW_REDIS_DB and the one above it.
+## docs/operations.md has the timings.
+TEST_SLOW_REDIS_DB ?= 2
+TEST_WORKERS ?= 2
+TEST_SLOW_WORKERS ?= 2
+TEST_DIST = --dist loadfile
 test: $(VENV)/.installed services browser prometheus-tools
 	$(PY) manage.py audit_setup_roles
 	@mkdir -p var; db="$${DATABASE_URL%%\?*}"; \
 	  DATABASE_URL="$${db}_slow" REDIS_URL="$${REDIS_URL%/*}/$(TEST_SLOW_REDIS_DB)" \
-	    $(PY) -m pytest -p no:cacheprovider -m slow > var/test-slow.log 2>&1 & slow=$$!; \
-	  $(PY) -m pytest -p no:cacheprovider -m "not slow"; fast=$$?; \
+	    $(PY) -m pytest -p no:cacheprovider -n $(TEST_SLOW_WORKERS) $(TEST_DIST) -m slow \
+	    > var/test-slow.log 2>&1 & slow=$$!; \
+	  $(PY) -m pytest -p no:cacheprovider -n $(TEST_WORKERS) $(TEST_DIST) -m "not slow"; fast=$$?; \
 	  wait $$slow; slow_rc=$$?; \
 	  echo "=== the tests marked slow, run beside the others (var/test-slow.log) ==="; \
 	  cat var/test-slow.log; \

@@ -1,0 +1,94 @@
+"""How long `make test` takes, in one process per run (as before) and on pytest-xdist workers.
+
+    python -m kiln.benchjson bench/results/suite_time-<date>.json -- \\
+        python bench/suite_time.py --rounds 2 --variant serial=0,0 --variant parallel=2,2
+
+Each variant is `name=FAST_WORKERS,SLOW_WORKERS`, run as `make test TEST_WORKERS=.. \\
+TEST_SLOW_WORKERS=..` (0: one pytest process, no xdist); the variants alternate round by round,
+so a change in the machine's pace falls on both. Prints one JSON object: per run the wall-clock
+seconds of the whole target, each pytest run's closing line and seconds, the exit code and the
+1-minute load average before and after; per variant the median wall clock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# pytest's closing line: "==== 2 failed, 103 passed, 4824 deselected in 2203.39s (0:36:43) ===="
+SUMMARY = re.compile(r"^=+ (?P<counts>.*?) in (?P<seconds>[0-9.]+)s.*=+$", re.MULTILINE)
+
+
+def variant(text: str) -> tuple[str, int, int]:
+    """`parallel=2,2` -> ("parallel", 2, 2)."""
+    name, _, workers = text.partition("=")
+    fast, _, slow = workers.partition(",")
+    return name, int(fast), int(slow or fast)
+
+
+def run_once(name: str, fast: int, slow: int) -> dict:
+    """One `make test` with the given worker counts: wall clock and both pytest summaries."""
+    load_before = os.getloadavg()[0]
+    started = time.monotonic()
+    proc = subprocess.run(
+        ["make", "test", f"TEST_WORKERS={fast}", f"TEST_SLOW_WORKERS={slow}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    wall = time.monotonic() - started
+    summaries = [
+        {"line": m.group("counts"), "seconds": float(m.group("seconds"))}
+        for m in SUMMARY.finditer(proc.stdout)
+    ]
+    return {
+        "variant": name,
+        "fast_workers": fast,
+        "slow_workers": slow,
+        "wall_seconds": round(wall, 1),
+        "returncode": proc.returncode,
+        # The fast run's summary comes first, then the slow run's (make test prints its log after).
+        "pytest_runs": summaries,
+        "load_1min_before": round(load_before, 2),
+        "load_1min_after": round(os.getloadavg()[0], 2),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the variants alternately and print the JSON report."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument(
+        "--variant", action="append", type=variant, help="name=FAST_WORKERS,SLOW_WORKERS"
+    )
+    args = parser.parse_args(argv)
+    variants = args.variant or [variant("serial=0,0"), variant("parallel=2,2")]
+    runs = []
+    for round_no in range(args.rounds):
+        order = variants if round_no % 2 == 0 else list(reversed(variants))
+        for name, fast, slow in order:
+            runs.append(run_once(name, fast, slow))
+            print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
+    report = {
+        "benchmark": "suite_time",
+        "target": "make test under 600 s on this two-core machine when quiet",
+        "runs": runs,
+        "median_wall_seconds": {
+            name: statistics.median(r["wall_seconds"] for r in runs if r["variant"] == name)
+            for name, _, _ in variants
+        },
+    }
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
