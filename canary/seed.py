@@ -1,9 +1,13 @@
-"""Demo data: two simulated services, one healthy canary that will be promoted, one that rolls back."""
+"""Demo data: two simulated services, one healthy canary that will be promoted, one that rolls back.
+
+`make dev` adds a third (`seed_prometheus_demo`): a service whose metrics come from a real
+Prometheus scraping the development traffic source (canary_dev_prometheus, canary_dev_traffic).
+"""
 
 from __future__ import annotations
 
 from canary import services
-from canary.models import Service
+from canary.models import MetricsSource, Service
 from canary.ownership import TEAM_LABEL, namespace_owner
 from kiln.cluster.backends import get_backend
 from kiln.identity.models import Team
@@ -16,6 +20,30 @@ DEMO = (
 )
 
 
+# team, service, namespace, traffic class: its versions' traffic is served by canary_dev_traffic
+PROMETHEUS_DEMO = ("payments", "cart", "payments-prod", "steady")
+
+
+def _team_namespace(team_slug: str, namespace: str, created: list[str]) -> bool:
+    """Make `namespace` the team's if nobody owns it; False if another team does."""
+    owner = namespace_owner(namespace)
+    if owner not in (None, team_slug):
+        return False
+    if owner is None:
+        # The demo's namespaces belong to their teams, as a provisioned environment's would.
+        get_backend().apply(
+            [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": {"name": namespace, "labels": {TEAM_LABEL: team_slug}},
+                }
+            ]
+        )
+        created.append(f"namespace {namespace} of team {team_slug}")
+    return True
+
+
 def seed_demo() -> list[str]:
     """Create the demo services and start a rollout on each (idempotent); return what was created."""
     actor = system_actor("seed")
@@ -24,21 +52,8 @@ def seed_demo() -> list[str]:
         team = Team.objects.filter(slug=team_slug).first()
         if team is None or Service.objects.filter(namespace=namespace, name=name).exists():
             continue
-        owner = namespace_owner(namespace)
-        if owner not in (None, team_slug):
+        if not _team_namespace(team_slug, namespace, created):
             continue  # another team's namespace: no demo service there
-        if owner is None:
-            # The demo's namespaces belong to their teams, as a provisioned environment's would.
-            get_backend().apply(
-                [
-                    {
-                        "apiVersion": "v1",
-                        "kind": "Namespace",
-                        "metadata": {"name": namespace, "labels": {TEAM_LABEL: team_slug}},
-                    }
-                ]
-            )
-            created.append(f"namespace {namespace} of team {team_slug}")
         service = services.service_create(
             actor=actor, team=team, name=name, namespace=namespace, sim_traffic_class=traffic
         )
@@ -59,4 +74,30 @@ def seed_demo() -> list[str]:
             seed=seed,  # fixed: the demo always shows the same promotion and rollback
         )
         created.append(f"rollout {name} v1 -> v2")
+    return created
+
+
+def seed_prometheus_demo() -> list[str]:
+    """Register the demo service whose metrics come from KILN_PROMETHEUS_URL (idempotent).
+
+    It names no server of its own, so it reads whichever server that setting names (make dev
+    points it at its own Prometheus). No rollout is started: a rollout's tick must span a
+    scrape interval, which the rollout form's default (60 s) does.
+    """
+    team_slug, name, namespace, traffic = PROMETHEUS_DEMO
+    created: list[str] = []
+    team = Team.objects.filter(slug=team_slug).first()
+    if team is None or Service.objects.filter(namespace=namespace, name=name).exists():
+        return created
+    if not _team_namespace(team_slug, namespace, created):
+        return created
+    services.service_create(
+        actor=system_actor("seed"),
+        team=team,
+        name=name,
+        namespace=namespace,
+        metrics_source=MetricsSource.PROMETHEUS,
+        sim_traffic_class=traffic,
+    )
+    created.append(f"canary service {namespace}/{name} read from Prometheus")
     return created

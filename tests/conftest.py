@@ -25,6 +25,7 @@ SLOW = (
     "tests/canary/test_stream_http.py",
     "tests/canary/test_promote_bench.py",
     "tests/canary/test_prometheus_live.py",
+    "tests/canary/test_dev_traffic_live.py",
     "tests/chaos/test_loadtest.py",
     "tests/kiln/test_task_recovery.py",
     "tests/kiln/test_standalone.py",

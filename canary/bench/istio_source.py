@@ -239,8 +239,8 @@ class IstioSource:
 
     # --- HTTP ------------------------------------------------------------------------------
 
-    def start(self) -> IstioSource:
-        """Serve /metrics on a free loopback port in a daemon thread."""
+    def start(self, port: int = 0) -> IstioSource:
+        """Serve /metrics on loopback `port` (0: a free one) in a daemon thread."""
         source = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -268,7 +268,7 @@ class IstioSource:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()

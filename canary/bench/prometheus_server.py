@@ -51,8 +51,12 @@ class PrometheusServer:
         retention: str = "30d",
         binary: str = PROMETHEUS,
         workdir: str | Path | None = None,
+        port: int | None = None,
     ) -> None:
-        """Configure, but do not start, a server; `workdir` defaults to a fresh temporary directory."""
+        """Configure, but do not start, a server; `workdir` defaults to a fresh temporary directory.
+
+        `port`: listen there (a fixed address for `make dev`); None picks a free one.
+        """
         if not Path(binary).exists():
             raise FileNotFoundError(
                 f"{binary} is missing: install Debian's prometheus package (make prometheus-tools)"
@@ -69,7 +73,7 @@ class PrometheusServer:
         self.storage.mkdir(parents=True, exist_ok=True)
         self.config_path = self.workdir / "prometheus.yml"
         self.log_path = self.workdir / "prometheus.log"
-        self.port = free_port()
+        self.port = port or free_port()
         self.process: subprocess.Popen | None = None
         self._write_config()
 
