@@ -8,7 +8,7 @@ from tests.e2e.conftest import WatchedPage
 
 def test_showback_period_chart_zero_teams_and_csv(browser_page: WatchedPage):
     page = browser_page.page
-    browser_page.login("carol")
+    browser_page.login("root")  # sees every team (an approver sees only their own)
     browser_page.goto("/environments/showback/")
     assert page.locator("#showback-period").input_value() == "30d"
     assert page.locator("svg.spend-chart rect").count() == 30
