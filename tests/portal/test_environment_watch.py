@@ -64,8 +64,17 @@ def test_a_wait_ends_as_soon_as_the_status_change_commits(api, monkeypatch):
     carol = api("approver", sub="carol", team="payments")
     env_id, etag = staging(alice)
 
+    waiting = threading.Event()
+    real_wait = changes.wait_for_change
+
+    def wait_for_change(key: str, **kwargs):
+        waiting.set()
+        return real_wait(key, **kwargs)
+
+    monkeypatch.setattr(changes, "wait_for_change", wait_for_change)
+
     def approve_soon() -> None:
-        time.sleep(0.3)
+        waiting.wait(20)  # alice's request is waiting for a change
         try:
             carol.post(f"{URL}{env_id}/approve/", {"reason": "ok"}, format="json")
         finally:
@@ -182,16 +191,31 @@ def test_a_notice_published_through_redis_by_another_process_wakes_the_waiter(
     assert settings.REDIS_URL, "the change notices of the production shape go through Redis"
     monkeypatch.setattr(changes, "RECHECK_SECONDS", 60.0)
     state = {"changed": False}
+    asked, woken = threading.Event(), threading.Event()
+
+    def changed() -> bool:
+        asked.set()
+        return state["changed"]
 
     def another_process_commits() -> None:
-        time.sleep(0.5)  # the subscriber thread is up by then
+        asked.wait(20)  # the waiter has looked once and found nothing
         state["changed"] = True
-        # Straight to Redis, as a worker's publish arrives: not through this process's hub.
-        redis.Redis.from_url(settings.REDIS_URL).publish(f"{changes.PREFIX}test:remote", b"")
+        client = redis.Redis.from_url(settings.REDIS_URL)
+        # Straight to Redis, as a worker's publish arrives: not through this process's hub; again
+        # until the waiter wakes, as the subscriber thread may still be connecting.
+        while not woken.is_set():
+            client.publish(f"{changes.PREFIX}test:remote", b"")
+            woken.wait(0.05)
+        client.close()
 
-    threading.Thread(target=another_process_commits).start()
+    publisher = threading.Thread(target=another_process_commits)
+    publisher.start()
     started = time.monotonic()
-    assert changes.wait_for_change("test:remote", seconds=20, changed=lambda: state["changed"])
+    try:
+        assert changes.wait_for_change("test:remote", seconds=20, changed=changed)
+    finally:
+        woken.set()
+        publisher.join(5)
     assert time.monotonic() - started < 10
 
 
