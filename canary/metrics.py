@@ -12,7 +12,7 @@ import numpy as np
 from django.conf import settings
 
 from canary import prometheus, promql
-from canary.extensions import FaultEffect, traffic_faults
+from canary.faults import FaultEffect, fault_effect
 from canary.models import MetricsSource, Observation, Rollout
 from canary.sequential import Window
 from canary.simulated_traffic import CLASSES, Simulator
@@ -174,7 +174,7 @@ def simulated_windows(rollout: Rollout, tick: int) -> tuple[Window, Window, int]
     data = sim.tick(tick - 1, weight)
     baseline = Window(int(data.req_b[0]), int(data.err_b[0]), data.lat_b[0])
     canary = Window(int(data.req_c[0]), int(data.err_c[0]), data.lat_c[0])
-    effect = traffic_faults(routing, service.host)
+    effect = fault_effect(routing, service.host)
     if effect.error_rate or effect.added_latency_ms:
         # Injected faults hit the host's traffic before the split: both arms see them.
         rng = np.random.default_rng([rollout.seed, tick, 7])
@@ -190,7 +190,7 @@ def host_virtual_services(
 
     One read of the namespace's live VirtualServices whose hosts can resolve to `host`
     (any form of it starts with its first label: the backend's `routing_host`), not every
-    VirtualService of the namespace; the installed fault reader (`canary.extensions.traffic_faults`) applies the exact host match.
+    VirtualService of the namespace; the fault reader (`canary.faults.fault_effect`) applies the exact host match.
     A second read happens only when `name` is not among them (deleting, or not routing).
     """
     items = backend.list(

@@ -198,6 +198,39 @@ class RolloutDecision(models.Model):
         return f"{self.rollout_id} {self.kind} at tick {self.tick}"
 
 
+class RolloutRoute(models.Model):
+    """The traffic a decision ordered (an intent): committed with it, applied after, then marked.
+
+    No cluster write happens inside the transaction that locks the rollout: the intent
+    commits with its decision, the VirtualService (and, on the start, the DestinationRule)
+    is applied outside it, and `applied_at` is set last. One left unapplied by a crash is
+    applied again by the rollout's next tick or the beat's sweep; applying is idempotent.
+    """
+
+    rollout = models.ForeignKey(Rollout, on_delete=models.CASCADE, related_name="routes")
+    decision = models.OneToOneField(
+        RolloutDecision, on_delete=models.CASCADE, related_name="route"
+    )
+    weight = models.PositiveSmallIntegerField()
+    subsets = models.BooleanField(default=False, help_text="Apply the DestinationRule too")
+    created_at = models.DateTimeField(auto_now_add=True)
+    applied_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["rollout", "id"]
+        indexes = [
+            models.Index(
+                fields=["rollout"],
+                condition=models.Q(applied_at__isnull=True),
+                name="canary_route_unapplied",
+            )
+        ]
+
+    def __str__(self) -> str:
+        state = "applied" if self.applied_at else "pending"
+        return f"{self.rollout_id} route {self.weight}% ({state})"
+
+
 class Arm(models.TextChoices):
     """Which version served the traffic."""
 

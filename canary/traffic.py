@@ -17,6 +17,8 @@ CANARY_SUBSET = "canary"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "kiln", "kiln.dev/component": "canary"}
 # Every VirtualService Kiln writes applies to its own namespace only ("." in Istio's exportTo).
 EXPORT_TO = (".",)
+# The route intent (canary.models.RolloutRoute) a rollout's VirtualService was written for.
+ANNOTATION_INTENT = "kiln.dev/route-intent"
 
 
 def destination_rule(
@@ -38,12 +40,23 @@ def destination_rule(
 
 
 def virtual_service(
-    *, name: str, namespace: str, host: str, canary_weight: int, rollout_id: str = ""
+    *,
+    name: str,
+    namespace: str,
+    host: str,
+    canary_weight: int,
+    rollout_id: str = "",
+    intent: int | None = None,
 ) -> dict[str, Any]:
-    """VirtualService sending `canary_weight` percent of the host's traffic to the canary subset."""
+    """VirtualService sending `canary_weight` percent of the host's traffic to the canary subset.
+
+    `intent` names the route intent it is written for (a later one is never replaced by it).
+    """
     if not 0 <= canary_weight <= 100:
         raise ValueError("canary_weight must be a percentage")
     annotations = {"kiln.dev/rollout": rollout_id} if rollout_id else {}
+    if intent is not None:
+        annotations[ANNOTATION_INTENT] = str(intent)
     return {
         "apiVersion": ISTIO_API,
         "kind": "VirtualService",

@@ -9,43 +9,18 @@ to a backend (`kiln.cluster`):
   HTTP fault merged into every live VirtualService routing the host, or else a
   standalone fault VirtualService; `revert`, `in_effect` and `stray_objects`
   undo and inspect it, `sweep_merged` strips merged faults no live term owns.
-- Every merge is a read-modify-write with the object's resourceVersion as a
-  precondition, retried on a `Conflict`, inside the backend's `lock_namespace`
-  (the simulated cluster serialises a namespace's writers there, so they rarely
-  conflict at all).
-- `apply_keeping_faults` is how a rollout re-applies its VirtualService without
-  dropping an injected fault, adopting a standalone fault object of its host.
+- Every merge is a read-modify-write through `canary.routes.virtual_service_update`,
+  the one module that writes a service's VirtualService for rollouts and faults alike
+  (a rollout's re-apply, keeping injected faults, is `canary.routes.rollout_routes_write`).
 
 The pure names are re-exported here, so callers keep one import.
 """
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Callable
-from contextlib import ExitStack
 from typing import Any
 
-from canary.chaos.faults import (
-    ANNOTATION_FAULTS,
-    LABEL_MERGED,
-    FaultConflict,
-    FaultEffect,
-    as_int,
-    carry_faults,
-    fault_effect,
-    fault_entries,
-    is_live,
-    is_standalone_fault,
-    may_carry_faults,
-    object_ref,
-    owner_of,
-    owns,
-    put_fault,
-    routes_host,
-    with_fault,
-    without_fault,
-)
+from canary.chaos.faults import with_fault
 from canary.chaos.manifests import (
     CHAOS_API_PODCHAOS,
     CHAOS_API_VS,
@@ -63,13 +38,34 @@ from canary.chaos.manifests import (
     selector_string,
     virtual_service_fault,
 )
-from kiln.cluster import AppliedRef, Conflict
+from canary.faults import (
+    ANNOTATION_FAULTS,
+    LABEL_MERGED,
+    FaultConflict,
+    FaultEffect,
+    as_int,
+    fault_effect,
+    fault_entries,
+    is_live,
+    may_carry_faults,
+    object_ref,
+    owner_of,
+    owns,
+    without_fault,
+)
+from canary.routes import (
+    MERGE_ATTEMPTS,
+    MERGE_FIELD_MANAGER,
+    merge_targets,
+    standalone_fault_candidates,
+    virtual_service_update,
+)
+from kiln.cluster import AppliedRef
 
 __all__ = [
     # the read-modify-write through a backend (this module)
     "MERGE_ATTEMPTS",
     "MERGE_FIELD_MANAGER",
-    "apply_keeping_faults",
     "in_effect",
     "inject",
     "merge_fault",
@@ -102,10 +98,6 @@ __all__ = [
     "fault_effect",
     "fault_entries",
 ]
-
-MERGE_FIELD_MANAGER = "kiln"  # the rollout's field manager: both writers own the same fields
-
-MERGE_ATTEMPTS = 5
 
 
 def inject(backend: Any, spec: FaultSpec, token: int) -> Injected:
@@ -209,43 +201,10 @@ def simulated_fault_effect(backend: Any, namespace: str, host: str) -> FaultEffe
     return fault_effect(backend.list(CHAOS_API_VS, "VirtualService", namespace), host, namespace)
 
 
-def merge_targets(backend: Any, namespace: str, host: str) -> list[dict[str, Any]]:
-    """Live VirtualServices (not Kiln's own fault objects) whose http routes serve `host`."""
-    return [
-        vs
-        for vs in backend.list(CHAOS_API_VS, "VirtualService", namespace)
-        if is_live(vs)
-        and not is_standalone_fault(vs)
-        and (vs.get("spec") or {}).get("http")
-        and routes_host(vs, host, namespace)
-    ]
-
-
-def _read_modify_write(
-    backend: Any, namespace: str, name: str, change: Callable[[dict[str, Any]], dict | None]
-) -> dict[str, Any] | None:
-    """Apply `change(live)` with the live resourceVersion as precondition; retry on conflict."""
-    for attempt in range(MERGE_ATTEMPTS):
-        try:
-            with backend.lock_namespace(namespace=namespace):
-                live = backend.get(CHAOS_API_VS, "VirtualService", namespace, name)
-                if not is_live(live):
-                    return None
-                manifest = change(live)
-                if manifest is None:
-                    return None
-                backend.apply([manifest], field_manager=MERGE_FIELD_MANAGER)
-                return manifest
-        except Conflict:
-            if attempt == MERGE_ATTEMPTS - 1:
-                raise
-    return None
-
-
 def merge_fault(backend: Any, spec: FaultSpec, token: int, vs_name: str) -> bool:
     """Inject `spec`'s fault into the live VirtualService `vs_name`; False if it is gone."""
     return (
-        _read_modify_write(
+        virtual_service_update(
             backend, spec.namespace, vs_name, lambda live: with_fault(live, spec, token)
         )
         is not None
@@ -255,7 +214,7 @@ def merge_fault(backend: Any, spec: FaultSpec, token: int, vs_name: str) -> bool
 def unmerge_fault(backend: Any, namespace: str, name: str, experiment_id: str, token: int) -> bool:
     """Remove the faults (experiment, token) owns from one VirtualService; idempotent."""
     return (
-        _read_modify_write(
+        virtual_service_update(
             backend, namespace, name, lambda live: without_fault(live, experiment_id, token)
         )
         is not None
@@ -291,93 +250,5 @@ def sweep_merged(
             }
             return without_fault(current, None, None, keep_live=live | (now - seen))
 
-        _read_modify_write(backend, meta.get("namespace") or "", meta["name"], strip)
+        virtual_service_update(backend, meta.get("namespace") or "", meta["name"], strip)
     return found
-
-
-def apply_keeping_faults(backend: Any, manifests: list[dict[str, Any]]) -> list[Any]:
-    """Apply manifests, carrying into each VirtualService the faults and fault annotation of its live version.
-
-    A rollout rebuilds its VirtualService from scratch at every step; this keeps an
-    injected fault (on the route of the same name) across the re-apply. A standalone
-    fault VirtualService of the same host (a fault injected before the rollout's
-    VirtualService existed) is adopted: its fault moves into the routes, owned by
-    the same experiment and term, and the standalone object is deleted, so the host
-    is never routed by two VirtualServices.
-    """
-    namespaces = sorted(
-        {
-            (m.get("metadata") or {}).get("namespace") or ""
-            for m in manifests
-            if m.get("kind") == "VirtualService"
-        }
-    )
-    for attempt in range(MERGE_ATTEMPTS):
-        try:
-            with ExitStack() as stack:
-                for namespace in namespaces:
-                    stack.enter_context(backend.lock_namespace(namespace=namespace))
-                prepared: list[dict[str, Any]] = []
-                adopted: list[dict[str, Any]] = []
-                for manifest in manifests:
-                    carried, taken = _carry_faults(backend, manifest)
-                    prepared.append(carried)
-                    adopted.extend(taken)
-                refs = backend.apply(prepared)
-                for standalone in adopted:
-                    backend.delete(AppliedRef.from_dict(object_ref(standalone)))
-                return refs
-        except Conflict:
-            if attempt == MERGE_ATTEMPTS - 1:
-                raise
-    return []
-
-
-def _carry_faults(
-    backend: Any, manifest: dict[str, Any]
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The manifest with live and standalone faults of its host, and the standalone objects adopted."""
-    if manifest.get("kind") != "VirtualService" or manifest.get("apiVersion") != CHAOS_API_VS:
-        return manifest, []
-    meta = manifest.get("metadata") or {}
-    namespace = meta.get("namespace") or ""
-    live = backend.get(CHAOS_API_VS, "VirtualService", namespace, meta["name"])
-    out = carry_faults(manifest, live) if is_live(live) else copy.deepcopy(manifest)
-    if is_standalone_fault(out) or not (out.get("spec") or {}).get("http"):
-        return out, []
-    adopted = []
-    # Only Kiln's own fault objects can be adopted: select them by label instead of reading
-    # (and rendering) every VirtualService of the namespace on each traffic shift.
-    for other in standalone_fault_candidates(backend, namespace):
-        if not (is_live(other) and is_standalone_fault(other)):
-            continue
-        if not any(routes_host(other, h, namespace) for h in out["spec"].get("hosts") or []):
-            continue
-        labels = other["metadata"].get("labels") or {}
-        owner = (labels[LABEL_EXPERIMENT], as_int(labels.get(LABEL_TOKEN)))
-        trial = copy.deepcopy(out)
-        try:
-            for route in (other.get("spec") or {}).get("http") or []:
-                for key, value in (route.get("fault") or {}).items():
-                    put_fault(trial, key, value, *owner)
-        except FaultConflict:
-            continue  # another experiment holds that kind here: leave the standalone object
-        out = trial
-        adopted.append(other)
-    return out, adopted
-
-
-def standalone_fault_candidates(backend: Any, namespace: str) -> list[dict[str, Any]]:
-    """Live VirtualServices of `namespace` carrying Kiln's experiment label.
-
-    Deleting objects are never adopted, so the list leaves them out
-    (`include_deleting=False`); on the simulated cluster that also spares the sweep
-    for finalized objects, a scan of every deleting object on each traffic shift.
-    """
-    return backend.list(
-        CHAOS_API_VS,
-        "VirtualService",
-        namespace,
-        label_selector=LABEL_EXPERIMENT,
-        include_deleting=False,
-    )

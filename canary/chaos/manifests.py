@@ -18,15 +18,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from canary.faults import LABEL_EXPERIMENT, LABEL_TOKEN
 from canary.traffic import EXPORT_TO
 
 CHAOS_API_VS = "networking.istio.io/v1"
 
 CHAOS_API_PODCHAOS = "chaos-mesh.org/v1alpha1"
-
-LABEL_EXPERIMENT = "kiln.dev/chaos-experiment"
-
-LABEL_TOKEN = "kiln.dev/chaos-token"  # noqa: S105 - a label key, not a secret
 
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
 

@@ -1,11 +1,13 @@
 """The rollout state machine: the one transition check, and the decision that moves traffic.
 
 `ROLLOUT_TRANSITIONS` (canary.models) is the table; `transition` is the only code that
-changes a rollout's status, and `decide` the only code that shifts its traffic: it
-moves the status, routes the VirtualService, stores the decision and audits it
-(`canary.rollout.<kind>`), inside the caller's transaction. Callers hold the rollout's
-row lock (`locked`) and end with `save_and_stream`, which broadcasts the committed state
-and schedules the next tick.
+changes a rollout's status, and `rollout_decision_record` the only code that shifts its
+traffic: it moves the status, stores the decision with the route intent it orders
+(`routing.route_intent_record`) and audits it (`canary.rollout.<kind>`), inside the
+caller's transaction. Callers hold the rollout's row lock (`rollout_locked`), end with
+`save_and_stream`, which broadcasts the committed state and schedules the next tick, and
+after the commit apply the intent (`routing.rollout_routes_apply`): nothing is written
+to the cluster while the row is locked.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from typing import Any
 from django.utils import timezone
 
 from audit import record
-from canary.extensions import write_virtual_services
 from canary.models import (
     ACTIVE_STATUSES,
     ROLLOUT_TERMINAL_STATUSES,
@@ -27,14 +28,13 @@ from canary.models import (
     RolloutTick,
 )
 from canary.ownership import ownership_refusal
+from canary.services.routing import route_intent_record
 from canary.services.stream import after_commit
-from canary.traffic import destination_rule, virtual_service
-from kiln.cluster.backends import get_backend
 from kiln.errors import Forbidden, IllegalTransition
 from kiln.identity.permissions import Actor, can_decide_rollout
 
 
-def locked(rollout: Rollout) -> Rollout:
+def rollout_locked(rollout: Rollout) -> Rollout:
     """The rollout read again under its row lock, with its service and team."""
     return Rollout.objects.select_for_update().select_related("service__team").get(pk=rollout.pk)
 
@@ -53,35 +53,7 @@ def transition(rollout: Rollout, to: str) -> None:
         rollout.finished_at = timezone.now()
 
 
-def route(rollout: Rollout, weight: int, *, subsets: bool = False) -> None:
-    """Apply the VirtualService at `weight` (and the DestinationRule's subsets when starting)."""
-    service = rollout.service
-    manifests = [
-        virtual_service(
-            name=service.name,
-            namespace=service.namespace,
-            host=service.host,
-            canary_weight=weight,
-            rollout_id=str(rollout.pk),
-        )
-    ]
-    if subsets:
-        manifests.insert(
-            0,
-            destination_rule(
-                name=service.name,
-                namespace=service.namespace,
-                host=service.host,
-                baseline_version=rollout.baseline_version,
-                canary_version=rollout.canary_version,
-            ),
-        )
-    # An injected chaos fault may live in this VirtualService's route: the installed writer
-    # keeps it across the re-apply (canary.extensions).
-    write_virtual_services(get_backend(), manifests)
-
-
-def decide(
+def rollout_decision_record(
     rollout: Rollout,
     *,
     actor: Actor,
@@ -91,8 +63,10 @@ def decide(
     statistics: dict[str, Any] | None = None,
     to: str | None = None,
 ) -> RolloutDecision:
-    """Record a state-changing decision: move to status `to` (if given), route traffic, store, audit.
+    """Record a state-changing decision: move to status `to` (if given), store it, audit it.
 
+    A decision that moves traffic (or starts the rollout) stores a route intent beside it;
+    the caller applies it after its transaction commits (`routing.rollout_routes_apply`).
     The broadcast follows when the caller saves (`save_and_stream`).
     """
     if to is not None:
@@ -100,8 +74,6 @@ def decide(
     if not can_decide_rollout(actor, kind):
         raise Forbidden(f"{actor} may not record a {kind} decision on a rollout")
     from_weight = rollout.weight
-    if to_weight != from_weight or kind == "started":
-        route(rollout, to_weight, subsets=kind == "started")
     rollout.weight = to_weight
     rollout.reason = reason
     decision = RolloutDecision.objects.create(
@@ -114,6 +86,8 @@ def decide(
         reason=reason,
         statistics=statistics or {},
     )
+    if to_weight != from_weight or kind == "started":
+        route_intent_record(rollout, decision, weight=to_weight, subsets=kind == "started")
     record(
         actor,
         f"canary.rollout.{kind}",
@@ -130,20 +104,31 @@ def decide(
     return decision
 
 
+def ownership_refusal_of(rollout: Rollout) -> str | None:
+    """Why the rollout's namespace or host may no longer be routed by its team, or None.
+
+    Reads the namespace from the cluster: ask it before taking the rollout's row lock.
+    """
+    service = rollout.service
+    return ownership_refusal(service.team.slug, service.namespace, service.host)
+
+
 def failed_if_not_owned(
-    rollout: Rollout, *, actor: Actor, statistics: dict[str, Any] | None = None
+    rollout: Rollout,
+    *,
+    actor: Actor,
+    refusal: str | None,
+    statistics: dict[str, Any] | None = None,
 ) -> bool:
-    """Fail the rollout, routing nothing, if its namespace or host is no longer its team's.
+    """Fail the rollout, routing nothing, if `refusal` (`ownership_refusal_of`) says why.
 
     Asked before every move of traffic (start, step, promotion): a namespace can change
     hands between the rollout's creation and any later step. The weight stays as it is,
     so nothing more is written into a namespace that is no longer the team's.
     """
-    service = rollout.service
-    refusal = ownership_refusal(service.team.slug, service.namespace, service.host)
     if refusal is None:
         return False
-    decide(
+    rollout_decision_record(
         rollout,
         to=RolloutStatus.FAILED,
         actor=actor,

@@ -5,6 +5,8 @@ VirtualService), each later tick reads both arms' metrics, asks the sequential
 analysis (`canary.sequential`) and continues, steps, promotes, rolls back or holds
 it inconclusive. Every change goes through the state machine (`machine`), in one
 transaction with its audit event; the dashboard hears of it after commit (`stream`).
+Reads happen before the rollout's row is locked and cluster writes after it is
+released (route intents, `routing`): the lock covers database writes only.
 """
 
 from __future__ import annotations
@@ -14,14 +16,16 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from audit import record
-from canary.metrics import read_windows, tick_seconds_errors
+from canary.metrics import tick_seconds_errors
 from canary.models import (
     ACTIVE_STATUSES,
     ROLLOUT_OPEN_STATUSES,
     Rollout,
+    RolloutRoute,
     RolloutStatus,
     RolloutTick,
     Service,
@@ -33,18 +37,21 @@ from canary.sequential import (
     INCONCLUSIVE,
     PROMOTE,
     ROLLBACK,
-    Analyzer,
     ConfigError,
     Decision,
-    Evidence,
 )
-from canary.sequential import evidence as tick_evidence
+from canary.services.analysis import TickPlan, stat_summary, tick_decide, tick_plan, tick_read
 from canary.services.config import analysis_config, analysis_steps
-from canary.services.machine import decide, failed_if_not_owned, save_and_stream
+from canary.services.machine import (
+    failed_if_not_owned,
+    rollout_decision_record,
+    save_and_stream,
+)
+from canary.services.routing import rollout_routes_repair
 from canary.services.stream import enqueue_tick
 from canary.services.validation import dns_label_errors, rollout_errors
 from canary.traffic import weight_at
-from kiln.errors import Conflict, Forbidden, InvalidInput, Unavailable
+from kiln.errors import Conflict, Forbidden, InvalidInput
 from kiln.identity.permissions import (
     Actor,
     can_analyze_rollout,
@@ -165,39 +172,82 @@ def _rollout_data(rollout: Rollout) -> dict[str, Any]:
 def rollout_tick(*, rollout_id: Any, tick: int, actor: Actor = ANALYZER) -> str:
     """Run analysis tick `tick` (0 starts the rollout); a repeat or stale tick is a no-op.
 
-    Idempotent per tick number: the rollout row is locked and `ticks_done` must be
-    `tick - 1`, so a redelivered or duplicated task changes nothing. Only the canary
-    analyzer (`rollout.analyze`) runs ticks.
+    No I/O under the rollout's row lock. The metrics (Prometheus over HTTP, the simulated
+    cluster's routes), the analysis and the namespace's owner are read first, without it;
+    then the row is locked and the tick recorded only if the rollout is as it was read
+    (`ticks_done` is `tick - 1` and nothing saved it meanwhile), so a redelivered,
+    duplicated or overtaken tick changes nothing. The traffic it orders is a route intent,
+    written to the cluster after the commit (`routing`); one a crash left unapplied is
+    applied before anything is read. Only the canary analyzer (`rollout.analyze`) runs ticks.
     """
     if not can_analyze_rollout(actor):
         raise Forbidden(f"{actor} may not analyse rollouts")
     with tracer("kiln.canary").start_as_current_span(
         "canary.rollout.tick", attributes={"kiln.rollout": str(rollout_id), "kiln.tick": tick}
     ):
+        unapplied = RolloutRoute.objects.filter(rollout=OuterRef("pk"), applied_at__isnull=True)
+        rollout = (
+            Rollout.objects.select_related("service__team")
+            .annotate(unapplied=Exists(unapplied))
+            .filter(pk=rollout_id)
+            .first()
+        )
+        if rollout is not None and rollout.unapplied:
+            rollout_routes_repair(actor=actor, rollout_id=rollout.pk)
+        skipped = _not_due(rollout and (rollout.status, rollout.ticks_done), tick)
+        if skipped is not None:
+            return skipped
+        plan = tick_plan(rollout, tick)
+        weight = rollout.weight
         with transaction.atomic():
-            rollout = (
-                Rollout.objects.select_for_update(of=("self",))
-                .select_related("service__team")
-                .filter(pk=rollout_id)
-                .first()
-            )
-            if rollout is None or rollout.status not in ACTIVE_STATUSES:
-                return "inactive"
-            if tick == 0:
-                if rollout.status != RolloutStatus.PENDING:
-                    return "duplicate"
-                return _start(rollout, actor)
-            if rollout.status != RolloutStatus.RUNNING or rollout.ticks_done != tick - 1:
-                return "duplicate"
-            return _analyse(rollout, tick, actor)
+            outcome = _record(rollout, tick, actor, plan)
+        # A decision routes (stores an intent) when it starts the rollout or moves its weight.
+        if outcome == "started" or rollout.weight != weight:
+            rollout_routes_repair(actor=actor, rollout_id=rollout.pk)
+        return outcome
 
 
-def _start(rollout: Rollout, actor: Actor) -> str:
-    if failed_if_not_owned(rollout, actor=actor):
+def _not_due(state: tuple[str, int] | None, tick: int) -> str | None:
+    """Why tick `tick` is not the rollout's next one ("inactive", "duplicate"), or None."""
+    if state is None or state[0] not in ACTIVE_STATUSES:
+        return "inactive"
+    status, ticks_done = state
+    if tick == 0:
+        return None if status == RolloutStatus.PENDING else "duplicate"
+    if status != RolloutStatus.RUNNING or ticks_done != tick - 1:
+        return "duplicate"
+    return None
+
+
+def _record(rollout: Rollout, tick: int, actor: Actor, plan: TickPlan) -> str:
+    """Under the row lock: if the rollout is as `plan` read it, record the tick and act on it."""
+    state = (
+        Rollout.objects.select_for_update()
+        .filter(pk=rollout.pk)
+        .values_list("status", "ticks_done", "updated_at")
+        .first()
+    )
+    skipped = _not_due(state and state[:2], tick)
+    if skipped is not None:
+        return skipped
+    if state[2] != rollout.updated_at:
+        # Changed since it was read (a person steered it): what was read is not this tick's.
+        return "stale"
+    if tick == 0:
+        return _start(rollout, actor, plan.refusal)
+    if plan.evidence is None:
+        plan.evidence, plan.weight = tick_read(rollout, tick)
+        plan.decision = tick_decide(rollout, plan.evidence)
+    assert plan.decision is not None
+    return _analyse(rollout, tick, actor, plan)
+
+
+def _start(rollout: Rollout, actor: Actor, refusal: str | None) -> str:
+    if failed_if_not_owned(rollout, actor=actor, refusal=refusal):
         save_and_stream(rollout)
         return "failed"
     first = analysis_steps(rollout)[0][0]
-    decide(
+    rollout_decision_record(
         rollout,
         to=RolloutStatus.RUNNING,
         actor=actor,
@@ -209,35 +259,21 @@ def _start(rollout: Rollout, actor: Actor) -> str:
     return "started"
 
 
-def _analyse(rollout: Rollout, tick: int, actor: Actor) -> str:
-    cfg = analysis_config(rollout)
-    try:
-        baseline, canary, weight = read_windows(rollout, tick)
-        ev = tick_evidence(baseline, canary, cfg)
-    except Unavailable as exc:
-        # A metrics error is no evidence: the tick is recorded as such and the clock runs on.
-        ev, weight = Evidence.none(f"metrics unavailable: {exc.message}"), rollout.weight
-    analyzer = Analyzer(cfg)
-    history = [
-        Evidence.from_dict(e)
-        for e in rollout.ticks.filter(number__gt=rollout.analysis_start)
-        .order_by("number")
-        .values_list("evidence", flat=True)
-    ]
-    analyzer.replay(history)
-    decision = analyzer.observe(ev)
+def _analyse(rollout: Rollout, tick: int, actor: Actor, plan: TickPlan) -> str:
+    assert plan.evidence is not None and plan.decision is not None
+    decision = plan.decision
     stats = decision.as_dict()
     tick_row = RolloutTick.objects.create(
         rollout=rollout,
         number=tick,
-        weight=weight,
-        evidence=ev.as_dict(),
+        weight=plan.weight,
+        evidence=plan.evidence.as_dict(),
         decision=stats,
         action=decision.action,
         trace_id=current_trace_id(),
     )
     rollout.ticks_done = tick
-    summary = _stat_summary(stats)
+    summary = stat_summary(stats)
     rollout.analysis = summary
     record(
         actor,
@@ -245,7 +281,7 @@ def _analyse(rollout: Rollout, tick: int, actor: Actor) -> str:
         rollout,
         {
             "tick": tick,
-            "weight": weight,
+            "weight": plan.weight,
             "action": decision.action,
             "reason": decision.reason,
             "llr": stats["llr"],
@@ -254,7 +290,9 @@ def _analyse(rollout: Rollout, tick: int, actor: Actor) -> str:
             "minutes_needed": stats["minutes_needed"],
         },
     )
-    return _act(rollout, decision, actor=actor, statistics=summary, tick_row=tick_row)
+    return _act(
+        rollout, decision, actor=actor, statistics=summary, tick_row=tick_row, refusal=plan.refusal
+    )
 
 
 # The verdicts that end the analysis or hold it for a person: status, kind, canary weight.
@@ -273,6 +311,7 @@ def _act(
     actor: Actor,
     statistics: dict[str, Any],
     tick_row: RolloutTick,
+    refusal: str | None,
 ) -> str:
     """Carry out the tick's decision: settle or hold the rollout, or step its traffic on."""
     tick = rollout.ticks_done - rollout.analysis_start
@@ -283,10 +322,10 @@ def _act(
             reason = " ".join(p for p in (decision.reason + ".", decision.settle) if p)
         # A namespace that changed hands fails a promotion where it stands instead.
         failed = decision.action == PROMOTE and failed_if_not_owned(
-            rollout, actor=actor, statistics=statistics
+            rollout, actor=actor, refusal=refusal, statistics=statistics
         )
         if not failed:
-            decide(
+            rollout_decision_record(
                 rollout,
                 to=to,
                 actor=actor,
@@ -299,11 +338,13 @@ def _act(
         assert decision.action == CONTINUE
         next_weight = weight_at(analysis_steps(rollout), tick)
         stepping = next_weight != rollout.weight
-        if stepping and failed_if_not_owned(rollout, actor=actor, statistics=statistics):
+        if stepping and failed_if_not_owned(
+            rollout, actor=actor, refusal=refusal, statistics=statistics
+        ):
             save_and_stream(rollout, last_tick=tick_row)
             return "failed"
         if stepping:
-            decide(
+            rollout_decision_record(
                 rollout,
                 actor=actor,
                 kind="step_advanced",
@@ -315,30 +356,12 @@ def _act(
     return decision.action
 
 
-def _stat_summary(stats: dict[str, Any]) -> dict[str, Any]:
-    """What decisions, audit events and the API carry: bounds, CUSUM, sample sizes."""
-    keys = (
-        "tick",
-        "llr",
-        "llr_lower",
-        "llr_upper",
-        "cusum",
-        "cusum_threshold",
-        "cusum_median",
-        "cusum_tail",
-        "errors_accepted",
-        "channels",
-        "requests_needed",
-        "minutes_needed",
-        "empty_ticks",
-        "max_ticks",
-        "settle",
-    )
-    return {k: stats.get(k) for k in keys}
-
-
 def rollouts_tick_due(*, now: datetime | None = None) -> int:
-    """Enqueue the next tick of every active rollout that is due (the beat's safety net)."""
+    """Enqueue the next tick of every active rollout that is due (the beat's safety net).
+
+    Route intents a crash left unapplied are applied first, those of finished rollouts too.
+    """
+    rollout_routes_repair(actor=ANALYZER)
     now = now or timezone.now()
     due = Rollout.objects.filter(status__in=ACTIVE_STATUSES, next_tick_at__lte=now)
     count = 0

@@ -11,7 +11,7 @@ owning team can:
 
 Each decision has one shape (`_steer`): refuse who may not, lock the rollout, move
 it through the state machine, save, and after commit broadcast it (and, back to
-RUNNING, schedule its next tick).
+RUNNING, schedule its next tick) and apply the traffic it orders, outside the lock.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from django.db import transaction
 
 from canary.models import Rollout, RolloutStatus
 from canary.services.config import analysis_config, analysis_steps
-from canary.services.machine import decide, locked, save_and_stream
+from canary.services.machine import rollout_decision_record, rollout_locked, save_and_stream
+from canary.services.routing import rollout_routes_repair
 from canary.services.validation import require_extension, required_reason
 from kiln.errors import Forbidden, IllegalTransition, InvalidInput
 from kiln.identity.permissions import Actor, can_manage_rollout, can_promote_rollout
@@ -43,12 +44,14 @@ def _steer(
     """Lock the rollout, move it to `to` with the (weight, reason, statistics) `decision` gives, save.
 
     `decision` runs on the locked row, before the transition: it may refuse (raise) or
-    change the rollout's analysis fields, and answers where traffic goes and why.
+    change the rollout's analysis fields, and answers where traffic goes and why. The
+    traffic is written to the cluster after the commit; if that fails, the beat's sweep
+    (or the next tick) applies it again.
     """
     with transaction.atomic():
-        rollout = locked(rollout)
+        rollout = rollout_locked(rollout)
         to_weight, reason, statistics = decision(rollout)
-        decide(
+        rollout_decision_record(
             rollout,
             to=to,
             actor=actor,
@@ -58,6 +61,7 @@ def _steer(
             statistics=statistics,
         )
         save_and_stream(rollout)
+    rollout_routes_repair(actor=actor, rollout_id=rollout.pk)
     return rollout
 
 

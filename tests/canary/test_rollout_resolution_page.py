@@ -43,7 +43,7 @@ def _istio_windows(rollout, tick):
 
 def _held_rollout(service, monkeypatch):
     # Only the metrics read (an HTTP call to Prometheus) is replaced; the analysis is real.
-    monkeypatch.setattr("canary.services.rollouts.read_windows", _istio_windows)
+    monkeypatch.setattr("canary.services.analysis.read_windows", _istio_windows)
     rollout = services.rollout_create(
         actor=ADMIN,
         service=service,

@@ -16,7 +16,7 @@ from canary import services
 from canary.metrics import simulated_windows
 from canary.models import Rollout, RolloutDecision, RolloutStatus, RolloutTick
 from canary.services import machine, stream
-from canary.traffic import ISTIO_API, canary_weight_of
+from canary.traffic import ISTIO_API, canary_weight_of, virtual_service
 from kiln.cluster.backends import get_backend
 from kiln.errors import Conflict, IllegalTransition, InvalidInput
 from kiln.identity.models import Team
@@ -67,6 +67,18 @@ def _run(rollout: Rollout, limit: int = 100) -> Rollout:
         services.rollout_tick(rollout_id=rollout.pk, tick=tick)
     rollout.refresh_from_db()
     return rollout
+
+
+def _route_by_hand(rollout: Rollout, weight: int) -> None:
+    """Apply the rollout's VirtualService at `weight` behind Kiln's back (no decision, no intent)."""
+    svc = rollout.service
+    get_backend().apply(
+        [
+            virtual_service(
+                name=svc.name, namespace=svc.namespace, host=svc.host, canary_weight=weight
+            )
+        ]
+    )
 
 
 def _schema(kind_file: str) -> dict:
@@ -173,7 +185,7 @@ def test_simulated_traffic_follows_the_applied_weight(service):
     share = canary.requests / (canary.requests + baseline.requests)
     assert weight == 5 and 0.03 < share < 0.07
     # Shift the VirtualService by hand: the simulated cluster routes by what is applied.
-    machine.route(rollout, 50)
+    _route_by_hand(rollout, 50)
     baseline, canary, weight = simulated_windows(rollout, 1)
     assert weight == 50 and 0.45 < canary.requests / (canary.requests + baseline.requests) < 0.55
 
@@ -292,7 +304,7 @@ def test_a_canary_that_never_got_traffic_is_held_inconclusive(service):
     rollout = _rollout(service, steps=[5, 100], ticks_per_step=6)
     services.rollout_tick(rollout_id=rollout.pk, tick=0)
     # The VirtualService is changed behind Kiln's back: the canary gets nothing.
-    machine.route(rollout, 0)
+    _route_by_hand(rollout, 0)
     rollout = _run(rollout)
     # Windows without canary traffic are no evidence: held for a person, never promoted.
     assert rollout.status == RolloutStatus.INCONCLUSIVE and rollout.finished_at is None

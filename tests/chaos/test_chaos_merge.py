@@ -14,7 +14,7 @@ from django.db.models.signals import post_init
 from django.test.utils import CaptureQueriesContext
 from kubernetes import client as k8s
 
-from canary import services
+from canary import routes, services
 from canary.chaos import actuators
 from canary.chaos.models import ChaosInjection, ChaosLease
 from canary.chaos.reaper import chaos_reap
@@ -169,6 +169,7 @@ def test_revert_removes_only_its_own_fault_and_restores_the_rollout_object(
         host=rollout.service.host,
         canary_weight=rollout.weight,
         rollout_id=str(rollout.pk),
+        intent=rollout.routes.latest("id").pk,
     )
     assert vs["spec"] == built["spec"]
     assert vs["metadata"]["annotations"] == built["metadata"]["annotations"]
@@ -360,7 +361,7 @@ def test_on_kubernetes_the_merge_is_a_conditional_apply_retried_on_conflict(kube
     rollout_vs = virtual_service(
         name="checkout", namespace="shop", host=host, canary_weight=10, rollout_id="r1"
     )
-    actuators.apply_keeping_faults(backend, [rollout_vs])
+    routes.rollout_routes_write(backend, [rollout_vs])
     spec = actuators.FaultSpec(
         experiment_id="0f8e2a8c-1111-4222-8333-944445555666",
         namespace="shop",
@@ -396,7 +397,7 @@ def test_on_kubernetes_the_merge_is_a_conditional_apply_retried_on_conflict(kube
     step = virtual_service(
         name="checkout", namespace="shop", host=host, canary_weight=50, rollout_id="r1"
     )
-    actuators.apply_keeping_faults(backend, [step])
+    routes.rollout_routes_write(backend, [step])
     assert kube.conflicts == 2
     live = backend.get(ISTIO_API, "VirtualService", "shop", "checkout")
     assert _weights(live) == [("baseline", 50), ("canary", 50)] and "fault" in _route(live)
@@ -473,7 +474,7 @@ def test_a_traffic_shift_in_a_crowded_namespace_reads_only_what_it_may_adopt(bac
     post_init.connect(count, sender=SimulatedObject)
     try:
         with CaptureQueriesContext(connection) as queries:
-            actuators.apply_keeping_faults(backend, [manifest])
+            routes.rollout_routes_write(backend, [manifest])
     finally:
         post_init.disconnect(count, sender=SimulatedObject)
     assert not [name for name in loaded if name.startswith("other-")]

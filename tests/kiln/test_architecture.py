@@ -70,7 +70,7 @@ DJANGO_FREE = (
     "canary.chaos.faults",
     "canary.chaos.leases",
     "canary.chaos.manifests",
-    "canary.extensions",
+    "canary.faults",
     "canary.hosts",
     "canary.promql",
     "canary.sequential",
