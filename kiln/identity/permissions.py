@@ -267,9 +267,9 @@ def can_analyze_rollout(actor: Actor) -> bool:
     return _has_capability(actor, c.ROLLOUT_ANALYZE)
 
 
-# Which rollout decisions each canary job records (canary.services.machine.decide routes traffic for
-# each). A person's decision reaches decide through a service that asked the person's own
-# predicate (can_manage_rollout, can_promote_rollout), so it passes there.
+# Which rollout decisions each canary job records (canary.services.machine.rollout_decision_record
+# orders traffic for each). A person's decision reaches rollout_decision_record through a service
+# that asked the person's own predicate (can_manage_rollout, can_promote_rollout), so it passes.
 ROLLOUT_DECISIONS: dict[str, frozenset[str]] = {
     c.ROLLOUT_ANALYZE: frozenset(
         {"started", "step_advanced", "promoted", "rolled_back", "inconclusive", "failed"}
