@@ -84,16 +84,22 @@ test: $(VENV)/.installed services browser prometheus-tools
 	  exit $$(( fast != 0 || slow_rc != 0 ))
 
 ## dev: the production shape - web (WEB_PROCESSES, default 2: one per core, their metrics summed
-## at /metrics), worker, beat and audit writer as separate processes
+## at /metrics), worker, beat and audit writer as separate processes; beside them Debian's
+## Prometheus on DEV_PROMETHEUS_PORT scraping, every 5 s, the Istio metrics canary_dev_traffic
+## serves on DEV_TRAFFIC_PORT for the services read from Prometheus (the demo's payments-prod/cart),
+## so their rollouts are judged from a real server (KILN_PROMETHEUS_URL points at it)
 WEB_PROCESSES ?= 2
+DEV_PROMETHEUS_PORT ?= 9090
+DEV_TRAFFIC_PORT ?= 9471
+dev: export KILN_PROMETHEUS_URL ?= http://127.0.0.1:$(DEV_PROMETHEUS_PORT)
 # X-Forwarded-For is believed only from KILN_TRUSTED_PROXIES (default none), by uvicorn and
 # Kiln alike (kiln/proxies.py); uvicorn's own default would trust loopback.
 KILN_TRUSTED_PROXIES ?=
 export KILN_TRUSTED_PROXIES
 UVICORN_PROXY_ARGS = $(if $(strip $(KILN_TRUSTED_PROXIES)),--proxy-headers --forwarded-allow-ips "$(KILN_TRUSTED_PROXIES)",--no-proxy-headers)
-dev: $(VENV)/.installed services db
+dev: $(VENV)/.installed services db prometheus-tools
 	$(PY) manage.py seed_demo
-	@echo "web http://127.0.0.1:$(PORT), worker, beat (Ctrl-C stops all)"
+	@echo "web http://127.0.0.1:$(PORT), worker, beat, Prometheus $$KILN_PROMETHEUS_URL (Ctrl-C stops all)"
 	@rm -rf var/prometheus && mkdir -p var/prometheus
 	@trap 'kill 0' INT TERM EXIT; \
 	  PROMETHEUS_MULTIPROC_DIR=$(CURDIR)/var/prometheus \
@@ -102,6 +108,9 @@ dev: $(VENV)/.installed services db
 	  $(VENV)/bin/celery -A kiln worker --loglevel INFO --concurrency 2 & \
 	  $(VENV)/bin/celery -A kiln beat --loglevel INFO --schedule var/celerybeat-schedule & \
 	  $(PY) manage.py audit_writer & \
+	  $(PY) manage.py canary_dev_traffic --port $(DEV_TRAFFIC_PORT) & \
+	  $(PY) manage.py canary_dev_prometheus --port $(DEV_PROMETHEUS_PORT) \
+	    --target 127.0.0.1:$(DEV_TRAFFIC_PORT) --scrape-interval 5 --workdir var/dev-prometheus & \
 	  wait
 
 ## db: create the DATABASE_URL database if missing, migrate it, make the audit roles

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import io
+
 import pytest
+from django.core.management import CommandError, call_command
 
 from canary import services
 from canary.bench.dev_traffic import SECONDS_PER_TICK, DevTraffic, Route, simulated_minute
 from canary.bench.istio_source import IstioSource
+from canary.bench.prometheus_server import free_port
 from canary.management.commands.canary_dev_traffic import dev_routes
 from canary.models import MetricsSource, Rollout, Service
 from canary.seed import PROMETHEUS_DEMO, seed_prometheus_demo
@@ -148,3 +152,31 @@ def test_the_prometheus_demo_service_is_seeded_once(settings):
     assert service.metrics_source == MetricsSource.PROMETHEUS
     assert (service.prometheus_url, service.sim_traffic_class) == ("", traffic)
     assert seed_prometheus_demo() == []
+
+
+# A transaction of its own: the command reopens stale connections each second, as a process does.
+@pytest.mark.django_db(transaction=True)
+def test_the_command_serves_until_its_seconds_are_up_and_says_how_traffic_is_split(
+    payments, settings
+):
+    settings.KILN_PROMETHEUS_URL = "http://127.0.0.1:9"
+    services.service_create(
+        actor=ADMIN,
+        team=payments,
+        name="search",
+        namespace="shop",
+        metrics_source=MetricsSource.PROMETHEUS,
+    )
+    out = io.StringIO()
+    call_command("canary_dev_traffic", port=free_port(), seconds=2, stdout=out)
+    assert "shop/search: v1 100% (steady)" in out.getvalue()
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [({"port": 0}, "--port must be a TCP port"), ({"native_schema": 9}, "between -4 and 8")],
+    ids=["port", "schema"],
+)
+def test_the_command_refuses_bad_options(options, message):
+    with pytest.raises(CommandError, match=message):
+        call_command("canary_dev_traffic", seconds=1, **options)

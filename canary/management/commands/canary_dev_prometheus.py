@@ -75,6 +75,7 @@ class Command(BaseCommand):
                 )
             if not options["no_seed"]:
                 self._seed()
+            self.stdout.flush()  # a long-running process: say so at once, piped or not
             while not stopping.wait(1.0):
                 if not server.running:
                     raise CommandError(f"prometheus exited: {server.log_tail()}")

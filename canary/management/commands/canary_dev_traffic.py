@@ -65,15 +65,25 @@ class Command(BaseCommand):
     def add_arguments(self, parser) -> None:
         parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="loopback port")
         parser.add_argument("--seconds", type=int, default=0, help="stop after N (0: never)")
+        parser.add_argument(
+            "--native-schema",
+            type=int,
+            default=None,
+            help="also serve native histograms of this schema (-4..8) for a server that reads them",
+        )
 
     def handle(self, *args, **options) -> None:
         if not 0 < options["port"] < 65536:
             raise CommandError("--port must be a TCP port")
+        schema = options["native_schema"]
+        if schema is not None and not -4 <= schema <= 8:
+            raise CommandError("--native-schema must be between -4 and 8")
         try:
-            source = IstioSource().start(port=options["port"])
+            source = IstioSource(native_schema=schema).start(port=options["port"])
         except OSError as exc:
             raise CommandError(f"cannot listen on 127.0.0.1:{options['port']}: {exc}") from None
         self.stdout.write(f"Istio traffic source on http://{source.address}/metrics")
+        self.stdout.flush()
         stopping = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stopping.set())
         limit = options["seconds"]
@@ -109,3 +119,4 @@ class Command(BaseCommand):
                 else f"{r.baseline} 100%"
             )
             self.stdout.write(f"{r.namespace}/{r.service}: {split} ({r.traffic_class})")
+        self.stdout.flush()  # a long-running process: each change shows at once, piped or not
