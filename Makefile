@@ -198,12 +198,14 @@ screenshots: $(VENV)/.installed services browser
 
 ## deploy-check: render every overlay of deploy/ (kubectl kustomize), then tests/deploy: each object
 ## strictly against Kubernetes 1.31 and 1.33 and the CRD schemas, cross-references, labels and
-## images, the migration hook, docs/install.md's commands, the RBAC proof (the suite runs them too)
+## images, the migration hook, docs/install.md's commands, the RBAC proof, promtool on the alert
+## rules and on each process kind's /metrics (the suite runs them too)
 KUBECTL ?= $(shell command -v kubectl || echo $(VENV)/bin/kubectl)
-deploy-check: $(VENV)/.installed services
+deploy-check: $(VENV)/.installed services prometheus-tools
 	@for overlay in deploy/overlays/*/; do \
 	  echo "kubectl kustomize $$overlay"; $(KUBECTL) kustomize "$$overlay" > /dev/null || exit 1; done
-	$(PY) -m pytest -p no:cacheprovider -q tests/deploy tests/scheduler/test_deploy_config.py
+	$(PY) -m pytest -p no:cacheprovider -q tests/deploy tests/scheduler/test_deploy_config.py \
+	  tests/kiln/test_metrics_exposition.py
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
