@@ -361,6 +361,21 @@ def test_gitops_commits_a_conditional_write_and_its_observer_checks_the_precondi
     assert "step: '1'" in committed
 
 
+def _until_another_session_waits_on_a_lock(timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    with connection.cursor() as cursor:
+        while time.monotonic() < deadline:
+            # Inside a transaction the activity view is a snapshot: take a new one each time.
+            cursor.execute("SELECT pg_stat_clear_snapshot()")
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+            if cursor.fetchone()[0]:
+                return
+            time.sleep(0.01)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_simulated_namespace_lock_holds_a_second_writer_until_the_first_is_done():
     backend = SimulatedBackend()
@@ -373,7 +388,7 @@ def test_the_simulated_namespace_lock_holds_a_second_writer_until_the_first_is_d
             with backend.lock_namespace(namespace="shop"):
                 events.append("first in")
                 held.set()
-                time.sleep(0.3)
+                _until_another_session_waits_on_a_lock()
                 events.append("first out")
         finally:
             connection.close()
