@@ -5,9 +5,11 @@
 
 Each variant is `name=FAST_WORKERS,SLOW_WORKERS`, run as `make test TEST_WORKERS=.. \\
 TEST_SLOW_WORKERS=..` (0: one pytest process, no xdist); the variants alternate round by round,
-so a change in the machine's pace falls on both. Prints one JSON object: per run the wall-clock
-seconds of the whole target, each pytest run's closing line and seconds, the exit code and the
-1-minute load average before and after; per variant the median wall clock.
+so a change in the machine's pace falls on both. With `--paths tests/portal ...` it times one
+pytest run of the tests not marked slow under those paths instead (`-n FAST_WORKERS`), against
+DATABASE_URL and REDIS_URL as set. Prints one JSON object: per run the wall-clock seconds, each
+pytest run's closing line and seconds, the exit code and the 1-minute load average before and
+after; per variant the median wall clock.
 """
 
 from __future__ import annotations
@@ -24,7 +26,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # pytest's closing line: "==== 2 failed, 103 passed, 4824 deselected in 2203.39s (0:36:43) ===="
-SUMMARY = re.compile(r"^=+ (?P<counts>.*?) in (?P<seconds>[0-9.]+)s.*=+$", re.MULTILINE)
+# (without the bars under -q).
+SUMMARY = re.compile(
+    r"^=* ?(?P<counts>[0-9]+ (?:passed|failed|error|errors|skipped|deselected)\b.*?)"
+    r" in (?P<seconds>[0-9.]+)s\b.*$",
+    re.MULTILINE,
+)
 
 
 def variant(text: str) -> tuple[str, int, int]:
@@ -34,16 +41,19 @@ def variant(text: str) -> tuple[str, int, int]:
     return name, int(fast), int(slow or fast)
 
 
-def run_once(name: str, fast: int, slow: int) -> dict:
-    """One `make test` with the given worker counts: wall clock and both pytest summaries."""
+def command(fast: int, slow: int, paths: list[str]) -> list[str]:
+    """`make test` with the given worker counts, or one pytest run over `paths`."""
+    if not paths:
+        return ["make", "test", f"TEST_WORKERS={fast}", f"TEST_SLOW_WORKERS={slow}"]
+    pytest = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-m", "not slow"]
+    return [*pytest, "-n", str(fast), "--dist", "loadfile", *paths]
+
+
+def run_once(name: str, fast: int, slow: int, paths: list[str]) -> dict:
+    """One run with the given worker counts: wall clock and its pytest summaries."""
     load_before = os.getloadavg()[0]
     started = time.monotonic()
-    proc = subprocess.run(
-        ["make", "test", f"TEST_WORKERS={fast}", f"TEST_SLOW_WORKERS={slow}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
+    proc = subprocess.run(command(fast, slow, paths), cwd=ROOT, capture_output=True, text=True)
     wall = time.monotonic() - started
     summaries = [
         {"line": m.group("counts"), "seconds": float(m.group("seconds"))}
@@ -51,6 +61,7 @@ def run_once(name: str, fast: int, slow: int) -> dict:
     ]
     return {
         "variant": name,
+        "command": " ".join(command(fast, slow, paths)),
         "fast_workers": fast,
         "slow_workers": slow,
         "wall_seconds": round(wall, 1),
@@ -69,17 +80,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--variant", action="append", type=variant, help="name=FAST_WORKERS,SLOW_WORKERS"
     )
+    parser.add_argument("--paths", nargs="*", default=[], help="time pytest over these instead")
     args = parser.parse_args(argv)
     variants = args.variant or [variant("serial=0,0"), variant("parallel=2,2")]
     runs = []
     for round_no in range(args.rounds):
         order = variants if round_no % 2 == 0 else list(reversed(variants))
         for name, fast, slow in order:
-            runs.append(run_once(name, fast, slow))
+            runs.append(run_once(name, fast, slow, args.paths))
             print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
     report = {
         "benchmark": "suite_time",
         "target": "make test under 600 s on this two-core machine when quiet",
+        "paths": args.paths or None,
         "runs": runs,
         "median_wall_seconds": {
             name: statistics.median(r["wall_seconds"] for r in runs if r["variant"] == name)
