@@ -57,7 +57,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def kiln(tmp_path_factory) -> Iterator[Standalone]:
     """A standalone Kiln for the whole session, on a free port with a fresh var/ directory."""
-    server = standalone_process.start(tmp_path_factory.mktemp("kiln-e2e-var"), timeout=240)
+    # Every browser test requests payments environments from this one server and leaves most of
+    # them live; the default cap (20 live environments a team) would deny the later ones.
+    server = standalone_process.start(
+        tmp_path_factory.mktemp("kiln-e2e-var"),
+        timeout=240,
+        environment={"KILN_TEAM_LIMITS": "cpu=1024,memoryGi=4096,gpu=8,environments=200"},
+    )
     try:
         yield server
     finally:
