@@ -3,6 +3,8 @@ channel layers, security headers and cookies, static files, tracing and logs."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
@@ -59,6 +61,10 @@ INSTALLED_APPS = [
     "canary",
     "canary.chaos.apps.ChaosConfig",  # label "chaos"
 ]
+# Benchmarks, load tests and demos: a development-only app, present with the development
+# requirements (pytest is one of them) and absent from the production image.
+if importlib.util.find_spec("pytest") is not None and (BASE_DIR / "bench" / "apps.py").exists():
+    INSTALLED_APPS.append("bench.apps.BenchConfig")
 
 MIDDLEWARE = [
     "kiln.streaming.AsyncStreamingMiddleware",  # first: sees every streamed response (ASGI)
