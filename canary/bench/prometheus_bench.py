@@ -317,6 +317,7 @@ def run(
             },
             "native_schema": NATIVE_SCHEMA,
             "classes": {name: summarise(by_class[name]) for name in classes},
+            "pooled": pooled([r for name in classes for r in by_class[name]]),
             "wall_seconds": round(time.monotonic() - started, 1),
         }
     finally:
@@ -327,6 +328,56 @@ def run(
 
 def _rate(values: list[bool]) -> float | None:
     return round(float(np.mean(values)), 4) if values else None
+
+
+def upper_bound_95(events: int, trials: int) -> float | None:
+    """The one-sided 95% Clopper-Pearson upper bound of a rate seen `events` times in `trials`.
+
+    Zero events in n trials bounds the rate by about 3/n (the rule of three)."""
+    if trials == 0:
+        return None
+    if events >= trials:
+        return 1.0
+    lo, hi = events / trials, 1.0
+    for _ in range(60):  # bisection on the binomial tail P(X <= events | p) = 0.05
+        mid = (lo + hi) / 2
+        if _binomial_cdf(events, trials, mid) > 0.05:
+            lo = mid
+        else:
+            hi = mid
+    return round(hi, 4)
+
+
+def _binomial_cdf(k: int, n: int, p: float) -> float:
+    term, total = (1.0 - p) ** n, 0.0
+    for i in range(k + 1):
+        total += term
+        term *= (n - i) / (i + 1) * p / (1.0 - p) if i < n else 0.0
+    return total
+
+
+def pooled(rows: list[Rollout]) -> dict:
+    """Per judge over every class: the counts behind the rates and their 95% upper bounds."""
+    healthy = [r for r in rows if r.regression is None]
+    regressed = [r for r in rows if r.regression is not None]
+    out = {}
+    for judge in ("exact", *KINDS):
+        false_rb = sum(r.decided.get(judge, ("",))[0] == ROLLBACK for r in healthy)
+        promoted = sum(r.decided.get(judge, ("",))[0] == PROMOTE for r in regressed)
+        out[judge] = {
+            "healthy": len(healthy),
+            "false_rollbacks": false_rb,
+            "false_rollback_upper_95": upper_bound_95(false_rb, len(healthy)),
+            "regressed": len(regressed),
+            "regressions_promoted": promoted,
+            "regression_promoted_upper_95": upper_bound_95(promoted, len(regressed)),
+        }
+        if judge in KINDS:
+            out[judge]["agrees_with_exact"] = sum(
+                r.decided.get(judge) == r.decided.get("exact") for r in rows
+            )
+            out[judge]["rollouts"] = len(rows)
+    return out
 
 
 def summarise(rows: list[Rollout]) -> dict:
@@ -349,6 +400,12 @@ def summarise(rows: list[Rollout]) -> dict:
             "median_minutes_to_decide": float(np.median(ticks)) if ticks else None,
         }
         if judge in KINDS:
+            # Agreement: the share of rollouts this kind decided exactly as the exact counts
+            # did (the same action at the same tick). Where it is 1.0 the kind inherits the
+            # exact judge's error rates, which canary_bench measures on many more rollouts.
+            row["agrees_with_exact"] = _rate(
+                [r.decided.get(judge) == r.decided.get("exact") for r in rows]
+            )
             # Resolved: no rollout of the class had a latency channel its buckets could not
             # resolve at the design shifts.
             row["resolved"] = not any(r.unresolved.get(judge) for r in rows)

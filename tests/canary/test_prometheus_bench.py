@@ -74,3 +74,14 @@ def test_a_window_reads_exactly_what_was_served_and_knows_its_buckets(prometheus
         assert before[("svc", BASELINE)][:2] == (40, 1) and before[("svc", CANARY)][:2] == (10, 1)
     finally:
         source.stop()
+
+
+def test_the_pooled_upper_bound_is_clopper_pearsons():
+    from canary.bench.prometheus_bench import upper_bound_95
+
+    # Known one-sided 95% Clopper-Pearson bounds: zero in 300 is the rule of three (~1%).
+    assert upper_bound_95(0, 300) == 0.0099
+    assert upper_bound_95(1, 100) == 0.0466
+    assert upper_bound_95(5, 10) == 0.7776
+    assert upper_bound_95(3, 3) == 1.0
+    assert upper_bound_95(0, 0) is None
