@@ -1,6 +1,6 @@
-"""The tests' local Kubernetes API server: kiln/cluster/kube_sim.py, under the name tests use."""
+"""The tests' local Kubernetes API server: tests/support/kube_sim.py, under the name tests use."""
 
-from kiln.cluster.kube_sim import RESOURCES
-from kiln.cluster.kube_sim import SimulatedKubeAPI as FakeKube
+from tests.support.kube_sim import RESOURCES
+from tests.support.kube_sim import SimulatedKubeAPI as FakeKube
 
 __all__ = ["RESOURCES", "FakeKube"]

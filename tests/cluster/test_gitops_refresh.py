@@ -11,9 +11,9 @@ import urllib.request
 import pytest
 
 from kiln.cluster.argocd import ArgoCDRefresher
-from kiln.cluster.argocd_sim import SimulatedArgoCD
 from kiln.cluster.gitops import GitOpsBackend
 from tests.cluster.test_gitops import git, manifests
+from tests.support.argocd_sim import SimulatedArgoCD
 
 TOKEN = "argocd-test-token"
 

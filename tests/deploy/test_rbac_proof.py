@@ -27,12 +27,6 @@ from canary.chaos.reaper import chaos_reap
 from canary.chaos.services import experiment_create, fault_inject, fault_lease_acquire, fault_revert
 from canary.traffic import ISTIO_API
 from kiln.cluster import DeliveryError
-from kiln.cluster.kube_rbac import (
-    Attributes,
-    RBACAuthorizer,
-    rbac_objects,
-    service_account_identity,
-)
 from kiln.cluster.kubernetes import KubernetesBackend
 from kiln.cluster.lease import KubernetesLease
 from kiln.cluster.nodes import node_manifest, node_status, pod_manifest
@@ -54,6 +48,12 @@ from tests.portal.conftest import (  # noqa: F401 - fixtures, requested by name
     portal_settings,
     request_data,
     teams,
+)
+from tests.support.kube_rbac import (
+    Attributes,
+    RBACAuthorizer,
+    rbac_objects,
+    service_account_identity,
 )
 
 ROOT = Path(django_settings.BASE_DIR)

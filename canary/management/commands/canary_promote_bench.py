@@ -7,7 +7,7 @@ The worker has the production shape by default: a separate `celery -A kiln worke
 memory transport, i.e. standalone mode).
 
 `--kube-api local` runs every process on the `kubernetes` backend, the official client over
-HTTP to a simulated API server on loopback (kiln/cluster/kube_sim.py) instead of the
+HTTP to a simulated API server on loopback (tests/support/kube_sim.py) instead of the
 simulated cluster, and reports the requests each client process made against its client
 limits (KILN_KUBE_QPS, KILN_KUBE_BURST; `--kube-qps` for this run): whether client throttling
 shapes the time, the case study's lesson.
@@ -35,7 +35,6 @@ from canary.ownership import TEAM_LABEL
 from canary.services import analysis_config
 from kiln import benchjson
 from kiln.cluster.backends import get_backend
-from kiln.cluster.kube_sim import SimulatedKubeAPI
 from kiln.identity.permissions import system_actor
 from kiln.identity.services import team_create
 from kiln.management.waiting import wait_until
@@ -46,6 +45,7 @@ from kiln.standalone import (
     prefork_worker_service,
     services_together,
 )
+from tests.support.kube_sim import SimulatedKubeAPI
 
 # Promotion needs evidence, and the rollouts are judged as a user's are: the defaults of
 # AnalysisConfig (tail at the pooled p99.5) and of a rollout (one warm-up tick). The simulated

@@ -22,8 +22,8 @@ from django.core.management.base import BaseCommand
 
 from kiln import benchjson
 from kiln.cluster.argocd import ArgoCDRefresher
-from kiln.cluster.argocd_sim import SimulatedArgoCD
 from kiln.cluster.gitops import GitOpsBackend
+from tests.support.argocd_sim import SimulatedArgoCD
 
 TOKEN = "gitops-refresh-bench"  # noqa: S105 - the loopback simulator's token, not a secret
 

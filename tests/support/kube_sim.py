@@ -4,7 +4,7 @@ watch, delete, the status subresource (merge patch) and pod bindings.
 It speaks HTTP on 127.0.0.1 so the official `kubernetes` client, and so the `kubernetes`
 delivery backend, runs end to end without a cluster: the tests use it (as
 `tests.cluster.fake_kube.FakeKube`), and `canary_promote_bench --kube-api local` measures the
-client's limits against it. Like kiln/cluster/argocd_sim.py, it stands in for a server Kiln
+client's limits against it. Like tests/support/argocd_sim.py, it stands in for a server Kiln
 talks to, never for Kiln's own code.
 
 Server-side apply honours a `metadata.resourceVersion` precondition (stale or on a
@@ -44,7 +44,7 @@ from urllib.parse import parse_qs, urlparse
 
 from kiln.cluster import AppliedRef
 from kiln.cluster.base import match_labels
-from kiln.cluster.kube_rbac import Attributes, RBACAuthorizer
+from tests.support.kube_rbac import Attributes, RBACAuthorizer
 
 RESOURCES = {
     "v1": [
@@ -113,7 +113,7 @@ class SimulatedKubeAPI:
         self.status: dict[tuple, dict] = {}  # written through the status subresource or a binding
         self.tenant_url: str | None = None
         self.on_write = None
-        # RBAC enforcement (kiln/cluster/kube_rbac.py): off (None) unless a test loads the rendered
+        # RBAC enforcement (tests/support/kube_rbac.py): off (None) unless a test loads the rendered
         # Roles and bindings; then every request is authorized and denials are kept here.
         self.rbac: RBACAuthorizer | None = None
         self.denied: list[Attributes] = []

@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
-from kiln.cluster.kube_sim import JSONHandler
+from tests.support.kube_sim import JSONHandler
 
 
 class SimulatedArgoCD:
