@@ -261,6 +261,24 @@ class DeliveryBackend(Protocol):
         """
         ...
 
+    def annotate(self, ref: AppliedRef, annotations: dict[str, str | None]) -> bool:
+        """Merge `annotations` into a live object's metadata (None removes a key), as a JSON
+        merge patch of `metadata.annotations` does; False if the object does not exist.
+
+        Only the keys given change, so writers of other annotations are not overwritten. Like
+        a binding, it is cluster state (a mark on a Node), never committed to a repository.
+        """
+        ...
+
+    def scale(self, ref: AppliedRef, replicas: int) -> int | None:
+        """Set a workload's replicas through its `scale` subresource (what `kubectl scale` does);
+        returns the replicas it had before, or None if it does not exist.
+
+        Only `spec.replicas` changes, so the team's own fields stay theirs; like a binding, it is
+        cluster state, never committed to a repository.
+        """
+        ...
+
     def write_secret(
         self, *, namespace: str, name: str, data: dict[str, str], labels: dict[str, str]
     ) -> AppliedRef:

@@ -334,6 +334,16 @@ class GitOpsBackend:
         """Bindings are the cluster's, never committed: made on the observer (0 without one)."""
         return self.observer.bind_pods(bindings) if self.observer is not None else 0
 
+    def annotate(self, ref: AppliedRef, annotations: dict[str, str | None]) -> bool:
+        """A mark on a live object (a Node Karpenter made) is the cluster's, never committed:
+        made on the observer (False without one)."""
+        return self.observer.annotate(ref, annotations) if self.observer is not None else False
+
+    def scale(self, ref: AppliedRef, replicas: int) -> int | None:
+        """A team's workload is not Kiln's desired state to commit: scaled on the observer, as
+        `kubectl scale` would (None without one)."""
+        return self.observer.scale(ref, replicas) if self.observer is not None else None
+
     def write_secret(
         self, *, namespace: str, name: str, data: dict[str, str], labels: dict[str, str]
     ) -> AppliedRef:

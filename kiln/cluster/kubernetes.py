@@ -371,6 +371,40 @@ class KubernetesBackend:
             bound += 1
         return bound
 
+    def annotate(self, ref: AppliedRef, annotations: dict[str, str | None]) -> bool:
+        """A JSON merge patch of the object's `metadata.annotations` (null removes); False on 404."""
+        response = self._request(
+            "PATCH",
+            self._path(ref.api_version, ref.kind, ref.namespace, ref.name),
+            body={"metadata": {"annotations": dict(annotations)}},
+            content_type="application/merge-patch+json",
+        )
+        if response.status == 404:
+            return False
+        self._check(response, f"annotations of {ref}")
+        return True
+
+    def scale(self, ref: AppliedRef, replicas: int) -> int | None:
+        """Read the workload's `scale` subresource, then a merge patch of its `spec.replicas`;
+        None on 404."""
+        path = self._path(ref.api_version, ref.kind, ref.namespace, ref.name) + "/scale"
+        response = self._request("GET", path)
+        if response.status == 404:
+            return None
+        self._check(response, f"scale of {ref}")
+        before = int((self._json(response).get("spec") or {}).get("replicas") or 0)
+        if before != replicas:
+            response = self._request(
+                "PATCH",
+                path,
+                body={"spec": {"replicas": int(replicas)}},
+                content_type="application/merge-patch+json",
+            )
+            if response.status == 404:
+                return None
+            self._check(response, f"scale of {ref}")
+        return before
+
     def write_secret(
         self, *, namespace: str, name: str, data: dict[str, str], labels: dict[str, str]
     ) -> AppliedRef:

@@ -57,7 +57,7 @@ from kiln.cluster.simulated_failures import (
 )
 from kiln.cluster.simulated_render import render
 from kiln.cluster.simulated_tenant import TCP, TenantAuditWebhook, tenant_cluster
-from kiln.cluster.simulated_write import apply_one
+from kiln.cluster.simulated_write import annotate_one, apply_one, scale_one
 from kiln.cluster.tree import ObjectState, state_of
 
 Batch = list[tuple[AppliedRef, dict, list[SimulatedFailure], str | None]]
@@ -244,6 +244,20 @@ class SimulatedBackend:
     def bind_pods(self, bindings: list[PodBinding]) -> int:
         """Pod bindings, a chunk of rows per statement (`simulated_bulk`)."""
         return simulated_bulk.bind_pods(bindings, cluster=self.cluster)
+
+    def annotate(self, ref: AppliedRef, annotations: dict[str, str | None]) -> bool:
+        """A merge patch of the object's annotations (`simulated_write.annotate_one`)."""
+        found = annotate_one(cluster=self.cluster, ref=ref, annotations=annotations)
+        if self.audit is not None:
+            self.audit.record("patch", [(ref, 200 if found else 404)])
+        return found
+
+    def scale(self, ref: AppliedRef, replicas: int) -> int | None:
+        """The scale subresource's write (`simulated_write.scale_one`)."""
+        before = scale_one(cluster=self.cluster, ref=ref, replicas=replicas)
+        if self.audit is not None:
+            self.audit.record("update", [(ref, 404 if before is None else 200)])
+        return before
 
     def write_secret(
         self, *, namespace: str, name: str, data: dict[str, str], labels: dict[str, str]

@@ -328,6 +328,30 @@ def test_binding_a_pod_sets_its_node_and_annotations_once(harness):
     assert pod_list(backend, namespace="shop", node="n2") == []
 
 
+def test_annotating_merges_the_keys_given_removes_nulls_and_keeps_the_others(harness):
+    backend = harness.backend
+    node = node_manifest(
+        name="n1", instance_type="m6i.xlarge", zone="z1", capacity_type="spot", nodepool="p",
+        annotations={"kiln.dev/empty-since": "2026-12-06T08:00:00Z"},
+    )  # fmt: skip
+    backend.apply([node])
+    ref = AppliedRef("v1", "Node", "", "n1")
+    before = backend.get("v1", "Node", None, "n1")["metadata"]["resourceVersion"]
+    assert backend.annotate(ref, {"karpenter.sh/do-not-disrupt": "true", "kiln.dev/x": "1"})
+    live = backend.get("v1", "Node", None, "n1")
+    assert live["metadata"]["annotations"] == {
+        "kiln.dev/empty-since": "2026-12-06T08:00:00Z",
+        "karpenter.sh/do-not-disrupt": "true",
+        "kiln.dev/x": "1",
+    }
+    assert live["metadata"]["resourceVersion"] != before
+    assert backend.annotate(ref, {"karpenter.sh/do-not-disrupt": None, "kiln.dev/x": None})
+    assert backend.get("v1", "Node", None, "n1")["metadata"]["annotations"] == {
+        "kiln.dev/empty-since": "2026-12-06T08:00:00Z"
+    }
+    assert backend.annotate(AppliedRef("v1", "Node", "", "gone"), {"a": "b"}) is False
+
+
 def test_a_lease_mirror_exists_only_where_the_cluster_keeps_leases(harness):
     mirror = harness.backend.lease_mirror(namespace="kiln-chaos", name="kiln-chaos-1")
     if harness.keeps_leases:

@@ -1,5 +1,6 @@
 """A small real Kubernetes API server on loopback: discovery, server-side apply, get, list,
-watch, delete, the status subresource (merge patch) and pod bindings.
+watch, delete, the status subresource (merge patch), merge patches of an object's labels and
+annotations, and pod bindings.
 
 It speaks HTTP on 127.0.0.1 so the official `kubernetes` client, and so the `kubernetes`
 delivery backend, runs end to end without a cluster: the tests use it (as
@@ -415,6 +416,8 @@ class SimulatedKubeAPI:
                     return None
                 if query["_subresource"] == "status":
                     return self._patch_status((api_version, kind, namespace, name), body)
+                if self.headers.get("Content-Type") == "application/merge-patch+json":
+                    return self._merge_patch((api_version, kind, namespace, name), body)
                 if self.headers.get("Content-Type") != "application/apply-patch+yaml":
                     return self._status(
                         415, "UnsupportedMediaType", "only server-side apply is served"
@@ -489,6 +492,34 @@ class SimulatedKubeAPI:
                     sim._reconcile()
                     view = sim._view(key)
                 self._send(200 if old else 201, view)
+                sim._written("patch", key, 200, self.headers.get("User-Agent", ""))
+
+            def _merge_patch(self, key, body) -> None:
+                """A JSON merge patch (RFC 7386) of an object's metadata labels and annotations,
+                the part of an object a controller marks without owning it (a Node's
+                annotations); resourceVersion moves on, as on any write."""
+                allowed = {"labels", "annotations"}
+                meta_patch = body.get("metadata") or {}
+                if set(body) - {"metadata"} or set(meta_patch) - allowed:
+                    return self._status(
+                        422, "Invalid", "only metadata.labels and metadata.annotations are patched"
+                    )
+                with sim.lock:
+                    if key not in sim.objects:
+                        return self._status(404, "NotFound", f"{key[3]} not found")
+                    meta = sim.objects[key]["metadata"]
+                    for field, changes in meta_patch.items():
+                        merged = dict(meta.get(field) or {})
+                        for name, value in (changes or {}).items():
+                            if value is None:
+                                merged.pop(name, None)
+                            else:
+                                merged[name] = str(value)
+                        meta[field] = merged
+                    meta["resourceVersion"] = str(int(meta["resourceVersion"]) + 1)
+                    sim._reconcile()
+                    view = sim._view(key)
+                self._send(200, view)
                 sim._written("patch", key, 200, self.headers.get("User-Agent", ""))
 
             def _patch_status(self, key, body) -> None:
