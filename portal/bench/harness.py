@@ -28,12 +28,12 @@ from django.contrib.auth.models import Group
 from django.db import connection
 from rest_framework.test import APIClient
 
+from bench.waiting import wait_until
 from kiln import changes
 from kiln.celery import app
 from kiln.identity import services as identity
 from kiln.identity.models import Membership, Team
 from kiln.identity.permissions import APPROVER, ENGINEER, system_actor
-from kiln.management.waiting import wait_until
 from kiln.shape import Shape, TokenIssuer, free_port
 from kiln.standalone import (
     Service,

@@ -133,7 +133,7 @@ def test_audit_bench_still_reports_a_run_that_finishes_within_its_timeout(settin
 def test_wait_until_fails_fast_when_the_awaited_process_is_gone():
     from django.core.management.base import CommandError
 
-    from kiln.management.waiting import process_gone, wait_until
+    from bench.waiting import process_gone, wait_until
 
     proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
     proc.wait()
@@ -146,7 +146,7 @@ def test_wait_until_fails_fast_when_the_awaited_process_is_gone():
 def test_wait_until_returns_once_done_and_times_out_otherwise():
     from django.core.management.base import CommandError
 
-    from kiln.management.waiting import wait_until
+    from bench.waiting import wait_until
 
     ticks = iter([False, False, True])
     assert wait_until(lambda: next(ticks), timeout=5, what=lambda: "x", poll=0.001) < 5

@@ -30,6 +30,7 @@ from django.test import override_settings
 from rest_framework.test import APIClient
 
 from audit.models import ChainEvent
+from bench.waiting import wait_until
 from canary.models import Rollout, RolloutDecision, RolloutStatus, RolloutTick
 from canary.ownership import TEAM_LABEL
 from canary.services import analysis_config
@@ -37,7 +38,6 @@ from kiln import benchjson
 from kiln.cluster.backends import get_backend
 from kiln.identity.permissions import system_actor
 from kiln.identity.services import team_create
-from kiln.management.waiting import wait_until
 from kiln.standalone import (
     Service,
     audit_writer_service,

@@ -13,12 +13,12 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
-from audit.bench import tlog
 from audit.selectors import tree_size
 from audit.services import public_key_path, signing_key
 from audit.tree import merkle
+from bench.audit import tlog
+from bench.waiting import process_gone, wait_until
 from kiln import benchjson, proxies
-from kiln.management.waiting import process_gone, wait_until
 
 TARGETS = {"writer_end_to_end_events_per_s": 5000, "http_p99_ms": 5.0, "offline_verify_ms": 2.0}
 

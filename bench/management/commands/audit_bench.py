@@ -20,8 +20,8 @@ from audit.chain.verification import verify_chain
 from audit.chain.writer import LOCK_KEY
 from audit.models import ChainEvent
 from audit.services import chain_head, relay_publish, signing_key
+from bench.waiting import process_gone, wait_until
 from kiln import benchjson
-from kiln.management.waiting import process_gone, wait_until
 
 
 def _cpu_seconds(pid: int) -> float | None:
