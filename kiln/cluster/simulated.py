@@ -56,8 +56,9 @@ from kiln.cluster.simulated_failures import (
     finalizer_delay,
 )
 from kiln.cluster.simulated_render import render
+from kiln.cluster.simulated_scale import scale_one
 from kiln.cluster.simulated_tenant import TCP, TenantAuditWebhook, tenant_cluster
-from kiln.cluster.simulated_write import annotate_one, apply_one, scale_one
+from kiln.cluster.simulated_write import annotate_one, apply_one
 from kiln.cluster.tree import ObjectState, state_of
 
 Batch = list[tuple[AppliedRef, dict, list[SimulatedFailure], str | None]]
