@@ -70,10 +70,21 @@ class ChaosExperiment(models.Model):
     max_pods = models.PositiveIntegerField(null=True, blank=True)
     max_percent = models.FloatField(null=True, blank=True)
     stop_conditions = models.JSONField(default=list, blank=True)
+    # A stop condition that cannot be evaluated (metrics source down or silent) aborts the
+    # experiment unless it says it may run without them.
+    continue_without_metrics = models.BooleanField(default=False)
+    # Two experiments on overlapping targets run together only when both say they may.
+    may_overlap = models.BooleanField(default=False)
+    # A client's Idempotency-Key (API header, or the create form's hidden token), bound to the
+    # body it first came with (body_sha256): a second submission is the same experiment.
+    idempotency_key = models.CharField(max_length=200, blank=True, default="")
+    body_sha256 = models.CharField(max_length=64, blank=True, default="")
     status = models.CharField(
         max_length=16, choices=ExperimentStatus.choices, default=ExperimentStatus.PENDING
     )
     end_reason = models.CharField(max_length=300, blank=True, default="")
+    # What ended it, as data: the stop condition with the value read, or the lever engaged.
+    end_evidence = models.JSONField(default=dict, blank=True)
     # Lease timings are fixed at creation so every controller and reaper agrees on them.
     lease_duration = models.FloatField()
     renew_deadline = models.FloatField()
@@ -105,6 +116,11 @@ class ChaosExperiment(models.Model):
                 condition=Q(max_pods__isnull=False) | Q(max_percent__isnull=False),
                 name="canary_chaos_exp_blast_radius",
             ),
+            models.UniqueConstraint(
+                fields=["created_by_name", "idempotency_key"],
+                condition=~Q(idempotency_key=""),
+                name="chaos_exp_idempotency_key",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -113,6 +129,56 @@ class ChaosExperiment(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_STATUSES
+
+
+class LeverScope(models.TextChoices):
+    """How far a safety lever reaches: every experiment, or one team's."""
+
+    PLATFORM = "platform", "Platform"
+    TEAM = "team", "Team"
+
+
+class ChaosLever(models.Model):
+    """A safety lever: while engaged, no experiment in its scope runs or starts.
+
+    One row per scope (the platform's, each team's), kept across engagements: the last
+    engagement and release stay on it, every one of them is in the audit chain.
+    """
+
+    scope = models.CharField(max_length=16, choices=LeverScope.choices)
+    team = models.ForeignKey(
+        "kiln.Team",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="chaos_levers",
+    )
+    engaged = models.BooleanField(default=False)
+    engaged_by = models.CharField(max_length=200, blank=True, default="")
+    engaged_reason = models.CharField(max_length=300, blank=True, default="")
+    engaged_at = models.DateTimeField(null=True, blank=True)
+    released_by = models.CharField(max_length=200, blank=True, default="")
+    released_reason = models.CharField(max_length=300, blank=True, default="")
+    released_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=(Q(scope="platform") & Q(team__isnull=True))
+                | (Q(scope="team") & Q(team__isnull=False)),
+                name="chaos_lever_scope_team",
+            ),
+            models.UniqueConstraint(
+                fields=["scope"], condition=Q(scope="platform"), name="chaos_lever_one_platform"
+            ),
+            models.UniqueConstraint(
+                fields=["team"], condition=Q(scope="team"), name="chaos_lever_one_per_team"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        where = "platform" if self.scope == LeverScope.PLATFORM else f"team {self.team_id}"
+        return f"{where} lever ({'engaged' if self.engaged else 'released'})"
 
 
 class ChaosLease(models.Model):
@@ -184,7 +250,9 @@ __all__ = [
     "ChaosExperiment",
     "ChaosInjection",
     "ChaosLease",
+    "ChaosLever",
     "ExperimentStatus",
     "FaultKind",
     "InjectionState",
+    "LeverScope",
 ]
