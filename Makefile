@@ -47,7 +47,7 @@ browser:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
 ## prometheus-tools: Debian's prometheus package: promtool for the metrics and alert rule tests,
-## and the server, which the canary tests start on loopback themselves (canary/bench/
+## and the server, which the canary tests start on loopback themselves (bench/canary/
 ## prometheus_server.py) like PostgreSQL and Redis; the package's own service is not left running
 prometheus-tools:
 	@test -x /usr/bin/promtool || { \

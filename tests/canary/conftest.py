@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from canary.bench.istio_source import IstioSource
-from canary.bench.prometheus_server import PrometheusServer
+from bench.canary.istio_source import IstioSource
+from bench.canary.prometheus_server import PrometheusServer
 
 # Tests scrape at a realistic interval; the exact-window tests backfill history instead of waiting.
 SCRAPE_SECONDS = 5.0

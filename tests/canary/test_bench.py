@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from django.core.management import call_command
 
-from canary.bench import (
+from bench.canary import (
     DEFAULT_STEPS,
     ThresholdConfig,
     ThresholdJudge,

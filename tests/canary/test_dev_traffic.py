@@ -7,11 +7,11 @@ import io
 import pytest
 from django.core.management import CommandError, call_command
 
+from bench.canary.dev_traffic import SECONDS_PER_TICK, DevTraffic, Route, simulated_minute
+from bench.canary.istio_source import IstioSource
+from bench.canary.prometheus_server import free_port
+from bench.management.commands.canary_dev_traffic import dev_routes
 from canary import services
-from canary.bench.dev_traffic import SECONDS_PER_TICK, DevTraffic, Route, simulated_minute
-from canary.bench.istio_source import IstioSource
-from canary.bench.prometheus_server import free_port
-from canary.management.commands.canary_dev_traffic import dev_routes
 from canary.models import MetricsSource, Rollout, Service
 from canary.seed import PROMETHEUS_DEMO, seed_prometheus_demo
 from canary.simulated_traffic import CLASSES, MAX_TICKS

@@ -13,11 +13,11 @@ from datetime import UTC, datetime
 
 import pytest
 
+from bench.canary.dev_traffic import DevTraffic
+from bench.canary.istio_source import IstioSource
+from bench.management.commands.canary_dev_traffic import dev_routes
 from canary import services
-from canary.bench.dev_traffic import DevTraffic
-from canary.bench.istio_source import IstioSource
 from canary.forms import RolloutStartForm
-from canary.management.commands.canary_dev_traffic import dev_routes
 from canary.metrics import prometheus_windows, tick_seconds_errors
 from canary.models import MetricsSource, RolloutDecision
 from kiln.identity.models import Team

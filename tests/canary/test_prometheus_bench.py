@@ -10,8 +10,8 @@ import time
 
 import numpy as np
 
-from canary.bench.istio_source import ISTIO_BUCKETS_MS, IstioSource
-from canary.bench.prometheus_bench import (
+from bench.canary.istio_source import ISTIO_BUCKETS_MS, IstioSource
+from bench.canary.prometheus_bench import (
     BASELINE,
     CANARY,
     NAMESPACE,
@@ -77,7 +77,7 @@ def test_a_window_reads_exactly_what_was_served_and_knows_its_buckets(prometheus
 
 
 def test_the_pooled_upper_bound_is_clopper_pearsons():
-    from canary.bench.prometheus_bench import upper_bound_95
+    from bench.canary.prometheus_bench import upper_bound_95
 
     # Known one-sided 95% Clopper-Pearson bounds: zero in 300 is the rule of three (~1%).
     assert upper_bound_95(0, 300) == 0.0099

@@ -15,8 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from audit.models import OutboxEvent
+from bench.canary.istio_source import History, IstioSource
 from canary import services
-from canary.bench.istio_source import History, IstioSource
 from canary.models import MetricsSource, RolloutDecision, RolloutStatus
 from kiln.identity.models import Team
 from kiln.identity.permissions import PLATFORM_ADMIN, Actor

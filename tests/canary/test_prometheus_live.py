@@ -7,9 +7,9 @@ import time
 
 import pytest
 
+from bench.canary.istio_source import IstioSource
 from canary import prometheus as reader
 from canary import promql
-from canary.bench.istio_source import IstioSource
 from canary.metrics import DEFAULT_QUERIES
 
 VALUES = {"service": "search", "namespace": "shop", "host": "search.shop.svc.cluster.local"}

@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from canary.bench.istio_source import ISTIO_BUCKETS_MS, History, IstioSource, native_index
+from bench.canary.istio_source import ISTIO_BUCKETS_MS, History, IstioSource, native_index
 
 SERIES = 'destination_service_name="search",destination_version="v1"'
 

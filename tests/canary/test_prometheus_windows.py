@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from audit.models import OutboxEvent
+from bench.canary.istio_source import History, IstioSource
 from canary import prometheus, services
-from canary.bench.istio_source import History, IstioSource
 from canary.metrics import prometheus_windows
 from canary.models import MetricsSource, RolloutDecision
 from kiln.errors import InvalidInput, Unavailable

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from canary.bench.streams import BENCH_STEPS
+from bench.canary.streams import BENCH_STEPS
 from canary.sequential import (
     A_ROLLBACK,
     CHANNELS,

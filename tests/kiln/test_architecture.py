@@ -66,7 +66,6 @@ DJANGO_FREE = (
     "audit.tree.tlog_verify",
     "audit.witness",
     "audit.witness.protocol",
-    "canary.bench",
     "canary.chaos.faults",
     "canary.chaos.leases",
     "canary.chaos.manifests",

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from canary.bench.streams import BENCH_STEPS, HORIZON, Streams
+from bench.canary.streams import BENCH_STEPS, HORIZON, Streams
 from canary.sequential import A_INCONCLUSIVE, AnalysisConfig, BatchAnalyzer, TickCounts
 
 

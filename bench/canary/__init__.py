@@ -9,7 +9,7 @@ chosen on the "tune" seed set (`runner.tune`) and the table is reported on the
 "report" seed set; the command prints both and says which is which.
 """
 
-from canary.bench.judges import (
+from bench.canary.judges import (
     KayentaConfig,
     Outcome,
     ThresholdConfig,
@@ -19,8 +19,8 @@ from canary.bench.judges import (
     judge_threshold,
     mann_whitney_p,
 )
-from canary.bench.runner import run_bench
-from canary.bench.streams import BENCH_STEPS, SEED_SETS, bench_classes, weight_at
+from bench.canary.runner import run_bench
+from bench.canary.streams import BENCH_STEPS, SEED_SETS, bench_classes, weight_at
 
 # The step schedule of the earlier benchmark, kept for the rollouts' own step helper tests.
 DEFAULT_STEPS: tuple[tuple[int, int], ...] = ((5, 8), (25, 12), (50, 20))

@@ -1,6 +1,6 @@
 """Development Prometheus for `make dev`: Debian's server on loopback scraping the dev traffic source.
 
-Starts /usr/bin/prometheus (canary/bench/prometheus_server.py) on a fixed loopback port,
+Starts /usr/bin/prometheus (bench/canary/prometheus_server.py) on a fixed loopback port,
 scraping `--target` (canary_dev_traffic's port) every `--scrape-interval` seconds, with
 its storage under `--workdir` (kept between runs); registers the demo service read from
 Prometheus (canary.seed.seed_prometheus_demo); prints the server's URL and keeps running
@@ -16,8 +16,8 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from canary.bench.prometheus_server import PrometheusServer, prometheus_available
-from canary.management.commands.canary_dev_traffic import DEFAULT_PORT as TRAFFIC_PORT
+from bench.canary.prometheus_server import PrometheusServer, prometheus_available
+from bench.management.commands.canary_dev_traffic import DEFAULT_PORT as TRAFFIC_PORT
 from canary.seed import seed_prometheus_demo
 from kiln.errors import KilnError
 

@@ -36,9 +36,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from canary.bench.istio_source import DURATION, REQUESTS, IstioSource
-from canary.bench.prometheus_server import PrometheusServer
-from canary.bench.streams import BENCH_STEPS, HORIZON, MAX_TICKS, SEED_SETS, BenchClass
+from bench.canary.istio_source import DURATION, REQUESTS, IstioSource
+from bench.canary.prometheus_server import PrometheusServer
+from bench.canary.streams import BENCH_STEPS, HORIZON, MAX_TICKS, SEED_SETS, BenchClass
 from canary.prometheus import ReadError, api_get, classic_histogram, counter_total
 from canary.prometheus import native_histogram as read_native_histogram
 from canary.sequential import PROMOTE, ROLLBACK, AnalysisConfig, Analyzer, Decision, Window

@@ -10,10 +10,10 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from canary.bench import bench_classes
-from canary.bench.prometheus_bench import NATIVE_SCHEMA, run
-from canary.bench.prometheus_server import prometheus_available
-from canary.bench.streams import SEED_SETS
+from bench.canary import bench_classes
+from bench.canary.prometheus_bench import NATIVE_SCHEMA, run
+from bench.canary.prometheus_server import prometheus_available
+from bench.canary.streams import SEED_SETS
 
 TARGETS = {"false_rollback": 0.01, "regression_promoted": 0.05}
 

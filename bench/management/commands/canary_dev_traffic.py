@@ -16,9 +16,9 @@ import threading
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, close_old_connections
 
+from bench.canary.dev_traffic import DevTraffic, Route
+from bench.canary.istio_source import IstioSource
 from canary import selectors
-from canary.bench.dev_traffic import DevTraffic, Route
-from canary.bench.istio_source import IstioSource
 from canary.models import MetricsSource
 from kiln.identity.permissions import system_actor
 

@@ -10,7 +10,7 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from canary.bench import bench_classes, run_bench
+from bench.canary import bench_classes, run_bench
 
 
 class Command(BaseCommand):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from canary.bench.istio_source import IstioSource
+from bench.canary.istio_source import IstioSource
 from canary.simulated_traffic import CLASSES, MAX_TICKS, Simulator, TickData
 
 SECONDS_PER_TICK = 60.0  # a simulated tick of canary.simulated_traffic is one minute

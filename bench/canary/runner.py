@@ -10,7 +10,7 @@ from dataclasses import asdict
 
 import numpy as np
 
-from canary.bench.judges import (
+from bench.canary.judges import (
     KayentaConfig,
     KilnJudge,
     Outcome,
@@ -18,7 +18,7 @@ from canary.bench.judges import (
     judge_kayenta,
     judge_threshold,
 )
-from canary.bench.streams import (
+from bench.canary.streams import (
     BENCH_STEPS,
     HORIZON,
     MAX_TICKS,
