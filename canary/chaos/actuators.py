@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from canary.chaos import kinds, verify
 from canary.chaos.faults import with_fault
 from canary.chaos.manifests import (
     CHAOS_API_PODCHAOS,
@@ -33,6 +34,7 @@ from canary.chaos.manifests import (
     Injected,
     blast_radius,
     effective_percent,
+    labels_for,
     object_name,
     pod_chaos,
     selector_string,
@@ -62,8 +64,19 @@ from canary.routes import (
 )
 from kiln.cluster import AppliedRef
 
+# Every kind of object that carries a fault, as the reaper's sweep lists them.
+FAULT_OBJECT_KINDS: tuple[tuple[str, str], ...] = (
+    (CHAOS_API_VS, "VirtualService"),
+    (CHAOS_API_PODCHAOS, "PodChaos"),
+    *((kinds.CHAOS_MESH_API, kind) for kind in kinds.OBJECT_KINDS),
+)
+
+
 __all__ = [
     # the read-modify-write through a backend (this module)
+    "FAULT_OBJECT_KINDS",
+    "object_kind_of",
+    "read_back",
     "MERGE_ATTEMPTS",
     "MERGE_FIELD_MANAGER",
     "in_effect",
@@ -100,8 +113,45 @@ __all__ = [
 ]
 
 
+def object_kind_of(fault: str) -> tuple[str, str]:
+    """(apiVersion, kind) of the object that carries `fault` (standalone, for HTTP faults)."""
+    if fault == POD_KILL:
+        return CHAOS_API_PODCHAOS, "PodChaos"
+    if kinds.is_chaos_mesh(fault):
+        return kinds.CHAOS_MESH_API, kinds.KINDS[fault].object_kind
+    return CHAOS_API_VS, "VirtualService"
+
+
+def _inject_chaos_mesh(backend: Any, spec: FaultSpec, token: int) -> Injected:
+    """A Chaos Mesh object naming the pods the blast radius allows, by name."""
+    pods = [
+        p
+        for p in backend.list("v1", "Pod", spec.namespace, selector_string(spec.selector))
+        if is_live(p)
+    ]
+    count = kinds.pods_within(len(pods), spec.max_pods, spec.max_percent, spec.fault)
+    victims = [p["metadata"]["name"] for p in pods[:count]]
+    if not victims:
+        # Nothing matches within the blast radius: this term injects nothing (and says so).
+        return Injected(applied=[], targets=[])
+    manifest = kinds.chaos_object(
+        fault=spec.fault,
+        name=object_name(spec, token),
+        namespace=spec.namespace,
+        labels=labels_for(spec, token),
+        params=spec.params,
+        pods=victims,
+        max_duration_seconds=spec.max_duration_seconds,
+    )
+    backend.apply([manifest], field_manager=FIELD_MANAGER)
+    owner = {"experiment": spec.experiment_id, "token": int(token)}
+    return Injected(applied=[{**object_ref(manifest), **owner}], targets=victims)
+
+
 def inject(backend: Any, spec: FaultSpec, token: int) -> Injected:
     """Apply the fault for one lease term and return what was applied; re-applying is a no-op."""
+    if kinds.is_chaos_mesh(spec.fault):
+        return _inject_chaos_mesh(backend, spec, token)
     if spec.fault == POD_KILL:
         pods = [
             p
@@ -158,6 +208,41 @@ def revert(backend: Any, applied: list[dict[str, Any]]) -> int:
     return removed
 
 
+def read_back(backend: Any, applied: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Read every object a revert touched back through the cluster: the residue of the fault, if any.
+
+    Empty means confirmed gone (`verify.py` says what gone means per kind); a read that fails
+    is evidence too, as it confirms nothing. A fault owner's merged entries are looked for in
+    every VirtualService of the namespace, where a rollout may have adopted them.
+    """
+    evidence: list[dict[str, Any]] = []
+    for ref in applied:
+        if not ref.get("merged"):
+            try:
+                live = backend.get(
+                    ref["apiVersion"], ref["kind"], ref.get("namespace") or "", ref["name"]
+                )
+            except Exception as exc:  # noqa: BLE001 - whatever the cluster answered, nothing is confirmed
+                evidence.append(verify.read_error(ref, exc))
+                continue
+            found = verify.residue(ref, live)
+            if found is not None:
+                evidence.append(found)
+        owner = owner_of(ref)
+        if owner is None or ref.get("kind") != "VirtualService":
+            continue
+        try:
+            listed = backend.list(CHAOS_API_VS, "VirtualService", ref.get("namespace") or "")
+        except Exception as exc:  # noqa: BLE001 - as above
+            evidence.append(verify.read_error(ref, exc))
+            continue
+        for vs in listed:
+            found = verify.adopted_residue(owner, vs)
+            if found is not None and found not in evidence:
+                evidence.append(found)
+    return evidence
+
+
 def in_effect(backend: Any, applied: list[dict[str, Any]]) -> bool:
     """True if any applied object still exists (merged: still carries its owner's fault) and is not being deleted."""
     for r in applied:
@@ -184,7 +269,7 @@ def stray_objects(
     """Objects of an experiment whose fencing token has no live injection (late writes of a lost holder)."""
     found: list[dict] = []
     selector = f"{LABEL_EXPERIMENT}={experiment_id}"
-    for api_version, kind in ((CHAOS_API_VS, "VirtualService"), (CHAOS_API_PODCHAOS, "PodChaos")):
+    for api_version, kind in FAULT_OBJECT_KINDS:
         for obj in backend.list(api_version, kind, namespace, selector):
             labels = (obj.get("metadata") or {}).get("labels") or {}
             try:

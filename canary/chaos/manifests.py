@@ -51,6 +51,7 @@ class FaultSpec:
     max_duration_seconds: int = 60
     max_pods: int | None = None
     max_percent: float | None = None
+    params: dict[str, Any] = field(default_factory=dict)  # Chaos Mesh kinds' magnitude (kinds.py)
 
 
 @dataclass

@@ -19,6 +19,14 @@ class FaultKind(models.TextChoices):
     POD_KILL = "pod-kill", "Pod kill"
     HTTP_DELAY = "http-delay", "HTTP delay"
     HTTP_ABORT = "http-abort", "HTTP abort"
+    # Through Chaos Mesh, each with its own bounds (canary/chaos/kinds.py).
+    NETWORK_DELAY = "network-delay", "Network delay"
+    NETWORK_LOSS = "network-loss", "Network packet loss"
+    NETWORK_PARTITION = "network-partition", "Network partition"
+    CPU_STRESS = "cpu-stress", "CPU stress"
+    MEMORY_STRESS = "memory-stress", "Memory stress"
+    DNS_ERROR = "dns-error", "DNS errors"
+    CLOCK_SKEW = "clock-skew", "Clock skew"
 
 
 class ExperimentStatus(models.TextChoices):
@@ -61,10 +69,15 @@ class ChaosExperiment(models.Model):
     service = models.CharField(
         max_length=253, blank=True, default="", help_text="host of the target service (HTTP faults)"
     )
-    fault = models.CharField(max_length=16, choices=FaultKind.choices)
+    fault = models.CharField(max_length=24, choices=FaultKind.choices)
     delay_ms = models.PositiveIntegerField(null=True, blank=True)
     abort_http_status = models.PositiveSmallIntegerField(null=True, blank=True)
     percent = models.FloatField(default=100.0, help_text="share of requests faulted (HTTP faults)")
+    params = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="magnitude of a Chaos Mesh fault (canary/chaos/kinds.py)",
+    )
     duration_seconds = models.PositiveIntegerField()
     max_duration_seconds = models.PositiveIntegerField(help_text="hard maximum, never exceeded")
     max_pods = models.PositiveIntegerField(null=True, blank=True)
@@ -207,6 +220,8 @@ class InjectionState(models.TextChoices):
     INJECTING = "injecting", "Injecting"
     ACTIVE = "active", "Active"
     REVERTED = "reverted", "Reverted"
+    # Reverted as far as Kiln can, but the read-back still found the fault: a person's to check.
+    UNCONFIRMED = "unconfirmed", "Revert unconfirmed"
 
 
 class ChaosInjection(models.Model):
@@ -227,6 +242,12 @@ class ChaosInjection(models.Model):
     reverted_at = models.DateTimeField(null=True, blank=True)
     reverted_by = models.CharField(max_length=200, blank=True, default="")
     revert_reason = models.CharField(max_length=300, blank=True, default="")
+    # Every revert is read back: None until reverted, then whether the fault was seen gone, after
+    # how many attempts, and what was read back while it was not (canary/chaos/verify.py).
+    revert_confirmed = models.BooleanField(null=True, blank=True)
+    revert_attempts = models.PositiveSmallIntegerField(default=0)
+    revert_evidence = models.JSONField(default=list, blank=True)
+    confirmed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "canary_chaosinjection"

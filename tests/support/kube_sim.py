@@ -74,12 +74,22 @@ RESOURCES = {
     "karpenter.sh/v1": [("nodepools", "NodePool", False)],
     "argoproj.io/v1alpha1": [("applications", "Application", True)],
     "database.kiln.dev/v1alpha1": [("postgresqlinstances", "PostgreSQLInstance", True)],
-    "chaos-mesh.org/v1alpha1": [("podchaos", "PodChaos", True)],
+    "chaos-mesh.org/v1alpha1": [
+        ("podchaos", "PodChaos", True),
+        ("networkchaos", "NetworkChaos", True),
+        ("stresschaos", "StressChaos", True),
+        ("dnschaos", "DNSChaos", True),
+        ("timechaos", "TimeChaos", True),
+    ],
     "networking.istio.io/v1": [
         ("virtualservices", "VirtualService", True),
         ("destinationrules", "DestinationRule", True),
     ],
 }
+
+
+# The finalizer a deleting object shows while `finalizer_seconds` or `stuck` holds it.
+HELD_FINALIZER = "kiln.dev/stand-in-finalizer"
 
 
 class JSONHandler(BaseHTTPRequestHandler):
@@ -621,6 +631,9 @@ class SimulatedKubeAPI:
                     sim.objects[key]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
                     sim._reconcile()
                     gone = key not in sim.objects
+                    if not gone and not sim.objects[key]["metadata"].get("finalizers"):
+                        # What holds a deleting object is a finalizer: the API server shows it.
+                        sim.objects[key]["metadata"]["finalizers"] = [HELD_FINALIZER]
                 self._send(200, {"kind": "Status", "status": "Success"} if gone else sim._view(key))
                 sim._written("delete", key, 200, agent)
 

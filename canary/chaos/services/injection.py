@@ -3,13 +3,20 @@
 `fault_inject`, under a row lock on the lease, checks holder and term, writes the
 injection row (one unreverted per experiment, a database constraint) and only then
 applies the fault, so a crash at any point leaves a row the reaper can revert.
-`fault_revert` deletes the fault's objects (idempotent) and marks the row.
+`fault_revert` deletes the fault's objects (idempotent), reads them back until the fault is
+seen gone (a bounded number of attempts) and marks the row reverted, or, when the read-back
+never confirms it, unconfirmed: the evidence is kept for a person, counted by
+`kiln_chaos_reverts_unconfirmed_total` and shown among what needs attention, and
+`fault_revert_recheck` (a person, or the reaper's next passes) tries and reads again.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from prometheus_client import Counter
@@ -21,7 +28,6 @@ from canary.chaos.models import (
     ChaosInjection,
     ChaosLease,
     ExperimentStatus,
-    FaultKind,
     InjectionState,
 )
 from canary.chaos.selectors import live_injection_of
@@ -40,6 +46,12 @@ FAULTS_INJECTED = Counter("kiln_chaos_faults_injected_total", "Chaos faults inje
 FAULTS_REVERTED = Counter(
     "kiln_chaos_faults_reverted_total", "Chaos faults reverted", ["fault", "by"]
 )
+REVERTS_UNCONFIRMED = Counter(
+    "kiln_chaos_reverts_unconfirmed_total",
+    "Chaos reverts whose read-back still found the fault after every attempt",
+    ["fault"],
+)
+log = logging.getLogger("kiln.chaos")
 
 
 def fault_spec(*, experiment: ChaosExperiment) -> actuators.FaultSpec:
@@ -57,14 +69,12 @@ def fault_spec(*, experiment: ChaosExperiment) -> actuators.FaultSpec:
         max_duration_seconds=exp.max_duration_seconds,
         max_pods=exp.max_pods,
         max_percent=exp.max_percent,
+        params=dict(exp.params or {}),
     )
 
 
 def _planned_refs(spec: actuators.FaultSpec, token: int) -> list[dict[str, Any]]:
-    if spec.fault == FaultKind.POD_KILL:
-        api_version, kind = actuators.CHAOS_API_PODCHAOS, "PodChaos"
-    else:
-        api_version, kind = actuators.CHAOS_API_VS, "VirtualService"
+    api_version, kind = actuators.object_kind_of(spec.fault)
     return [
         {
             "apiVersion": api_version,
@@ -162,21 +172,64 @@ def fault_inject(
     return injection
 
 
+def revert_attempts() -> tuple[int, float]:
+    """(attempts, first pause in seconds) of a verified revert, from settings."""
+    attempts = max(1, int(getattr(settings, "KILN_CHAOS_REVERT_ATTEMPTS", 3)))
+    pause = max(0.0, float(getattr(settings, "KILN_CHAOS_REVERT_RETRY_SECONDS", 0.5)))
+    return attempts, pause
+
+
+def revert_verified(
+    backend: Any, applied: list[dict[str, Any]], *, attempts: int, pause: float
+) -> tuple[bool, int, list[dict[str, Any]]]:
+    """Revert, read back, and again while the fault is seen (pauses doubling): (confirmed, tries, evidence).
+
+    No database work here: callers hold no lock while it talks to the cluster.
+    """
+    evidence: list[dict[str, Any]] = []
+    for attempt in range(1, attempts + 1):
+        try:
+            actuators.revert(backend, applied)
+        except Exception as exc:  # noqa: BLE001 - a failed write is evidence; the read decides
+            failed = [actuators.verify.revert_error(ref, exc) for ref in applied[:1]]
+        else:
+            failed = []
+        evidence = failed + actuators.read_back(backend, applied)
+        if not evidence:
+            return True, attempt, []
+        if attempt < attempts:
+            time.sleep(pause * 2 ** (attempt - 1))
+    return False, attempts, evidence
+
+
+def _actor_name(actor: Actor) -> str:
+    return actor if isinstance(actor, str) else getattr(actor, "username", str(actor))
+
+
 def fault_revert(*, injection_id: int, actor: Actor, reason: str, backend: Any = None) -> bool:
-    """Remove an injection's objects and mark it reverted; idempotent (False if already reverted)."""
+    """Remove an injection's objects, read them back, and mark it reverted (or unconfirmed);
+    idempotent (False if already reverted). The audit event says whether the read-back confirmed it."""
     injection = ChaosInjection.objects.select_related("experiment__team").get(pk=injection_id)
     if not can_revert_fault(actor, injection.experiment.team.slug):
         raise Forbidden(f"{actor} may not revert faults of team {injection.experiment.team.slug}")
     if injection.reverted_at is not None:
         return False
-    actuators.revert(delivery_backend(backend), injection.applied)
-    by = actor if isinstance(actor, str) else getattr(actor, "username", str(actor))
+    attempts, pause = revert_attempts()
+    confirmed, tries, evidence = revert_verified(
+        delivery_backend(backend), injection.applied, attempts=attempts, pause=pause
+    )
+    by = _actor_name(actor)
+    now = timezone.now()
     with transaction.atomic():
         marked = ChaosInjection.objects.filter(pk=injection_id, reverted_at__isnull=True).update(
-            state=InjectionState.REVERTED,
-            reverted_at=timezone.now(),
+            state=InjectionState.REVERTED if confirmed else InjectionState.UNCONFIRMED,
+            reverted_at=now,
             reverted_by=by[:200],
             revert_reason=reason[:300],
+            revert_confirmed=confirmed,
+            revert_attempts=tries,
+            revert_evidence=evidence,
+            confirmed_at=now if confirmed else None,
         )
         if marked:
             record(
@@ -188,8 +241,65 @@ def fault_revert(*, injection_id: int, actor: Actor, reason: str, backend: Any =
                     "holder": injection.holder,
                     "term": injection.fencing_token,
                     "reason": reason,
+                    "confirmed": confirmed,
+                    "attempts": tries,
+                    "evidence": evidence,
                 },
             )
     if marked:
         FAULTS_REVERTED.labels(injection.experiment.fault, by.split(":")[0]).inc()
+        if not confirmed:
+            REVERTS_UNCONFIRMED.labels(injection.experiment.fault).inc()
+            log.error(
+                "chaos revert of injection %s unconfirmed after %s attempts: %s",
+                injection.pk,
+                tries,
+                evidence,
+            )
+    return bool(marked)
+
+
+def fault_revert_recheck(
+    *, injection_id: int, actor: Actor, backend: Any = None, attempts: int | None = None
+) -> bool:
+    """Revert an unconfirmed injection again and read it back (`attempts`, the configured number
+    by default; the reaper tries once a pass); True once confirmed gone, audited `chaos.fault.revert_confirmed`. A person
+    may also confirm here a fault removed by hand. Still there: the new evidence is kept, unaudited
+    (nothing changed but what was read)."""
+    injection = ChaosInjection.objects.select_related("experiment__team").get(pk=injection_id)
+    if not can_revert_fault(actor, injection.experiment.team.slug):
+        raise Forbidden(f"{actor} may not revert faults of team {injection.experiment.team.slug}")
+    if injection.state != InjectionState.UNCONFIRMED:
+        raise IllegalTransition(f"the injection is {injection.state}, not unconfirmed")
+    configured, pause = revert_attempts()
+    attempts = configured if attempts is None else max(1, attempts)
+    confirmed, tries, evidence = revert_verified(
+        delivery_backend(backend), injection.applied, attempts=attempts, pause=pause
+    )
+    with transaction.atomic():
+        if not confirmed:
+            ChaosInjection.objects.filter(pk=injection_id, state=InjectionState.UNCONFIRMED).update(
+                revert_evidence=evidence
+            )
+            return False
+        marked = ChaosInjection.objects.filter(
+            pk=injection_id, state=InjectionState.UNCONFIRMED
+        ).update(
+            state=InjectionState.REVERTED,
+            revert_confirmed=True,
+            revert_evidence=[],
+            confirmed_at=timezone.now(),
+        )
+        if marked:
+            record(
+                actor,
+                "chaos.fault.revert_confirmed",
+                injection.experiment,
+                {
+                    "injection": injection.pk,
+                    "term": injection.fencing_token,
+                    "attempts": tries,
+                    "evidence_before": injection.revert_evidence,
+                },
+            )
     return bool(marked)

@@ -1,0 +1,125 @@
+"""Chaos API parts of the Chaos Mesh fault kinds and of verified reverts (canary/chaos/api.py
+holds the experiment views).
+
+- `ChaosMeshFields`: the create body's magnitude fields, one per field of `kinds.KINDS`, with the
+  bounds documented from the same data the service checks (one 400 naming every field).
+- `InjectionRecheckApi`: revert an unconfirmed injection again and read it back.
+"""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from canary.chaos import kinds
+from canary.chaos import selectors as chaos_selectors
+from canary.chaos.models import InjectionState
+from canary.chaos.services.injection import fault_revert_recheck
+from kiln.api_fields import StrictCharField
+from kiln.errors import NotFound
+from kiln.identity.drf import role_required
+from kiln.identity.permissions import ENGINEER, actor_from_request
+from kiln.openapi import documented, errors
+
+
+def _field(param: kinds.Param) -> serializers.Field:
+    """The serializer field of one magnitude field; the bounds are documented, the service checks them."""
+    used_by = ", ".join(k.fault for k in kinds.KINDS.values() if k.param(param.name) is not None)
+    description = f"{used_by}: {param.help or param.label}".rstrip(": ")
+    if param.type in ("int", "float"):
+        cls = serializers.IntegerField if param.type == "int" else serializers.FloatField
+        return documented(
+            cls(required=False, allow_null=True),
+            minimum=param.minimum,
+            maximum=param.maximum,
+            description=description,
+        )
+    if param.type == "choice":
+        return documented(
+            serializers.ChoiceField(choices=param.choices, required=False, allow_null=True),
+            description=description,
+        )
+    if param.type == "selector":
+        return documented(
+            serializers.DictField(
+                child=StrictCharField(max_length=63), required=False, allow_null=True
+            ),
+            type="object",
+            additionalProperties={"type": "string", "minLength": 1, "maxLength": 63},
+            description=description,
+        )
+    if param.type == "patterns":
+        return documented(
+            serializers.ListField(
+                child=StrictCharField(max_length=253), required=False, allow_null=True
+            ),
+            type="array",
+            items={"type": "string"},
+            maxItems=kinds.MAX_DNS_PATTERNS,
+            description=description,
+        )
+    return documented(
+        StrictCharField(max_length=63, required=False, allow_blank=True, allow_null=True),
+        description=description,
+    )
+
+
+def _params() -> dict[str, kinds.Param]:
+    found: dict[str, kinds.Param] = {}
+    for kind in kinds.KINDS.values():
+        for param in kind.params:
+            found.setdefault(param.name, param)
+    return found
+
+
+# A serializer class whose declared fields the create body inherits (DRF collects declared fields
+# from base classes), built from the kinds' data so the two cannot drift apart.
+ChaosMeshFields = type(
+    "ChaosMeshFields",
+    (serializers.Serializer,),
+    {name: _field(param) for name, param in _params().items()},
+)
+
+
+class RecheckOutput(serializers.Serializer):
+    """An injection after a recheck: confirmed gone, or still seen (the new evidence)."""
+
+    id = serializers.IntegerField()
+    state = serializers.ChoiceField(choices=InjectionState.values)
+    confirmed = serializers.BooleanField()
+    revert_confirmed = serializers.BooleanField(allow_null=True)
+    evidence = serializers.ListField(child=serializers.JSONField())
+
+    class Meta:
+        ref_name = "InjectionRecheck"
+
+
+class InjectionRecheckApi(APIView):
+    """Revert an unconfirmed injection again and read it back: confirmed once the fault is seen gone."""
+
+    permission_classes = [role_required(ENGINEER)]
+
+    @extend_schema(
+        operation_id="chaos_injection_recheck",
+        request=None,
+        responses={200: RecheckOutput, **errors(409)},
+    )
+    def post(self, request: Request, experiment_id, injection_id: int) -> Response:
+        actor = actor_from_request(request)
+        exp = chaos_selectors.experiment_get(viewer=actor, experiment_id=experiment_id)
+        injection = exp.injections.filter(pk=injection_id).first()
+        if injection is None:
+            raise NotFound("No such injection.")
+        confirmed = fault_revert_recheck(injection_id=injection.pk, actor=actor)
+        injection.refresh_from_db()
+        body = {
+            "id": injection.pk,
+            "state": injection.state,
+            "confirmed": confirmed,
+            "revert_confirmed": injection.revert_confirmed,
+            "evidence": injection.revert_evidence,
+        }
+        return Response(RecheckOutput(body).data)
