@@ -13,7 +13,8 @@ class ChaosConfig(AppConfig):
         # the tasks registers them in every process, as the worker's autodiscovery does. Not at the top: Django imports this module
         # before the apps are ready, and ready() is where Django says to do such imports.
         from canary.chaos import attention, dashboard, search, tasks  # noqa: F401
-        from canary.chaos.reaper import FaultsPastLeaseCollector
+        from canary.chaos.reaper import FaultsPastLeaseCollector, FaultsUnconfirmedCollector
         from kiln import observability
 
         observability.add_scrape_collector(FaultsPastLeaseCollector(), kind="chaos-reaper")
+        observability.add_scrape_collector(FaultsUnconfirmedCollector(), kind="chaos-reaper")

@@ -7,6 +7,8 @@ Metrics: `kiln_chaos_reaper_reverts_total{reason}` (faults the reaper reverted),
 `kiln_chaos_reaper_strays_removed_total` (fault objects no live injection accounts for) and,
 read when the reaper process is scraped, `kiln_chaos_faults_past_lease`: live faults the reaper
 would revert now. A pass reverts them, so one that stays above zero is a fault outliving its lease.
+`kiln_chaos_faults_unconfirmed` counts reverts whose read-back still found the fault; each pass
+reverts and reads those once more and confirms the ones now gone.
 """
 
 from __future__ import annotations
@@ -23,9 +25,16 @@ from prometheus_client.registry import Collector
 
 from canary.chaos import actuators
 from canary.chaos.leases import reap_due
-from canary.chaos.models import ChaosExperiment, ChaosInjection, ChaosLease, ExperimentStatus
+from canary.chaos.models import (
+    ChaosExperiment,
+    ChaosInjection,
+    ChaosLease,
+    ExperimentStatus,
+    InjectionState,
+)
 from canary.chaos.selectors import lease_state, live_injections, timings_of
 from canary.chaos.services import delivery_backend, experiment_end, fault_revert
+from canary.chaos.services.injection import fault_revert_recheck
 from kiln.cluster import AppliedRef
 from kiln.identity.permissions import system_actor
 
@@ -43,9 +52,15 @@ class ReapResult:
     reverted: list[int] = field(default_factory=list)
     strays: list[dict[str, Any]] = field(default_factory=list)
     ended: list[str] = field(default_factory=list)
+    confirmed: list[int] = field(default_factory=list)  # unconfirmed reverts now seen gone
 
     def as_dict(self) -> dict[str, Any]:
-        return {"reverted": self.reverted, "strays": self.strays, "ended": self.ended}
+        return {
+            "reverted": self.reverted,
+            "strays": self.strays,
+            "ended": self.ended,
+            "confirmed": self.confirmed,
+        }
 
 
 def _reap_reason(injection: ChaosInjection, now: datetime) -> str | None:
@@ -107,7 +122,21 @@ def chaos_reap(
     result.strays = _sweep_strays(backend, dry_run=dry_run)
     if not dry_run and result.strays:
         STRAYS.inc(len(result.strays))
+    if not dry_run:
+        result.confirmed = _recheck_unconfirmed(backend, actor)
     return result
+
+
+def _recheck_unconfirmed(backend: Any, actor: Any) -> list[int]:
+    """Revert and read back once more every injection whose revert was never confirmed; the ones
+    now seen gone are confirmed (and leave the attention list). The others stay a person's."""
+    confirmed: list[int] = []
+    for pk in ChaosInjection.objects.filter(state=InjectionState.UNCONFIRMED).values_list(
+        "pk", flat=True
+    ):
+        if fault_revert_recheck(injection_id=pk, actor=actor, backend=backend, attempts=1):
+            confirmed.append(pk)
+    return confirmed
 
 
 def _reason_label(reason: str) -> str:
@@ -142,13 +171,32 @@ class FaultsPastLeaseCollector(Collector):
         return []
 
 
+class FaultsUnconfirmedCollector(Collector):
+    """`kiln_chaos_faults_unconfirmed`: reverts whose read-back never confirmed the fault gone,
+    waiting for a person (or for the reaper's re-read to confirm them), read when scraped."""
+
+    def collect(self):
+        """Count the unconfirmed reverts now; nothing while the database is away."""
+        try:
+            count = ChaosInjection.objects.filter(state=InjectionState.UNCONFIRMED).count()
+        except DatabaseError:
+            return
+        family = GaugeMetricFamily(
+            "kiln_chaos_faults_unconfirmed",
+            "Chaos faults reverted but still seen in the cluster when read back",
+        )
+        family.add_metric([], float(count))
+        yield family
+
+    def describe(self) -> list:
+        """Nothing: registering must not read the database."""
+        return []
+
+
 def _sweep_strays(backend: Any, *, dry_run: bool) -> list[dict[str, Any]]:
     """Delete fault objects no live injection accounts for (a lost holder's late write)."""
     objects: list[dict] = []
-    for api_version, kind in (
-        (actuators.CHAOS_API_VS, "VirtualService"),
-        (actuators.CHAOS_API_PODCHAOS, "PodChaos"),
-    ):
+    for api_version, kind in actuators.FAULT_OBJECT_KINDS:
         objects.extend(
             backend.list(
                 api_version,

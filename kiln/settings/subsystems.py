@@ -175,6 +175,10 @@ KILN_CHAOS_RETRY_PERIOD = env_float("KILN_CHAOS_RETRY_PERIOD", 2.0)
 KILN_CHAOS_MAX_CLOCK_SKEW = env_float("KILN_CHAOS_MAX_CLOCK_SKEW", 1.0)
 KILN_CHAOS_REVERT_BUDGET = env_float("KILN_CHAOS_REVERT_BUDGET", 2.0)
 KILN_CHAOS_REAPER_PERIOD = env_float("KILN_CHAOS_REAPER_PERIOD", 5.0)
+# A revert is read back until the fault is seen gone: this many attempts, the pause between
+# them doubling from KILN_CHAOS_REVERT_RETRY_SECONDS; then it is marked for a person.
+KILN_CHAOS_REVERT_ATTEMPTS = env_int("KILN_CHAOS_REVERT_ATTEMPTS", 3)
+KILN_CHAOS_REVERT_RETRY_SECONDS = env_float("KILN_CHAOS_REVERT_RETRY_SECONDS", 0.5)
 KILN_CHAOS_LEASE_NAMESPACE = env("KILN_CHAOS_LEASE_NAMESPACE", "kiln")
 # Start a controller task when an experiment starts (off for the crash benchmark, which runs its own).
 KILN_CHAOS_AUTORUN = env_bool("KILN_CHAOS_AUTORUN", True)

@@ -125,7 +125,10 @@ def test_each_process_kinds_metrics_pass_promtool(kind, figures, serve):
             'kiln_scheduler_extender_request_duration_seconds_bucket{le="0.005",verb="filter"}',
             "kiln_scheduler_extender_certificate_expiry_timestamp_seconds 1.9e+09",
         ],
-        "chaos-reaper": ["kiln_chaos_faults_past_lease 0.0"],
+        "chaos-reaper": [
+            "kiln_chaos_faults_past_lease 0.0",
+            "kiln_chaos_faults_unconfirmed 0.0",
+        ],
     }[kind]
     for line in expected:
         assert line in text, line
