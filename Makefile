@@ -23,8 +23,12 @@ $(VENV)/.installed: requirements.lock requirements-dev.lock
 	touch $@
 
 ## run: standalone mode on http://127.0.0.1:$(PORT) (SQLite, in-process worker, simulated cluster)
-run: $(VENV)/.installed
-	env -u DATABASE_URL -u REDIS_URL $(PY) manage.py standalone --port $(PORT)
+# One line per stage (installing, migrating, seeding, starting) with the seconds since it began.
+run: RUN_STARTED := $(shell date +%s.%N)
+run:
+	@printf 'kiln %7.1f s  %-11s %s\n' 0 installing "requirements-dev.lock into $(VENV) when it changed (the first run takes minutes)"
+	@$(MAKE) -s --no-print-directory $(VENV)/.installed
+	@env -u DATABASE_URL -u REDIS_URL KILN_RUN_STARTED=$(RUN_STARTED) $(PY) manage.py standalone --port $(PORT)
 
 ## services: make sure PostgreSQL and Redis answer, starting local servers that are down
 services:

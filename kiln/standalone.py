@@ -193,6 +193,31 @@ def services_together(*services: Service) -> Service:
     return Service(" and ".join(service.name for service in services), start, stop)
 
 
+RUN_STARTED_VARIABLE = "KILN_RUN_STARTED"
+
+
+class StageLines:
+    """One line per start-up stage with the seconds since `make run` began.
+
+    `make run` passes the moment it began (epoch seconds) in KILN_RUN_STARTED, so the
+    installing stage it prints itself counts too; run directly, the clock starts here.
+    """
+
+    def __init__(self, write: Callable[[str], None], started: float | None = None) -> None:
+        self.write = write
+        if started is None:
+            try:
+                started = float(os.environ.get(RUN_STARTED_VARIABLE, ""))
+            except ValueError:
+                started = time.time()
+        self.started = started
+
+    def __call__(self, stage: str, detail: str) -> None:
+        """Print `kiln   12.3 s  migrating   <detail>`."""
+        elapsed = max(0.0, time.time() - self.started)
+        self.write(f"kiln {elapsed:7.1f} s  {stage:<11} {detail}")
+
+
 def build_runtime() -> Runtime:
     runtime = Runtime([celery_worker_service(), celery_beat_service()])
     runtime.services.extend(factory() for factory in _extra)

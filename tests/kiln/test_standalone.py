@@ -28,6 +28,13 @@ def test_standalone_starts_serves_api_and_login_then_stops_cleanly(tmp_path):
         status, ready = server.get_json("/readyz")
         assert status == 200
         assert ready["status"] == "ready"
+        # One line per stage, in order, each with the seconds since start-up began, then the banner.
+        out = server.stdout()
+        stages = re.findall(r"^kiln +(\d+\.\d) s  (\w+) ", out, re.M)
+        assert [name for _, name in stages] == ["migrating", "seeding", "starting", "ready"]
+        seconds = [float(at) for at, _ in stages]
+        assert seconds == sorted(seconds) and seconds[-1] > 0
+        assert out.index("kiln ") < out.index("Kiln standalone is running")
         assert ready["checks"]["database"]["vendor"] == "sqlite"
         assert (tmp_path / "var" / "kiln.sqlite3").exists()
         assert (tmp_path / "var" / "jwt" / "jwks.json").exists()
@@ -100,3 +107,18 @@ def test_standalone_starts_serves_api_and_login_then_stops_cleanly(tmp_path):
     assert "Kiln stopped." in server.stdout()
     assert "Traceback" not in server.stderr()
     assert "StreamingHttpResponse" not in server.stderr() + server.stdout()
+
+
+def test_stage_lines_count_from_when_make_run_began(monkeypatch):
+    from kiln.standalone import StageLines
+
+    lines: list[str] = []
+    # make run passes the moment it began: 12.5 s before now, so the first stage says 12.5 s.
+    monkeypatch.setenv("KILN_RUN_STARTED", str(time.time() - 12.5))
+    StageLines(lines.append)("migrating", "database var/kiln.sqlite3")
+    at, stage, detail = re.match(r"kiln +(\d+\.\d) s  (\w+) +(.*)$", lines[0]).groups()
+    assert 12.5 <= float(at) < 14 and stage == "migrating" and detail == "database var/kiln.sqlite3"
+    # Not set (or not a number): the clock starts with the command.
+    monkeypatch.setenv("KILN_RUN_STARTED", "soon")
+    StageLines(lines.append)("seeding", "demo data")
+    assert re.match(r"kiln +0\.\d s  seeding +demo data$", lines[1])

@@ -46,10 +46,13 @@ class Command(BaseCommand):
         with socket.socket() as probe:
             if probe.connect_ex((host, port)) == 0:
                 raise CommandError(f"{host}:{port} is already in use; pick another with --port (make run PORT=...)")
+        stage = standalone.StageLines(self._line)
         settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
         ensure_dev_keys()
+        stage("migrating", f"database {settings.DATABASES['default']['NAME']}")
         call_command("migrate", interactive=False, verbosity=0)
         if not opts["no_seed"]:
+            stage("seeding", "demo teams, users, tokens, pricing and cluster")
             seed_demo()
 
         # uvicorn shuts down gracefully on SIGINT/SIGTERM and then re-raises the signal;
@@ -57,8 +60,10 @@ class Command(BaseCommand):
         # SIGINT too: Ctrl-C in `make run` stops cleanly instead of ending in a traceback.
         signal.signal(signal.SIGTERM, _exit_cleanly)
         signal.signal(signal.SIGINT, _exit_cleanly)
+        stage("starting", "worker, beat, audit writer and the web server")
         runtime = standalone.build_runtime()
         runtime.start()
+        stage("ready", f"http://{host}:{port}/")
         self._print_banner(host, port, seeded=not opts["no_seed"])
         try:
             config = uvicorn.Config(
@@ -76,6 +81,10 @@ class Command(BaseCommand):
         finally:
             runtime.stop()
             self.stdout.write("Kiln stopped.")
+
+    def _line(self, text: str) -> None:
+        self.stdout.write(text)
+        self.stdout.flush()  # a stage line shows as it starts, not when the banner does
 
     def _print_banner(self, host: str, port: int, *, seeded: bool) -> None:
         out = self.stdout.write
