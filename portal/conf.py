@@ -152,3 +152,13 @@ def terminate_check_url() -> str:
 def http_timeout() -> float:
     """Seconds a terminate check or a team webhook may take to answer."""
     return float(_get("KILN_LIFECYCLE_HTTP_TIMEOUT_SECONDS", 2.0))
+
+
+def currency() -> str:
+    """The platform's one currency (ISO 4217): prices, estimates and budgets are in it."""
+    return str(_get("KILN_CURRENCY", "USD")).upper()
+
+
+def budget_idle_seconds() -> float:
+    """At the budget, environments with no activity for this long are put to sleep first."""
+    return float(_get("KILN_BUDGET_IDLE_SECONDS", 3600.0))

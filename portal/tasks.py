@@ -16,6 +16,7 @@ from celery import shared_task
 from kiln.cluster import DeliveryError
 from kiln.worker_db import Task
 from portal import conf
+from portal.services import budgets as services_budgets
 from portal.services.notices import NotificationFailed, notification_send
 from portal.services.provisioning import (
     PENDING,
@@ -120,6 +121,12 @@ def teardown_environment(self, environment_id: int, polls: int = 0) -> str:
 def reap_expired() -> dict:
     """Beat: start teardown of expired environments and resume stalled work."""
     return environments_reap_expired(dry_run=False)
+
+
+@shared_task(name="portal.budgets_enforce")
+def budgets_enforce() -> dict:
+    """Beat: tell teams of budget thresholds crossed; at the budget, sleep idle environments."""
+    return services_budgets.budgets_enforce()
 
 
 @shared_task(

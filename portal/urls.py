@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from portal import api, api_lifecycle, views
+from portal import api, api_budget, api_lifecycle, views
 from portal.views.tenant_audit import tenant_audit_sink
 
 app_name = "portal"
@@ -94,5 +94,11 @@ api_urlpatterns: list = [
         "environments/<str:public_id>/keep/",
         api_lifecycle.EnvironmentKeepApi.as_view(),
         name="environment-keep",
+    ),
+    path("teams/<slug:slug>/budget/", api_budget.TeamBudgetApi.as_view(), name="team-budget"),
+    path(
+        "teams/<slug:slug>/budget/raise/",
+        api_budget.TeamBudgetRaiseApi.as_view(),
+        name="team-budget-raise",
     ),
 ]

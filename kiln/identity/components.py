@@ -69,6 +69,8 @@ COMPONENTS: dict[str, frozenset[str]] = {
     "auto-approval": _job(ENV_AUTO_APPROVE),
     "provisioner": _job(ENV_PROVISION),
     "reaper": _job(ENV_TEARDOWN),
+    # Tells teams of budget thresholds crossed.
+    "budget-keeper": _job(),
     "canary-analyzer": _job(ROLLOUT_ANALYZE),
     "chaos-controller": _job(CHAOS_CONTROL),
     "chaos-reaper": _job(CHAOS_REAP),

@@ -210,6 +210,12 @@ def can_view_environment(actor: Actor, team_slug: str) -> bool:
     return v.sees(actor, v.ENVIRONMENTS, team_slug)
 
 
+def can_set_budget(actor: Actor) -> bool:
+    """Set a team's monthly budget, or raise it for the month with a reason: platform admins
+    only (no system actor)."""
+    return PLATFORM_ADMIN in actor.roles and not actor.is_system
+
+
 def can_view_node(actor: Actor, *, environment: str | None, team: str | None) -> bool:
     """A cluster node: any Kiln role sees shared capacity (a node no environment's NodePool
     launched); a node of an environment is seen by whoever may view that environment (its

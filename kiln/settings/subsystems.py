@@ -136,6 +136,15 @@ CELERY_BEAT_SCHEDULE["portal-reap-expired"] = {
     "task": "portal.reap_expired",
     "schedule": KILN_REAP_INTERVAL_SECONDS,
 }
+# Budgets: the one currency prices and budgets are in; how often teams' budgets are checked
+# (thresholds told, idle environments put to sleep at the budget) and what counts as idle then.
+KILN_CURRENCY = env("KILN_CURRENCY", "USD")
+KILN_BUDGET_CHECK_SECONDS = env_float("KILN_BUDGET_CHECK_SECONDS", 300)
+KILN_BUDGET_IDLE_SECONDS = env_float("KILN_BUDGET_IDLE_SECONDS", 3600)
+CELERY_BEAT_SCHEDULE["portal-budgets-enforce"] = {
+    "task": "portal.budgets_enforce",
+    "schedule": KILN_BUDGET_CHECK_SECONDS,
+}
 
 # --- scheduler ---------------------------------------------------------------
 # Score weights (each in [0, 1], summing to 1; checked when the app loads).

@@ -32,6 +32,7 @@ import audit
 from kiln.cluster import DeliveryError
 from kiln.cluster.backends import get_backend
 from kiln.errors import InvalidInput, KilnError
+from kiln.identity.models import Team
 from kiln.identity.permissions import Actor, system_actor
 from portal import activity, conf
 from portal import compose as c
@@ -75,6 +76,23 @@ def notification_queue(*, environment: Environment, kind: str, text: str) -> Not
     return note
 
 
+def team_notification_queue(*, team: Team, kind: str, text: str) -> Notification | None:
+    """Queue a message about the team as a whole (a budget threshold) to its webhook once the
+    caller's transaction commits (none set: None)."""
+    hook = TeamWebhook.objects.filter(team_id=team.pk).first()
+    if hook is None:
+        return None
+    note = Notification.objects.create(
+        team_id=team.pk,
+        environment=None,
+        kind=kind,
+        url=hook.url,
+        payload={"text": text, "kind": kind, "team": team.slug},
+    )
+    enqueue_notification(notification_id=note.pk)
+    return note
+
+
 def notification_send(*, notification_id: int, final_attempt: bool = False) -> str:
     """POST one notification as JSON; raises NotificationFailed to be retried; sent once only."""
     note = Notification.objects.filter(pk=notification_id).select_related("team").first()
@@ -109,7 +127,9 @@ def notification_send(*, notification_id: int, final_attempt: bool = False) -> s
             audit.record(
                 system_actor(REAPER),
                 f"portal.notification.{note.status}",
-                audit_target(note.environment),
+                audit_target(note.environment)
+                if note.environment_id
+                else f"kiln.team:{note.team.slug}",
                 {
                     "kind": note.kind,
                     "team": note.team.slug,

@@ -22,7 +22,7 @@ from portal import compose as c
 from portal import conf, policy, selectors
 from portal.lifecycle import Status
 from portal.models import Environment, EnvironmentRequest, PolicyDecision
-from portal.services import cost, gate, plan, tenancy
+from portal.services import budgets, cost, gate, plan, tenancy
 from portal.services.lifecycle import audit_target, environment_transition
 from portal.services.queueing import enqueue_provisioning
 from portal.validation import FIELDS, field_errors, namespace_for
@@ -134,6 +134,10 @@ def environment_request_submit(
         tenant_control_plane=data["tenant_control_plane"],
         database=data["database"],
     )
+    # Spend at the budget: refused here, with the figures, before anything is written.
+    budget = budgets.budget_check_request(
+        actor=actor, team=team, hourly=estimate["hourly"], ttl_hours=data["ttl_hours"]
+    )
     try:
         with transaction.atomic():
             env = _create(
@@ -145,6 +149,7 @@ def environment_request_submit(
                 namespace=namespace,
                 evaluation=evaluation,
                 estimate=estimate,
+                budget=budget,
             )
     except IntegrityError:
         # A concurrent retry with the same key, or a concurrent request for the same name.
@@ -167,10 +172,12 @@ def _create(
     namespace: str,
     evaluation: policy.Evaluation,
     estimate: dict[str, Any],
+    budget: budgets.RequestBudget | None = None,
 ) -> Environment:
     """Insert the request and its environment, audit the submission, store the gate's verdicts
     and move the environment on: DENIED, PENDING_APPROVAL, or APPROVED (and queued) for the
-    classes approved automatically."""
+    classes approved automatically, unless its cost this month takes the team's forecast over
+    its budget: then it waits for an approver, whatever its class."""
     request = EnvironmentRequest.objects.create(
         team=team,
         name=data["name"],
@@ -211,6 +218,7 @@ def _create(
             "policy_version": evaluation.version,
             "hourly_cost": estimate["hourly"],
             "idempotency_key": bool(key),
+            "budget": budget.as_dict() if budget is not None else None,
         },
     )
     gate.store_decisions(environment=env, stage=PolicyDecision.REQUEST, evaluation=evaluation)
@@ -220,6 +228,9 @@ def _create(
             tenancy.datastore_reserve(environment=env)
         except c.PoolsExhausted as exc:
             allowed, reason = False, f"no datastore pool can take a tenant control plane: {exc}"
+    over_budget = allowed and budget is not None and budget.needs_approval
+    if over_budget:
+        reason = f"{reason}; {budgets.budget_approval_reason(budget)}"
     # The gate's verdict is a transition either way: a denial is committed and audited too.
     environment_transition(
         actor=system_actor("policy-gate"),
@@ -231,7 +242,7 @@ def _create(
     )
     if not allowed:
         return env
-    if env.env_class not in conf.auto_approve_classes():
+    if env.env_class not in conf.auto_approve_classes() or over_budget:
         # The plan approvers see: composed now, delivered as it is (portal.services.plan).
         # Classes approved automatically have no approver to show it to: they compose in
         # provisioning, as before, and keep the submission's few queries.

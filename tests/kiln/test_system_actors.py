@@ -81,6 +81,8 @@ EXPECTED: dict[str, tuple] = {
     "can_seed_pricing": (lambda p, a: p(a), {"seed"}),
     "can_store_replay": (lambda p, a: p(a), {"scheduler-replay"}),
     "can_seed_demo": (lambda p, a: p(a), {"seed"}),
+    # Budgets are set and raised by platform admins; no component does either.
+    "can_set_budget": (lambda p, a: p(a), set()),
 }
 # Whose job each lifecycle move is (can_move_environment, per target state).
 MOVES = {

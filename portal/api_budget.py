@@ -1,0 +1,137 @@
+"""Team budgets API (/api/v1/teams/<slug>/budget/): read the month, set the budget, raise it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema, extend_schema_field, extend_schema_serializer
+from rest_framework import serializers
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from kiln.api_fields import StrictCharField, StrictSerializer
+from kiln.errors import NotFound
+from kiln.identity.drf import HasKilnRole
+from kiln.identity.permissions import actor_from_request
+from kiln.openapi import errors
+from portal import budget_reads
+from portal.api import StrictIntegerField
+from portal.services import budgets
+
+MONEY_SCHEMA = {
+    "oneOf": [
+        {"type": "string", "pattern": r"^-?[0-9]+(\.[0-9]{1,2})?$"},
+        {"type": "number"},
+    ],
+    "description": "An amount in the platform's currency, at most two decimal places; a "
+    "decimal string keeps it exact.",
+}
+
+
+@extend_schema_field(MONEY_SCHEMA)
+class MoneyField(serializers.Field):
+    """An amount as sent (decimal string or JSON number): the service checks and converts it,
+    naming the field when it is not a non-negative amount with at most two decimals."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        return data
+
+    def to_representation(self, value: Any) -> str:
+        return str(value)
+
+
+@extend_schema_serializer(component_name="TeamBudgetSet")
+class BudgetSetInput(StrictSerializer):
+    monthly_amount = MoneyField()
+    currency = StrictCharField(max_length=3, required=False, default=None, allow_null=True)
+    warn_percent = StrictIntegerField(required=False, default=80)
+
+
+@extend_schema_serializer(component_name="TeamBudgetRaise")
+class BudgetRaiseInput(StrictSerializer):
+    amount = MoneyField()
+    reason = StrictCharField(max_length=2000, allow_blank=True)
+
+
+class BudgetRaiseOutput(serializers.Serializer):
+    amount = serializers.CharField()
+    reason = serializers.CharField()
+    raised_by = serializers.CharField()
+    at = serializers.DateTimeField()
+
+    class Meta:
+        ref_name = "TeamBudgetRaiseRecord"
+
+
+class BudgetOutput(serializers.Serializer):
+    """A team's budget month: every amount a decimal string in `currency`."""
+
+    team = serializers.CharField()
+    month = serializers.DateField(help_text="The month's first day (UTC).")
+    currency = serializers.CharField()
+    monthly_amount = serializers.CharField()
+    raised = serializers.CharField(help_text="This month's raises, summed.")
+    budget = serializers.CharField(help_text="monthly_amount + raised.")
+    spend = serializers.CharField(help_text="Node-hours run this month, priced (as showback).")
+    forecast = serializers.CharField(help_text="spend + what runs, priced to the month's end.")
+    remaining = serializers.CharField(help_text="budget - forecast (negative: over).")
+    percent_spent = serializers.IntegerField()
+    warn_percent = serializers.IntegerField()
+    state = serializers.ChoiceField(choices=["ok", "warning", "over", "reached"])
+    raises = BudgetRaiseOutput(many=True)
+
+    class Meta:
+        ref_name = "TeamBudget"
+
+
+def _month_body(team) -> dict:
+    month = budget_reads.team_month(team=team)
+    if month is None:
+        raise NotFound(f"team {team.slug} has no budget")
+    return month.as_dict()
+
+
+class TeamBudgetApi(APIView):
+    """GET: the team's budget month (who sees its environments). PUT: set its monthly budget
+    (platform admins)."""
+
+    permission_classes = [HasKilnRole]
+
+    @extend_schema(
+        operation_id="teams_budget_retrieve", responses={200: BudgetOutput, **errors(404)}
+    )
+    def get(self, request, slug: str):
+        team = budget_reads.team_for_budget(viewer=actor_from_request(request), slug=slug)
+        return Response(_month_body(team))
+
+    @extend_schema(
+        operation_id="teams_budget_update",
+        request=BudgetSetInput,
+        responses={200: BudgetOutput, **errors(404)},
+    )
+    def put(self, request, slug: str):
+        actor = actor_from_request(request)
+        data = BudgetSetInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        team = budget_reads.team_for_budget(viewer=actor, slug=slug)
+        budgets.team_budget_set(actor=actor, team=team, **data.validated_data)
+        return Response(_month_body(team))
+
+
+class TeamBudgetRaiseApi(APIView):
+    """POST: raise the team's budget for this month by `amount`, with a reason (platform admins)."""
+
+    permission_classes = [HasKilnRole]
+
+    @extend_schema(
+        operation_id="teams_budget_raise",
+        request=BudgetRaiseInput,
+        responses={201: BudgetOutput, **errors(404, 409)},
+    )
+    def post(self, request, slug: str):
+        actor = actor_from_request(request)
+        data = BudgetRaiseInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        team = budget_reads.team_for_budget(viewer=actor, slug=slug)
+        budgets.team_budget_raise(actor=actor, team=team, **data.validated_data)
+        return Response(_month_body(team), status=201)
