@@ -115,16 +115,21 @@ def kubeconfig_server() -> str:
 
 HOUR = 3600.0
 # Per class: FAILED grace before automatic teardown, the longest deferral past expiry and its step,
-# the warning ahead of expiry, and idleness (None: prod is never proposed for early teardown).
-LIFECYCLE_DEFAULTS: dict[str, dict[str, float | None]] = {
+# the warning ahead of expiry, idleness (None: prod is never proposed for early teardown), and
+# sleeping: inactivity before it sleeps (None: never for inactivity), and whether it may sleep.
+LIFECYCLE_DEFAULTS: dict[str, dict[str, float | bool | None]] = {
     "ephemeral": {"failed_grace": 0.25 * HOUR, "max_deferral": 1 * HOUR, "deferral_step": 300,
-                  "warn_before": 1 * HOUR, "idle_after": 12 * HOUR, "idle_grace": 2 * HOUR},
+                  "warn_before": 1 * HOUR, "idle_after": 12 * HOUR, "idle_grace": 2 * HOUR,
+                  "sleep_after": 1 * HOUR, "may_sleep": True},
     "dev": {"failed_grace": 1 * HOUR, "max_deferral": 4 * HOUR, "deferral_step": 600,
-            "warn_before": 4 * HOUR, "idle_after": 48 * HOUR, "idle_grace": 24 * HOUR},
+            "warn_before": 4 * HOUR, "idle_after": 48 * HOUR, "idle_grace": 24 * HOUR,
+            "sleep_after": 2 * HOUR, "may_sleep": True},
     "staging": {"failed_grace": 4 * HOUR, "max_deferral": 24 * HOUR, "deferral_step": 900,
-                "warn_before": 24 * HOUR, "idle_after": 7 * 24 * HOUR, "idle_grace": 48 * HOUR},
+                "warn_before": 24 * HOUR, "idle_after": 7 * 24 * HOUR, "idle_grace": 48 * HOUR,
+                "sleep_after": 8 * HOUR, "may_sleep": True},
     "prod": {"failed_grace": 24 * HOUR, "max_deferral": 72 * HOUR, "deferral_step": 1800,
-             "warn_before": 72 * HOUR, "idle_after": None, "idle_grace": 72 * HOUR},
+             "warn_before": 72 * HOUR, "idle_after": None, "idle_grace": 72 * HOUR,
+             "sleep_after": None, "may_sleep": False},
 }  # fmt: skip
 
 
@@ -162,3 +167,8 @@ def currency() -> str:
 def budget_idle_seconds() -> float:
     """At the budget, environments with no activity for this long are put to sleep first."""
     return float(_get("KILN_BUDGET_IDLE_SECONDS", 3600.0))
+
+
+def wake_timeout() -> float:
+    """Seconds from a wake's request until an environment not serving again is FAILED."""
+    return float(_get("KILN_WAKE_TIMEOUT_SECONDS", 600))

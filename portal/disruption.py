@@ -42,6 +42,10 @@ class ClassLifecycle:
     warn_before: float
     idle_after: float | None
     idle_grace: float
+    # Sleeping: no activity for `sleep_after` puts it to sleep (None: never for inactivity);
+    # `may_sleep` False refuses every sleep (a class whose environments must keep serving).
+    sleep_after: float | None = None
+    may_sleep: bool = True
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,12 @@
 
     SUBMITTED -> DENIED (policy) | PENDING_APPROVAL -> APPROVED | REJECTED
     APPROVED -> PROVISIONING -> READY -> EXPIRING -> TEARING_DOWN -> DELETED
+    READY -> SLEEPING -> WAKING -> READY (workloads, control plane and nodes to zero and back)
     any live step -> FAILED; teardown timeout -> QUARANTINED (owned by a person)
 
 A FAILED or QUARANTINED environment may still hold resources, so both lead back
-into TEARING_DOWN; nothing leaves DENIED, REJECTED or DELETED.
+into TEARING_DOWN; nothing leaves DENIED, REJECTED or DELETED. A sleeping environment's TTL
+keeps running: SLEEPING -> EXPIRING takes it to teardown like a READY one.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ class Status(StrEnum):
     REJECTED = "REJECTED"
     PROVISIONING = "PROVISIONING"
     READY = "READY"
+    SLEEPING = "SLEEPING"
+    WAKING = "WAKING"
     EXPIRING = "EXPIRING"
     TEARING_DOWN = "TEARING_DOWN"
     DELETED = "DELETED"
@@ -39,7 +43,9 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
     S.PENDING_APPROVAL: frozenset({S.APPROVED, S.REJECTED, S.FAILED}),
     S.APPROVED: frozenset({S.PROVISIONING, S.FAILED}),
     S.PROVISIONING: frozenset({S.READY, S.FAILED}),
-    S.READY: frozenset({S.EXPIRING, S.FAILED}),
+    S.READY: frozenset({S.EXPIRING, S.SLEEPING, S.FAILED}),
+    S.SLEEPING: frozenset({S.WAKING, S.EXPIRING, S.FAILED}),
+    S.WAKING: frozenset({S.READY, S.FAILED}),
     S.EXPIRING: frozenset({S.TEARING_DOWN, S.FAILED}),
     S.TEARING_DOWN: frozenset({S.DELETED, S.QUARANTINED, S.FAILED}),
     S.FAILED: frozenset({S.TEARING_DOWN}),
@@ -58,6 +64,8 @@ ARRIVAL_VERB: dict[Status, str] = {
     S.REJECTED: "rejected",
     S.PROVISIONING: "provisioning_started",
     S.READY: "readied",
+    S.SLEEPING: "sleep_started",
+    S.WAKING: "wake_started",
     S.EXPIRING: "expiry_started",
     S.TEARING_DOWN: "teardown_started",
     S.DELETED: "deleted",
@@ -73,6 +81,7 @@ JOB_MOVES: dict[str, frozenset[Status]] = {
     c.ENV_AUTO_APPROVE: frozenset({S.APPROVED}),
     c.ENV_PROVISION: frozenset({S.PROVISIONING, S.READY, S.FAILED}),
     c.ENV_TEARDOWN: frozenset({S.EXPIRING, S.TEARING_DOWN, S.DELETED, S.QUARANTINED, S.FAILED}),
+    c.ENV_SLEEP: frozenset({S.SLEEPING, S.WAKING, S.READY, S.FAILED}),
 }
 
 TERMINAL = frozenset(s for s, targets in TRANSITIONS.items() if not targets)
@@ -92,7 +101,7 @@ def badge(status: Status | str) -> str:
         return "ok"
     if status in (S.DENIED, S.REJECTED, S.FAILED, S.QUARANTINED):
         return "bad"
-    if status == S.DELETED:
+    if status in (S.DELETED, S.SLEEPING):
         return "muted"
     return "warn"
 
@@ -106,6 +115,8 @@ LABELS: dict[Status, str] = {
     S.REJECTED: "Rejected",
     S.PROVISIONING: "Provisioning",
     S.READY: "Ready",
+    S.SLEEPING: "Sleeping",
+    S.WAKING: "Waking",
     S.EXPIRING: "Expired",
     S.TEARING_DOWN: "Tearing down",
     S.DELETED: "Deleted",

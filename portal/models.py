@@ -118,6 +118,15 @@ class Environment(models.Model):
     expiry_warned_at = models.DateTimeField(null=True, blank=True)
     last_activity_at = models.DateTimeField(null=True, blank=True)
     idle_proposed_at = models.DateTimeField(null=True, blank=True)
+    # Sleeping and waking (portal/services/sleep.py): what put it to sleep (owner, inactivity,
+    # schedule, budget), since when it is asleep (None while awake or falling asleep), the
+    # replicas its workloads had, and the current wake's request time and the last one's length.
+    sleep_trigger = models.CharField(max_length=20, blank=True, default="")
+    slept_at = models.DateTimeField(null=True, blank=True)
+    sleep_memory = models.JSONField(default=dict, blank=True)
+    wake_requested_at = models.DateTimeField(null=True, blank=True)
+    woke_at = models.DateTimeField(null=True, blank=True)
+    last_wake_seconds = models.FloatField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -216,6 +225,28 @@ class ProvisioningStep(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} {self.status}"
+
+
+class SleepSchedule(models.Model):
+    """When a team's environments sleep: waking windows (and sleep windows, which win) in an IANA
+    time zone; outside every waking window they sleep (portal/sleep_schedule.py reads it)."""
+
+    AWAKE = "awake"
+    ASLEEP = "asleep"
+
+    team = models.OneToOneField(Team, on_delete=models.CASCADE, related_name="sleep_schedule")
+    time_zone = models.CharField(max_length=64)
+    wake_windows = models.JSONField(default=list)  # [{"days": ["mon", ...], "start", "end"}]
+    sleep_windows = models.JSONField(default=list, blank=True)
+    enabled = models.BooleanField(default=True)
+    # What the schedule last wanted, so a pass acts on a change only (a person's own wake or
+    # sleep in between stands until the next change).
+    last_state = models.CharField(max_length=10, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.team.slug} sleeps by {self.time_zone}"
 
 
 class TeamWebhook(models.Model):

@@ -23,8 +23,16 @@ from portal.services.provisioning import (
     environment_mark_failed,
     environment_provision,
 )
-from portal.services.queueing import NOTIFY_TASK, PROVISION_TASK, REAP_TASK, TEARDOWN_TASK
+from portal.services.queueing import (
+    NOTIFY_TASK,
+    PROVISION_TASK,
+    REAP_TASK,
+    SLEEP_TASK,
+    TEARDOWN_TASK,
+    WAKE_TASK,
+)
 from portal.services.reaper import environments_reap_expired
+from portal.services.sleep import environment_sleep_advance, environment_wake_advance
 from portal.services.teardown import environment_teardown
 
 log = logging.getLogger("kiln.portal.tasks")
@@ -115,6 +123,47 @@ def teardown_environment(self, environment_id: int, polls: int = 0) -> str:
         polls=polls,
         give_up=give_up,
     )
+
+
+def _stalled(exc: DeliveryError) -> str:
+    """A sleep or wake whose delivery failed for good stays where it is; the reaper's pass
+    queues it again (a sleeping or waking environment is never failed for a cluster outage)."""
+    log.error("sleep or wake: delivery failed for good: %s", exc.message)
+    return "stalled"
+
+
+@shared_task(
+    bind=True, acks_late=True, max_retries=MAX_DELIVERY_RETRIES, name=SLEEP_TASK, ignore_result=True
+)
+def sleep_environment(self, environment_id: int, polls: int = 0) -> str:
+    """Advance the sleep pipeline; retry delivery errors with backoff."""
+    return _advance(
+        self,
+        service=environment_sleep_advance,
+        environment_id=environment_id,
+        polls=polls,
+        give_up=_stalled,
+    )
+
+
+@shared_task(
+    bind=True, acks_late=True, max_retries=MAX_DELIVERY_RETRIES, name=WAKE_TASK, ignore_result=True
+)
+def wake_environment(self, environment_id: int, polls: int = 0) -> str:
+    """Advance the wake pipeline; re-queue itself while objects come back; retry delivery errors."""
+    return _advance(
+        self,
+        service=environment_wake_advance,
+        environment_id=environment_id,
+        polls=polls,
+        give_up=_stalled,
+    )
+
+
+@shared_task(name=REAP_TASK)
+def reap_expired() -> dict:
+    """Beat: start teardown of expired environments and resume stalled work."""
+    return environments_reap_expired(dry_run=False)
 
 
 @shared_task(name=REAP_TASK)

@@ -56,6 +56,8 @@ def render(obj: SimulatedObject, *, fresh: bool = False) -> dict[str, Any]:
         metadata["deletionTimestamp"] = iso(obj.deletion_timestamp)
     if obj.failure == SimulatedFailure.DEGRADED:
         ready = ("False", "SimulatedFailure", "the simulated controller reports a failure")
+    elif _asleep(obj):
+        ready = ("False", "Sleeping", "the control plane runs no replicas")
     elif obj.ready_at is None:
         ready = ("False", "NotReady", "waiting for the controller (never ready)")
     elif obj.ready_at > now:
@@ -81,3 +83,11 @@ def render(obj: SimulatedObject, *, fresh: bool = False) -> dict[str, Any]:
     status.update(obj.status or {})
     body["status"] = status
     return body
+
+
+def _asleep(obj: SimulatedObject) -> bool:
+    """A TenantControlPlane scaled to zero replicas: asleep, as Kamaji reports it (not Ready)."""
+    if obj.kind != "TenantControlPlane":
+        return False
+    plane = ((obj.manifest.get("spec") or {}).get("controlPlane") or {}).get("deployment") or {}
+    return plane.get("replicas") == 0

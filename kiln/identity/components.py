@@ -21,6 +21,7 @@ ENV_POLICY = "environment.policy"  # SUBMITTED -> DENIED | PENDING_APPROVAL; man
 ENV_AUTO_APPROVE = "environment.auto-approve"  # PENDING_APPROVAL -> APPROVED when policy says so
 ENV_PROVISION = "environment.provision"  # APPROVED -> PROVISIONING -> READY, or FAILED
 ENV_TEARDOWN = "environment.teardown"  # READY -> EXPIRING -> TEARING_DOWN -> DELETED | QUARANTINED
+ENV_SLEEP = "environment.sleep"  # READY -> SLEEPING -> WAKING -> READY (or FAILED)
 ROLLOUT_ANALYZE = "rollout.analyze"  # decide a rollout from its metrics: step, promote, roll back
 ROLLOUT_MANAGE = "rollout.manage"  # register services, start rollouts (demo seed, benchmarks)
 CHAOS_CONTROL = "chaos.control"  # hold leases, inject, revert and end experiments
@@ -44,6 +45,7 @@ CAPABILITIES = frozenset(
         ENV_AUTO_APPROVE,
         ENV_PROVISION,
         ENV_TEARDOWN,
+        ENV_SLEEP,
         ROLLOUT_ANALYZE,
         ROLLOUT_MANAGE,
         CHAOS_CONTROL,
@@ -69,8 +71,10 @@ COMPONENTS: dict[str, frozenset[str]] = {
     "auto-approval": _job(ENV_AUTO_APPROVE),
     "provisioner": _job(ENV_PROVISION),
     "reaper": _job(ENV_TEARDOWN),
-    # Tells teams of budget thresholds crossed.
-    "budget-keeper": _job(),
+    # Sleeps and wakes environments (inactivity, schedules, kubectl) and runs both pipelines.
+    "sleeper": _job(ENV_SLEEP),
+    # Tells teams of budget thresholds crossed; at the budget, puts idle environments to sleep.
+    "budget-keeper": _job(ENV_SLEEP),
     "canary-analyzer": _job(ROLLOUT_ANALYZE),
     "chaos-controller": _job(CHAOS_CONTROL),
     "chaos-reaper": _job(CHAOS_REAP),

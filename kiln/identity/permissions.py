@@ -202,6 +202,18 @@ def can_tear_down_environment(actor: Actor, team_slug: str) -> bool:
     return can_act_on_environment(actor, team_slug) or _has_capability(actor, c.ENV_TEARDOWN)
 
 
+def can_sleep_environment(actor: Actor, team_slug: str) -> bool:
+    """Put an environment to sleep or wake it: who may act on it (its team's engineers, platform
+    admins) and the components whose job is it (`environment.sleep`: inactivity, schedules,
+    kubectl requests, budgets)."""
+    return can_act_on_environment(actor, team_slug) or _has_capability(actor, c.ENV_SLEEP)
+
+
+def can_set_sleep_schedule(actor: Actor, team_slug: str) -> bool:
+    """Set or remove a team's sleep schedule: its engineers and platform admins (no system actor)."""
+    return not actor.is_system and can_act_on_environment(actor, team_slug)
+
+
 def can_view_environment(actor: Actor, team_slug: str) -> bool:
     """The owning team (its approvers too), auditors, platform admins, approvers under
     `KILN_APPROVERS_GLOBAL` and the environment components (`environment.policy`,

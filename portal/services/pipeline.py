@@ -19,7 +19,9 @@ the pipeline's span:
 - failed: in one transaction, what is recorded, the failed step's row and the move to
   `Result.to` (FAILED unless the failure names another state, e.g. QUARANTINED);
 - the last step's done and the move to the pipeline's end state (READY, DELETED) commit
-  together; when another worker ended it first, the earlier steps' records are kept.
+  together; when another worker ended it first, the earlier steps' records are kept. A pipeline
+  that ends in the state it runs in (sleeping: it stays SLEEPING, asleep) `settles_as` an audit
+  event instead of a move, with the end's fields; once every step is done a pass is a no-op.
 
 The pipeline enters its running state (APPROVED -> PROVISIONING) with its first commit, so the
 CPU work of steps that do not start (composition, policies) runs outside any row lock.
@@ -37,12 +39,15 @@ from typing import Any
 
 from django.db import transaction
 
+import audit
+from kiln import changes
 from kiln.errors import IllegalTransition
 from kiln.identity.permissions import Actor, system_actor
 from kiln.observability import continue_trace, tracer
 from portal.lifecycle import Status
 from portal.models import Environment, ProvisioningStep
-from portal.services.lifecycle import environment_transition
+from portal.selectors import change_key
+from portal.services.lifecycle import audit_target, environment_transition
 from portal.services.steps import step_done, step_failed, step_started
 
 PENDING, NOOP = "pending", "noop"
@@ -175,6 +180,8 @@ class Pipeline:
     waiting: Callable[[Run, Step, Result], Result] = lambda run, step, result: result
     joins_request_trace: bool = False  # the span continues the request's trace
     repeats: bool = False  # entered again and again (sleep, wake): its rows start afresh
+    # Ends in the state it runs in: the end is `portal.environment.<settles_as>`, not a move.
+    settles_as: str = ""
 
     @property
     def step_names(self) -> tuple[str, ...]:
@@ -215,19 +222,9 @@ class _Pass:
 
     def _enter(self) -> None:
         run, pipeline = self.run, self.run.pipeline
-        move = pipeline.entry(run)
-        environment_transition(
-            actor=run.actor,
-            environment=run.environment,
-            to=pipeline.runs_in,
-            reason=move.reason,
-            updates=dict(move.updates),
-            data=dict(move.data),
+        pipeline_enter(
+            pipeline, actor=run.actor, environment=run.environment, move=pipeline.entry(run)
         )
-        if pipeline.repeats:  # a new round: the last round's rows no longer say anything is done
-            ProvisioningStep.objects.filter(
-                environment=run.environment, name__in=pipeline.step_names
-            ).update(status=ProvisioningStep.PENDING, detail="", finished_at=None)
 
     def commit(self, *, then: Callable[[], None] | None = None, skip: str = "") -> None:
         """Commit the held records (not those of step `skip`). With the entry move (when due)
@@ -247,6 +244,24 @@ class _Pass:
             for record in records:
                 record()
         self.entering, self.records = False, []
+
+
+def pipeline_enter(pipeline: Pipeline, *, actor: Any, environment: Environment, move: Move) -> None:
+    """Move the environment into the pipeline's running state (`actor`'s move: a person's, when a
+    person asked); a repeating pipeline's rows start afresh in the same transaction."""
+    with transaction.atomic():
+        environment_transition(
+            actor=actor,
+            environment=environment,
+            to=pipeline.runs_in,
+            reason=move.reason,
+            updates=dict(move.updates),
+            data=dict(move.data),
+        )
+        if pipeline.repeats:  # a new round: the last round's rows no longer say anything is done
+            ProvisioningStep.objects.filter(
+                environment=environment, name__in=pipeline.step_names
+            ).update(status=ProvisioningStep.PENDING, detail="", finished_at=None)
 
 
 def _steps_of(env: Environment, pipeline: Pipeline) -> dict[str, tuple[str, datetime | None]]:
@@ -286,9 +301,11 @@ def pipeline_advance(pipeline: Pipeline, *, environment_id: int) -> str:
 
 def _advance(run: Run, records: _Pass) -> str:
     pipeline = run.pipeline
+    left = False  # a step of this pass was not done before it
     for step in pipeline.steps:
         if run.rows.get(step.name, ("",))[0] == ProvisioningStep.DONE or not step.when(run):
             continue
+        left = True
         result = step.guard(run) if step.guard is not None else None
         if result is None:
             if step.starts:
@@ -309,6 +326,8 @@ def _advance(run: Run, records: _Pass) -> str:
         if result.outcome == Outcome.FAILED:
             return _fail(run, records, step, result)
         records.done(step.name, result)
+    if pipeline.settles_as and not left and not records.entering:
+        return NOOP  # settled already: its end was committed with its last step
     return _end(run, records)
 
 
@@ -343,6 +362,9 @@ def _end(run: Run, records: _Pass) -> str:
 
     def move() -> None:
         end = pipeline.end(run)
+        if pipeline.settles_as:
+            _settle(run, end)
+            return
         environment_transition(
             actor=run.actor,
             environment=run.environment,
@@ -357,6 +379,29 @@ def _end(run: Run, records: _Pass) -> str:
     except IllegalTransition:
         return _moved_elsewhere(records, skip=pipeline.steps[-1].name)
     return pipeline.ends_in.value.lower()
+
+
+def _settle(run: Run, end: Move) -> None:
+    """The end of a pipeline that stays in its running state: its fields and its audit event,
+    under the row lock, if the environment is still in that state (else another worker moved it)."""
+    env, pipeline = run.environment, run.pipeline
+    locked = Environment.objects.select_for_update(of=("self",)).get(pk=env.pk)
+    if Status(locked.status) != pipeline.runs_in:
+        raise IllegalTransition(
+            f"an environment in {locked.status} cannot settle in {pipeline.runs_in}",
+            extra={"from": locked.status, "to": pipeline.runs_in.value},
+        )
+    for name, value in end.updates.items():
+        setattr(locked, name, value)
+        setattr(env, name, value)
+    locked.save(update_fields=[*end.updates, "updated_at"])
+    audit.record(
+        run.actor,
+        f"portal.environment.{pipeline.settles_as}",
+        audit_target(locked),
+        {"status": locked.status, "reason": end.reason, "team": env.team.slug, **end.data},
+    )
+    changes.notify_after_commit(change_key(locked))
 
 
 def _moved_elsewhere(records: _Pass, *, skip: str = "") -> str:

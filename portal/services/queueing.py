@@ -21,6 +21,8 @@ PROVISION_TASK = "portal.provision_environment"
 TEARDOWN_TASK = "portal.teardown_environment"
 REAP_TASK = "portal.reap_expired"
 NOTIFY_TASK = "portal.send_notification"
+SLEEP_TASK = "portal.sleep_environment"
+WAKE_TASK = "portal.wake_environment"
 
 
 # Set inside `tasks_held()`: where queued tasks go instead of the broker.
@@ -68,3 +70,13 @@ def enqueue_teardown(*, environment: Environment, countdown: float = 0) -> None:
 def enqueue_notification(*, notification_id: int) -> None:
     """Queue the webhook post of a notification once the surrounding transaction commits."""
     transaction.on_commit(lambda: _send(NOTIFY_TASK, notification_id))
+
+
+def enqueue_sleep(*, environment: Environment) -> None:
+    """Queue the sleep pipeline's task once the surrounding transaction commits."""
+    _enqueue_on_commit(task=SLEEP_TASK, environment=environment, countdown=0)
+
+
+def enqueue_wake(*, environment: Environment) -> None:
+    """Queue the wake pipeline's task once the surrounding transaction commits."""
+    _enqueue_on_commit(task=WAKE_TASK, environment=environment, countdown=0)

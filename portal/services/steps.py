@@ -28,10 +28,15 @@ TEARDOWN_STEPS = (
     "audit-confirmed",
     "delete-namespace",
 )
-# Where each step lists on an environment's page: provisioning's, then teardown's from 10.
+SLEEP_STEPS = ("sleep-remember", "sleep-workloads", "sleep-capacity")
+WAKE_STEPS = ("wake-capacity", "wake-workloads", "wake-ready")
+# Where each step lists on an environment's page: provisioning's, then teardown's from 10, the
+# last sleep's from 20 and the last wake's from 30.
 POSITION = {
     **{name: i for i, name in enumerate(PROVISIONING_STEPS)},
     **{name: 10 + i for i, name in enumerate(TEARDOWN_STEPS)},
+    **{name: 20 + i for i, name in enumerate(SLEEP_STEPS)},
+    **{name: 30 + i for i, name in enumerate(WAKE_STEPS)},
 }
 UNLISTED = 99  # a step name neither pipeline has lists last
 

@@ -23,6 +23,8 @@ STATES = (
     "REJECTED",
     "PROVISIONING",
     "READY",
+    "SLEEPING",
+    "WAKING",
     "EXPIRING",
     "TEARING_DOWN",
     "DELETED",
@@ -62,6 +64,9 @@ EXPECTED: dict[str, tuple] = {
         lambda p, a: p(a, TEAM),
         {"policy-gate", "auto-approval", "provisioner", "reaper"},
     ),
+    # Sleeping and waking: the owning team, and the components whose job it is.
+    "can_sleep_environment": (lambda p, a: p(a, TEAM), {"sleeper", "budget-keeper"}),
+    "can_set_sleep_schedule": (lambda p, a: p(a, TEAM), set()),
     "can_approve": (lambda p, a: p(a, TEAM, "someone-else"), set()),
     # Cluster nodes and pods are read by people (the scheduler API); no component asks.
     "can_view_node": (lambda p, a: p(a, environment="env_1", team=TEAM), set()),
@@ -90,6 +95,8 @@ MOVES = {
     "auto-approval": {"APPROVED"},
     "provisioner": {"PROVISIONING", "READY", "FAILED"},
     "reaper": {"EXPIRING", "TEARING_DOWN", "DELETED", "QUARANTINED", "FAILED"},
+    "sleeper": {"SLEEPING", "WAKING", "READY", "FAILED"},
+    "budget-keeper": {"SLEEPING", "WAKING", "READY", "FAILED"},
 }
 
 PREDICATE_NAMES = sorted(EXPECTED)

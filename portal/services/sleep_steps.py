@@ -1,0 +1,223 @@
+"""Sleeping and waking as pipelines of steps (data), run by the one driver (pipeline.py).
+
+Sleeping (SLEEPING, settling as `portal.environment.asleep`):
+
+1. `sleep-remember`: the replicas of each Deployment and StatefulSet in the namespace that runs
+   any, kept on the environment (`sleep_memory`) and committed before anything is scaled, so a
+   crash after the first scale still knows what each had;
+2. `sleep-workloads`: each remembered workload to zero through its scale subresource;
+3. `sleep-capacity`: the tenant control plane to zero replicas and the NodePool's limits to
+   zero (`portal.compose.sleep.asleep`); Karpenter removes the emptied nodes.
+
+Waking (WAKING -> READY):
+
+1. `wake-capacity`: the control plane and NodePool as composed (`awake`);
+2. `wake-workloads`: each remembered workload back to its replicas (one gone since is named);
+3. `wake-ready`: every restored object reports healthy; past KILN_WAKE_TIMEOUT_SECONDS from the
+   request, FAILED.
+
+Every step is idempotent (a scale to the same count, a server-side apply), and the driver skips
+the done ones, so a pass after a crash resumes where the last one stopped. Volumes, Secrets and
+the database claim are never touched.
+"""
+
+from __future__ import annotations
+
+from django.utils import timezone
+
+from kiln.cluster import AppliedRef, HealthStatus, ref_of
+from kiln.cluster.backends import get_backend
+from kiln.cluster.base import is_deleting
+from portal import conf
+from portal.compose.sleep import SCALED_RESOURCES, asleep, awake
+from portal.lifecycle import Status
+from portal.models import Environment
+from portal.services.pipeline import Move, Pipeline, Result, Run, Step, done, failed, pending
+from portal.services.steps import SLEEP_STEPS, WAKE_STEPS
+
+SLEEPER = "sleeper"
+
+
+def remembered(environment: Environment) -> list[tuple[AppliedRef, int]]:
+    """The workloads sleeping scaled to zero, with the replicas each had."""
+    return [
+        (AppliedRef(w["apiVersion"], w["kind"], environment.namespace, w["name"]), w["replicas"])
+        for w in (environment.sleep_memory or {}).get("workloads", [])
+    ]
+
+
+def _replicas(obj: dict) -> int:
+    value = (obj.get("spec") or {}).get("replicas", 1)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 1
+
+
+def _remember(run: Run) -> Result:
+    """What runs now: each workload with replicas, read once and kept with the step's record."""
+    env = run.environment
+    objects = run.backend.list_kinds(SCALED_RESOURCES, env.namespace)
+    workloads = [
+        {"apiVersion": o["apiVersion"], "kind": o["kind"], "name": ref_of(o).name, "replicas": n}
+        for o in objects
+        if not is_deleting(o) and (n := _replicas(o)) > 0
+    ]
+    memory = {"workloads": workloads}
+    env.sleep_memory = memory
+
+    def keep() -> None:
+        Environment.objects.filter(pk=env.pk).update(sleep_memory=memory)
+
+    return done(
+        f"{len(workloads)} workloads remembered",
+        data={"workloads": {f"{w['kind']}/{w['name']}": w["replicas"] for w in workloads}},
+        record=keep,
+    )
+
+
+def _sleep_workloads(run: Run) -> Result:
+    """Each remembered workload to zero replicas (one gone since is passed over)."""
+    scaled = [
+        ref for ref, _ in remembered(run.environment) if run.backend.scale(ref, 0) is not None
+    ]
+    return done(f"{len(scaled)} workloads scaled to zero")
+
+
+def _has_capacity(run: Run) -> bool:
+    return bool(asleep(run.environment.manifests))
+
+
+def _alive(run: Run, manifests: list[dict]) -> list[dict]:
+    out = []
+    for manifest in manifests:
+        obj = run.backend.get(*ref_of(manifest).key)
+        if obj is not None and not is_deleting(obj):
+            out.append(manifest)
+    return out
+
+
+def _sleep_capacity(run: Run) -> Result:
+    """The control plane to zero replicas, the NodePool's limits to zero."""
+    manifests = _alive(run, asleep(run.environment.manifests))
+    run.backend.apply(manifests)
+    return done(f"{len(manifests)} objects at zero", data={"kinds": [m["kind"] for m in manifests]})
+
+
+def _wake_capacity(run: Run) -> Result:
+    """The control plane and the NodePool as composed."""
+    manifests = _alive(run, awake(run.environment.manifests))
+    run.backend.apply(manifests)
+    return done(f"{len(manifests)} objects as composed")
+
+
+def _wake_workloads(run: Run) -> Result:
+    """Each remembered workload back to the replicas it had; one deleted meanwhile is named."""
+    restored, gone = {}, []
+    for ref, replicas in remembered(run.environment):
+        if run.backend.scale(ref, replicas) is None:
+            gone.append(f"{ref.kind}/{ref.name}")
+        else:
+            restored[f"{ref.kind}/{ref.name}"] = replicas
+    return done(
+        f"{len(restored)} workloads restored"
+        + (f"; gone meanwhile: {', '.join(gone)}" if gone else ""),
+        data={"restored": restored, "gone": gone},
+    )
+
+
+def _woken_refs(run: Run) -> list[AppliedRef]:
+    refs = [ref_of(m) for m in awake(run.environment.manifests)]
+    return refs + [ref for ref, _ in remembered(run.environment)]
+
+
+def _wake_ready(run: Run) -> Result:
+    """Done once every restored object reports healthy (one gone meanwhile is not waited for)."""
+    refs = _woken_refs(run)
+    healths = run.backend.health_many(refs)
+    degraded = [
+        f"{r.kind} {r.name}: {h.message}"
+        for r, h in zip(refs, healths, strict=True)
+        if h.status in (HealthStatus.DEGRADED, HealthStatus.DELETING)
+    ]
+    if degraded:
+        return failed("waking failed: " + "; ".join(degraded))
+    waiting = tuple(
+        f"{r.kind} {r.name}"
+        for r, h in zip(refs, healths, strict=True)
+        if h.status not in (HealthStatus.HEALTHY, HealthStatus.MISSING)
+    )
+    if waiting:
+        return pending("not serving yet", remaining=waiting)
+    return done(f"{len(refs)} objects serving")
+
+
+def _wake_waiting(run: Run, step: Step, result: Result) -> Result:
+    """A wait fails once KILN_WAKE_TIMEOUT_SECONDS have passed since the wake was asked for."""
+    since = run.environment.wake_requested_at or run.environment.updated_at
+    if (timezone.now() - since).total_seconds() > conf.wake_timeout():
+        return failed(
+            f"not awake within {conf.wake_timeout():.0f}s: {', '.join(result.remaining)}",
+            failed_step=WAKE_STEPS[2],
+        )
+    return result
+
+
+def _asleep(run: Run) -> Move:
+    env = run.environment
+    return Move(
+        "asleep: workloads, control plane and nodes at zero; volumes and database kept",
+        updates={"slept_at": timezone.now()},
+        data={"trigger": env.sleep_trigger, "workloads": len(remembered(env))},
+    )
+
+
+def _awake(run: Run) -> Move:
+    env, now = run.environment, timezone.now()
+    seconds = round((now - (env.wake_requested_at or now)).total_seconds(), 3)
+    return Move(
+        "awake: every workload at its replicas again",
+        updates={"slept_at": None, "woke_at": now, "last_wake_seconds": seconds},
+        data={"seconds_to_wake": seconds, "workloads": len(remembered(env))},
+    )
+
+
+def _not_entered_here(run: Run) -> Move:
+    """Sleep and wake are entered by the service a person or a trigger calls, never by a pass."""
+    raise RuntimeError(f"{run.pipeline.name} is entered by its service, not by a pass")
+
+
+SLEEP = Pipeline(
+    name="sleep",
+    span="portal.environment.sleep",
+    actor=SLEEPER,
+    steps=(
+        Step(SLEEP_STEPS[0], _remember, starts=False),
+        Step(SLEEP_STEPS[1], _sleep_workloads),
+        Step(SLEEP_STEPS[2], _sleep_capacity, when=_has_capacity),
+    ),
+    enters_from=Status.READY,
+    runs_in=Status.SLEEPING,
+    ends_in=Status.SLEEPING,
+    entry=_not_entered_here,
+    end=_asleep,
+    backend=lambda: get_backend(),  # looked up when a pass needs it (tests replace it)
+    repeats=True,
+    settles_as="asleep",
+)
+
+WAKE = Pipeline(
+    name="wake",
+    span="portal.environment.wake",
+    actor=SLEEPER,
+    steps=(
+        Step(WAKE_STEPS[0], _wake_capacity, when=_has_capacity),
+        Step(WAKE_STEPS[1], _wake_workloads),
+        Step(WAKE_STEPS[2], _wake_ready, starts=False),
+    ),
+    enters_from=Status.SLEEPING,
+    runs_in=Status.WAKING,
+    ends_in=Status.READY,
+    entry=_not_entered_here,
+    end=_awake,
+    backend=lambda: get_backend(),
+    waiting=_wake_waiting,
+    repeats=True,
+)
