@@ -166,12 +166,6 @@ def reap_expired() -> dict:
     return environments_reap_expired(dry_run=False)
 
 
-@shared_task(name=REAP_TASK)
-def reap_expired() -> dict:
-    """Beat: start teardown of expired environments and resume stalled work."""
-    return environments_reap_expired(dry_run=False)
-
-
 @shared_task(name="portal.budgets_enforce")
 def budgets_enforce() -> dict:
     """Beat: tell teams of budget thresholds crossed; at the budget, sleep idle environments."""
