@@ -14,6 +14,7 @@ from rest_framework.views import APIView
 from canary.chaos import api_schema as out
 from canary.chaos import selectors as chaos_selectors
 from canary.chaos import services as chaos_services
+from canary.chaos.api_faults import ChaosMeshFields
 from canary.chaos.models import ChaosExperiment, ExperimentStatus, FaultKind
 from kiln.api_fields import StrictCharField, StrictSerializer
 from kiln.identity.drf import role_required
@@ -48,6 +49,7 @@ def experiment_payload(exp: ChaosExperiment, *, with_injections: bool = False) -
             "abort_http_status": exp.abort_http_status,
             "percent": exp.percent,
         },
+        "params": exp.params,
         "duration_seconds": exp.duration_seconds,
         "max_duration_seconds": exp.max_duration_seconds,
         "blast_radius": {"max_pods": exp.max_pods, "max_percent": exp.max_percent},
@@ -91,6 +93,10 @@ def experiment_payload(exp: ChaosExperiment, *, with_injections: bool = False) -
                 "reverted_at": i.reverted_at,
                 "reverted_by": i.reverted_by,
                 "revert_reason": i.revert_reason,
+                "revert_confirmed": i.revert_confirmed,
+                "revert_attempts": i.revert_attempts,
+                "revert_evidence": i.revert_evidence,
+                "confirmed_at": i.confirmed_at,
             }
             for i in chaos_selectors.injection_list(exp)
         ]
@@ -105,7 +111,7 @@ def _detail(exp: ChaosExperiment) -> dict[str, Any]:
 class ExperimentListCreateApi(APIView):
     """GET: experiments the caller may see. POST: define and start an experiment (owning team's engineers)."""
 
-    class InputSerializer(StrictSerializer):
+    class InputSerializer(ChaosMeshFields, StrictSerializer):
         name = StrictCharField(max_length=100)
         namespace = documented(StrictCharField(max_length=63), pattern=DNS_LABEL_RE.pattern)
         selector = documented(

@@ -10,7 +10,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from canary.chaos.models import ExperimentStatus, FaultKind, InjectionState
-from kiln.openapi import paginated
+from kiln.openapi import documented, paginated
 
 EXPERIMENT_STATUSES = ExperimentStatus.values
 INJECTION_STATES = InjectionState.values  # the schema's InjectionStateEnum
@@ -85,6 +85,12 @@ class InjectionOutput(serializers.Serializer):
     reverted_at = serializers.DateTimeField(allow_null=True)
     reverted_by = serializers.CharField(allow_blank=True)
     revert_reason = serializers.CharField(allow_blank=True)
+    # Every revert is read back (canary/chaos/verify.py): null until reverted, false while the
+    # fault was still seen after every attempt (revert_evidence says what was read back).
+    revert_confirmed = serializers.BooleanField(allow_null=True)
+    revert_attempts = serializers.IntegerField(min_value=0)
+    revert_evidence = serializers.ListField(child=serializers.JSONField())
+    confirmed_at = serializers.DateTimeField(allow_null=True)
 
     class Meta:
         ref_name = "ExperimentInjection"
@@ -101,6 +107,11 @@ class ExperimentOutput(serializers.Serializer):
     service = serializers.CharField(allow_blank=True)
     fault = serializers.ChoiceField(choices=FaultKind.values)
     magnitude = MagnitudeOutput()
+    params = documented(
+        serializers.DictField(child=serializers.JSONField()),
+        type="object",
+        description="The magnitude of a Chaos Mesh fault kind (latency_ms, loss_percent, ...).",
+    )
     duration_seconds = serializers.IntegerField(min_value=1)
     max_duration_seconds = serializers.IntegerField(min_value=1)
     blast_radius = BlastRadiusOutput()

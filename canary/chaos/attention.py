@@ -1,14 +1,14 @@
 """Chaos's items on the attention list (`kiln.attention`): experiments running now against the
-services of the viewer's teams."""
+services of the viewer's teams, and reverts the cluster never confirmed."""
 
 from __future__ import annotations
 
 from django.urls import reverse
 
 from canary.chaos import selectors
-from canary.chaos.models import ExperimentStatus
+from canary.chaos.models import ChaosInjection, ExperimentStatus, InjectionState
 from kiln.attention import Item, register
-from kiln.identity.permissions import Actor
+from kiln.identity.permissions import Actor, can_run_chaos
 
 
 @register
@@ -27,6 +27,36 @@ def experiments_on_my_services(actor: Actor) -> list[Item]:
                 "abort it from its page if it hurts",
                 url=reverse("chaos:experiment-detail", args=[exp.pk]),
                 at=exp.started_at or exp.created_at,
+            )
+        )
+    return items
+
+
+@register
+def unconfirmed_reverts(actor: Actor) -> list[Item]:
+    """Reverts whose read-back still found the fault, for those who may revert it by hand."""
+    visible = selectors.experiment_list(viewer=actor)
+    items = []
+    for injection in (
+        ChaosInjection.objects.filter(
+            state=InjectionState.UNCONFIRMED, experiment__in=visible
+        ).select_related("experiment__team")
+    )[:50]:
+        exp = injection.experiment
+        if not can_run_chaos(actor, exp.team.slug):
+            continue
+        found = "; ".join(
+            f"{e.get('object')}: {e.get('found')}" for e in injection.revert_evidence[:2]
+        )
+        items.append(
+            Item(
+                key=f"chaos.unconfirmed:{injection.pk}",
+                kind="experiment",
+                title=f"The fault of chaos experiment {exp.name} may still be in effect",
+                detail=f"its revert was read back {injection.revert_attempts} times and the "
+                f"cluster still showed it ({found}); remove it by hand, then check it again",
+                url=reverse("chaos:experiment-detail", args=[exp.pk]),
+                at=injection.reverted_at,
             )
         )
     return items

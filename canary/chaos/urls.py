@@ -6,7 +6,7 @@ The paths are those chaos had while it lived inside canary: `/chaos/...` pages a
 
 from django.urls import path
 
-from canary.chaos import api, views
+from canary.chaos import api, api_faults, views
 
 app_name = "chaos"
 
@@ -28,5 +28,10 @@ api_urlpatterns: list = [
         "chaos/experiments/<uuid:experiment_id>/abort/",
         api.ExperimentAbortApi.as_view(),
         name="experiment-abort",
+    ),
+    path(
+        "chaos/experiments/<uuid:experiment_id>/injections/<int:injection_id>/recheck/",
+        api_faults.InjectionRecheckApi.as_view(),
+        name="injection-recheck",
     ),
 ]

@@ -17,6 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit import record
+from canary.chaos.kinds import kind_errors, kind_params
 from canary.chaos.leases import LeaseTimingError, LeaseTimings
 from canary.chaos.models import (
     EXPERIMENT_TRANSITIONS,
@@ -130,6 +131,9 @@ def _validate(data: dict[str, Any]) -> dict[str, str]:
         not isinstance(max_percent, int | float) or not (0 < max_percent <= 100)
     ):
         errors["max_percent"] = "a percentage in (0, 100]"
+    # The Chaos Mesh kinds' magnitude, blast-radius cap and hard maximum (canary/chaos/kinds.py).
+    for key, message in kind_errors(data).items():
+        errors.setdefault(key, message)
     conds = data.get("stop_conditions") or []
     if not isinstance(conds, list):
         errors["stop_conditions"] = "a list"
@@ -211,6 +215,7 @@ def experiment_create(
             delay_ms=data.get("delay_ms"),
             abort_http_status=data.get("abort_http_status"),
             percent=float(data.get("percent", 100.0)),
+            params=kind_params(data),
             duration_seconds=data["duration_seconds"],
             max_duration_seconds=data["max_duration_seconds"],
             max_pods=data.get("max_pods"),
@@ -242,6 +247,7 @@ def _experiment_data(exp: ChaosExperiment) -> dict[str, Any]:
         "delay_ms": exp.delay_ms,
         "abort_http_status": exp.abort_http_status,
         "percent": exp.percent,
+        "params": exp.params,
         "duration_seconds": exp.duration_seconds,
         "max_duration_seconds": exp.max_duration_seconds,
         "max_pods": exp.max_pods,
