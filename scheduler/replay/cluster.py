@@ -32,12 +32,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from scheduler import kubedefault, scoring
+from scheduler import kubedefault, pools, scoring
 from scheduler.replay import placement
 from scheduler.replay.prices import PriceModel, on_demand_price
 
-KILN, DEFAULT = "kiln", "default"
-SCHEDULERS = (KILN, DEFAULT)
+KILN, DEFAULT, KILN_NO_SPREAD = "kiln", "default", "kiln-no-spread"
+# `kiln-no-spread`: Kiln's filter and score without the capacity-pool spread filter.
+SCHEDULERS = (KILN, DEFAULT, KILN_NO_SPREAD)
+KILN_SCHEDULERS = (KILN, KILN_NO_SPREAD)
 # Resource unit: 1e-10 of the largest machine; every trace figure is a whole number of units.
 RESOURCE_UNIT = 1e10
 # kube-scheduler's non-zero defaults for scoring a pod that requests nothing
@@ -75,6 +77,13 @@ class ReplayConfig:
     weights: scoring.Weights = field(default_factory=scoring.Weights)
     percentage_of_nodes_to_score: int = 0
     compiled: bool = True  # the numba placement step; False runs the numpy reference
+    # k of the capacity-pool spread filter (`pools.max_per_pool`); Kiln only, never kiln-no-spread.
+    spread_k: int = 2
+
+    @property
+    def spreads(self) -> bool:
+        """Whether this run applies the capacity-pool spread filter."""
+        return self.scheduler == KILN
 
 
 class Cluster:
@@ -88,6 +97,9 @@ class Cluster:
         self.matrix[:, 7] = np.where(self.spot, prices.likelihood(), 0.0)
         self.matrix[:, 8] = self.spot.astype(np.float64)
         self.discount = prices.discount
+        # Each machine's capacity pool (shape x zone x capacity type), set by `set_pools`.
+        self.pool_of = np.zeros(n, dtype=np.int32)
+        self.pool_names: list[str] = []
         # Free capacity for the fit check; -1 marks an absent machine so nothing fits.
         self.free_cpu = np.full(n, -1.0)
         self.free_mem = np.full(n, -1.0)
@@ -103,6 +115,19 @@ class Cluster:
         self.busy_price = 0.0
         self.busy_od_price = 0.0
         self.busy_count = 0
+
+    def set_pools(self, shapes: np.ndarray, zones: np.ndarray) -> None:
+        """Capacity pools: machines of one shape (the trace's instance type) in one zone and of
+        one capacity type share a pool; `shapes` and `zones` are small integers per machine."""
+        names = [
+            pools.capacity_pool(
+                f"shape-{int(s)}", f"zone-{chr(97 + int(z))}", "spot" if sp else "on-demand"
+            )
+            for s, z, sp in zip(shapes.tolist(), zones.tolist(), self.spot.tolist(), strict=True)
+        ]
+        index: dict[str, int] = {}
+        self.pool_of = np.array([index.setdefault(x, len(index)) for x in names], dtype=np.int32)
+        self.pool_names = list(index)
 
     def set_capacity(self, m: int, cpu: float, mem: float) -> None:
         """ADD or UPDATE: set capacity (resource units) and price; free capacity follows what is requested."""
@@ -201,7 +226,8 @@ class Placer:
         self._reasons = np.empty(n, dtype=np.int8)
         self._score = np.empty(n, dtype=np.int64)
         self._candidates = np.empty(n, dtype=np.int64)
-        self._kiln = config.scheduler == KILN
+        self._kiln = config.scheduler in KILN_SCHEDULERS
+        self._no_pools = np.zeros(1, dtype=np.bool_)
         self._restart = [scoring.RESTART_COST[CLASS_NAMES[k]] for k in (LAT, STD, BAT)]
         self.refresh()
 
@@ -240,15 +266,24 @@ class Placer:
             return np.empty(0, dtype=np.int64)
         return np.concatenate(found) if len(found) > 1 else found[0]
 
-    def any_on_demand_fits(self, cpu: float, mem: float) -> bool:
-        """Whether any on-demand machine in the whole cluster fits the request."""
+    def any_on_demand_fits(
+        self, cpu: float, mem: float, blocked: np.ndarray | None = None, spot_ok: bool = False
+    ) -> bool:
+        """Whether any machine Kiln's filter could pass fits the request: on-demand, or (with
+        `spot_ok`) spot in a capacity pool not `blocked` for the task's workload."""
         c = self.cluster
-        return bool(((c.free_cpu >= cpu) & (c.free_mem >= mem) & c.on_demand).any())
+        acceptable = c.on_demand
+        if spot_ok and blocked is not None:
+            acceptable = c.on_demand | ~blocked[c.pool_of]
+        return bool(((c.free_cpu >= cpu) & (c.free_mem >= mem) & acceptable).any())
 
-    def choose(self, cpu: float, mem: float, klass: int) -> int:
-        """Machine index for a task, or -1 when nothing fits (compiled unless configured off)."""
+    def choose(self, cpu: float, mem: float, klass: int, blocked: np.ndarray | None = None) -> int:
+        """Machine index for a task, or -1 when nothing fits (compiled unless configured off).
+
+        `blocked` (per capacity pool) marks the pools holding their share of the task's
+        workload's spot replicas; None when the workload is not spread."""
         if not self.config.compiled:
-            return self.choose_reference(cpu, mem, klass)
+            return self.choose_reference(cpu, mem, klass, blocked)
         c = self.cluster
         attempts = 1
         if self._kiln and self.need:
@@ -284,6 +319,9 @@ class Placer:
             self._reasons,
             self._score,
             self._candidates,
+            c.pool_of,
+            blocked if blocked is not None else self._no_pools,
+            blocked is not None,
         )
         self.next_start = int(state[0])
         self.retries = int(state[1])
@@ -293,7 +331,9 @@ class Placer:
             return int(self._candidates[self.rng.randrange(count)])
         return int(self._candidates[0])
 
-    def choose_reference(self, cpu: float, mem: float, klass: int) -> int:
+    def choose_reference(
+        self, cpu: float, mem: float, klass: int, blocked: np.ndarray | None = None
+    ) -> int:
         """Machine index for a task, or -1 when nothing fits (numpy reference of `placement.choose`).
 
         When Kiln's filter rejects the whole sample, the pod goes back to the
@@ -301,7 +341,7 @@ class Placer:
         retries stop once the attempts have walked the whole ring of nodes.
         """
         attempts = 1
-        if self.config.scheduler == KILN and self.need:
+        if self._kiln and self.need:
             attempts = -(-self.cluster.active_count // self.need)
         for _ in range(attempts):
             sample = self.sample(cpu, mem)
@@ -320,10 +360,20 @@ class Placer:
             else:
                 pod = scoring.PodRequest(cpu=cpu, memory=mem, workload_class=CLASS_NAMES[klass])
                 nodes = scoring.NodeArrays.from_matrix(rows)
-                reasons = scoring.filter_nodes(nodes, pod)
+                if blocked is not None:
+                    # The capacity-pool filter first, as the compiled step marks them unusable.
+                    spread = nodes.spot & blocked[self.cluster.pool_of[sample]]
+                    reasons = np.where(
+                        spread, pools.REASON_SPREAD, scoring.filter_nodes(nodes, pod)
+                    ).astype(np.int8)
+                else:
+                    reasons = scoring.filter_nodes(nodes, pod)
                 feasible = reasons == scoring.FIT
                 if not feasible.any():
-                    if sample.shape[0] < self.need or not self.any_on_demand_fits(cpu, mem):
+                    spot_ok = blocked is not None and klass != LAT
+                    if sample.shape[0] < self.need or not self.any_on_demand_fits(
+                        cpu, mem, blocked, spot_ok
+                    ):
                         return -1  # no retry can succeed: every node that fits was seen, or is spot
                     self.retries += 1
                     continue

@@ -17,6 +17,7 @@ import numpy as np
 from numba import njit
 
 from scheduler.kubedefault import MAX_NODE_SCORE
+from scheduler.pools import REASON_SPREAD
 from scheduler.scoring import FIT
 from scheduler.scoring_kernel import filter_all, score_all
 
@@ -111,14 +112,19 @@ def _default_best(matrix, sample, count, cpu, mem, score):  # pragma: no cover -
 
 
 @njit(cache=True, nogil=True)
-def _any_on_demand_fits(free_cpu, free_mem, bcpu, bmem, on_demand, n, cpu, mem):  # pragma: no cover
-    """Whether any on-demand machine of the whole cluster has the free cpu and memory asked for."""
+def _any_acceptable_fits(
+    free_cpu, free_mem, bcpu, bmem, on_demand, n, cpu, mem, pool_of, blocked, spot_ok
+):  # pragma: no cover - compiled
+    """Whether any machine of the whole cluster that Kiln's filter could pass has the free cpu and
+    memory asked for: an on-demand one, or (`spot_ok`) a spot one whose capacity pool is not
+    `blocked` for the task's workload."""
     for b in range(bcpu.shape[0]):
         if bcpu[b] < cpu or bmem[b] < mem:
             continue
         for i in range(b << BLOCK_SHIFT, min((b + 1) << BLOCK_SHIFT, n)):
-            if on_demand[i] and free_cpu[i] >= cpu and free_mem[i] >= mem:
-                return True
+            if free_cpu[i] >= cpu and free_mem[i] >= mem:
+                if on_demand[i] or (spot_ok and not blocked[pool_of[i]]):
+                    return True
     return False
 
 
@@ -150,6 +156,9 @@ def choose(
     reasons,
     score,
     candidates,
+    pool_of,
+    blocked,
+    spread,
 ):  # pragma: no cover - compiled
     """One placement: -> number of best-scored candidates written to `candidates` (0: nothing fits).
 
@@ -158,7 +167,9 @@ def choose(
     `rows` is a buffer for the sampled machines' rows; `usable` is all true (every
     sampled machine is a candidate for Kiln's filter).
     When Kiln's filter rejects the whole sample, the pod is retried from the next
-    start index, unless every machine that fits was seen or none of them is on-demand.
+    start index, unless every machine that fits was seen or none of them could pass.
+    With `spread`, a sampled spot machine whose capacity pool (`pool_of`) is `blocked` for the
+    task's workload fails Kiln's filter (`pools.REASON_SPREAD`): the capacity-pool filter.
     """
     if need <= 0:
         return 0
@@ -169,16 +180,30 @@ def choose(
             return 0
         if kiln:
             for k in range(count):
-                rows[k] = matrix[sample[k]]
+                m = sample[k]
+                rows[k] = matrix[m]
+                usable[k] = not (spread and matrix[m, 8] > 0.5 and blocked[pool_of[m]])
             sampled = rows[:count]
-            filter_all(sampled, usable, 0, cpu, mem, 0.0, latency, reasons)
+            filter_all(sampled, usable, REASON_SPREAD, cpu, mem, 0.0, latency, reasons)
             best = score_all(
                 sampled, reasons, cpu, mem, 0.0, w_cost, w_packing, w_risk, restart, score
             )
             if best < 0:
                 if count < need:
                     return 0
-                if not _any_on_demand_fits(free_cpu, free_mem, bcpu, bmem, on_demand, n, cpu, mem):
+                if not _any_acceptable_fits(
+                    free_cpu,
+                    free_mem,
+                    bcpu,
+                    bmem,
+                    on_demand,
+                    n,
+                    cpu,
+                    mem,
+                    pool_of,
+                    blocked,
+                    spread and not latency,
+                ):
                     return 0
                 state[1] += 1
                 continue

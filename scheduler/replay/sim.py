@@ -36,6 +36,7 @@ from scheduler.replay.cluster import (
 )
 from scheduler.replay.commitment_series import CommitmentSeries
 from scheduler.replay.prices import PriceModel
+from scheduler.replay.reclaim import ReclaimStudy, Workloads, job_of
 from scheduler.replay.trace import (
     END_EVENTS,
     MACHINE_ADD,
@@ -58,6 +59,7 @@ class RunResult:
     spot_fraction: float
     start: str
     placements: int = 0
+    spot_placements: int = 0
     latency_placements: int = 0
     pinned_at_start: int = 0
     latency_on_spot: int = 0
@@ -78,6 +80,9 @@ class RunResult:
     placements_per_second: float = 0.0
     scheduling_retries: int = 0
     commitment: dict = field(default_factory=dict)  # CommitmentSeries.as_dict()
+    spread_k: int | None = None  # k of the capacity-pool spread filter (None: not applied)
+    capacity_pools: int = 0
+    reclaim_study: dict = field(default_factory=dict)  # ReclaimStudy.as_dict()
 
     def as_dict(self) -> dict:
         """The run as a JSON-ready dict (money and ratios rounded)."""
@@ -108,8 +113,18 @@ def run_replay(
     index = {int(mid): i for i, mid in enumerate(ids.tolist())}
     n = len(ids)
     cluster = Cluster(n, PriceModel.draw(n, config.seed), config.spot_fraction)
+    cluster.set_pools(*machine_pools(trace, index, n, config.seed))
     placer = Placer(cluster, config, random.Random(config.seed))
     result = RunResult(config.scheduler, config.spot_fraction, config.start)
+    result.capacity_pools = len(cluster.pool_names)
+    spread_k = config.spread_k if config.spreads else 0
+    result.spread_k = spread_k or None
+    pool_of = cluster.pool_of.tolist()
+    workloads = Workloads(len(cluster.pool_names))
+    spot_pools = np.zeros(len(cluster.pool_names), dtype=bool)
+    spot_pools[cluster.pool_of[cluster.spot]] = True
+    study = ReclaimStudy(WINDOW_START_US, spot_pools)
+    on_machine: dict[int, set[int]] = {}
 
     m_time = me.time.tolist()
     m_idx = [index[int(x)] for x in me.machine.tolist()]
@@ -145,6 +160,9 @@ def run_replay(
             m = m_idx[j]
             kind = m_kind[j]
             if kind == MACHINE_REMOVE:
+                for gone in on_machine.pop(m, ()):
+                    running.pop(gone, None)
+                    workloads.freed(job_of(gone), pool_of[m], spot[m])
                 dropped, latency = cluster.remove(m)
                 result.tasks_disrupted_by_reclaim += dropped
                 result.latency_disrupted_by_reclaim += latency
@@ -168,6 +186,9 @@ def run_replay(
         t = t_time[i]
         if t > series.next_us:
             series.sample_until(t, cluster.matrix, cluster.active)
+        if t > study.next_us:
+            tasks = np.bincount(cluster.pool_of, weights=cluster.tasks, minlength=len(spot_pools))
+            study.sample_until(t, workloads, tasks.astype(np.int64))
         if t > last_time:
             hours = (t - last_time) / US_PER_HOUR
             cost += cluster.busy_price * hours
@@ -182,6 +203,8 @@ def run_replay(
             held = running.pop(key, None)
             if held is not None and cluster.generation[held[0]] == held[1]:
                 cluster.free(held[0], held[2], held[3], held[4])
+                on_machine[held[0]].discard(key)
+                workloads.freed(job_of(key), pool_of[held[0]], spot[held[0]])
             cpu, mem = t_cpu[i], t_mem[i]
             klass = task_class(t_prio[i])
             latency = klass == LAT
@@ -194,7 +217,8 @@ def run_replay(
                     if latency and spot[m]:
                         result.initial_latency_on_spot += 1
             if m < 0:
-                m = placer.choose(cpu, mem, klass)
+                blocked = workloads.blocked(job_of(key), spread_k) if spread_k else None
+                m = placer.choose(cpu, mem, klass, blocked)
                 if m < 0:
                     series.add_pending(cpu, mem)
                     result.unschedulable += 1
@@ -202,12 +226,16 @@ def run_replay(
                         result.latency_unschedulable += 1
                     continue
                 result.placements += 1
+                if spot[m]:
+                    result.spot_placements += 1
                 if latency:
                     result.latency_placements += 1
                     if spot[m]:
                         result.latency_on_spot += 1
             cluster.place(m, cpu, mem, latency)
             running[key] = (m, int(cluster.generation[m]), cpu, mem, latency)
+            on_machine.setdefault(m, set()).add(key)
+            workloads.placed(job_of(key), pool_of[m], spot[m])
             if progress is not None and i >= next_report:
                 next_report = i + progress_every
                 progress(
@@ -219,11 +247,14 @@ def run_replay(
             held = running.pop(key, None)
             if held is not None and cluster.generation[held[0]] == held[1]:
                 cluster.free(held[0], held[2], held[3], held[4])
+                on_machine[held[0]].discard(key)
+                workloads.freed(job_of(key), pool_of[held[0]], spot[held[0]])
     result.cost = float(cost)
     result.on_demand_cost = float(od_cost)
     result.busy_node_hours = float(busy_hours)
     result.scheduling_retries = placer.retries
     result.commitment = series.as_dict()
+    result.reclaim_study = study.as_dict()
     result.savings_vs_on_demand = float(1.0 - cost / od_cost) if od_cost > 0 else 0.0
     result.wall_seconds = time.perf_counter() - started
     result.cpu_seconds = time.process_time() - cpu_started
@@ -231,6 +262,27 @@ def run_replay(
         result.placements / result.wall_seconds if result.wall_seconds else 0.0
     )
     return result
+
+
+ZONES = 3  # the replay's machines are spread over three zones, drawn from the seed
+
+
+def machine_pools(
+    trace: Trace, index: dict[int, int], n: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per machine: its shape (the trace's first capacity of it, as an instance type) and a zone
+    drawn from the seed, for the capacity pools (`Cluster.set_pools`)."""
+    me = trace.machines
+    shapes = np.full(n, -1, dtype=np.int64)
+    seen: dict[tuple[float, float], int] = {}
+    for mid, cpu, mem in zip(me.machine.tolist(), me.cpu.tolist(), me.mem.tolist(), strict=True):
+        m = index[int(mid)]
+        if shapes[m] >= 0 or cpu != cpu or mem != mem:
+            continue
+        shapes[m] = seen.setdefault((cpu, mem), len(seen))
+    shapes[shapes < 0] = len(seen)
+    zones = np.random.default_rng([seed, 2011]).integers(0, ZONES, size=n)
+    return shapes, zones
 
 
 _SHARED: Trace | None = None  # the parsed trace, inherited by forked workers

@@ -14,8 +14,8 @@ from django.core.management.base import BaseCommand, CommandError
 from kiln import benchjson
 from kiln.identity.permissions import system_actor
 from scheduler import selectors, services
-from scheduler.replay import ReplayConfig, load_trace, parse_parts, run_many
-from scheduler.replay.cluster import SCHEDULERS
+from scheduler.replay import ReplayConfig, load_trace, parse_parts, reclaim, run_many
+from scheduler.replay.cluster import DEFAULT, KILN, KILN_NO_SPREAD, SCHEDULERS
 from scheduler.replay.sim import STARTS, WINDOW_START_US
 from scheduler.replay.trace import SCHEDULE, TraceError
 
@@ -56,10 +56,27 @@ class Command(BaseCommand):
             "--max-rows", type=int, default=None, help="read at most this many task rows"
         )
         parser.add_argument(
-            "--json", dest="json_out", default=None, help="also write the JSON here"
+            "--json",
+            dest="json_out",
+            nargs="?",
+            const="",
+            default=None,
+            help="also write the JSON here (alone: print it only)",
         )
         parser.add_argument(
             "--store", action="store_true", help="store the report for the results page"
+        )
+        parser.add_argument(
+            "--reclaim-study",
+            action="store_true",
+            help="reclaim each spot capacity pool in turn: choose k on --choose-parts, then run "
+            "kiln, default and kiln-no-spread on --parts",
+        )
+        parser.add_argument(
+            "--choose-parts", default="0-6", help="task_events parts the study chooses k on"
+        )
+        parser.add_argument(
+            "--spread-k", default="2", help="k of the spread filter; the study tries each listed"
         )
         parser.add_argument(
             "--workers",
@@ -69,6 +86,8 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **opts):
+        if opts["reclaim_study"]:
+            return self._study(opts)
         started_at = benchjson.now()
         try:
             parts = parse_parts(opts["parts"])
@@ -92,8 +111,9 @@ class Command(BaseCommand):
             f"{int(schedule.sum())} SCHEDULE events"
         )
         weights = selectors.scoring_weights()
+        k = _ks(opts["spread_k"])[0]
         configs = [
-            ReplayConfig(scheduler, fraction, start, seed=opts["seed"], weights=weights)
+            ReplayConfig(scheduler, fraction, start, seed=opts["seed"], weights=weights, spread_k=k)
             for start in starts
             for fraction in fractions
             for scheduler in schedulers
@@ -141,6 +161,93 @@ class Command(BaseCommand):
         if opts["store"]:
             services.replay_report_store(actor=system_actor("scheduler-replay"), report=report)
         self.stdout.write(text)
+
+    def _study(self, opts) -> None:
+        """The reclaim study: k chosen on some parts, the three schedulers reported on others."""
+        started_at = benchjson.now()
+        try:
+            choose_parts = parse_parts(opts["choose_parts"])
+            report_parts = parse_parts(opts["parts"])
+        except TraceError as exc:
+            raise CommandError(str(exc)) from exc
+        if set(choose_parts) & set(report_parts):
+            raise CommandError("--choose-parts and --parts must not share a part")
+        ks = _ks(opts["spread_k"])
+        fraction = _fractions(opts["spot_fractions"])[0]
+        start = _choices(opts["start"], STARTS, "--start")[0]
+        weights = selectors.scoring_weights()
+
+        def progress(message: str) -> None:
+            print(message, file=sys.stderr, flush=True)
+
+        def runs(parts, configs):
+            try:
+                trace = load_trace(opts["trace"], parts, progress=progress)
+            except TraceError as exc:
+                raise CommandError(str(exc)) from exc
+            out = []
+            for result in run_many(trace, configs, opts["workers"], progress):
+                out.append(reclaim.study_figures(result.as_dict()))
+                progress(f"done {result.scheduler} k={result.spread_k}: {out[-1]}")
+            return out
+
+        def config(scheduler: str, k: int) -> ReplayConfig:
+            return ReplayConfig(
+                scheduler, fraction, start, seed=opts["seed"], weights=weights, spread_k=k
+            )
+
+        chosen = runs(choose_parts, [config(KILN_NO_SPREAD, ks[0])] + [config(KILN, k) for k in ks])
+        baseline, tried = chosen[0], dict(zip(ks, chosen[1:], strict=True))
+        k, rule = reclaim.choose_k(tried, baseline)
+        reported = runs(
+            report_parts, [config(KILN, k), config(DEFAULT, k), config(KILN_NO_SPREAD, k)]
+        )
+        by_name = dict(zip((KILN, DEFAULT, KILN_NO_SPREAD), reported, strict=True))
+        today = by_name[KILN_NO_SPREAD]
+        report = {
+            "trace": str(opts["trace"]),
+            "seed": opts["seed"],
+            "spot_fraction": fraction,
+            "start": start,
+            "choose_parts": opts["choose_parts"],
+            "report_parts": opts["parts"],
+            "k_candidates": ks,
+            "chosen_k": k,
+            "choice_rule": rule,
+            "choice": {
+                "baseline_kiln_no_spread": baseline,
+                "kiln_by_k": {str(kk): figures for kk, figures in tried.items()},
+            },
+            "schedulers": by_name,
+            "targets": {
+                "kiln_zero_wiped_out": by_name[KILN]["workloads_wiped_out"] == 0,
+                "kiln_within_5pct_of_today": reclaim.within(by_name[KILN], today),
+                "placements_ratio_kiln_to_today": _ratio(by_name[KILN], today, "placements"),
+                "spot_placements_ratio_kiln_to_today": _ratio(
+                    by_name[KILN], today, "spot_placements"
+                ),
+            },
+        }
+        printed = benchjson.stamped(report, name="scheduler_replay", date=started_at)
+        text = json.dumps(printed, indent=2)
+        if opts["json_out"]:
+            Path(opts["json_out"]).write_text(text + "\n")
+        self.stdout.write(text)
+
+
+def _ratio(run: dict, base: dict, key: str) -> float | None:
+    return round(run[key] / base[key], 4) if base[key] else None
+
+
+def _ks(spec: str) -> list[int]:
+    """k values of the spread filter: whole numbers >= 1 (a k of 0 is refused, naming it)."""
+    try:
+        values = [int(v) for v in spec.split(",") if v.strip()]
+    except ValueError as exc:
+        raise CommandError(f"--spread-k must be whole numbers like 2,3: {exc}") from exc
+    if not values or any(v < 1 for v in values):
+        raise CommandError(f"--spread-k must be whole numbers >= 1, got {spec!r}")
+    return values
 
 
 def _savings(runs: list[dict]) -> list[dict]:
