@@ -27,18 +27,18 @@ from typing import Any
 from django.test.utils import override_settings
 
 from audit.models import ChainEvent
-from kiln.cluster.models import SimulatedObject
-from kiln.cluster.simulated import SimulatedBackend
-from kiln.errors import InvalidInput
-from portal import conf
-from portal import disruption as d
-from portal.bench.answering_server import AnsweringServer
-from portal.bench.fault_matrix import (
+from bench.portal.answering_server import AnsweringServer
+from bench.portal.fault_matrix import (
     bench_actor,
     drain_audit,
     run_until_settled,
     submit_environment,
 )
+from kiln.cluster.models import SimulatedObject
+from kiln.cluster.simulated import SimulatedBackend
+from kiln.errors import InvalidInput
+from portal import conf
+from portal import disruption as d
 from portal.lifecycle import Status
 from portal.models import Environment, ProvisioningStep
 from portal.services.expiry import DEFERRALS, FORCED, environment_defer_teardown

@@ -12,12 +12,12 @@ import pytest
 import redis
 
 from audit.models import OutboxEvent
+from bench.portal.harness import queue_length
 from canary.chaos.loadtest.faults import OwnServers
 from kiln.celery import app
 from kiln.identity.models import Team
 from kiln.shape import Shape
 from kiln.task_recovery import ALIVE_PREFIX, HOLDERS_KEY, Recovery
-from portal.bench.harness import queue_length
 from portal.models import Environment
 from tests.audit.conftest import subprocess_env
 from tests.kiln.standalone_process import free_port

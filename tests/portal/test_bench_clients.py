@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from portal.bench.clients import HttpApi
+from bench.portal.clients import HttpApi
 
 
 class Recorder(BaseHTTPRequestHandler):

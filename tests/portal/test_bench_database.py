@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
-from portal.bench.harness import stand_in_for_autovacuum
+from bench.portal.harness import stand_in_for_autovacuum
 
 
 def _vacuums(table: str) -> int:

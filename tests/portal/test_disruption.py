@@ -9,11 +9,11 @@ import pytest
 from django.utils import timezone
 
 from audit.models import OutboxEvent
+from bench.portal.answering_server import AnsweringServer
 from kiln.cluster.simulated import SimulatedBackend
 from kiln.errors import Forbidden, InvalidInput
 from portal import conf
 from portal import disruption as d
-from portal.bench.answering_server import AnsweringServer
 from portal.lifecycle import Status
 from portal.models import Environment
 from portal.services import environment_defer_teardown, environments_reap_expired

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from portal.bench import fault_matrix as fm
+from bench.portal import fault_matrix as fm
 from portal.services import steps
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -9,10 +9,10 @@ from datetime import timedelta
 import pytest
 
 from audit.models import OutboxEvent
+from bench.portal.answering_server import AnsweringServer
 from kiln.cluster.models import SimulatedObject
 from kiln.cluster.simulated_failures import inject_failure
 from kiln.errors import Forbidden, IllegalTransition, InvalidInput
-from portal.bench.answering_server import AnsweringServer
 from portal.lifecycle import Status
 from portal.models import Environment, Notification, TeamWebhook
 from portal.services import (

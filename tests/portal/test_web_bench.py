@@ -10,7 +10,7 @@ import sys
 import pytest
 from django.conf import settings as django_settings
 
-from portal.bench import harness
+from bench.portal import harness
 from portal.models import Environment
 from tests.audit.conftest import subprocess_env, wipe_chain
 

@@ -17,9 +17,9 @@ from django.db import OperationalError, connection
 
 from audit.chain.verification import verify_chain
 from audit.models import ChainEvent, OutboxEvent
+from bench.portal.harness import queue_length
 from canary.chaos.models import ChaosLease
 from kiln.celery import app
-from portal.bench.harness import queue_length
 from portal.lifecycle import Status
 from portal.models import Environment
 

@@ -33,9 +33,9 @@ import json
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from bench.portal import harness, profiles, report
 from kiln import benchjson, heap
 from kiln.celery import app
-from portal.bench import harness, profiles, report
 
 
 class Command(BaseCommand):

@@ -28,6 +28,7 @@ from django.contrib.auth.models import Group
 from django.db import connection
 from rest_framework.test import APIClient
 
+from bench.portal.clients import URL, BenchApi
 from bench.waiting import wait_until
 from kiln import changes
 from kiln.celery import app
@@ -42,7 +43,6 @@ from kiln.standalone import (
     prefork_worker_service,
     services_together,
 )
-from portal.bench.clients import URL, BenchApi
 from portal.models import Environment
 from portal.selectors import change_key_of
 

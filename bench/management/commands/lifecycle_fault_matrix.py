@@ -1,7 +1,7 @@
 """`python manage.py lifecycle_fault_matrix --json`: SIGKILL the worker at every provisioning and
 teardown step, recover, and print the table (step killed x objects left x events lost).
 
-See portal/bench/fault_matrix.py for what a trial does and counts. The target: every trial
+See bench/portal/fault_matrix.py for what a trial does and counts. The target: every trial
 killed, every environment DELETED, 0 objects left, 0 events lost, 0 duplicated.
 """
 
@@ -12,8 +12,8 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 from django.test.utils import override_settings
 
+from bench.portal.fault_matrix import fault_matrix
 from kiln import benchjson
-from portal.bench.fault_matrix import fault_matrix
 
 
 class Command(BaseCommand):

@@ -1,5 +1,5 @@
 """Measure the web alone: its CPU per request and the create's latency over HTTP, with Kiln's
-ASGI handler and Django's own, alternated round by round (portal/bench/web.py).
+ASGI handler and Django's own, alternated round by round (bench/portal/web.py).
 
 Needs PostgreSQL (the web's processes share the database with this command).
 """
@@ -14,8 +14,8 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from bench.portal import harness, web
 from kiln import benchjson
-from portal.bench import harness, web
 
 
 class Command(BaseCommand):

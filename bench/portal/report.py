@@ -12,7 +12,7 @@ from typing import Any
 from django.db import connection
 
 from audit.models import ChainEvent, OutboxEvent
-from portal.bench.harness import Observed
+from bench.portal.harness import Observed
 from portal.models import Environment
 
 TARGET_P95_OVERHEAD_SECONDS = 1.0

@@ -14,11 +14,11 @@ from typing import Any
 
 from django.conf import settings
 
+from bench.portal import harness, report
+from bench.portal.clients import BenchApi, HttpApi, InProcessApi
 from kiln.identity.permissions import APPROVER, ENGINEER
 from kiln.shape import TokenIssuer
 from kiln.standalone import Service
-from portal.bench import harness, report
-from portal.bench.clients import BenchApi, HttpApi, InProcessApi
 
 
 @dataclass
