@@ -88,6 +88,11 @@ class Figures:
         return money(self.budget - self.forecast)
 
     @property
+    def forecast_over(self) -> Decimal:
+        """How far the forecast passes the budget (0 when it does not)."""
+        return self.over_by(Decimal(0))
+
+    @property
     def percent_spent(self) -> int:
         """Spend as a whole percentage of the budget (100 when the budget is 0 and spent)."""
         if self.budget <= 0:

@@ -5,7 +5,7 @@ same node-hours, priced, that showback reports."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -15,17 +15,17 @@ from kiln.errors import NotFound
 from kiln.identity.models import Team
 from kiln.identity.permissions import Actor
 from portal import budget_math as bm
-from portal import conf
+from portal import conf, sleep_schedule
 from portal.lifecycle import Status
-from portal.models import BudgetNotice, BudgetRaise, Environment, TeamBudget
+from portal.models import BudgetNotice, BudgetRaise, Environment, SleepSchedule, TeamBudget
 from scheduler.showback import Window, environment_ran_cost
 
-# What keeps costing until it expires or is torn down: approved and on its way up, or up. A
-# sleeping environment's nodes are gone: it costs nothing until it wakes.
-RUNNING = frozenset(
-    {Status.APPROVED, Status.PROVISIONING, Status.READY}
-    | {s for s in Status if s.value == "WAKING"}
-)
+DAY_SECONDS = 86400  # a point is the amount by the end of its day
+# What keeps costing until it expires or is torn down: approved and on its way up, up, or
+# waking. A sleeping environment's nodes are gone: it costs nothing until it wakes, which under
+# its team's sleep schedule is in the schedule's waking windows.
+RUNNING = frozenset({Status.APPROVED, Status.PROVISIONING, Status.READY, Status.WAKING})
+SCHEDULED = RUNNING | {Status.SLEEPING}
 
 
 @dataclass(frozen=True)
@@ -92,18 +92,36 @@ def team_spend(*, team: Team, start: datetime, at: datetime, envs: list | None =
     return sum((r.cost for r in ran.values()), Decimal("0.00"))
 
 
-def awake_hours(environment: Environment):
-    """The hours an environment runs in a span, its sleeping schedule applied, or None when it
-    has none (awake throughout)."""
-    del environment  # no schedule to apply: every hour until its expiry counts
-    return None
+def team_schedule(team: Team) -> sleep_schedule.Schedule | None:
+    """The team's sleep schedule, parsed (None: it has none, or it is switched off)."""
+    row = SleepSchedule.objects.filter(team=team, enabled=True).first()
+    if row is None:
+        return None
+    try:
+        return sleep_schedule.parse_schedule(
+            time_zone=row.time_zone, wake_windows=row.wake_windows, sleep_windows=row.sleep_windows
+        )
+    except sleep_schedule.ScheduleInvalid:
+        return None  # refused when set; one that no longer parses applies nowhere
+
+
+def _awake(schedule: sleep_schedule.Schedule) -> bm.AwakeHours:
+    def hours(start: datetime, end: datetime) -> Decimal:
+        spans = sleep_schedule.awake_intervals(schedule, start, end)
+        return sum((bm.hours_between(lo, hi) for lo, hi in spans), Decimal(0))
+
+    return hours
 
 
 def team_running(*, team: Team, now: datetime) -> list[bm.Running]:
-    """What keeps costing: each running environment's hourly price until its expiry."""
+    """What keeps costing: each running environment's hourly price until its expiry, and with a
+    sleep schedule, only in its waking windows (sleeping ones too: the schedule wakes them)."""
+    schedule = team_schedule(team)
+    states = SCHEDULED if schedule is not None else RUNNING
+    awake = _awake(schedule) if schedule is not None else None
     return [
-        bm.Running(hourly=e.hourly_cost, until=e.expires_at, awake=awake_hours(e))
-        for e in Environment.objects.filter(team=team, status__in=[s.value for s in RUNNING])
+        bm.Running(hourly=e.hourly_cost, until=e.expires_at, awake=awake)
+        for e in Environment.objects.filter(team=team, status__in=[s.value for s in states])
     ]
 
 
@@ -180,16 +198,21 @@ def recent_budget_notices(*, teams: list[str], now: datetime) -> list[BudgetNoti
     )
 
 
-def pending_over_budget(*, environment: Environment, now: datetime | None = None) -> Decimal | None:
+def pending_over_budget(
+    *, environment: Environment, now: datetime | None = None, months: dict | None = None
+) -> Decimal | None:
     """How far approving this pending request would take its team's forecast over the budget,
-    or None when it would not (or the team has no budget): what the approval queue shows."""
-    month = team_month(team=environment.team, now=now)
+    or None when it would not (or the team has no budget): what the approval queue shows.
+    `months` caches each team's month across the rows of one page."""
+    now = now or timezone.now()
+    months = {} if months is None else months
+    if environment.team_id not in months:
+        months[environment.team_id] = team_month(team=environment.team, now=now)
+    month = months[environment.team_id]
     if month is None:
         return None
     extra = bm.request_month_cost(
-        hourly=environment.hourly_cost,
-        ttl_hours=environment.request.ttl_hours,
-        now=now or timezone.now(),
+        hourly=environment.hourly_cost, ttl_hours=environment.request.ttl_hours, now=now
     )
     over = month.figures.over_by(extra)
     return over if over > 0 else None
@@ -203,3 +226,97 @@ def platform_currency() -> str:
 def teams_with_budgets() -> list[Team]:
     """Every team that has a budget (the enforcement pass)."""
     return list(Team.objects.filter(budget__isnull=False).order_by("slug"))
+
+
+def showback_budgets(
+    *, viewer: Actor, team: str | None = None, now: datetime | None = None
+) -> list[dict[str, Any]]:
+    """For each team the viewer sees that has a budget: its month, and spend, forecast and budget
+    per day for the chart (as JSON-ready columns: day starts in epoch seconds, amounts or None)."""
+    from portal.selectors import teams_visible
+
+    now = now or timezone.now()
+    teams = teams_visible(viewer).filter(budget__isnull=False)
+    if team:
+        teams = teams.filter(slug=team)
+    out = []
+    for t in teams:
+        month = team_month(team=t, now=now)
+        if month is None:
+            continue
+        series = team_month_series(month=month, now=now)
+
+        def column(key: str, points: list[dict] = series) -> list[float | None]:
+            return [None if p[key] is None else float(p[key]) for p in points]
+
+        chart = {
+            "days": [
+                int(datetime.combine(p["day"], datetime.min.time(), UTC).timestamp()) + DAY_SECONDS
+                for p in series
+            ],
+            "spend": column("spend"),
+            "forecast": column("forecast"),
+            "budget": column("budget"),
+            "currency": month.currency,
+        }
+        out.append(
+            {"month": month, "series": series, "chart": chart, "chart_id": f"budget-data-{t.slug}"}
+        )
+    return out
+
+
+def request_budget_preview(
+    *, viewer: Actor, team_slug: str, hourly: Decimal, ttl_hours: int, now: datetime | None = None
+) -> dict[str, Any] | None:
+    """The request form's line: the estimate's cost this month against what the team has left
+    after its forecast, and what submitting would meet (fits, needs an approver, refused).
+    None when the team is not the viewer's to see or has no budget."""
+    if not team_slug:
+        return None
+    try:
+        team = team_for_budget(viewer=viewer, slug=team_slug)
+    except NotFound:
+        return None
+    now = now or timezone.now()
+    month = team_month(team=team, now=now)
+    if month is None:
+        return None
+    f = month.figures
+    cost = bm.request_month_cost(hourly=hourly, ttl_hours=ttl_hours, now=now)
+    over = f.over_by(cost)
+    outcome = "refused" if f.reached else ("over" if over > 0 else "fits")
+    return {
+        "team": team.slug,
+        "currency": month.currency,
+        "month": month.month,
+        "month_cost": cost,
+        "budget": f.budget,
+        "spend": f.spend,
+        "forecast": f.forecast,
+        "left": max(f.remaining, Decimal("0.00")),
+        "left_after": bm.money(f.remaining - cost),
+        "over_by": over,
+        "outcome": outcome,
+    }
+
+
+def environment_cost(*, environment: Environment, now: datetime | None = None) -> dict[str, Any]:
+    """The environment page's cost story: what its nodes ran so far (showback's number), what it
+    costs if it runs to its expiry (so far + its hourly price for the hours left), and its team's
+    budget month when there is one."""
+    now = now or timezone.now()
+    env = environment
+    ran = environment_ran_cost(
+        windows={env.pk: Window(env.namespace, env.created_at, env.deleted_at)}, now=now
+    )[env.pk]
+    hours_up = bm.hours_between(env.ready_at, env.deleted_at or now) if env.ready_at else 0
+    so_far = bm.money(env.hourly_cost * Decimal(hours_up))
+    running = Status(env.status) in SCHEDULED and env.expires_at is not None
+    left = bm.hours_between(now, env.expires_at) if running else Decimal(0)
+    return {
+        "ran": ran,
+        "so_far": so_far,
+        "hours_left": left.quantize(Decimal("0.1")),
+        "to_expiry": bm.money(so_far + env.hourly_cost * left) if running else None,
+        "team_month": team_month(team=env.team, now=now),
+    }

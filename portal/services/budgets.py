@@ -35,6 +35,7 @@ from portal import budget_reads, conf
 from portal.lifecycle import Status
 from portal.models import BudgetNotice, BudgetRaise, Environment, TeamBudget
 from portal.services.notices import team_notification_queue
+from portal.services.sleep import BUDGET, sleep_environment
 
 log = logging.getLogger("kiln.portal.budgets")
 KEEPER = "budget-keeper"
@@ -292,8 +293,6 @@ def _idle(env: Environment, now: datetime) -> bool:
 
 def _sleep_idle(*, team: Team, now: datetime, dry_run: bool) -> list[str]:
     """Put the team's idle READY environments to sleep, each through the sleep pipeline."""
-    from portal.services.sleep import sleep_environment
-
     slept = []
     for env in Environment.objects.filter(team=team, status=Status.READY).select_related("team"):
         if not _idle(env, now):
@@ -306,6 +305,7 @@ def _sleep_idle(*, team: Team, now: datetime, dry_run: bool) -> list[str]:
                 env,
                 actor=system_actor(KEEPER),
                 reason=f"team {team.slug} reached its budget for {now:%B %Y}",
+                trigger=BUDGET,
             )
         except KilnError as exc:  # one that cannot sleep (its class forbids it) stays up
             slept.pop()

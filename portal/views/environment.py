@@ -21,7 +21,7 @@ from kiln.identity.permissions import (
     can_approve,
     has_role,
 )
-from portal import conf, resource_tree, selectors, services
+from portal import budget_reads, conf, resource_tree, selectors, services
 from portal.connect import connection, kubeconfig
 from portal.forms import ExtendForm, ReasonForm
 from portal.lifecycle import Status, badge, label
@@ -95,6 +95,7 @@ def environment_detail(request: HttpRequest, public_id: str) -> HttpResponse:
             "denials": [d for d in decisions if not d.allowed],
             "approvals": selectors.approval_tally(env),
             "spent": _spent(env),
+            "cost": budget_reads.environment_cost(environment=env),
             "lifetime_cost": (env.hourly_cost * ttl_total).quantize(Decimal("0.01")),
             "is_auditor": has_role(actor_from_request(request), AUDITOR),
             "can_resubmit": context["can_act"] and env.status in (Status.DENIED, Status.REJECTED),

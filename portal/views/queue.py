@@ -20,7 +20,7 @@ from kiln.identity.permissions import (
     approval_basis,
     can_approve,
 )
-from portal import selectors, services
+from portal import budget_reads, selectors, services
 from portal.forms import ReasonForm
 from portal.services.plan import environment_plan
 from portal.views.common import env_or_404
@@ -38,7 +38,7 @@ def approval_queue(request: HttpRequest) -> HttpResponse:
         raise PermissionDenied("Only approvers see the approval queue.")
     errors = request.session.pop(QUEUE_ERRORS, {})
     now = timezone.now()
-    rows = []
+    rows, months = [], {}
     for env in selectors.approval_queue(viewer=actor):
         approvals = [d for d in env.decisions.all() if d.decision == "approve"]
         needed = selectors.approvals_needed(environment=env)
@@ -59,6 +59,9 @@ def approval_queue(request: HttpRequest) -> HttpResponse:
                 "age": now - env.created_at,
                 "error": errors.get(env.public_id, ""),
                 "plan": environment_plan(environment=env),
+                "over_budget": budget_reads.pending_over_budget(
+                    environment=env, now=now, months=months
+                ),
             }
         )
     return render(request, "portal/approvals.html", {"rows": rows})

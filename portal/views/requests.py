@@ -15,7 +15,7 @@ from kiln.identity.permissions import (
     actor_from_request,
     has_role,
 )
-from portal import selectors, services
+from portal import budget_reads, selectors, services
 from portal.forms import EnvironmentRequestForm, class_limits
 from portal.lifecycle import TTL_EXPIRED_PREFIX, Status, badge, label
 from portal.services import cost, gate
@@ -58,9 +58,10 @@ def environment_list(request: HttpRequest) -> HttpResponse:
 _ESTIMATE_FIELDS = {"ttl_hours": "TTL", "cpu": "CPU", "memory_gib": "Memory", "gpu": "GPUs"}
 
 
-def _estimate_from(data) -> dict:
+def _estimate_from(data, actor=None) -> dict:
     """The estimate for the form's current values, or why there is none: the same field rules
-    as the API, so no size Kiln would refuse reaches the price arithmetic or shows a price."""
+    as the API, so no size Kiln would refuse reaches the price arithmetic or shows a price;
+    with the team's budget beside it when the team has one."""
     args: dict = {"env_class": data.get("env_class") or "dev"}
     problems = []
     for field, name in _ESTIMATE_FIELDS.items():
@@ -85,7 +86,15 @@ def _estimate_from(data) -> dict:
         tenant_control_plane=bool(data.get("tenant_control_plane")),
         database=bool(data.get("database")),
     )
-    return {"estimate": estimate, "estimate_problems": []}
+    budget = None
+    if actor is not None:
+        budget = budget_reads.request_budget_preview(
+            viewer=actor,
+            team_slug=str(data.get("team") or ""),
+            hourly=estimate["hourly"],
+            ttl_hours=args["ttl_hours"],
+        )
+    return {"estimate": estimate, "estimate_problems": [], "budget": budget}
 
 
 def _resubmittable(request: HttpRequest, public_id: str):
@@ -145,7 +154,7 @@ def environment_request(request: HttpRequest) -> HttpResponse:
             "form": form,
             "class_limits": class_limits(),
             "resubmit_of": resubmit_of,
-            **_estimate_from(source),
+            **_estimate_from(source, actor),
         },
     )
 
@@ -185,4 +194,6 @@ def environment_policy_check(request: HttpRequest) -> HttpResponse:
 @login_required
 def environment_estimate(request: HttpRequest) -> HttpResponse:
     """htmx partial: the cost estimate for the form's current values."""
-    return render(request, "portal/_estimate.html", _estimate_from(request.GET))
+    return render(
+        request, "portal/_estimate.html", _estimate_from(request.GET, actor_from_request(request))
+    )

@@ -13,7 +13,7 @@ from django.shortcuts import render
 from django.utils import timezone
 
 from kiln.identity.permissions import actor_from_request
-from portal import selectors
+from portal import budget_reads, selectors
 
 CSV_HEADER = [
     "team",
@@ -54,11 +54,16 @@ def _report(request: HttpRequest, period: str) -> dict[str, Any]:
 
 @login_required
 def showback(request: HttpRequest) -> HttpResponse:
-    """Spend per team over the period, by environment and class, beside what ran."""
+    """Spend per team over the period, by environment and class, beside what ran; and for each
+    team with a budget, its month: spend, forecast and budget on one chart."""
     period = _period(request)
     if period is None:
         return _bad_period()
-    return render(request, "portal/showback.html", _report(request, period))
+    context = _report(request, period)
+    context["budgets"] = budget_reads.showback_budgets(
+        viewer=actor_from_request(request), team=context["team"] or None
+    )
+    return render(request, "portal/showback.html", context)
 
 
 @login_required

@@ -20,6 +20,7 @@ from portal.models import (
     Environment,
     EnvironmentRequest,
     Notification,
+    SleepSchedule,
     TeamBudget,
     TeamWebhook,
 )
@@ -238,3 +239,60 @@ def test_thresholds_are_told_once_per_month_audited_and_posted(people, teams):
     assert (
         budget_reads.budget_notices(team=teams["payments"], month=bm.month_bounds(later)[0]) == []
     )
+
+
+def test_forecast_applies_the_teams_sleep_schedule(people, teams):
+    now = datetime(2026, 3, 9, 0, 0, tzinfo=UTC)  # a Monday
+    env = _ready_env(people, "web", hourly="1.0000", ready_at=now, expires_at=None)
+    Environment.objects.filter(pk=env.pk).update(created_at=now)
+    _budget(teams["payments"], "1000.00")
+    SleepSchedule.objects.create(
+        team=teams["payments"],
+        time_zone="UTC",
+        wake_windows=[
+            {"days": ["mon", "tue", "wed", "thu", "fri"], "start": "09:00", "end": "17:00"}
+        ],
+    )
+    # Awake 8 h on each weekday from 9 March to the month's end: 17 weekdays x 8 h x $1 = $136.
+    assert budget_reads.team_month(team=teams["payments"], now=now).figures.forecast == Decimal(
+        "136.00"
+    )
+    # A sleeping environment counts too: the schedule wakes it.
+    Environment.objects.filter(pk=env.pk).update(status=Status.SLEEPING)
+    assert budget_reads.team_month(team=teams["payments"], now=now).figures.forecast == Decimal(
+        "136.00"
+    )
+    # Without a schedule a sleeping one costs nothing until someone wakes it.
+    SleepSchedule.objects.filter(team=teams["payments"]).update(enabled=False)
+    assert budget_reads.team_month(team=teams["payments"], now=now).figures.forecast == 0
+
+
+def test_at_the_budget_idle_environments_are_put_to_sleep_first(
+    people, teams, settings, django_capture_on_commit_callbacks
+):
+    settings.KILN_BUDGET_IDLE_SECONDS = 3600
+    with django_capture_on_commit_callbacks(execute=True):
+        idle, _ = environment_request_submit(actor=people["alice"], data=request_data(name="idle"))
+        busy, _ = environment_request_submit(actor=people["alice"], data=request_data(name="busy"))
+    idle.refresh_from_db()
+    busy.refresh_from_db()
+    assert (idle.status, busy.status) == (Status.READY, Status.READY)
+    now = timezone.now()
+    Environment.objects.filter(pk=idle.pk).update(last_activity_at=now - timedelta(hours=3))
+    Environment.objects.filter(pk=busy.pk).update(last_activity_at=now - timedelta(minutes=5))
+    _budget(teams["payments"], "0.00")  # spent: the budget is reached
+    with django_capture_on_commit_callbacks(execute=True):
+        out = budgets.budgets_enforce(now=now)
+    assert out["slept"] == {"payments": [idle.public_id]}
+    assert out["told"] == {"payments": [80, 100]}
+    idle.refresh_from_db()
+    busy.refresh_from_db()
+    assert idle.status in (Status.SLEEPING,) and idle.sleep_trigger == "budget"
+    assert busy.status == Status.READY
+    (slept,) = OutboxEvent.objects.filter(
+        action="portal.environment.sleep_started", target=f"portal.environment:{idle.public_id}"
+    )
+    assert slept.actor == "system:budget-keeper" and "reached its budget" in slept.data["reason"]
+    # A second pass: the thresholds were told, the idle one already sleeps: nothing more.
+    again = budgets.budgets_enforce(now=now)
+    assert again == {"told": {}, "slept": {}}

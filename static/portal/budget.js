@@ -1,0 +1,29 @@
+/* The showback page's budget charts: spend so far, the forecast to the month's end (dashed) and
+   the budget, one uPlot chart per team, read from the JSON the page carries beside its table. */
+(function () {
+  function draw(target) {
+    var node = document.getElementById(target.dataset.chart);
+    if (!node || typeof uPlot === "undefined") { return; }
+    var data = JSON.parse(node.textContent);
+    var money = function (u, v) { return v == null ? "-" : data.currency + " " + v.toFixed(2); };
+    var opts = {
+      width: Math.max(target.clientWidth, 280),
+      height: 220,
+      scales: { x: { time: true }, y: { range: function (u, min, max) { return [0, Math.max(max, 1) * 1.08]; } } },
+      axes: [{}, { size: 64, values: function (u, vals) { return vals.map(function (v) { return v.toFixed(0); }); } }],
+      series: [
+        { label: "day (UTC)", value: "{YYYY}-{MM}-{DD}" },
+        { label: "spent", stroke: "#2563eb", width: 2, fill: "rgba(37, 99, 235, 0.08)", value: money },
+        { label: "forecast", stroke: "#d97706", width: 2, dash: [6, 4], value: money },
+        { label: "budget", stroke: "#dc2626", width: 1.5, value: money }
+      ]
+    };
+    target.textContent = "";
+    var chart = new uPlot(opts, [data.days, data.spend, data.forecast, data.budget], target);
+    var resize = function () { chart.setSize({ width: Math.max(target.clientWidth, 280), height: 220 }); };
+    window.addEventListener("resize", resize);
+  }
+  document.addEventListener("DOMContentLoaded", function () {
+    document.querySelectorAll(".budget-chart[data-chart]").forEach(draw);
+  });
+})();

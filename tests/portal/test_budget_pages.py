@@ -1,0 +1,114 @@
+"""One cost story on the pages: the request form's estimate against the team's budget, the queue's
+"forecast over budget by", the environment page's cost to expiry and the showback month chart."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from kiln.identity.models import Team
+from portal.lifecycle import Status
+from portal.models import Environment, TeamBudget
+from portal.services import environment_request_submit
+from tests.portal.conftest import make_person, request_data
+from tests.portal.test_pages import FORM, login
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def team(db) -> Team:
+    return Team.objects.create(slug="payments", name="Payments")
+
+
+def _budget(team: Team, amount: str) -> TeamBudget:
+    return TeamBudget.objects.create(team=team, monthly_amount=Decimal(amount), currency="USD")
+
+
+def _estimate(client, **overrides) -> str:
+    query = {**FORM, "env_class": "dev", **overrides}
+    return client.get(reverse("portal:environment-estimate"), query).content.decode()
+
+
+def test_the_estimate_meets_the_teams_remaining_budget(team):
+    alice = login("alice", "engineer", team)
+    assert "left after its forecast" not in _estimate(alice)  # no budget: the price alone
+    _budget(team, "100000.00")
+    fits = _estimate(alice)
+    assert 'data-budget-outcome="fits"' in fits and "USD 100000.00" in fits
+    TeamBudget.objects.filter(team=team).update(monthly_amount=Decimal("0.01"))
+    over = _estimate(alice)
+    assert 'data-budget-outcome="over"' in over and "Forecast over budget by USD" in over
+    TeamBudget.objects.filter(team=team).update(monthly_amount=Decimal("0.00"))
+    refused = _estimate(alice)
+    assert 'data-budget-outcome="refused"' in refused and "refused" in refused
+    # The full form carries the same line.
+    page = alice.get(reverse("portal:environment-request")).content.decode()
+    assert "portal/budget.css" in page
+
+
+def test_the_estimate_says_nothing_of_a_team_the_viewer_does_not_see(team):
+    other = Team.objects.create(slug="search", name="Search")
+    _budget(other, "0.00")
+    alice = login("alice", "engineer", team)
+    assert "data-budget-outcome" not in _estimate(alice, team="search")
+
+
+def test_the_queue_shows_how_far_a_request_takes_the_forecast_over(team):
+    engineer = make_person("erin", {"engineer"}, team)
+    _budget(team, "0.01")
+    env, _ = environment_request_submit(actor=engineer, data=request_data(name="big"))
+    assert env.status == Status.PENDING_APPROVAL
+    carol = login("carol", "approver", team)
+    page = carol.get(reverse("portal:approval-queue")).content.decode()
+    assert "forecast over budget by $" in page and "q-over-budget" in page
+
+
+def test_the_environment_page_shows_cost_so_far_to_expiry_and_the_budget(team):
+    engineer = make_person("erin", {"engineer"}, team)
+    env, _ = environment_request_submit(actor=engineer, data=request_data(name="web"))
+    now = timezone.now()
+    Environment.objects.filter(pk=env.pk).update(
+        status=Status.READY,
+        hourly_cost=Decimal("2.0000"),
+        ready_at=now - timedelta(hours=3),
+        expires_at=now + timedelta(hours=10),
+    )
+    _budget(team, "500.00")
+    alice = login("alice", "engineer", team)
+    page = alice.get(reverse("portal:environment-detail", args=[env.public_id])).content.decode()
+    # 3 h up at $2 = $6 so far; 10 h more to its expiry: $26.
+    assert "$6.00" in page
+    assert 'id="cost-to-expiry">$26.00' in page
+    assert 'id="cost-budget"' in page and "of 500.00" in page
+
+
+def test_showback_draws_spend_forecast_and_budget_for_the_teams_month(team):
+    engineer = make_person("erin", {"engineer"}, team)
+    env, _ = environment_request_submit(actor=engineer, data=request_data(name="web"))
+    now = timezone.now()
+    Environment.objects.filter(pk=env.pk).update(
+        status=Status.READY,
+        hourly_cost=Decimal("1.0000"),
+        ready_at=now,
+        expires_at=now + timedelta(days=400),
+    )
+    _budget(team, "250.00")
+    other = Team.objects.create(slug="search", name="Search")
+    _budget(other, "99.00")
+    alice = login("alice", "engineer", team)
+    page = alice.get(reverse("portal:showback")).content.decode()
+    assert 'id="budget-chart-payments"' in page and "vendor/uplot.iife.min.js" in page
+    assert 'id="budget-chart-search"' not in page  # another team's budget is not shown
+    start = page.index('id="budget-data-payments"')
+    data = json.loads(page[page.index(">", start) + 1 : page.index("</script>", start)])
+    assert len(data["days"]) == len(data["spend"]) == len(data["forecast"]) == len(data["budget"])
+    assert 28 <= len(data["days"]) <= 31 and set(data["budget"]) == {250.0}
+    # The forecast runs from today to the month's end, growing by $24 a day ($1/h).
+    future = [f for f in data["forecast"] if f is not None]
+    assert future == sorted(future) and (len(future) < 2 or future[-1] - future[-2] == 24.0)
