@@ -6,7 +6,7 @@ The paths are those chaos had while it lived inside canary: `/chaos/...` pages a
 
 from django.urls import path
 
-from canary.chaos import api, api_faults, views
+from canary.chaos import api, api_faults, views, views_faults
 
 app_name = "chaos"
 
@@ -16,6 +16,11 @@ urlpatterns: list = [
     path("chaos/<uuid:experiment_id>/", views.experiment_detail, name="experiment-detail"),
     path("chaos/<uuid:experiment_id>/lease/", views.experiment_lease, name="experiment-lease"),
     path("chaos/<uuid:experiment_id>/abort/", views.experiment_abort, name="experiment-abort"),
+    path(
+        "chaos/<uuid:experiment_id>/injections/<int:injection_id>/recheck/",
+        views_faults.injection_recheck,
+        name="injection-recheck",
+    ),
 ]
 api_urlpatterns: list = [
     path("chaos/experiments/", api.ExperimentListCreateApi.as_view(), name="experiment-list"),

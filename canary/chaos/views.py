@@ -16,6 +16,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from canary.chaos import actuators
 from canary.chaos import selectors as chaos_selectors
 from canary.chaos import services as chaos_services
+from canary.chaos.forms_faults import ChaosMeshFormFields
 from canary.chaos.models import ExperimentStatus, FaultKind
 from canary.ownership import namespaces_of
 from kiln.cluster import DeliveryError
@@ -24,7 +25,7 @@ from kiln.form_errors import add_service_errors, values_for_service
 from kiln.identity.permissions import ENGINEER, actor_from_request, can_run_chaos, has_role
 
 
-class ExperimentForm(forms.Form):
+class ExperimentForm(ChaosMeshFormFields, forms.Form):
     """The create page's form; the service validates the experiment itself."""
 
     name = forms.CharField(max_length=100)
@@ -109,6 +110,7 @@ class ExperimentForm(forms.Form):
             "duration_seconds max_duration_seconds max_pods max_percent"
         ).split()
         data = {k: d.get(k) for k in keys}
+        data.update(self.kind_data(d))
         data["stop_conditions"] = conds
         return data
 
@@ -206,6 +208,7 @@ def _detail_context(request: HttpRequest, experiment_id: Any) -> dict[str, Any]:
         "lease": chaos_selectors.lease_state(exp),
         "injections": list(chaos_selectors.injection_list(exp)),
         "can_abort": can_run_chaos(actor, exp.team.slug) and not exp.is_terminal,
+        "can_recheck": can_run_chaos(actor, exp.team.slug),
         "effective_percent": actuators.effective_percent(chaos_services.fault_spec(experiment=exp)),
         "now": timezone.now(),
     }

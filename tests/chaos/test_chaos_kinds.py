@@ -261,3 +261,58 @@ def test_the_api_creates_every_kind_with_its_magnitude(api_client_for, shop):
         body = response.json()
         assert body["fault"] == fault
         assert body["params"] == kinds.kind_params(data_for(fault))
+
+
+@pytest.mark.django_db
+def test_the_form_offers_the_kinds_and_names_the_field_it_refuses(client, shop, django_user_model):
+    from django.contrib.auth.models import Group
+
+    from kiln.identity.models import Membership, Team
+
+    user = django_user_model.objects.create_user("alice", password="pw-long-enough-1")
+    user.groups.add(Group.objects.get_or_create(name="engineer")[0])
+    Membership.objects.create(user=user, team=Team.objects.get(slug="payments"))
+    client.force_login(user)
+    page = client.get("/chaos/new/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    for fault in kinds.KINDS:
+        assert f'value="{fault}"' in html
+    assert 'data-kinds="clock-skew"' in html and 'name="time_offset_seconds"' in html
+    form = {
+        "name": "skew",
+        "namespace": "shop",
+        "selector": "app=web",
+        "fault": "clock-skew",
+        "time_offset_seconds": "7200",
+        "percent": "100",
+        "duration_seconds": "60",
+        "max_duration_seconds": "300",
+        "max_pods": "1",
+    }
+    refused = client.post("/chaos/new/", form)
+    assert refused.status_code == 400
+    errors = refused.context["form"].errors
+    assert "-600 to 600s" in errors["time_offset_seconds"][0]
+    assert not ChaosExperiment.objects.exists()
+    created = client.post("/chaos/new/", {**form, "time_offset_seconds": "-90"})
+    assert created.status_code == 302, created.context["form"].errors
+    exp = ChaosExperiment.objects.get()
+    assert exp.fault == "clock-skew" and exp.params == {"time_offset_seconds": -90}
+    partition = client.post(
+        "/chaos/new/",
+        {
+            **form,
+            "name": "split",
+            "selector": "app=api",
+            "fault": "network-partition",
+            "time_offset_seconds": "",
+            "target_selector": "app=db",
+        },
+    )
+    assert partition.status_code == 302, partition.context["form"].errors
+    assert ChaosExperiment.objects.get(name="split").params == {
+        "target_selector": {"app": "db"},
+        "target_namespace": "shop",
+        "direction": "both",
+    }

@@ -275,3 +275,30 @@ def test_on_kubernetes_with_the_real_client(quick_retries, engineer, shop, kube)
         "could not be read back",
         "the revert's write failed",
     }
+
+
+def test_the_experiment_page_shows_the_evidence_and_rechecks(
+    quick_retries, client, engineer, shop, backend, django_user_model
+):
+    from django.contrib.auth.models import Group
+
+    from kiln.identity.models import Membership, Team
+
+    inject_failure("stuck_finalizer", kind="TimeChaos")
+    injection = _inject(engineer, backend, "clock-skew")
+    fault_revert(injection_id=injection.pk, actor=REAPER, reason="test", backend=backend)
+    user = django_user_model.objects.create_user("alice", password="pw-long-enough-1")
+    user.groups.add(Group.objects.get_or_create(name="engineer")[0])
+    Membership.objects.create(user=user, team=Team.objects.get(slug="payments"))
+    client.force_login(user)
+    page = client.get(f"/chaos/{injection.experiment_id}/").content.decode()
+    assert "still there" in page and "held by finalizers" in page
+    assert "Revert and read back again" in page
+
+    recheck = f"/chaos/{injection.experiment_id}/injections/{injection.pk}/recheck/"
+    backend.clear_finalizers(AppliedRef.from_dict(injection.applied[0]))
+    assert client.post(recheck).status_code == 302
+    injection.refresh_from_db()
+    assert injection.state == InjectionState.REVERTED
+    page = client.get(f"/chaos/{injection.experiment_id}/").content.decode()
+    assert "the fault is gone" in page and "still there" not in page
