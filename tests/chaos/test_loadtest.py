@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from canary.chaos.loadtest.run import Plan, run
+from bench.loadtest.run import Plan, run
 from tests.audit.conftest import subprocess_env, wipe_chain
 from tests.kiln.standalone_process import free_port
 

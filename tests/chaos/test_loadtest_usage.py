@@ -1,4 +1,4 @@
-"""What the load test reports beside Kiln's own processes (canary/chaos/loadtest/usage.py) and
+"""What the load test reports beside Kiln's own processes (bench/loadtest/usage.py) and
 how its pacing is given (`loadtest --think`)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
-from canary.chaos.loadtest import usage
-from canary.chaos.management.commands.loadtest import _think
+from bench.loadtest import usage
+from bench.management.commands.loadtest import _think
 
 
 def test_busy_share_is_the_busy_part_of_every_cores_ticks():

@@ -13,7 +13,7 @@ from celery import Celery
 from django.conf import settings
 from kombu.exceptions import OperationalError
 
-from canary.chaos.loadtest.faults import OwnServers
+from bench.loadtest.faults import OwnServers
 from kiln.worker_db import REQUEUE_RETRY_POLICY
 from tests.kiln.standalone_process import free_port
 

@@ -12,8 +12,8 @@ import pytest
 import redis
 
 from audit.models import OutboxEvent
+from bench.loadtest.faults import OwnServers
 from bench.portal.harness import queue_length
-from canary.chaos.loadtest.faults import OwnServers
 from kiln.celery import app
 from kiln.identity.models import Team
 from kiln.shape import Shape

@@ -16,8 +16,8 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from canary.chaos.loadtest import faults
-from canary.chaos.loadtest.run import Plan, run
+from bench.loadtest import faults
+from bench.loadtest.run import Plan, run
 from kiln import benchjson
 
 

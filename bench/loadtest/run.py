@@ -25,8 +25,8 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
-from canary.chaos.loadtest import faults, usage
-from canary.chaos.loadtest.reconcile import advisory_locks_held, reconcile, wait_settled
+from bench.loadtest import faults, usage
+from bench.loadtest.reconcile import advisory_locks_held, reconcile, wait_settled
 from kiln.identity import services as identity
 from kiln.identity.models import Team
 from kiln.identity.permissions import system_actor
