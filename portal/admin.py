@@ -189,3 +189,7 @@ class NotificationAdmin(KilnModelAdmin):
 
     list_display = ("kind", "team", "environment", "status", "attempts", "last_error", "created_at")
     list_filter = ("status", "kind")
+
+
+# Team budgets (their own module; registered when this one is imported).
+from portal import admin_budget  # noqa: E402, F401

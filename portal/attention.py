@@ -10,7 +10,8 @@ from django.utils import timezone
 
 from kiln.attention import Item, register
 from kiln.identity.permissions import Actor, can_approve
-from portal import conf, selectors
+from portal import budget_reads, conf, selectors
+from portal.budget_math import REACHED
 from portal.lifecycle import Status
 
 
@@ -90,4 +91,32 @@ def my_environments_ending(actor: Actor) -> list[Item]:
                     at=env.idle_proposed_at,
                 )
             )
+    return items
+
+
+@register
+def my_teams_budgets(actor: Actor) -> list[Item]:
+    """This month's budget thresholds crossed by the viewer's teams (the notices the budget
+    keeper records once per threshold per month)."""
+    if not actor.teams:
+        return []
+    items, seen = [], set()
+    for notice in budget_reads.recent_budget_notices(teams=sorted(actor.teams), now=timezone.now()):
+        if notice.team_id in seen:
+            continue  # the team's highest threshold crossed says it all
+        seen.add(notice.team_id)
+        reached = notice.threshold >= REACHED
+        items.append(
+            Item(
+                key=f"portal.budget:{notice.team.slug}:{notice.month:%Y-%m}:{notice.threshold}",
+                kind="budget",
+                title=f"{notice.team.slug} has reached its budget"
+                if reached
+                else f"{notice.team.slug} has spent {notice.threshold}% of its budget",
+                detail=f"{notice.spend} of {notice.budget} spent in {notice.month:%B}, forecast "
+                f"{notice.forecast}" + ("; new requests are refused" if reached else ""),
+                url=reverse("portal:showback") + f"?team={notice.team.slug}",
+                at=notice.created_at,
+            )
+        )
     return items

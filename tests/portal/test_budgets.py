@@ -296,3 +296,19 @@ def test_at_the_budget_idle_environments_are_put_to_sleep_first(
     # A second pass: the thresholds were told, the idle one already sleeps: nothing more.
     again = budgets.budgets_enforce(now=now)
     assert again == {"told": {}, "slept": {}}
+
+
+def test_the_teams_members_see_the_highest_threshold_on_their_attention_list(people, teams):
+    from portal.attention import my_teams_budgets
+
+    now = timezone.now()
+    month = bm.month_bounds(now)[0].date()
+    for threshold in (80, 100):
+        BudgetNotice.objects.create(
+            team=teams["payments"], month=month, threshold=threshold,
+            spend=Decimal("100.00"), forecast=Decimal("140.00"), budget=Decimal("100.00"),
+        )  # fmt: skip
+    (item,) = my_teams_budgets(people["alice"])
+    assert item.kind == "budget" and item.title == "payments has reached its budget"
+    assert "new requests are refused" in item.detail and item.url.endswith("?team=payments")
+    assert my_teams_budgets(people["bob"]) == []  # another team's budget

@@ -1,0 +1,104 @@
+"""Django admin for team budgets: platform admins set a team's monthly budget and raise it for
+the month with a reason, through the budget services (audited like the API's)."""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import admin
+
+from kiln.admin_site import KilnModelAdmin, admin_actor
+from kiln.identity import permissions
+from portal import conf
+from portal.models import BudgetNotice, BudgetRaise, TeamBudget
+from portal.services import budgets
+
+
+class TeamBudgetForm(forms.ModelForm):
+    """The monthly amount, in the platform's currency, and the warning percentage."""
+
+    class Meta:
+        model = TeamBudget
+        fields = ("team", "monthly_amount", "currency", "warn_percent")
+
+    def clean_currency(self) -> str:
+        value = (self.cleaned_data.get("currency") or "").strip().upper()
+        if value != conf.currency():
+            raise forms.ValidationError(
+                f"Budgets are in the platform's currency, {conf.currency()}."
+            )
+        return value
+
+    def clean_monthly_amount(self):
+        value = self.cleaned_data.get("monthly_amount")
+        if value is not None and value < 0:
+            raise forms.ValidationError("A budget cannot be negative.")
+        return value
+
+
+@admin.register(TeamBudget)
+class TeamBudgetAdmin(KilnModelAdmin):
+    """Teams' monthly budgets; set by platform admins through the service."""
+
+    form = TeamBudgetForm
+    list_display = ("team", "monthly_amount", "currency", "warn_percent", "updated_at")
+    add_predicate = change_predicate = staticmethod(permissions.can_set_budget)
+
+    def get_changeform_initial_data(self, request):
+        return {"currency": conf.currency(), "warn_percent": 80}
+
+    def save_model(self, request, obj, form, change) -> None:
+        saved = budgets.team_budget_set(
+            actor=admin_actor(request),
+            team=obj.team,
+            monthly_amount=form.cleaned_data["monthly_amount"],
+            currency=form.cleaned_data["currency"],
+            warn_percent=form.cleaned_data["warn_percent"],
+        )
+        obj.pk = saved.pk
+
+
+class BudgetRaiseForm(forms.ModelForm):
+    """A raise for this month: how much and why."""
+
+    class Meta:
+        model = BudgetRaise
+        fields = ("team", "amount", "reason")
+
+    def clean(self):
+        data = super().clean()
+        team = data.get("team")
+        if team is not None and not TeamBudget.objects.filter(team=team).exists():
+            raise forms.ValidationError(f"Team {team.slug} has no budget to raise; set one first.")
+        amount = data.get("amount")
+        if amount is not None and amount <= 0:
+            self.add_error("amount", "A raise must be more than 0.")
+        if not (data.get("reason") or "").strip():
+            self.add_error("reason", "Say why the budget is raised.")
+        return data
+
+
+@admin.register(BudgetRaise)
+class BudgetRaiseAdmin(KilnModelAdmin):
+    """Raises of a team's budget for one month, with their reasons; added, never changed."""
+
+    form = BudgetRaiseForm
+    list_display = ("team", "month", "amount", "raised_by_name", "reason", "created_at")
+    list_filter = ("month", "team")
+    add_predicate = staticmethod(permissions.can_set_budget)
+
+    def save_model(self, request, obj, form, change) -> None:
+        raised = budgets.team_budget_raise(
+            actor=admin_actor(request),
+            team=obj.team,
+            amount=form.cleaned_data["amount"],
+            reason=form.cleaned_data["reason"],
+        )
+        obj.pk, obj.month, obj.raised_by_name = raised.pk, raised.month, raised.raised_by_name
+
+
+@admin.register(BudgetNotice)
+class BudgetNoticeAdmin(KilnModelAdmin):
+    """Thresholds of a team's budget crossed, once per month each; read-only."""
+
+    list_display = ("team", "month", "threshold", "spend", "forecast", "budget", "created_at")
+    list_filter = ("month", "threshold")

@@ -1,0 +1,79 @@
+"""The budgets admin: platform admins set and raise through the services (audited); bad input is
+a form error that changes nothing; approvers may not."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from audit.models import OutboxEvent
+from portal.models import BudgetRaise, TeamBudget
+from tests.portal.test_admin import staff
+
+pytestmark = pytest.mark.django_db
+BUDGETS = "/admin/portal/teambudget/"
+RAISES = "/admin/portal/budgetraise/"
+
+
+def test_platform_admin_sets_and_raises_a_budget_in_admin(teams):
+    root = staff("root", "platform-admin")
+    form = {"team": teams["payments"].pk, "monthly_amount": "300.00", "currency": "USD",
+            "warn_percent": "75"}  # fmt: skip
+    response = root.post(f"{BUDGETS}add/", form)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    budget = TeamBudget.objects.get()
+    assert (budget.monthly_amount, budget.warn_percent) == (Decimal("300.00"), 75)
+    assert OutboxEvent.objects.filter(action="portal.budget.set", actor="root").count() == 1
+    raised = root.post(
+        f"{RAISES}add/", {"team": teams["payments"].pk, "amount": "40.00", "reason": "launch"}
+    )
+    assert raised.status_code == 302
+    (row,) = BudgetRaise.objects.all()
+    assert (row.amount, row.raised_by_name) == (Decimal("40.00"), "root")
+    assert OutboxEvent.objects.filter(action="portal.budget.raised").count() == 1
+
+
+@pytest.mark.parametrize(
+    ("form", "message"),
+    [
+        ({"monthly_amount": "300.00", "currency": "EUR"}, "platform&#x27;s currency, USD"),
+        ({"monthly_amount": "-1", "currency": "USD"}, "cannot be negative"),
+    ],
+    ids=["other-currency", "negative"],
+)
+def test_bad_budget_in_admin_is_a_form_error_and_changes_nothing(teams, form, message):
+    root = staff("root", "platform-admin")
+    response = root.post(
+        f"{BUDGETS}add/", {"team": teams["payments"].pk, "warn_percent": "80", **form}
+    )
+    assert response.status_code == 200 and message in response.content.decode()
+    assert not TeamBudget.objects.exists()
+    assert not OutboxEvent.objects.filter(action__startswith="portal.budget.").exists()
+
+
+def test_raise_without_a_reason_or_a_budget_is_refused(teams):
+    root = staff("root", "platform-admin")
+    no_budget = root.post(
+        f"{RAISES}add/", {"team": teams["search"].pk, "amount": "5", "reason": "x"}
+    )
+    assert no_budget.status_code == 200 and "has no budget" in no_budget.content.decode()
+    TeamBudget.objects.create(team=teams["payments"], monthly_amount=Decimal("10"), currency="USD")
+    blank = root.post(f"{RAISES}add/", {"team": teams["payments"].pk, "amount": "5", "reason": " "})
+    assert blank.status_code == 200
+    assert not BudgetRaise.objects.exists()
+
+
+def test_approvers_may_not_set_budgets_in_admin(teams):
+    carol = staff("carol", "approver", "payments")
+    response = carol.post(
+        f"{BUDGETS}add/",
+        {
+            "team": teams["payments"].pk,
+            "monthly_amount": "1",
+            "currency": "USD",
+            "warn_percent": "80",
+        },
+    )
+    assert response.status_code == 403
+    assert not TeamBudget.objects.exists()
