@@ -2,7 +2,8 @@
 """A real crash: a controller process holding a fault is killed with SIGKILL; the reaper process reverts it.
 
 Bound: the fault is gone within lease_duration + reaper_period of the kill.
-The controller is a forked child (10 runs) or `manage.py chaos_controller` (1 run);
+The controller is a forked child (10 runs, one per fault kind) or `manage.py chaos_controller`
+(1 run);
 the reaper is `manage.py chaos_reaper` in its own process.
 """
 
@@ -55,6 +56,7 @@ def reaper(reaper_process, backend):
 
 def _assert_reverted(result) -> None:
     assert result.reverted, result
+    assert result.confirmed, result  # the reaper read the cluster back and saw the fault gone
     assert not result.in_effect_after
     assert result.reverted_by == "system:chaos-reaper"
     assert result.kill_to_revert_s <= BOUND + TIMING_SLACK, result

@@ -4,8 +4,10 @@ Each trial starts an experiment, runs its controller in a child process (a
 fork of this one, or `manage.py chaos_controller` with --spawn), waits until
 the fault is applied, kills the child with SIGKILL at a random point of its
 renew cycle, and measures the time from the kill until the fault is reverted
-by an independent `manage.py chaos_reaper` process. The target is 100%
-reverted, the worst within lease_duration + reaper_period.
+by an independent `manage.py chaos_reaper` process. Trials go round every fault
+kind (HTTP delay and abort, pod kill and the Chaos Mesh kinds of canary/chaos/kinds.py);
+a revert counts only once the reaper read the cluster back and confirmed the fault gone.
+The target is 100% reverted and confirmed, the worst within lease_duration + reaper_period.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from django.db import connections, transaction
 from django.test.utils import override_settings
 
 from audit import record
-from canary.chaos import actuators
+from canary.chaos import actuators, kinds
 from canary.chaos.controller import chaos_controller_run, controller_identity
 from canary.chaos.models import ChaosInjection, InjectionState
 from canary.chaos.services import experiment_create, experiment_end
@@ -38,7 +40,17 @@ from kiln.identity.permissions import system_actor
 
 TEAM = "chaos-bench"
 NAMESPACE = "chaos-bench"
-FAULTS = ("http-abort", "http-delay", "pod-kill")
+FAULTS = ("http-abort", "http-delay", "pod-kill", *sorted(kinds.KINDS))
+# A magnitude within each Chaos Mesh kind's bounds (kinds.kind_errors accepts every one).
+MAGNITUDES: dict[str, dict[str, Any]] = {
+    "network-delay": {"latency_ms": 200, "jitter_ms": 20},
+    "network-loss": {"loss_percent": 30.0},
+    "network-partition": {"target_selector": {"app": "db"}},
+    "cpu-stress": {"cpu_workers": 1, "cpu_load": 50},
+    "memory-stress": {"memory_mb": 128},
+    "dns-error": {"dns_patterns": ["payments.example.com"]},
+    "clock-skew": {"time_offset_seconds": 60},
+}
 
 
 @dataclass
@@ -50,6 +62,7 @@ class TrialResult:
     kill_to_revert_s: float | None
     reverted_by: str
     in_effect_after: bool
+    confirmed: bool = False  # the reaper's read-back saw the fault gone
     held_at_kill: bool = True
     starved_terms: int = 0
 
@@ -108,7 +121,9 @@ def experiment_data(fault: str, *, namespace: str = NAMESPACE) -> dict[str, Any]
         "duration_seconds": 120,
         "max_duration_seconds": 300,
         "max_pods": 1,
-        "max_percent": 50,
+        # 25%: within every kind's blast-radius cap (clock skew's is the smallest).
+        "max_percent": 25,
+        **MAGNITUDES.get(fault, {}),
     }
     if fault == "http-delay":
         data["delay_ms"] = 250
@@ -202,7 +217,7 @@ def crash_trial(
     """Start a controller holding `fault`, SIGKILL it once injected, wait for the reaper's revert."""
     rng = rng or random.Random()
     retried = 0
-    if fault == "pod-kill":
+    if not fault.startswith("http-"):
         ensure_pods(backend)
     exp = experiment_create(
         actor=system_actor("chaos-bench"), data=experiment_data(fault), backend=backend
@@ -252,6 +267,9 @@ def crash_trial(
             break
         time.sleep(0.01)
     still = actuators.in_effect(backend, injection.applied)
+    confirmed = bool(injection.revert_confirmed) and not actuators.read_back(
+        backend, injection.applied
+    )
     experiment_end(
         experiment_id=exp.pk,
         to="aborted",
@@ -262,6 +280,7 @@ def crash_trial(
     return TrialResult(
         fault=fault,
         reverted=reverted_at is not None and not still,
+        confirmed=confirmed,
         kill_to_revert_s=None if reverted_at is None else round(reverted_at - killed_at, 4),
         reverted_by=reverted_by,
         in_effect_after=still,
@@ -288,7 +307,16 @@ def summarize(results: list[TrialResult], *, lease: float, reaper_period: float)
         "reverted_by_reaper": sum(1 for r in results if r.reverted_by == "system:chaos-reaper"),
         "lease_duration_s": lease,
         "reaper_period_s": reaper_period,
-        "by_fault": {f: sum(1 for r in results if r.fault == f) for f in FAULTS},
+        "confirmed_reverted": sum(1 for r in results if r.reverted and r.confirmed),
+        "by_fault": {
+            f: {
+                "trials": sum(1 for r in results if r.fault == f),
+                "confirmed_reverted": sum(
+                    1 for r in results if r.fault == f and r.reverted and r.confirmed
+                ),
+            }
+            for f in FAULTS
+        },
         "reverted_before_kill": sum(1 for r in results if not r.held_at_kill),
         "starved_terms": sum(r.starved_terms for r in results),
     }
