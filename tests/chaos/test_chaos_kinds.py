@@ -316,3 +316,14 @@ def test_the_form_offers_the_kinds_and_names_the_field_it_refuses(client, shop, 
         "target_namespace": "shop",
         "direction": "both",
     }
+
+
+def test_the_docs_table_is_the_kinds_data():
+    """docs/chaos.md's fault-kind table says what kinds.py enforces, kind by kind."""
+    text = (Path(settings.BASE_DIR) / "docs" / "chaos.md").read_text()
+    for kind in kinds.KINDS.values():
+        row = (
+            f"| `{kind.fault}` | {kind.object_kind} | {kind.blast_rule} | "
+            f"{kind.magnitude_rule} | {kind.max_duration_seconds} s |"
+        )
+        assert row in text, row
