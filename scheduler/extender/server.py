@@ -13,9 +13,16 @@ longer than that turn.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
+import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from scheduler import scoring_kernel
+from scheduler.extender import lookup
+from scheduler.extender.handler import ExtenderASGI
+from scheduler.extender.snapshot import NodeSnapshot
 
 # Writes smaller than this (status line and headers) are held for the next write.
 HOLD_BELOW_BYTES = 16 * 1024
@@ -72,3 +79,37 @@ class ExtenderHttpProtocol(HttpToolsProtocol):
         """Set up the connection as uvicorn does, writing through a `CoalescingTransport`."""
         super().connection_made(transport)
         self.transport = CoalescingTransport(transport, self.loop)  # type: ignore[assignment]
+
+
+def extender_serve(
+    snapshot_source: Callable[[], NodeSnapshot] | None,
+    *,
+    host: str,
+    port: int,
+    log_level: str = "warning",
+    tls: dict[str, Any] | None = None,
+    when_warm: Callable[[], None] | None = None,
+) -> None:
+    """Serve kube-scheduler's calls until stopped, as the dedicated extender process does.
+
+    The kernels are compiled or loaded before the first call waits on them (`when_warm` is
+    called then: the process's readiness waits for it); then uvicorn serves
+    `ExtenderASGI` with `ExtenderHttpProtocol` (one write per response), no access log and no
+    websockets. `snapshot_source` None reads the inventory (`scheduler_extender`); a benchmark
+    passes its own synthetic nodes, so it measures this same server.
+    """
+    scoring_kernel.warm_up()
+    lookup.warm_up()
+    if when_warm is not None:
+        when_warm()
+    uvicorn.run(
+        ExtenderASGI(snapshot_source),
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=False,
+        lifespan="on",
+        http=ExtenderHttpProtocol,  # httptools, one socket write per response
+        ws="none",
+        **(tls or {}),
+    )

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler import bench
+from bench.scheduler import extender as bench
 from scheduler.extender.handler import extender_call
 from scheduler.extender.protocol import parse_args
 from scheduler.extender.snapshot import NodeSnapshot

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from scheduler import bench, selectors
+from bench.scheduler import extender as bench
+from scheduler import selectors
 from scheduler.extender.handler import ExtenderASGI
 from scheduler.extender.protocol import parse_args
 from scheduler.extender.verbs import filter_result

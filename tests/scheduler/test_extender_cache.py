@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler import bench, scoring, scoring_kernel, selectors
+from bench.scheduler import extender as bench
+from scheduler import scoring, scoring_kernel, selectors
 from scheduler.extender.encoding import KEY, encode_map
 from scheduler.extender.protocol import ProtocolError, parse_args, parse_quantity
 from scheduler.extender.snapshot import RESOLUTION_CACHE_SIZE, NodeSnapshot

@@ -11,14 +11,14 @@ import numpy as np
 import orjson
 import pytest
 
-from scheduler import bench
+from bench.management.commands.scheduler_bench import names_per_call
+from bench.scheduler import extender as bench
 from scheduler.extender.encoding import names_are_plain
 from scheduler.extender.lookup import positions
 from scheduler.extender.names import NameTable
 from scheduler.extender.protocol import ProtocolError, parse_args
 from scheduler.extender.snapshot import NodeSnapshot
 from scheduler.kubedefault import num_feasible_nodes_to_find
-from scheduler.management.commands.scheduler_bench import names_per_call
 from tests.scheduler.conftest import pod
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from django.test import Client
 
-from scheduler import bench
+from bench.scheduler import extender as bench
 from scheduler.extender.protocol import parse_args
 from scheduler.extender.snapshot import NodeSnapshot
 from scheduler.extender.verbs import prioritize_body, prioritize_result

@@ -12,7 +12,7 @@ import time
 import pytest
 import uvicorn
 
-from scheduler import bench
+from bench.scheduler import extender as bench
 from scheduler.extender.handler import ExtenderASGI
 from scheduler.extender.server import HOLD_BELOW_BYTES, CoalescingTransport, ExtenderHttpProtocol
 

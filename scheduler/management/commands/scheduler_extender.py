@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import ssl
 
-import uvicorn
 from django.core.management.base import BaseCommand, CommandError
 
 from kiln import health, metrics_server, observability
-from scheduler import scoring_kernel, selectors
-from scheduler.bench import synthetic_snapshot
-from scheduler.extender import lookup
-from scheduler.extender.handler import ExtenderASGI
+from scheduler import selectors
 from scheduler.extender.probes import ExtenderState, certificate_not_after
-from scheduler.extender.server import ExtenderHttpProtocol
+from scheduler.extender.server import extender_serve
 
 
 class Command(BaseCommand):
@@ -30,12 +26,6 @@ class Command(BaseCommand):
             help="require client certificates signed by this CA (mTLS with kube-scheduler)",
         )
         parser.add_argument("--log-level", default="warning")
-        parser.add_argument(
-            "--bench-nodes",
-            type=int,
-            default=0,
-            help="benchmarks only: serve N synthetic nodes instead of the inventory",
-        )
 
     def handle(self, *args, **opts):
         if bool(opts["tls_cert"]) != bool(opts["tls_key"]):
@@ -52,30 +42,18 @@ class Command(BaseCommand):
             "scheduler-extender",
             ready={"inventory": state.inventory_check, "database": health.database},
         )
-        source = None
-        if opts["bench_nodes"] > 0:
-            snapshot = synthetic_snapshot(opts["bench_nodes"])
-            source = lambda: snapshot  # noqa: E731
-        else:
-            snapshot = selectors.node_snapshot()  # fail fast if the database is unreachable
+        snapshot = selectors.node_snapshot()  # fail fast if the database is unreachable
         tls = {}
         if opts["tls_cert"]:
             tls = {"ssl_certfile": opts["tls_cert"], "ssl_keyfile": opts["tls_key"]}
             if opts["client_ca"]:
                 tls.update(ssl_ca_certs=opts["client_ca"], ssl_cert_reqs=ssl.CERT_REQUIRED)
-        # Compile or load the kernels before the first call waits on them.
-        scoring_kernel.warm_up()
-        lookup.warm_up()
-        state.inventory_loaded(len(snapshot.names))
         self.stderr.write(f"scheduler extender on {opts['host']}:{opts['port']}")
-        uvicorn.run(
-            ExtenderASGI(source),
+        extender_serve(
+            None,
             host=opts["host"],
             port=opts["port"],
             log_level=opts["log_level"],
-            access_log=False,
-            lifespan="on",
-            http=ExtenderHttpProtocol,  # httptools, one socket write per response
-            ws="none",
-            **tls,
+            tls=tls,
+            when_warm=lambda: state.inventory_loaded(len(snapshot.names)),
         )

@@ -1,6 +1,6 @@
 """`extender_bench`: the same measurement as `scheduler_bench` (the name the scheduler issue uses)."""
 
-from scheduler.management.commands.scheduler_bench import Command as BenchCommand
+from bench.management.commands.scheduler_bench import Command as BenchCommand
 
 
 class Command(BenchCommand):

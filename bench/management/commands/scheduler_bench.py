@@ -16,8 +16,10 @@ import orjson
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from bench.scheduler import extender as bench
 from kiln import benchjson
-from scheduler import bench, kubedefault, selectors
+from scheduler import kubedefault, selectors
+from scheduler.extender.server import extender_serve
 
 # How many different candidate lists `--node-lists varied` sends in turn (more than the
 # extender's cache of recent lists holds, so none is served from it).
@@ -72,6 +74,13 @@ class Command(BaseCommand):
         parser.add_argument(
             "--json", action="store_true", help="print JSON (always on; kept for scripts)"
         )
+        parser.add_argument(
+            "--serve",
+            action="store_true",
+            help="serve --nodes synthetic nodes on 127.0.0.1:--port with the extender's own "
+            "server until stopped (what the HTTP measurement starts as its own process)",
+        )
+        parser.add_argument("--port", type=int, default=0, help="the port --serve listens on")
 
     def handle(self, *args, **opts):
         nodes, requests = opts["nodes"], opts["requests"]
@@ -79,6 +88,11 @@ class Command(BaseCommand):
         if nodes <= 0 or requests <= 0:
             raise CommandError("--nodes and --requests must be positive")
         snapshot = bench.synthetic_snapshot(nodes)
+        if opts["serve"]:
+            if opts["port"] <= 0:
+                raise CommandError("--serve needs --port")
+            extender_serve(lambda: snapshot, host="127.0.0.1", port=opts["port"])
+            return
         weights = selectors.scoring_weights()
         size = names_per_call(opts["list_size"], nodes)
         varied = opts["node_lists"] == "varied"
@@ -114,19 +128,12 @@ class Command(BaseCommand):
         self.stdout.write(json.dumps(result, indent=2))
 
     def _over_http(self, nodes: int, requests: int, pairs: bench.Pairs) -> dict:
-        """Start `scheduler_extender` as a real process on loopback and measure against it."""
+        """Serve the synthetic nodes with the extender's own server (`extender_serve`, as
+        `scheduler_extender` runs it) in a process of its own on loopback, and measure it."""
         port = _free_port()
         manage = Path(settings.BASE_DIR) / "manage.py"
-        cmd = [
-            sys.executable,
-            str(manage),
-            "scheduler_extender",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-        ]
-        cmd += ["--bench-nodes", str(nodes)]
+        cmd = [sys.executable, str(manage), "scheduler_bench", "--serve"]
+        cmd += ["--nodes", str(nodes), "--port", str(port)]
         server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
             deadline = time.monotonic() + 60

@@ -1,0 +1,2 @@
+"""Benchmarks of the scheduler: the extender's latency for synthetic nodes (`extender`, run by
+`manage.py scheduler_bench` and its alias `extender_bench`)."""
