@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kiln.shape import Shape, wait_for_port
+from tests.support.shape import Shape, wait_for_port
 
 KINDS = ("none", "worker", "writer", "web", "extender", "redis", "postgres")
 PG_BIN = Path("/usr/lib/postgresql")

@@ -30,8 +30,8 @@ from bench.loadtest.reconcile import advisory_locks_held, reconcile, wait_settle
 from kiln.identity import services as identity
 from kiln.identity.models import Team
 from kiln.identity.permissions import system_actor
-from kiln.shape import Shape, TokenIssuer
 from scheduler.models import Node
+from tests.support.shape import Shape, TokenIssuer
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 TEAM = "kiln-load"

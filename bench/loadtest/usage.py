@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 from prometheus_client.parser import text_string_to_metric_families
 
-from kiln.shape import tree_cpu_seconds
+from tests.support.shape import tree_cpu_seconds
 
 
 def _stat_fields(pid: int) -> list[str]:

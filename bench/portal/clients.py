@@ -1,7 +1,7 @@
 """The provisioning benchmark's two ways to call the API, with one interface (`BenchApi`).
 
 `HttpApi` (the default with a shared broker) talks HTTP to the web of the production shape
-(`kiln.shape`: uvicorn, one process per core, as `make dev` runs it) with bearer tokens, one
+(`tests.support.shape`: uvicorn, one process per core, as `make dev` runs it) with bearer tokens, one
 keep-alive connection per client thread, as a person's CLI or browser keeps one.
 
 `InProcessApi` calls the API through Django's test client in the bench's own process (the only

@@ -1,7 +1,7 @@
 """The provisioning benchmark's harness: the processes it drives, its people and clients, and
 the loop that carries requests through the API to READY.
 
-With a shared broker (Redis) it runs the production shape (`kiln.shape`), as `make dev` does:
+With a shared broker (Redis) it runs the production shape (`tests.support.shape`), as `make dev` does:
 the web as uvicorn processes, called over HTTP (`clients.HttpApi`), a separate prefork Celery
 worker and the audit writer. On the memory transport (standalone) the worker is an in-process
 thread pool and the API is called through Django's test client in this process
@@ -35,7 +35,6 @@ from kiln.celery import app
 from kiln.identity import services as identity
 from kiln.identity.models import Membership, Team
 from kiln.identity.permissions import APPROVER, ENGINEER, system_actor
-from kiln.shape import Shape, TokenIssuer, free_port
 from kiln.standalone import (
     Service,
     audit_writer_service,
@@ -45,6 +44,7 @@ from kiln.standalone import (
 )
 from portal.models import Environment
 from portal.selectors import change_key_of
+from tests.support.shape import Shape, TokenIssuer, free_port
 
 TEAM = "kiln-bench"
 # No team quota stands between the bench and its requests (the policy still checks each).

@@ -17,8 +17,8 @@ from django.conf import settings
 from bench.portal import harness, report
 from bench.portal.clients import BenchApi, HttpApi, InProcessApi
 from kiln.identity.permissions import APPROVER, ENGINEER
-from kiln.shape import TokenIssuer
 from kiln.standalone import Service
+from tests.support.shape import TokenIssuer
 
 
 @dataclass

@@ -22,7 +22,7 @@ from bench.portal import harness
 from bench.portal.clients import HttpApi
 from bench.portal.report import percentile
 from kiln.identity.permissions import APPROVER, ENGINEER
-from kiln.shape import Shape, TokenIssuer, free_port, wait_for_port
+from tests.support.shape import Shape, TokenIssuer, free_port, wait_for_port
 
 # The handler each run uses, by name: KILN_WEB_ONE_THREAD for the web's processes.
 HANDLERS = {"one-thread": "1", "django": "0"}

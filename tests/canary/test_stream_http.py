@@ -16,10 +16,10 @@ from canary import services
 from canary.services.stream import broadcast
 from kiln.identity.models import Team
 from kiln.identity.permissions import PLATFORM_ADMIN, Actor
-from kiln.shape import Shape
 from tests.audit.conftest import subprocess_env
 from tests.canary.test_ownership_support import own_namespace
 from tests.kiln.standalone_process import free_port
+from tests.support.shape import Shape
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -18,7 +18,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kiln import shape
+from tests.support import shape
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN_LINE = re.compile(r"export KILN_TOKEN_([A-Z_]+)=(\S+)")

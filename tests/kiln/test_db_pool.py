@@ -20,10 +20,10 @@ from psycopg_pool import PoolTimeout
 
 from kiln.dbpool import reset_connection
 from kiln.identity.models import Team
-from kiln.shape import Shape
 from kiln.views import server_error
 from tests.audit.conftest import subprocess_env
 from tests.kiln.standalone_process import free_port
+from tests.support.shape import Shape
 
 POOL_MAX = 4
 APP_NAME = "kiln-pool-test-web"

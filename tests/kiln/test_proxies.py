@@ -141,7 +141,7 @@ def test_every_launcher_of_the_web_passes_the_trusted_proxies_to_uvicorn():
     makefile = (ROOT / "Makefile").read_text()
     launches = re.findall(r"-m uvicorn kiln\.asgi:application[^&]*&", makefile)
     assert launches and all("$(UVICORN_PROXY_ARGS)" in launch for launch in launches)
-    for module in ("kiln/shape.py", "bench/management/commands/audit_tlog_bench.py"):
+    for module in ("tests/support/shape.py", "bench/management/commands/audit_tlog_bench.py"):
         assert "proxies.uvicorn_args(settings.KILN_TRUSTED_PROXIES)" in (ROOT / module).read_text()
     standalone = (ROOT / "kiln/management/commands/standalone.py").read_text()
     assert "proxies.uvicorn_options(settings.KILN_TRUSTED_PROXIES)" in standalone

@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from kiln.shape import free_port, port_binds
+from tests.support.shape import free_port, port_binds
 
 
 @pytest.mark.parametrize("span", [1, 2, 4])

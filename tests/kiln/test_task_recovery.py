@@ -16,11 +16,11 @@ from bench.loadtest.faults import OwnServers
 from bench.portal.harness import queue_length
 from kiln.celery import app
 from kiln.identity.models import Team
-from kiln.shape import Shape
 from kiln.task_recovery import ALIVE_PREFIX, HOLDERS_KEY, Recovery
 from portal.models import Environment
 from tests.audit.conftest import subprocess_env
 from tests.kiln.standalone_process import free_port
+from tests.support.shape import Shape
 
 QUEUE = "kiln-test-recovery"
 

@@ -12,9 +12,9 @@ import time
 import pytest
 
 from kiln.identity.models import Team
-from kiln.shape import WEB_GRACEFUL_SHUTDOWN_SECONDS, Shape
 from tests.audit.conftest import subprocess_env
 from tests.kiln.standalone_process import free_port
+from tests.support.shape import WEB_GRACEFUL_SHUTDOWN_SECONDS, Shape
 
 BODY = {"team": "payments", "name": "held", "env_class": "dev", "ttl_hours": 24, "cpu": 1,
         "memory_gib": 1}  # fmt: skip

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from kiln.shape import WEB_KEEP_ALIVE_SECONDS, Shape
 from tests.audit.conftest import subprocess_env
 from tests.kiln.standalone_process import free_port
+from tests.support.shape import WEB_KEEP_ALIVE_SECONDS, Shape
 
 PAUSE_SECONDS = 6  # past uvicorn's default keep-alive timeout of 5 s
 

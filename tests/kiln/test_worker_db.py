@@ -11,10 +11,10 @@ import redis
 from django.db import connection
 
 from kiln.celery import app
-from kiln.shape import Shape
 from portal.services.queueing import REAP_TASK
 from tests.audit.conftest import subprocess_env
 from tests.kiln.standalone_process import free_port
+from tests.support.shape import Shape
 
 WORKER_SESSIONS = "kiln-worker-db-test"
 

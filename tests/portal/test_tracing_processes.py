@@ -13,10 +13,10 @@ import pytest
 
 from audit.models import OutboxEvent
 from kiln.identity.models import Team
-from kiln.shape import Shape
 from tests.audit.conftest import subprocess_env
 from tests.kiln.standalone_process import free_port
 from tests.portal.otlp_receiver import Receiver
+from tests.support.shape import Shape
 
 CLIENT_TRACE = "0af7651916cd43dd8448eb211c80319c"
 CLIENT_SPAN = "b7ad6b7169203331"
