@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from portal import api, api_budget, api_lifecycle, views
+from portal import api, api_budget, api_lifecycle, api_sleep, views
 from portal.views.tenant_audit import tenant_audit_sink
 
 app_name = "portal"
@@ -57,6 +57,16 @@ urlpatterns: list = [
         views.environment_keep,
         name="environment-keep",
     ),
+    path(
+        "environments/<str:public_id>/sleep/",
+        views.environment_sleep,
+        name="environment-sleep",
+    ),
+    path(
+        "environments/<str:public_id>/wake/",
+        views.environment_wake,
+        name="environment-wake",
+    ),
     # Posted by tenant API servers, not people: authenticated by the environment's sink token.
     path("hooks/tenant-audit/<str:public_id>/", tenant_audit_sink, name="tenant-audit-sink"),
 ]
@@ -94,6 +104,21 @@ api_urlpatterns: list = [
         "environments/<str:public_id>/keep/",
         api_lifecycle.EnvironmentKeepApi.as_view(),
         name="environment-keep",
+    ),
+    path(
+        "environments/<str:public_id>/sleep/",
+        api_lifecycle.EnvironmentSleepApi.as_view(),
+        name="environment-sleep",
+    ),
+    path(
+        "environments/<str:public_id>/wake/",
+        api_lifecycle.EnvironmentWakeApi.as_view(),
+        name="environment-wake",
+    ),
+    path(
+        "teams/<str:slug>/sleep-schedule/",
+        api_sleep.TeamSleepScheduleApi.as_view(),
+        name="team-sleep-schedule",
     ),
     path("teams/<slug:slug>/budget/", api_budget.TeamBudgetApi.as_view(), name="team-budget"),
     path(

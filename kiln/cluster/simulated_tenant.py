@@ -196,3 +196,23 @@ class TenantAuditWebhook:
             logger.warning(
                 "tenant audit batch of %s/%s dropped: %s", self.namespace, self.name, exc
             )
+
+
+def sleeping_front(
+    host: Any,
+    namespace: str,
+    name: str,
+    *,
+    verb: str,
+    ref: AppliedRef,
+    user: dict[str, Any],
+    user_agent: str,
+) -> int:
+    """A request to the API server of a sleeping TenantControlPlane (zero replicas) on the
+    simulated cluster: nothing serves it, so it is answered 503, and the control plane's front
+    door audits it to the sink as the tenant's own request (what lets Kiln wake the tenant on
+    use). A real Kamaji control plane asleep has no such door: there the request just fails."""
+    TenantAuditWebhook(host, namespace, name, user=user, user_agent=user_agent).record(
+        verb, [(ref, 503)]
+    )
+    return 503

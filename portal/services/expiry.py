@@ -292,9 +292,9 @@ def environment_keep(*, actor: Actor, environment: Environment, reason: str = ""
         raise Forbidden("only engineers of the owning team may keep this environment")
     with transaction.atomic():
         env = Environment.objects.select_for_update().get(pk=environment.pk)
-        if env.status != Status.READY:
+        if env.status not in (Status.READY, Status.SLEEPING):
             raise IllegalTransition(
-                f"only a READY environment can be kept (this one is {env.status})",
+                f"only a READY or SLEEPING environment can be kept (this one is {env.status})",
                 extra={"from": env.status, "environment": env.public_id},
             )
         now = timezone.now()

@@ -42,6 +42,7 @@ from portal.services.lifecycle import audit_target
 from portal.services.queueing import enqueue_notification
 
 REAPER = "reaper"
+AWAKE_OR_ASLEEP = (Status.READY, Status.SLEEPING)
 # Besides the workloads: the objects a team changes when it is using its environment.
 ACTIVITY_RESOURCES = (("v1", "ConfigMap"), ("v1", "Service"))
 log = logging.getLogger("kiln.portal")
@@ -151,7 +152,9 @@ def environments_warn_and_propose(*, now: datetime, dry_run: bool) -> dict[str, 
     idle ones whose owners did not keep them within the grace."""
     out: dict[str, list[str]] = {"warned": [], "idle_proposed": [], "idle_expired": []}
     reaper = system_actor(REAPER)
-    for env in Environment.objects.filter(status=Status.READY).select_related("team"):
+    # A sleeping environment's TTL runs on, and one asleep longer than its class allows is
+    # proposed as idle as an awake one would be.
+    for env in Environment.objects.filter(status__in=AWAKE_OR_ASLEEP).select_related("team"):
         lifecycle = conf.class_lifecycle(env.env_class)
         warn = (
             env.expiry_warned_at is None
@@ -186,7 +189,7 @@ def environments_warn_and_propose(*, now: datetime, dry_run: bool) -> dict[str, 
             continue
         with transaction.atomic():
             locked = Environment.objects.select_for_update().select_related("team").get(pk=env.pk)
-            if locked.status != Status.READY:
+            if locked.status not in AWAKE_OR_ASLEEP:
                 continue
             if warn and locked.expiry_warned_at is None:
                 _warn(env=locked, actor=reaper, now=now)

@@ -1,7 +1,9 @@
 """The reaper's pass (the beat task `portal.reap_expired`): nothing stays alive without a way out.
 
 One pass, in order: warn and propose idle environments (`notices`); expire READY environments past
-their TTL, asking their workloads first (`expiry`); tear down FAILED environments whose class's
+their TTL, asking their workloads first (`expiry`); put inactive environments to sleep, follow the
+teams' sleep schedules, expire sleeping ones past their TTL and resume stalled sleeps and wakes
+(`sleep_triggers`); tear down FAILED environments whose class's
 grace has passed, so a failed or half-provisioned environment never keeps what it applied; and
 re-queue provisioning or teardown that stalled (a worker killed mid-step). Dry run (the default)
 reports and changes nothing.
@@ -22,6 +24,7 @@ from portal.services.expiry import environments_expire_due
 from portal.services.lifecycle import environment_transition
 from portal.services.notices import environments_warn_and_propose
 from portal.services.queueing import enqueue_provisioning, enqueue_teardown
+from portal.services.sleep_triggers import environments_sleep_pass
 from portal.services.teardown import reset_teardown_steps, teardown_deadline_from_now
 
 REAPER = "reaper"
@@ -63,6 +66,7 @@ def environments_reap_expired(
     now = now or timezone.now()
     report = environments_warn_and_propose(now=now, dry_run=dry_run)
     report |= environments_expire_due(now=now, dry_run=dry_run)
+    report |= environments_sleep_pass(now=now, dry_run=dry_run)
     failed = failed_past_grace(now=now)
     stale = now - timedelta(seconds=max(60.0, conf.poll_seconds() * 20))
     stalled_teardown = list(

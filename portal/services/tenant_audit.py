@@ -5,7 +5,7 @@ portal/tenant_audit.py.
 
 The tenant's own requests in a batch are its activity: the environment's `last_activity_at`
 moves to the latest of them (and an idle proposal made before it is withdrawn), recorded in
-the batch's audit event. Kiln's own requests (its user agent) and the control plane's do not
+the batch's audit event; a sleeping environment's tenant at work wakes it (`trigger: kubectl`). Kiln's own requests (its user agent) and the control plane's do not
 count (`tenant_audit.is_tenant_activity`).
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import secrets
 
 from django.db import transaction
@@ -23,15 +24,17 @@ import audit
 from audit.models import ChainEvent
 from kiln.cluster.base import USER_AGENT
 from kiln.cluster.simulated_tenant import http_transport
-from kiln.errors import Forbidden, InvalidInput, NotAuthenticated
+from kiln.errors import Forbidden, InvalidInput, KilnError, NotAuthenticated
 from kiln.identity.permissions import system_actor
 from portal import conf
 from portal import tenant_audit as ta
 from portal.lifecycle import Status
 from portal.models import Environment, TenantAuditEvent, TenantAuditToken
+from portal.services import sleep
 from portal.services.lifecycle import audit_target
 
 SINK = "tenant-audit-sink"
+logger = logging.getLogger("kiln.portal.tenant_audit")
 ARCHIVED = "portal.environment.tenant_audit_archived"
 
 
@@ -145,7 +148,30 @@ def _tenant_activity(env: Environment, events: list[dict]) -> dict:
     if withdrawn:
         updates["idle_proposed_at"] = None
     Environment.objects.filter(pk=env.pk).update(**updates)
-    return {"tenant_activity_at": activity, "idle_proposal_withdrawn": withdrawn}
+    woken = env.status == Status.SLEEPING
+    if woken:  # a request to a sleeping tenant's API server: use, so it wakes
+        transaction.on_commit(lambda: _wake_on_use(env.pk))
+    return {
+        "tenant_activity_at": activity,
+        "idle_proposal_withdrawn": withdrawn,
+        **({"wakes": True} if woken else {}),
+    }
+
+
+def _wake_on_use(environment_id: int) -> None:
+    """Wake an environment whose tenant was at work while it slept (after the batch commits)."""
+    env = Environment.objects.select_related("team").filter(pk=environment_id).first()
+    if env is None or env.status != Status.SLEEPING:
+        return
+    try:
+        sleep.wake_environment(
+            env,
+            actor=system_actor(sleep.SLEEPER),
+            reason="a request reached its sleeping API server",
+            trigger=sleep.KUBECTL,
+        )
+    except KilnError as exc:  # it left SLEEPING meanwhile: nothing to wake
+        logger.info("wake on use of %s passed over: %s", env.public_id, exc.message)
 
 
 def tenant_audit_deliver(url: str, token: str, body: bytes) -> None:

@@ -10,7 +10,12 @@ from portal.views.environment import (
     environment_teardown,
     environment_tree,
 )
-from portal.views.lifecycle import environment_defer, environment_keep
+from portal.views.lifecycle import (
+    environment_defer,
+    environment_keep,
+    environment_sleep,
+    environment_wake,
+)
 from portal.views.queue import approval_queue, environment_decide
 from portal.views.requests import (
     environment_estimate,
@@ -34,8 +39,10 @@ __all__ = [
     "environment_policy_check",
     "environment_progress",
     "environment_request",
+    "environment_sleep",
     "environment_teardown",
     "environment_tree",
+    "environment_wake",
     "showback",
     "showback_csv",
 ]

@@ -11,7 +11,13 @@ from kiln.identity.permissions import (
 from portal import selectors
 from portal.lifecycle import Status
 
-ACTIVE = {Status.APPROVED, Status.PROVISIONING, Status.EXPIRING, Status.TEARING_DOWN}
+ACTIVE = {
+    Status.APPROVED,
+    Status.PROVISIONING,
+    Status.EXPIRING,
+    Status.TEARING_DOWN,
+    Status.WAKING,
+}
 
 
 def env_or_404(request: HttpRequest, public_id: str):

@@ -26,6 +26,7 @@ from portal.connect import connection, kubeconfig
 from portal.forms import ExtendForm, ReasonForm
 from portal.lifecycle import Status, badge, label
 from portal.views.common import ACTIVE, env_or_404
+from portal.views.lifecycle import sleep_context
 from portal.words import extended_hours, phrases
 
 # What the Actions card says while there is nothing to do but wait (or nothing left to do).
@@ -37,7 +38,10 @@ WAITING = {
     Status.EXPIRING: "Expiring: its TTL ran out; it is torn down next.",
     Status.TEARING_DOWN: "Tearing down: nothing to do; it is deleted once every step is done.",
     Status.DELETED: "Deleted: nothing is left to act on.",
+    Status.WAKING: "Waking: everything comes back as it was (see the Progress tab).",
 }
+# Where the page shows the sleep card (what sleeping saves, the sleep and wake buttons).
+SLEEP_CARD = {Status.READY, Status.SLEEPING, Status.WAKING}
 
 
 def _detail_context(request: HttpRequest, env) -> dict:
@@ -101,6 +105,8 @@ def environment_detail(request: HttpRequest, public_id: str) -> HttpResponse:
             "can_resubmit": context["can_act"] and env.status in (Status.DENIED, Status.REJECTED),
         }
     )
+    if env.status in SLEEP_CARD:
+        context.update(sleep_context(env))
     return render(request, "portal/detail.html", context)
 
 

@@ -1,4 +1,5 @@
-"""Lifecycle forms of the environment page: defer teardown (do-not-disrupt), keep an idle environment."""
+"""Lifecycle forms of the environment page: defer teardown (do-not-disrupt), keep an idle environment,
+put it to sleep and wake it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from django.views.decorators.http import require_POST
 
 from kiln.errors import KilnError
 from kiln.identity.permissions import actor_from_request
-from portal import services
+from portal import conf, services
+from portal.services import sleep, sleep_triggers
 from portal.views.common import env_or_404
 
 
@@ -57,3 +59,48 @@ def environment_keep(request: HttpRequest, public_id: str) -> HttpResponse:
     except KilnError as exc:
         messages.error(request, _error_text(exc))
     return redirect("portal:environment-detail", public_id=public_id)
+
+
+@login_required
+@require_POST
+def environment_sleep(request: HttpRequest, public_id: str) -> HttpResponse:
+    """Put a READY environment to sleep."""
+    env = env_or_404(request, public_id)
+    try:
+        sleep.sleep_environment(
+            env, actor=actor_from_request(request), reason="asked for on its page"
+        )
+        messages.success(request, "Going to sleep: workloads, control plane and nodes to zero.")
+    except KilnError as exc:
+        messages.error(request, _error_text(exc))
+    return redirect("portal:environment-detail", public_id=public_id)
+
+
+@login_required
+@require_POST
+def environment_wake(request: HttpRequest, public_id: str) -> HttpResponse:
+    """Wake a sleeping environment."""
+    env = env_or_404(request, public_id)
+    try:
+        sleep.wake_environment(
+            env, actor=actor_from_request(request), reason="asked for on its page"
+        )
+        messages.success(request, "Waking: everything comes back as it was.")
+    except KilnError as exc:
+        messages.error(request, _error_text(exc))
+    return redirect("portal:environment-detail", public_id=public_id)
+
+
+def sleep_context(env) -> dict:
+    """The environment page's sleep card: whether its class sleeps, what sleeping saves a day
+    (priced as the estimate is), the team's schedule's hours asleep and the last wake's time."""
+    lifecycle = conf.class_lifecycle(env.env_class)
+    hours = sleep_triggers.asleep_hours_per_day(env.team_id)
+    return {
+        "may_sleep": lifecycle.may_sleep,
+        "sleep_after_hours": None
+        if lifecycle.sleep_after is None
+        else round(lifecycle.sleep_after / 3600, 1),
+        "sleep_savings": sleep.sleep_savings(env, asleep_hours_per_day=hours),
+        "falling_asleep": env.status == "SLEEPING" and env.slept_at is None,
+    }
