@@ -95,8 +95,17 @@ def ensure_target(backend: Any, *, team: str = TEAM, namespace: str = NAMESPACE)
     )
 
 
-def ensure_pods(backend: Any, *, namespace: str = NAMESPACE, count: int = 4) -> None:
-    """Pods for pod-kill trials (a kill deletes them; re-applied each trial)."""
+def ensure_pods(
+    backend: Any, *, namespace: str = NAMESPACE, count: int = 4, wait: float = 15.0
+) -> None:
+    """Pods for the trials that target pods (a kill deletes them; re-applied each trial, once
+    the pods a kill is deleting are gone: a deleting object cannot be applied again)."""
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline and any(
+        (p.get("metadata") or {}).get("deletionTimestamp")
+        for p in backend.list("v1", "Pod", namespace, "app=web")
+    ):
+        time.sleep(0.05)
     backend.apply(
         [
             {
