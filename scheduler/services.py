@@ -233,9 +233,11 @@ def replay_report_store(*, actor: Any, report: dict[str, Any]) -> ReplayReport:
 def commitment_sample_store(
     *, actor: Any, figures: Commitment, nodes: int
 ) -> CommitmentSample | None:
-    """Store the cluster's Workload Commitment if it differs from the last sample, audited.
+    """Store the cluster's Workload Commitment if it differs from the last sample.
 
-    A steady cluster writes nothing: the chart's line holds its last value until it moves.
+    A sample is a metric, not an audit event: the chain records changes (the node sync's
+    launches and removals say what moved), not measurements. A steady cluster writes
+    nothing: the chart's line holds its last value until it moves.
     """
     if not can_sync_nodes(actor):
         raise Forbidden(f"{actor} may not write commitment samples")
@@ -244,15 +246,4 @@ def commitment_sample_store(
         last = CommitmentSample.objects.select_for_update().order_by("-taken_at").first()
         if last is not None and last.figures == data and last.nodes == nodes:
             return None
-        sample = CommitmentSample.objects.create(taken_at=timezone.now(), nodes=nodes, figures=data)
-        audit.record(
-            actor,
-            "scheduler.commitment.sampled",
-            sample,
-            {
-                "nodes": nodes,
-                **{r: data["resources"][r]["ratio"] for r in data["resources"]},
-                "pending_pods": data["pending_pods"],
-            },
-        )
-    return sample
+        return CommitmentSample.objects.create(taken_at=timezone.now(), nodes=nodes, figures=data)
