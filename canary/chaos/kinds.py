@@ -318,7 +318,7 @@ def kind_errors(data: dict[str, Any]) -> dict[str, str]:
             continue
         problem = _param_error(param, value, data)
         if problem:
-            errors[param.name] = problem
+            errors[param.name] = f"{problem} for {fault}"
     if fault == "network-delay" and "latency_ms" not in errors and "jitter_ms" not in errors:
         if (data.get("jitter_ms") or 0) > data["latency_ms"]:
             errors["jitter_ms"] = "at most the latency"
