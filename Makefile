@@ -129,7 +129,9 @@ db: $(VENV)/.installed services
 
 ## bench: rerun every benchmark (long: tens of minutes), one at a time under
 ## /tmp/kiln-bench.lock, each writing bench/results/<name>-<date>.json stamped with its
-## command line, machine and date (kiln/benchjson.py). One alone: make bench-<name>.
+## command line, machine and date (kiln/benchjson.py). One alone: make bench-<name>. The
+## commands are the bench app's (bench/management/commands/), which the development lock's
+## venv loads and the image never has (docs/benchmarks.md#where-they-live).
 BENCH_DATE ?= $(shell date -u +%Y-%m-%d)
 BENCH_DIR ?= bench/results
 TRACE ?= ../shared/data/google-2011
