@@ -112,6 +112,30 @@ def test_the_bench_app_is_installed_only_with_the_development_requirements():
     assert leaked <= known, sorted(leaked)
 
 
+def dockerfile_sources(text: str) -> list[str]:
+    """The build-context paths a Dockerfile's COPY lines take (not those copied between stages)."""
+    sources = []
+    for line in text.splitlines():
+        words = line.split()
+        if words[:1] == ["COPY"] and not any(w.startswith("--from=") for w in words):
+            sources += [w.rstrip("/") for w in words[1:-1] if not w.startswith("--")]
+    return sources
+
+
+def test_the_image_copies_the_product_and_no_development_tree():
+    sources = dockerfile_sources((ROOT / "deploy/kiln/Dockerfile").read_text())
+    assert set(PRODUCT) <= set(sources)
+    assert not [s for s in sources if s.split("/")[0] in DEVELOPMENT or s == "."], sources
+    # The build context leaves the development trees out too, and keeps what the image copies.
+    ignored = {
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    assert set(DEVELOPMENT) <= ignored
+    assert not [s for s in sources if s.split("/")[0] in ignored], sources
+
+
 # --- the checkers on a small tree that breaks each rule ---------------------------------
 
 
@@ -141,3 +165,5 @@ def test_the_checkers_find_a_development_import_and_a_benchmark_command(tmp_path
         "audit_bench",
         "seed_demo",
     }
+    dockerfile = "FROM x AS b\nCOPY a.lock /tmp/a.lock\nCOPY kiln kiln\nCOPY --from=b /app /app\n"
+    assert dockerfile_sources(dockerfile) == ["a.lock", "kiln"]
