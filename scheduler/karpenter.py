@@ -19,21 +19,12 @@ Launch (Karpenter's provisioner, simplified to what Kiln needs to be faithful to
 
 A pod that fits no offering of any compatible pool stays pending with a reason.
 
-Disruption (Karpenter v1): `expireAfter` is forceful (a node older than it goes,
-budgets do not hold it back); a node empty of workload pods for
-`consolidateAfter` is consolidated, at most the pool's disruption budget at a
-time (`nodes: "20%"` of the pool's nodes rounded up, or a count), counting nodes
-already being disrupted.
-
-Not simulated: with `consolidationPolicy: WhenEmptyOrUnderutilized` (the pools Kiln composes)
-Karpenter also replaces or merges underutilised nodes by simulating where their pods would go;
-here only empty nodes are consolidated, whatever the policy. Only the first budget's `nodes`
-is read (budget `schedule`, `duration` and `reasons` are not).
+Disruption (expiry, drift, consolidation, and Kiln's do-not-disrupt freezes) is
+`scheduler.disruption`'s, re-exported here.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 
@@ -90,6 +81,13 @@ class Pool:
     expire_after: float | None = None
     consolidate_after: float | None = None
     budget: str = "10%"
+    # spec.template.spec.terminationGracePeriod (seconds): how long past expireAfter a
+    # do-not-disrupt node is waited for; None waits as long as it is marked.
+    termination_grace: float | None = None
+    # Label key -> the values its `In` requirements allow (instance type, zone, capacity type):
+    # a node of the pool whose label is outside them has drifted.
+    allowed: dict[str, frozenset[str]] = field(default_factory=dict)
+    consolidation_policy: str = "WhenEmpty"
     # What the DaemonSets that would run on a new node of the pool request (cores, bytes, GPUs).
     overhead: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
@@ -237,54 +235,31 @@ def _charge(used: list[float], o: Offering) -> None:
     used[2] += o.gpu
 
 
-@dataclass(frozen=True)
-class NodeState:
-    """What disruption reads of a node: pool, age, how long it has been empty, whether already going."""
+# Disruption lives in its own module; its names stay readable from here.
+from scheduler.disruption import (  # noqa: E402 - after Pool, which it reads
+    DRIFTED,
+    EMPTY,
+    EXPIRED,
+    EXPIRED_PAST_GRACE,
+    UNDERUTILIZED,
+    WHEN_UNDERUTILIZED,
+    NodeState,
+    budget_allows,
+    expiry_reason,
+    has_drifted,
+    plan_disruptions,
+)
 
-    name: str
-    pool: str
-    age: float
-    empty_for: float | None  # seconds without a workload pod; None while it holds one
-    disrupting: bool
-
-
-def budget_allows(budget: str, pool_nodes: int) -> int:
-    """How many of a pool's nodes may be disrupted at once: a count, or a percentage rounded up."""
-    text = str(budget).strip()
-    try:
-        if text.endswith("%"):
-            return math.ceil(pool_nodes * float(text[:-1]) / 100.0)
-        return int(text)
-    except ValueError:
-        return 0  # an unreadable budget disrupts nothing voluntarily
-
-
-def plan_disruptions(pools: list[Pool], nodes: list[NodeState]) -> list[tuple[str, str]]:
-    """(node, reason) to disrupt now: every expired node, then empty ones within the budget."""
-    by_pool = {p.name: p for p in pools}
-    out: list[tuple[str, str]] = []
-    for pool_name in sorted({n.pool for n in nodes}):
-        pool = by_pool.get(pool_name)
-        members = [n for n in nodes if n.pool == pool_name]
-        if pool is None:
-            continue
-        going = sum(1 for n in members if n.disrupting)
-        for n in members:
-            if not n.disrupting and pool.expire_after is not None and n.age >= pool.expire_after:
-                out.append((n.name, "Expired"))
-                going += 1
-        room = budget_allows(pool.budget, len(members)) - going
-        chosen = {name for name, _ in out}
-        for n in sorted(members, key=lambda n: -(n.empty_for or 0.0)):
-            if room <= 0:
-                break
-            if (
-                n.name not in chosen
-                and not n.disrupting
-                and pool.consolidate_after is not None
-                and n.empty_for is not None
-                and n.empty_for >= pool.consolidate_after
-            ):
-                out.append((n.name, "Empty"))
-                room -= 1
-    return out
+__all__ = [
+    "DRIFTED",
+    "EMPTY",
+    "EXPIRED",
+    "EXPIRED_PAST_GRACE",
+    "UNDERUTILIZED",
+    "WHEN_UNDERUTILIZED",
+    "NodeState",
+    "budget_allows",
+    "expiry_reason",
+    "has_drifted",
+    "plan_disruptions",
+]

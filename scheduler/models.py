@@ -217,3 +217,72 @@ class ReplayReport(models.Model):
 
     def __str__(self) -> str:
         return f"replay {self.parts} seed {self.seed} at {self.created_at:%Y-%m-%d %H:%M}"
+
+
+class FreezeHolder(models.TextChoices):
+    """What Kiln is doing on a frozen node: a rollout under analysis or a chaos experiment."""
+
+    ROLLOUT = "rollout", "Rollout"
+    EXPERIMENT = "experiment", "Chaos experiment"
+
+
+class DisruptionFreeze(models.Model):
+    """One node kept out of Karpenter's voluntary disruption while one holder works on it.
+
+    The row is the intent, written before the node is touched: `applied_at` is set once
+    the node carries `karpenter.sh/do-not-disrupt`, `released_at` when the holder no longer
+    needs it (done, its pods moved, its lease lapsed, the hard bound passed) and
+    `lifted_at` once nothing of it is left on the node. `renewed_at` is the holder's last
+    word: past `renewed_at + lease_seconds` the holder is taken for gone and the freeze
+    reaped. Nothing holds past `bound_at`, the hard bound. At most one open (unreleased)
+    freeze per node and holder.
+    """
+
+    node = models.CharField(max_length=253, db_index=True)
+    holder_kind = models.CharField(max_length=16, choices=FreezeHolder.choices)
+    holder_id = models.CharField(max_length=64)
+    # What the holder is, for people (the service or experiment name), and its team's slug,
+    # so the scheduler page shows a freeze only to those who may see its holder.
+    holder_label = models.CharField(max_length=200, blank=True, default="")
+    team = models.CharField(max_length=63, blank=True, default="")
+    since = models.DateTimeField()
+    bound_at = models.DateTimeField()
+    renewed_at = models.DateTimeField()
+    lease_seconds = models.FloatField()
+    applied_at = models.DateTimeField(null=True, blank=True)
+    released_at = models.DateTimeField(null=True, blank=True)
+    release_reason = models.CharField(max_length=200, blank=True, default="")
+    lifted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-since", "node"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["node", "holder_kind", "holder_id"],
+                condition=models.Q(released_at__isnull=True),
+                name="disruptionfreeze_one_open_per_node_holder",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(bound_at__gte=models.F("since")),
+                name="disruptionfreeze_bound_after_since",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(lease_seconds__gt=0), name="disruptionfreeze_lease_positive"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["holder_kind", "holder_id"], name="disruptionfreeze_holder"),
+            models.Index(
+                fields=["node"],
+                condition=models.Q(lifted_at__isnull=True),
+                name="disruptionfreeze_unlifted",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node} frozen for {self.holder_kind} {self.holder_id}"
+
+    @property
+    def is_open(self) -> bool:
+        """Still held: not released."""
+        return self.released_at is None

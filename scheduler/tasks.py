@@ -6,7 +6,7 @@ from celery import shared_task
 from django.conf import settings
 
 from kiln.cluster.backends import get_backend
-from scheduler import nodesync
+from scheduler import freezes, nodesync
 from scheduler.simulation import cluster_tick as _cluster_tick
 
 
@@ -22,3 +22,10 @@ def cluster_tick() -> int:
     """One round of the simulated cluster's Karpenter, kube-scheduler and reclaims; returns pods bound."""
     report = _cluster_tick(backend=get_backend(), seconds=settings.KILN_SIM_CLUSTER_TICK_SECONDS)
     return int(report.get("bound", 0))
+
+
+@shared_task(name="scheduler.tasks.disruption_freezes_reap", ignore_result=True)
+def disruption_freezes_reap() -> int:
+    """Release freezes whose holder is gone or past their bound; make the nodes match."""
+    change = freezes.disruption_freezes_reap(backend=get_backend())
+    return len(change.released) + len(change.cleared)

@@ -37,6 +37,7 @@ from canary.chaos.services import delivery_backend, experiment_end, fault_revert
 from canary.chaos.services.injection import fault_revert_recheck
 from kiln.cluster import AppliedRef
 from kiln.identity.permissions import system_actor
+from scheduler.freezes import disruption_freezes_reap
 
 REVERTS = Counter("kiln_chaos_reaper_reverts_total", "Faults reverted by the reaper", ["reason"])
 STRAYS = Counter(
@@ -119,6 +120,9 @@ def chaos_reap(
                     experiment_id=exp.pk, to=to, actor=actor, reason=reason, backend=backend
                 )
             result.ended.append(str(exp.pk))
+    if not dry_run:
+        # The nodes an experiment froze thaw with its lease (scheduler.freezes).
+        disruption_freezes_reap(actor=actor, backend=backend, now=now)
     result.strays = _sweep_strays(backend, dry_run=dry_run)
     if not dry_run and result.strays:
         STRAYS.inc(len(result.strays))

@@ -42,6 +42,7 @@ from canary.sequential import (
 )
 from canary.services.analysis import TickPlan, stat_summary, tick_decide, tick_plan, tick_read
 from canary.services.config import analysis_config, analysis_steps
+from canary.services.freeze import rollout_freeze_sync
 from canary.services.machine import (
     failed_if_not_owned,
     rollout_decision_record,
@@ -204,6 +205,10 @@ def rollout_tick(*, rollout_id: Any, tick: int, actor: Actor = ANALYZER) -> str:
         # A decision routes (stores an intent) when it starts the rollout or moves its weight.
         if outcome == "started" or rollout.weight != weight:
             rollout_routes_repair(actor=actor, rollout_id=rollout.pk)
+        # Karpenter stays off the canary's nodes from the start; they thaw when it stops
+        # (the beat renews the freeze in between: a continuing tick does no more I/O).
+        if outcome == "started" or rollout.status != RolloutStatus.RUNNING:
+            rollout_freeze_sync(rollout)
         return outcome
 
 

@@ -23,6 +23,7 @@ from django.db import transaction
 
 from canary.models import Rollout, RolloutStatus
 from canary.services.config import analysis_config, analysis_steps
+from canary.services.freeze import rollout_freeze_sync
 from canary.services.machine import rollout_decision_record, rollout_locked, save_and_stream
 from canary.services.routing import rollout_routes_repair
 from canary.services.validation import require_extension, required_reason
@@ -62,6 +63,7 @@ def _steer(
         )
         save_and_stream(rollout)
     rollout_routes_repair(actor=actor, rollout_id=rollout.pk)
+    rollout_freeze_sync(rollout)
     return rollout
 
 

@@ -46,6 +46,11 @@ A_SCORE_EXPLANATION = "kiln.dev/score-explanation"
 # consolidation), so nothing new lands there while it drains.
 DISRUPTED_TAINT = {"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}
 A_RECLAIM_AT = "kiln.dev/reclaim-at"  # when a noticed spot node goes (RFC 3339)
+# Karpenter leaves a node carrying this ("true") out of voluntary disruption (consolidation,
+# drift; expiry until the NodePool's terminationGracePeriod has passed too). Kiln sets it on the
+# nodes its rollouts and chaos experiments work on, with the holders beside it.
+A_DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+A_FROZEN_BY = "kiln.dev/frozen-by"  # "<kind>/<id>,...": the holders of Kiln's freeze of a node
 A_EMPTY_SINCE = "kiln.dev/empty-since"  # since when a node holds no workload pod
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -186,6 +191,16 @@ def is_disrupting(node: dict[str, Any]) -> bool:
     """True once Karpenter tainted the node `karpenter.sh/disrupted` to drain it."""
     taints = (node.get("spec") or {}).get("taints") or []
     return any(t.get("key") == DISRUPTED_TAINT["key"] for t in taints)
+
+
+def annotations_of(obj: dict[str, Any]) -> dict[str, str]:
+    """An object's annotations ({} when absent)."""
+    return (obj.get("metadata") or {}).get("annotations") or {}
+
+
+def is_frozen(node: dict[str, Any]) -> bool:
+    """True while the node carries `karpenter.sh/do-not-disrupt: "true"`."""
+    return annotations_of(node).get(A_DO_NOT_DISRUPT) == "true"
 
 
 def pod_phase(pod: dict[str, Any]) -> str:

@@ -25,8 +25,9 @@ from django.conf import settings
 
 from kiln.cluster import DeliveryBackend
 from scheduler.simulation.demo import demo_cluster_reconcile
+from scheduler.simulation.disruption import nodes_disrupt
 from scheduler.simulation.kubescheduler import KubeScheduler
-from scheduler.simulation.provisioner import nodes_disrupt, nodes_provision
+from scheduler.simulation.provisioner import nodes_provision
 from scheduler.simulation.reclaims import spot_reclaims
 from scheduler.simulation.workloads import workloads_reconcile
 

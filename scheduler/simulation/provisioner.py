@@ -1,10 +1,11 @@
-"""The simulated Karpenter: NodePools launch Nodes for unschedulable pods, and disrupt them again.
+"""The simulated Karpenter: NodePools launch Nodes for unschedulable pods (disruption is
+`simulation.disruption`'s, through `node_drain` here).
 
 The decisions are `scheduler.karpenter`'s (pure); this module reads NodePools,
 Nodes and Pods through the cluster interface, prices offerings from the price
 book (`simulation.pricing`), writes what Karpenter would write (a Node and its
 status; the `karpenter.sh/disrupted` taint, evictions and the Node's deletion
-when it disrupts one), and audits each launch and each disruption.
+when it disrupts one), and audits each launch and each drain.
 
 `node_drain` is the one way a node goes (disruption, spot reclaim, teardown):
 taint, evict its pods (their controllers replace them elsewhere), delete it.
@@ -14,37 +15,29 @@ from __future__ import annotations
 
 import secrets
 import string
-from datetime import datetime
-from typing import Any
 
 from django.db import transaction
-from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
 import audit
 from kiln.cluster import AppliedRef, DeliveryBackend, ref_of
 from kiln.cluster.base import desired_state
 from kiln.cluster.nodes import (
-    A_EMPTY_SINCE,
     DISRUPTED_TAINT,
     L_ENVIRONMENT,
     L_NODEPOOL,
     UNSCHEDULABLE,
     is_daemon_pod,
-    is_disrupting,
     labels_of,
     name_of,
     node_list,
     node_manifest,
     node_status,
     pod_node,
-    pod_phase,
     pod_scheduled_condition,
 )
 from kiln.identity.permissions import system_actor
 from scheduler import karpenter, scoring
 from scheduler.extender.protocol import ProtocolError, pod_request
-from scheduler.nodesync import TERMINAL_PHASES
 from scheduler.simulation.pricing import allocatable, offerings, quantity
 from scheduler.simulation.workloads import daemon_eligible
 
@@ -117,6 +110,15 @@ def pool_of(obj: dict, nodes: list[dict], daemon_sets: list[dict] | None = None)
             for i, v in enumerate(allocatable(node)):
                 used[i] += v
     budgets = (spec.get("disruption") or {}).get("budgets") or [{"nodes": "10%"}]
+    allowed = {
+        key: frozenset(values)
+        for key, values in (
+            (karpenter.L_TYPE, types),
+            (karpenter.L_ZONE, zones),
+            (karpenter.L_CAPACITY, _requirement(obj, karpenter.L_CAPACITY)),
+        )
+        if values is not None and "__not__" not in values
+    }
     labels = dict(template.get("metadata", {}).get("labels") or {})
     return karpenter.Pool(
         name=name,
@@ -135,6 +137,11 @@ def pool_of(obj: dict, nodes: list[dict], daemon_sets: list[dict] | None = None)
             (spec.get("disruption") or {}).get("consolidateAfter")
         ),
         budget=str(budgets[0].get("nodes", "10%")),
+        termination_grace=karpenter.parse_duration(tspec.get("terminationGracePeriod")),
+        consolidation_policy=str(
+            (spec.get("disruption") or {}).get("consolidationPolicy") or "WhenEmpty"
+        ),
+        allowed=allowed,
         overhead=daemon_overhead(
             daemon_sets or [],
             {**labels, L_NODEPOOL: name},
@@ -282,58 +289,3 @@ def node_drain(
         },
     )
     return evicted
-
-
-def _age(node: dict, now: datetime) -> float:
-    created = parse_datetime((node.get("metadata") or {}).get("creationTimestamp") or "")
-    return (now - created).total_seconds() if created else 0.0
-
-
-def nodes_disrupt(
-    *, backend: DeliveryBackend, now: datetime | None = None
-) -> list[tuple[str, str]]:
-    """Mark empty nodes, then drain what `karpenter.plan_disruptions` picks (expired, empty)."""
-    now = now or timezone.now()
-    nodes = node_list(backend)
-    busy = {
-        pod_node(p)
-        for p in backend.list("v1", "Pod", include_deleting=False)
-        if pod_node(p) and not is_daemon_pod(p) and pod_phase(p) not in TERMINAL_PHASES
-    }
-    states: list[karpenter.NodeState] = []
-    marks: list[dict[str, Any]] = []
-    for node in nodes:
-        since = ((node.get("metadata") or {}).get("annotations") or {}).get(A_EMPTY_SINCE)
-        empty = name_of(node) not in busy
-        if empty and since is None:
-            marks.append(
-                node_with(node, annotations={A_EMPTY_SINCE: now.strftime("%Y-%m-%dT%H:%M:%SZ")})
-            )
-        elif not empty and since is not None:
-            marks.append(node_with(node, annotations={A_EMPTY_SINCE: None}))
-        since_at = parse_datetime(since) if (empty and since) else None
-        states.append(
-            karpenter.NodeState(
-                name=name_of(node),
-                pool=labels_of(node).get(L_NODEPOOL, ""),
-                age=_age(node, now),
-                empty_for=(now - since_at).total_seconds()
-                if since_at
-                else (0.0 if empty else None),
-                disrupting=is_disrupting(node),
-            )
-        )
-    if marks:
-        backend.apply(marks, field_manager="karpenter")
-    pools = pools_list(backend=backend, nodes=nodes)
-    chosen = karpenter.plan_disruptions(pools, states)
-    # A node whose NodePool is gone is drained at once, as Karpenter does when a pool is deleted
-    # (an environment's teardown deletes its pool, then waits for these nodes to go).
-    live = {p.name for p in pools}
-    chosen += [
-        (s.name, "NodePoolDeleted") for s in states if s.pool not in live and not s.disrupting
-    ]
-    by_name = {name_of(n): n for n in nodes}
-    for name, reason in chosen:
-        node_drain(backend=backend, node=by_name[name], reason=reason)
-    return chosen

@@ -79,6 +79,7 @@ DJANGO_FREE = (
     "portal.lifecycle",
     "portal.policy",
     "scheduler.commitment",
+    "scheduler.disruption",
     "scheduler.extender.encoding",
     "scheduler.extender.lookup",
     "scheduler.extender.names",

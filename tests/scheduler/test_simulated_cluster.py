@@ -21,8 +21,9 @@ from kiln.cluster.nodes import (
 )
 from scheduler.simulation import cluster_tick
 from scheduler.simulation.demo import GENERAL_POOL, deployment
+from scheduler.simulation.disruption import nodes_disrupt
 from scheduler.simulation.kubescheduler import KubeScheduler, latency_sensitive_on_spot
-from scheduler.simulation.provisioner import nodes_disrupt, nodes_provision
+from scheduler.simulation.provisioner import nodes_provision
 from scheduler.simulation.reclaims import node_reclaim_notice, spot_reclaims
 from scheduler.simulation.workloads import workloads_reconcile
 from tests.scheduler.conftest import NS_ENV, environment_cluster

@@ -7,7 +7,9 @@ lease_duration + max_clock_skew. Each acquisition starts a new term
 `fault_lease_renew` is a conditional update on (holder, term). On the kubernetes
 backend that keeps one (Kubernetes: a `coordination.k8s.io/v1` Lease) each write is
 mirrored to the cluster with optimistic concurrency, and a conflict there undoes the
-database write.
+database write. After an acquisition or a renewal commits, the nodes of the experiment's
+targets are frozen against disruption for as long as the lease holds
+(`canary.chaos.freeze`); a release thaws them.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from audit import record
+from canary.chaos.freeze import experiment_freeze_release, experiment_freeze_sync
 from canary.chaos.leases import is_expired, may_acquire
 from canary.chaos.models import ChaosExperiment, ChaosLease
 from canary.chaos.selectors import timings_of
@@ -65,7 +68,7 @@ def fault_lease_acquire(
     """Take the lease if free or lapsed (CAS on resource_version); returns the new term or None."""
     _require_control(actor)
     now = now or timezone.now()
-    exp = ChaosExperiment.objects.get(pk=experiment_id)
+    exp = ChaosExperiment.objects.select_related("team").get(pk=experiment_id)
     timings = timings_of(exp)
     lease = ChaosLease.objects.get(pk=experiment_id)
     if lease.holder and lease.holder != holder and not is_expired(lease.renewed_at, now, timings):
@@ -106,6 +109,8 @@ def fault_lease_acquire(
             exp,
             {"holder": holder, "previous_holder": lease.holder, "term": term},
         )
+    exp.refresh_from_db()
+    experiment_freeze_sync(exp, backend=delivery_backend())
     return term
 
 
@@ -142,6 +147,9 @@ def fault_lease_renew(
             except LeaseConflict:
                 transaction.set_rollback(True)
                 return False
+    # Renewed: the freeze of the targets' nodes is renewed with it, after the commit.
+    experiment = ChaosExperiment.objects.select_related("team").get(pk=experiment_id)
+    experiment_freeze_sync(experiment, backend=delivery_backend())
     return True
 
 
@@ -169,4 +177,5 @@ def fault_lease_release(
             exp,
             {"holder": holder, "term": term},
         )
+    experiment_freeze_release(experiment_id, reason="lease released", backend=delivery_backend())
     return True
