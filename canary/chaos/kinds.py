@@ -446,3 +446,25 @@ def chaos_object(
             **_fault_spec(fault, params, namespace),
         },
     }
+
+
+def describe(fault: str, params: dict[str, Any]) -> str:
+    """A Chaos Mesh fault's magnitude in words, for pages ("" for the other faults)."""
+    if fault not in KINDS or not params:
+        return ""
+    if fault == "network-delay":
+        jitter = f" (± {params['jitter_ms']} ms)" if params.get("jitter_ms") else ""
+        return f"{params['latency_ms']} ms added to every packet sent{jitter}"
+    if fault == "network-loss":
+        return f"{params['loss_percent']:g}% of packets sent dropped"
+    if fault == "network-partition":
+        labels = ",".join(f"{k}={v}" for k, v in sorted(params["target_selector"].items()))
+        return f"cut off from {labels} ({params.get('direction', 'both')})"
+    if fault == "cpu-stress":
+        return f"{params['cpu_workers']} CPU worker(s) at {params.get('cpu_load', 100)}% load"
+    if fault == "memory-stress":
+        return f"{params.get('memory_workers', 1)} worker(s) holding {params['memory_mb']} MB each"
+    if fault == "dns-error":
+        return f"lookups of {', '.join(params['dns_patterns'])} fail"
+    offset = int(params["time_offset_seconds"])
+    return f"clock {'ahead' if offset > 0 else 'behind'} by {abs(offset)} s"

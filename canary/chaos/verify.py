@@ -47,7 +47,7 @@ def recovered(obj: dict[str, Any]) -> bool:
 
 def _found(obj: dict[str, Any]) -> str:
     if _deleting(obj):
-        return f"deleting, held by finalizers {_finalizers(obj)}"
+        return f"deleting, held by finalizers {', '.join(_finalizers(obj))}"
     return "still present"
 
 

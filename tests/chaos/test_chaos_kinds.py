@@ -327,3 +327,20 @@ def test_the_docs_table_is_the_kinds_data():
             f"{kind.magnitude_rule} | {kind.max_duration_seconds} s |"
         )
         assert row in text, row
+
+
+@pytest.mark.parametrize(
+    "fault,words",
+    [
+        ("network-delay", "200 ms added to every packet sent (± 20 ms)"),
+        ("network-loss", "30% of packets sent dropped"),
+        ("network-partition", "cut off from app=db (both)"),
+        ("cpu-stress", "2 CPU worker(s) at 80% load"),
+        ("memory-stress", "1 worker(s) holding 256 MB each"),
+        ("dns-error", "lookups of payments.example.com, *.internal fail"),
+        ("clock-skew", "clock behind by 120 s"),
+    ],
+    ids=lambda v: v if v in kinds.KINDS else "",
+)
+def test_the_magnitude_in_words(fault, words):
+    assert kinds.describe(fault, kinds.kind_params(data_for(fault))) == words

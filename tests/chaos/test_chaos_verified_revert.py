@@ -292,7 +292,8 @@ def test_the_experiment_page_shows_the_evidence_and_rechecks(
     Membership.objects.create(user=user, team=Team.objects.get(slug="payments"))
     client.force_login(user)
     page = client.get(f"/chaos/{injection.experiment_id}/").content.decode()
-    assert "still there" in page and "held by finalizers" in page
+    assert "still there" in page and "held by finalizers kiln.dev/simulated-stuck" in page
+    assert "clock behind by 120 s" in page  # the magnitude, in words
     assert "Revert and read back again" in page
 
     recheck = f"/chaos/{injection.experiment_id}/injections/{injection.pk}/recheck/"
