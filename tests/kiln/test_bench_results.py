@@ -18,7 +18,7 @@ from kiln import benchjson
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"
-APPS = ("kiln", "portal", "scheduler", "canary", "audit")
+APPS = ("kiln", "portal", "scheduler", "canary", "audit", "bench")  # bench: the benchmarks
 
 
 def management_commands() -> set[str]:
