@@ -34,7 +34,7 @@ MAX_LIMIT = params.MAX_LIMIT
 
 def filters_from(query: QueryDict) -> selectors.EventFilter:
     """Explorer/API filters from query parameters (`from`/`since`, `to`/`until`, actor, action,
-    target); a bad value raises kiln.params.ParamError naming the parameter."""
+    target, who); a bad value raises kiln.params.ParamError (or InvalidInput) naming it."""
     since_name = "from" if query.get("from") else "since"
     until_name = "to" if query.get("to") else "until"
     since = params.parse_moment(query.get(since_name), since_name)
@@ -50,7 +50,21 @@ def filters_from(query: QueryDict) -> selectors.EventFilter:
         actor=params.parse_text(query.get("actor"), "actor"),
         action=params.parse_text(query.get("action"), "action"),
         target=params.parse_text(query.get("target"), "target", max_length=300),
+        who=_who(query.get("who")),
     )
+
+
+def _who(raw: str | None) -> str:
+    """`who`: `people`, `system` or empty (both); anything else is refused naming the choices."""
+    value = (raw or "").strip()
+    if value in ("", "all"):
+        return ""
+    if value not in selectors.WHO_CHOICES:
+        raise InvalidInput(
+            "`who` must be people, system or all",
+            extra={"fields": {"who": ["must be one of: people, system, all"]}},
+        )
+    return value
 
 
 class ChainEventSerializer(serializers.ModelSerializer):
@@ -90,6 +104,11 @@ FILTER_PARAMS = [
     text_parameter("actor"),
     text_parameter("action", "Exact, or a prefix ending in '.'"),
     text_parameter("target", max_length=300),
+    OpenApiParameter(
+        "who",
+        {"type": "string", "enum": ["people", "system", "all"]},
+        description="People only, system components (`system:<component>`) only, or all.",
+    ),
 ]
 EXPORT_FILE = OpenApiParameter(
     "Content-Disposition",

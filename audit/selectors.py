@@ -62,6 +62,14 @@ class EventFilter:
     actor: str = ""
     action: str = ""
     target: str = ""
+    who: str = ""  # "" (people and system components), WHO_PEOPLE or WHO_SYSTEM
+
+
+# Whose entries the explorer shows: people (any actor that is not a system component) or the
+# system components (actors `system:<component>`, kiln.identity.actors.system_actor).
+WHO_PEOPLE, WHO_SYSTEM = "people", "system"
+WHO_CHOICES = (WHO_PEOPLE, WHO_SYSTEM)
+SYSTEM_ACTOR_PREFIX = "system:"
 
 
 def event_list(filters: EventFilter) -> QuerySet[ChainEvent]:
@@ -73,6 +81,10 @@ def event_list(filters: EventFilter) -> QuerySet[ChainEvent]:
         qs = qs.filter(recorded_at__lt=filters.until)
     if filters.actor:
         qs = qs.filter(actor=filters.actor)
+    if filters.who == WHO_PEOPLE:
+        qs = qs.exclude(actor__startswith=SYSTEM_ACTOR_PREFIX)
+    elif filters.who == WHO_SYSTEM:
+        qs = qs.filter(actor__startswith=SYSTEM_ACTOR_PREFIX)
     # Renamed actions and targets (audit.chain.renamed) match under their old and new names.
     if filters.action and filters.action.endswith("."):
         prefixes = Q()

@@ -18,6 +18,7 @@ from django.views.decorators.http import require_POST
 from audit import selectors, services
 from audit.api import filters_from
 from audit.chain.verification import load_public_key
+from audit.grouping import group_rows
 from audit.services import public_key_path
 from audit.tree import tlog_verify
 from audit.witness import selectors as witness_selectors
@@ -26,6 +27,8 @@ from kiln.identity.permissions import actor_from_request, can_view_audit
 from kiln.params import ParamError
 
 PAGE_SIZE = 50
+# The explorer's "Who" filter: (value, words).
+WHO_OPTIONS = (("", "people and system"), ("people", "people"), ("system", "system components"))
 
 
 def _require_auditor(request: HttpRequest) -> None:
@@ -53,7 +56,7 @@ def explorer(request: HttpRequest) -> HttpResponse:
         else {
             k: v
             for k, v in request.GET.items()
-            if k in ("from", "to", "actor", "action", "target") and v
+            if k in ("from", "to", "actor", "action", "target", "who") and v
         }
     )
     next_url = (
@@ -68,6 +71,8 @@ def explorer(request: HttpRequest) -> HttpResponse:
         "audit/explorer.html",
         {
             "rows": rows,
+            "items": group_rows(rows),
+            "who_choices": WHO_OPTIONS,
             "filters": keep,
             "error": error,
             "next_url": next_url,
