@@ -16,7 +16,7 @@ APP_SHAPE = {
     "tasks.py", "triggers.py", "urls.py", "views.py",
 }  # fmt: skip
 PACKAGES = {
-    "bench", "chain", "export", "management", "migrations", "services", "templatetags", "tree",
+    "chain", "export", "management", "migrations", "services", "templatetags", "tree",
     "witness",
 }  # fmt: skip
 # One file on purpose: an auditor copies it alone (its docstring says so).
