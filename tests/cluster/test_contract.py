@@ -352,6 +352,39 @@ def test_annotating_merges_the_keys_given_removes_nulls_and_keeps_the_others(har
     assert backend.annotate(AppliedRef("v1", "Node", "", "gone"), {"a": "b"}) is False
 
 
+def test_scaling_sets_only_the_replicas_and_answers_what_they_were(harness):
+    """Through the scale subresource: the rest of the spec stays as the team applied it, the
+    answer is the count before (the API server's default of 1 when unset), None when gone."""
+    backend = harness.backend
+    template = {"spec": {"containers": [{"name": "web", "image": "web:1"}]}}
+    backend.apply(
+        [
+            namespace(),
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": "web", "namespace": "shop"},
+                "spec": {"replicas": 3, "template": template},
+            },
+            {
+                "apiVersion": "apps/v1",
+                "kind": "StatefulSet",
+                "metadata": {"name": "db", "namespace": "shop"},
+                "spec": {"template": template},
+            },
+        ]
+    )
+    web = AppliedRef("apps/v1", "Deployment", "shop", "web")
+    assert backend.scale(web, 0) == 3
+    live = backend.get(*web.key)
+    assert live["spec"]["replicas"] == 0 and live["spec"]["template"] == template
+    assert backend.scale(web, 0) == 0  # again: nothing to change
+    assert backend.scale(web, 3) == 0
+    assert backend.get(*web.key)["spec"]["replicas"] == 3
+    assert backend.scale(AppliedRef("apps/v1", "StatefulSet", "shop", "db"), 0) == 1
+    assert backend.scale(AppliedRef("apps/v1", "Deployment", "shop", "gone"), 0) is None
+
+
 def test_a_lease_mirror_exists_only_where_the_cluster_keeps_leases(harness):
     mirror = harness.backend.lease_mirror(namespace="kiln-chaos", name="kiln-chaos-1")
     if harness.keeps_leases:

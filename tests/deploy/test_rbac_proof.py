@@ -38,6 +38,7 @@ from portal.services import (
     environment_teardown,
     environment_teardown_request,
 )
+from portal.services.sleep import sleep_environment, wake_environment
 from scheduler import nodesync
 from tests.chaos.test_chaos_support import abort_data
 from tests.cluster.fake_kube import FakeKube
@@ -241,6 +242,53 @@ def test_provisioning_and_teardown_as_kiln_worker(
     assert kube.objects == {}
     assert kube.denied == []
     assert len(kube.requests) > 20  # every one of them authorized as kiln-worker
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("chain_emptied_afterwards")
+def test_sleep_and_wake_as_kiln_worker_scale_only_through_the_scale_subresource(
+    kube, people, settings, tmp_path, django_capture_on_commit_callbacks
+):
+    """Sleeping scales the team's Deployment to zero and the NodePool's limits to zero, waking
+    brings both back as they were: every request authorized as kiln-worker, and the only write
+    to the team's workload is a patch of its `scale` subresource."""
+    run_as(kube, settings, tmp_path, "kiln-worker")
+    with django_capture_on_commit_callbacks(execute=True):
+        env, _ = environment_request_submit(
+            actor=people["alice"], data=request_data(spot_node_pool=True)
+        )
+    env.refresh_from_db()
+    assert env.status == "READY", env.status_reason
+    web = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": env.namespace},
+        "spec": {"replicas": 3, "template": {"spec": {"containers": [{"name": "w"}]}}},
+    }
+    admin(kube).apply([web], field_manager="kubectl")
+    seeded = len(kube.requests)
+    pool = next(m for m in env.manifests if m["kind"] == "NodePool")
+    pool_key = ("karpenter.sh/v1", "NodePool", "", pool["metadata"]["name"])
+    web_key = ("apps/v1", "Deployment", env.namespace, "web")
+    with django_capture_on_commit_callbacks(execute=True):
+        sleep_environment(env, actor=people["alice"])
+    env.refresh_from_db()
+    assert env.status == "SLEEPING" and env.slept_at is not None, env.status_reason
+    assert kube.objects[web_key]["spec"]["replicas"] == 0
+    assert kube.objects[pool_key]["spec"]["limits"] == {"cpu": "0", "memory": "0Gi"}
+    with django_capture_on_commit_callbacks(execute=True):
+        wake_environment(env, actor=people["alice"])
+    env.refresh_from_db()
+    assert env.status == "READY", env.status_reason
+    assert kube.objects[web_key]["spec"]["replicas"] == 3
+    assert kube.objects[pool_key]["spec"]["limits"] == pool["spec"]["limits"]
+    writes = [
+        r["path"].split("?")[0]
+        for r in kube.requests[seeded:]
+        if r["method"] == "PATCH" and "/deployments/web" in r["path"]
+    ]
+    assert writes and all(p.endswith("/deployments/web/scale") for p in writes)
+    assert kube.denied == []
 
 
 @pytest.mark.django_db

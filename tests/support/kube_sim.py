@@ -1,5 +1,6 @@
 """A small real Kubernetes API server on loopback: discovery, server-side apply, get, list,
-watch, delete, the status subresource (merge patch), merge patches of an object's labels and
+watch, delete, the status subresource (merge patch), the scale subresource of Deployments and
+StatefulSets (read, merge patch of spec.replicas), merge patches of an object's labels and
 annotations, and pod bindings.
 
 It speaks HTTP on 127.0.0.1 so the official `kubernetes` client, and so the `kubernetes`
@@ -347,6 +348,8 @@ class SimulatedKubeAPI:
                 verb = "get" if name else "watch" if watching else "list"
                 if self._forbidden(verb, route, name=name or by_name or ""):
                     return None
+                if query["_subresource"] == "scale":
+                    return self._scale((api_version, kind, namespace, name), None)
                 with sim.lock:
                     sim._reconcile()
                     if name:
@@ -426,6 +429,8 @@ class SimulatedKubeAPI:
                     return None
                 if query["_subresource"] == "status":
                     return self._patch_status((api_version, kind, namespace, name), body)
+                if query["_subresource"] == "scale":
+                    return self._scale((api_version, kind, namespace, name), body)
                 if self.headers.get("Content-Type") == "application/merge-patch+json":
                     return self._merge_patch((api_version, kind, namespace, name), body)
                 if self.headers.get("Content-Type") != "application/apply-patch+yaml":
@@ -531,6 +536,47 @@ class SimulatedKubeAPI:
                     view = sim._view(key)
                 self._send(200, view)
                 sim._written("patch", key, 200, self.headers.get("User-Agent", ""))
+
+            def _scale(self, key, body: dict | None) -> None:
+                """The `scale` subresource of a Deployment or StatefulSet (autoscaling/v1 Scale):
+                read it, or merge-patch its `spec.replicas`, which moves the workload's
+                generation and makes it roll (not Ready until `ready_after` has passed)."""
+                if key[:2] not in (("apps/v1", "Deployment"), ("apps/v1", "StatefulSet")):
+                    return self._status(404, "NotFound", f"{key[1]} has no scale subresource")
+                if body is not None and (
+                    self.headers.get("Content-Type") != "application/merge-patch+json"
+                    or set(body) - {"spec"}
+                    or set(body.get("spec") or {}) - {"replicas"}
+                    or not isinstance((body.get("spec") or {}).get("replicas"), int)
+                ):
+                    return self._status(422, "Invalid", "a scale patch sets spec.replicas only")
+                with sim.lock:
+                    if key not in sim.objects:
+                        return self._status(404, "NotFound", f"{key[3]} not found")
+                    obj = sim.objects[key]
+                    meta = obj["metadata"]
+                    if body is not None:
+                        replicas = body["spec"]["replicas"]
+                        if obj.setdefault("spec", {}).get("replicas", 1) != replicas:
+                            obj["spec"]["replicas"] = replicas
+                            meta["generation"] = meta["generation"] + 1
+                            sim.applied_at[key] = time.monotonic()
+                        meta["resourceVersion"] = str(int(meta["resourceVersion"]) + 1)
+                        sim._reconcile()
+                    scale = {
+                        "kind": "Scale",
+                        "apiVersion": "autoscaling/v1",
+                        "metadata": {
+                            "name": key[3],
+                            "namespace": key[2],
+                            "resourceVersion": meta["resourceVersion"],
+                        },
+                        "spec": {"replicas": obj.get("spec", {}).get("replicas", 1)},
+                        "status": {"replicas": obj.get("spec", {}).get("replicas", 1)},
+                    }
+                self._send(200, scale)
+                if body is not None:
+                    sim._written("update", key, 200, self.headers.get("User-Agent", ""))
 
             def _patch_status(self, key, body) -> None:
                 if self.headers.get("Content-Type") != "application/merge-patch+json":
