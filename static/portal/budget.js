@@ -15,7 +15,7 @@
         { label: "day (UTC)", value: "{YYYY}-{MM}-{DD}" },
         { label: "spent", stroke: "#2563eb", width: 2, fill: "rgba(37, 99, 235, 0.08)", value: money },
         { label: "forecast", stroke: "#d97706", width: 2, dash: [6, 4], value: money },
-        { label: "budget", stroke: "#dc2626", width: 1.5, value: money }
+        { label: "budget", stroke: "#dc2626", width: 1.5, points: { show: false }, value: money }
       ]
     };
     target.textContent = "";
