@@ -3,6 +3,7 @@
 from django.urls import path
 
 from portal import api, api_budget, api_lifecycle, api_sleep, views
+from portal.views.nodes import environment_nodes
 from portal.views.tenant_audit import tenant_audit_sink
 
 app_name = "portal"
@@ -26,6 +27,7 @@ urlpatterns: list = [
         name="environment-progress",
     ),
     path("environments/<str:public_id>/tree/", views.environment_tree, name="environment-tree"),
+    path("environments/<str:public_id>/nodes/", environment_nodes, name="environment-nodes"),
     path(
         "environments/<str:public_id>/extend/", views.environment_extend, name="environment-extend"
     ),

@@ -31,6 +31,7 @@ from scheduler.models import (
     CommitmentSample,
     Node,
 )
+from scheduler.placement_reads import WorkloadSpread, workload_spreads
 from scheduler.reclaim_reads import ReclaimView, reclaim_list
 
 TEAM_LABEL = "kiln.dev/team"
@@ -164,6 +165,8 @@ class ClusterState:
     commitment: commitment.Commitment
     reclaims: list[ReclaimView] = field(default_factory=list)
     hidden_pending: int = 0  # pending pods the viewer may not see: counted, not named
+    # Each workload's replicas over the capacity pools, counting the pods the viewer may see.
+    workloads: list[WorkloadSpread] = field(default_factory=list)
 
 
 def cluster_state(
@@ -237,7 +240,10 @@ def cluster_state(
         if _matches(view, filters):
             nodes.append(view)
     reclaims = reclaim_list(viewer=viewer, pods=raw_pods, teams=teams)
-    return ClusterState(nodes, pending, figures, reclaims, hidden_pending)
+    workloads = workload_spreads(
+        raw_nodes, raw_pods, visible=lambda pod: can_view_pod(viewer, team=pod_team(pod, teams))
+    )
+    return ClusterState(nodes, pending, figures, reclaims, hidden_pending, workloads)
 
 
 def visible_node_names(*, viewer: Actor, backend: DeliveryBackend) -> set[str]:

@@ -11,7 +11,7 @@ from django.views.decorators.http import require_POST
 from kiln.cluster import DeliveryError
 from kiln.cluster.backends import get_backend
 from kiln.identity.permissions import actor_from_request
-from scheduler import cluster_reads, commitment, selectors
+from scheduler import cluster_reads, commitment, placement_reads, selectors
 from scheduler.extender.handler import FILTER, PRIORITIZE, extender_call
 from scheduler.forms import ScoreExplainForm
 
@@ -55,7 +55,8 @@ def _replay_chart_data(reports) -> dict:
 @login_required
 def overview(request: HttpRequest) -> HttpResponse:
     """Pricing, the cluster's nodes with their pods and score explanations, Workload Commitment
-    now and over time, the score explainer and stored replays."""
+    now and over time, each workload's spread over capacity pools, the nodes frozen against
+    disruption and why, the score explainer and stored replays."""
     reports = selectors.replay_report_list()
     cluster, cluster_error = None, ""
     try:
@@ -67,6 +68,7 @@ def overview(request: HttpRequest) -> HttpResponse:
     ) as exc:  # the page still shows pricing and replays while the cluster is away
         cluster_error = str(exc)[:200]
     series = cluster_reads.commitment_series()
+    frozen = placement_reads.frozen_nodes(viewer=actor_from_request(request))
     return render(
         request,
         "scheduler/overview.html",
@@ -74,6 +76,8 @@ def overview(request: HttpRequest) -> HttpResponse:
             "instance_types": selectors.instance_type_list(),
             "cluster": cluster,
             "cluster_error": cluster_error,
+            "frozen": frozen,
+            "frozen_names": {f.node for f in frozen},
             "commitment_series": series,
             "commitment_rows": cluster_reads.commitment_rows(series),
             "commitment_resources": commitment.RESOURCES,
