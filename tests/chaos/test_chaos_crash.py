@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-from canary.chaos.management.commands.chaos_crash_bench import (
+from bench.management.commands.chaos_crash_bench import (
     FAULTS,
     crash_trial,
     ensure_target,

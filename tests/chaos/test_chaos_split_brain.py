@@ -12,8 +12,8 @@ import pytest
 from django.db import connections
 
 from audit.models import OutboxEvent
+from bench.management.commands.chaos_crash_bench import _fork_controller
 from canary.chaos.controller import ControllerHooks, chaos_controller_run
-from canary.chaos.management.commands.chaos_crash_bench import _fork_controller
 from canary.chaos.models import ChaosInjection, ChaosLease
 from canary.chaos.reaper import chaos_reap
 from canary.chaos.services import (
