@@ -376,22 +376,6 @@ def can_reap_disruption_freezes(actor: Actor) -> bool:
     )
 
 
-def can_hold_disruption_freeze(actor: Actor) -> bool:
-    """Freeze (and release) the nodes Kiln's own work runs on: the canary analyzer for a rollout
-    under analysis, the chaos controller for an experiment under lease."""
-    return _has_capability(actor, c.ROLLOUT_ANALYZE) or _has_capability(actor, c.CHAOS_CONTROL)
-
-
-def can_reap_disruption_freezes(actor: Actor) -> bool:
-    """Release freezes whose holder is gone or past their hard bound, and make the nodes match:
-    platform admins, the node sync (`nodes.sync`) and the chaos reaper (`chaos.reap`)."""
-    return (
-        PLATFORM_ADMIN in actor.roles
-        or _has_capability(actor, c.NODES_SYNC)
-        or _has_capability(actor, c.CHAOS_REAP)
-    )
-
-
 def can_seed_pricing(actor: Actor) -> bool:
     """Load instance types and prices: platform admins and `pricing.seed`."""
     return PLATFORM_ADMIN in actor.roles or _has_capability(actor, c.PRICING_SEED)

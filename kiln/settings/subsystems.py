@@ -183,14 +183,6 @@ CELERY_BEAT_SCHEDULE["scheduler-disruption-freezes-reap"] = {
     "task": "scheduler.tasks.disruption_freezes_reap",
     "schedule": KILN_DISRUPTION_FREEZE_REAP_SECONDS,
 }
-# Disruption freezes (docs/scheduler.md): no node stays out of Karpenter's voluntary disruption
-# for Kiln's sake longer than this; the beat releases freezes whose holder is gone this often.
-KILN_DISRUPTION_FREEZE_MAX_SECONDS = env_float("KILN_DISRUPTION_FREEZE_MAX_SECONDS", 21600.0)
-KILN_DISRUPTION_FREEZE_REAP_SECONDS = env_float("KILN_DISRUPTION_FREEZE_REAP_SECONDS", 15.0)
-CELERY_BEAT_SCHEDULE["scheduler-disruption-freezes-reap"] = {
-    "task": "scheduler.tasks.disruption_freezes_reap",
-    "schedule": KILN_DISRUPTION_FREEZE_REAP_SECONDS,
-}
 
 # --- chaos (docs/chaos.md): leader-election timings of fault leases, in seconds --------------
 
@@ -232,12 +224,6 @@ KILN_PROMETHEUS_SCRAPE_SECONDS = env_float("KILN_PROMETHEUS_SCRAPE_SECONDS", 0.0
 CELERY_BEAT_SCHEDULE["canary-rollouts-tick-due"] = {
     "task": "canary.tasks.rollouts_tick_due",
     "schedule": KILN_CANARY_SWEEP_SECONDS,
-}
-# Running rollouts renew the disruption freeze of their canary's nodes this often (docs/scheduler.md).
-KILN_CANARY_FREEZE_SYNC_SECONDS = env_float("KILN_CANARY_FREEZE_SYNC_SECONDS", 10.0)
-CELERY_BEAT_SCHEDULE["canary-rollouts-freeze-sync"] = {
-    "task": "canary.tasks.rollouts_freeze_sync",
-    "schedule": KILN_CANARY_FREEZE_SYNC_SECONDS,
 }
 # Running rollouts renew the disruption freeze of their canary's nodes this often (docs/scheduler.md).
 KILN_CANARY_FREEZE_SYNC_SECONDS = env_float("KILN_CANARY_FREEZE_SYNC_SECONDS", 10.0)
