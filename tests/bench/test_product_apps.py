@@ -33,7 +33,6 @@ PRODUCT_COMMANDS_NAMED_LIKE_DEMOS = {"seed_demo"}
 KNOWN_IMPORTING = {"portal/bench/lifecycle_demo.py"}
 KNOWN_COMMANDS = {
     "portal/management/commands/lifecycle_demo.py",
-    "scheduler/management/commands/cluster_bench.py",
 }
 
 

@@ -9,10 +9,10 @@ import socket
 import pytest
 from django.core.management import CommandError, call_command
 
+from bench.scheduler import cluster as bench
 from kiln.cluster.nodes import pod_list, pod_node, pod_scheduled_condition, score_explanation
 from kiln.cluster.simulated import SimulatedBackend
 from scheduler import seed
-from scheduler.simulation import bench
 from scheduler.simulation.kubescheduler import KubeScheduler, latency_sensitive_on_spot
 from scheduler.simulation.transport import HttpExtender, served_extender
 

@@ -6,11 +6,11 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
+from bench.scheduler import cluster as bench
 from kiln import benchjson
 from kiln.cluster.simulated import SimulatedBackend
 from scheduler import seed
 from scheduler.kubedefault import num_feasible_nodes_to_find
-from scheduler.simulation import bench
 
 
 class Command(BaseCommand):
