@@ -59,13 +59,14 @@ QUARANTINES = Counter(
 def environment_teardown_request(
     *, actor: Actor, environment: Environment, reason: str = ""
 ) -> Environment:
-    """Ask for teardown: READY -> EXPIRING; FAILED or QUARANTINED -> TEARING_DOWN (a fresh deadline)."""
+    """Ask for teardown: READY or SLEEPING -> EXPIRING; FAILED or QUARANTINED -> TEARING_DOWN (a
+    fresh deadline)."""
     if not can_act_on_environment(actor, environment.team.slug):
         raise Forbidden("only engineers of the owning team may tear this environment down")
     reason = reason or "teardown requested"
     status = Status(environment.status)
     with transaction.atomic():
-        if status == Status.READY:
+        if status in (Status.READY, Status.SLEEPING):
             environment_transition(
                 actor=actor, environment=environment, to=Status.EXPIRING, reason=reason
             )

@@ -287,3 +287,14 @@ def test_only_the_owning_team_and_the_sleeper_may_sleep_it(
     with tasks_held():
         sleep_environment(env, actor=system_actor("sleeper"), trigger=BUDGET)
     assert Environment.objects.get(pk=env.pk).sleep_trigger == BUDGET
+
+
+def test_the_owner_can_tear_down_a_sleeping_environment(people, django_capture_on_commit_callbacks):
+    env = ready_env(people, django_capture_on_commit_callbacks)
+    with django_capture_on_commit_callbacks(execute=True):
+        sleep_environment(env, actor=people["alice"])
+    env.refresh_from_db()
+    with tasks_held() as held, django_capture_on_commit_callbacks(execute=True):
+        environment_teardown_request(actor=people["alice"], environment=env, reason="done")
+    assert Environment.objects.get(pk=env.pk).status == S.EXPIRING
+    assert held == [("portal.teardown_environment", env.pk)]
