@@ -9,6 +9,7 @@ those who may view that environment.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from django.http import QueryDict
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -18,11 +19,16 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from kiln.cluster.backends import get_backend
-from kiln.errors import InvalidInput
+from kiln.errors import InvalidInput, NotFound
 from kiln.identity.drf import HasKilnRole
 from kiln.identity.permissions import actor_from_request
 from kiln.openapi import errors
-from scheduler.cluster_reads import CAPACITY_TYPES, NodeFilter, cluster_state
+from scheduler.cluster_reads import (
+    CAPACITY_TYPES,
+    NodeFilter,
+    cluster_state,
+    environment_namespace,
+)
 
 # Kubernetes names: a NodePool is a DNS-1123 subdomain, an environment (namespace) a DNS-1123 label.
 LABEL_PATTERN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
@@ -30,6 +36,10 @@ SUBDOMAIN_PATTERN = rf"{LABEL_PATTERN}(\.{LABEL_PATTERN})*"
 SUBDOMAIN_RE = re.compile(rf"{SUBDOMAIN_PATTERN}\Z")
 LABEL_RE = re.compile(rf"{LABEL_PATTERN}\Z")
 FILTERS = ("nodepool", "environment", "capacity_type")
+# An environment's id, as every other API names it (portal's `env_` and 16 letters and digits);
+# never a namespace, which has no underscore.
+ENVIRONMENT_ID_PATTERN = r"env_[a-z0-9]{1,36}"
+ENVIRONMENT_ID_RE = re.compile(rf"{ENVIRONMENT_ID_PATTERN}\Z")
 
 
 def node_filter_from(query: QueryDict) -> NodeFilter:
@@ -45,8 +55,12 @@ def node_filter_from(query: QueryDict) -> NodeFilter:
     # A parameter given is checked even when empty: `?nodepool=` is a mistake, not "any".
     if "nodepool" in query and (len(pool) > 253 or not SUBDOMAIN_RE.match(pool)):
         problems["nodepool"] = ["A NodePool name: lower-case DNS-1123 subdomain, at most 253."]
-    if "environment" in query and (len(env) > 63 or not LABEL_RE.match(env)):
-        problems["environment"] = ["An environment's namespace: DNS-1123 label, at most 63."]
+    if "environment" in query and not (
+        ENVIRONMENT_ID_RE.match(env) or (len(env) <= 63 and LABEL_RE.match(env))
+    ):
+        problems["environment"] = [
+            "An environment's id (env_…) or its namespace (DNS-1123 label, at most 63)."
+        ]
     if "capacity_type" in query and capacity not in CAPACITY_TYPES:
         problems["capacity_type"] = [f"One of {', '.join(CAPACITY_TYPES)}."]
     if problems:
@@ -138,18 +152,30 @@ class NodeListApi(APIView):
             ),
             OpenApiParameter(
                 "environment",
-                {"type": "string", "maxLength": 63, "pattern": f"^{LABEL_PATTERN}$"},
-                description="`kiln.dev/environment` (the environment's namespace) equals this.",
+                {
+                    "type": "string",
+                    "maxLength": 63,
+                    "pattern": f"^({ENVIRONMENT_ID_PATTERN}|{LABEL_PATTERN})$",
+                },
+                description="The environment's id (`env_…`, as every other API names it) or "
+                "its namespace: nodes whose `kiln.dev/environment` is that namespace. An id "
+                "the caller may not see is a 404, as one that does not exist.",
             ),
             OpenApiParameter("capacity_type", {"type": "string", "enum": list(CAPACITY_TYPES)}),
         ],
-        responses={200: OutputSerializer, **errors(503)},
+        responses={200: OutputSerializer, **errors(404, 503)},
     )
     def get(self, request: Request) -> Response:
         filters = node_filter_from(request.query_params)
-        state = cluster_state(
-            viewer=actor_from_request(request), backend=get_backend(), filters=filters
-        )
+        viewer, backend = actor_from_request(request), get_backend()
+        if ENVIRONMENT_ID_RE.match(filters.environment):
+            namespace = environment_namespace(
+                viewer=viewer, backend=backend, environment_id=filters.environment
+            )
+            if namespace is None:
+                raise NotFound("no such environment", extra={"environment": filters.environment})
+            filters = replace(filters, environment=namespace)
+        state = cluster_state(viewer=viewer, backend=backend, filters=filters)
         return Response(
             self.OutputSerializer({"results": state.nodes, "count": len(state.nodes)}).data
         )

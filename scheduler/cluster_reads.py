@@ -155,6 +155,27 @@ def namespace_teams(backend: DeliveryBackend) -> dict[str, str]:
     return teams
 
 
+# The label composition puts on an environment's Namespace naming the environment's id.
+REQUEST_ID_LABEL = "kiln.dev/request-id"
+
+
+def environment_namespace(
+    *, viewer: Actor, backend: DeliveryBackend, environment_id: str
+) -> str | None:
+    """The namespace of the environment with this id (its Namespace's `kiln.dev/request-id`),
+    or None when there is none or the viewer may not see it: the two answer alike."""
+    for ns in backend.list("v1", "Namespace"):
+        metadata = ns.get("metadata") or {}
+        labels = metadata.get("labels") or {}
+        if labels.get(REQUEST_ID_LABEL) != environment_id:
+            continue
+        namespace, team = str(metadata.get("name") or ""), labels.get(TEAM_LABEL)
+        if namespace and team and can_view_node(viewer, environment=namespace, team=str(team)):
+            return namespace
+        return None
+    return None
+
+
 @dataclass(frozen=True)
 class ClusterState:
     """One read of the cluster: its nodes (filtered for the viewer), pending pods, commitment and
