@@ -134,23 +134,29 @@ def _status_badge(status: str) -> str:
     }.get(status, "muted")
 
 
-@login_required
-def experiment_list(request: HttpRequest) -> HttpResponse:
-    """Every experiment the viewer may see, newest first."""
-    actor = actor_from_request(request)
-    status = request.GET.get("status") or None
+def experiment_list_context(*, viewer, query) -> dict:
+    """The list's experiments for the viewer and the query's status, with each lease's state:
+    the page renders them, and the live list (canary/chaos/consumers.py) renders them again
+    whenever they change."""
+    status = query.get("status") or None
     if status not in ExperimentStatus.values:
         status = None
     rows = [
         {"exp": e, "badge": _status_badge(e.status), "lease": chaos_selectors.lease_state(e)}
-        for e in chaos_selectors.experiment_list(viewer=actor, status=status)[:200]
+        for e in chaos_selectors.experiment_list(viewer=viewer, status=status)[:200]
     ]
+    return {"rows": rows, "status": status or ""}
+
+
+@login_required
+def experiment_list(request: HttpRequest) -> HttpResponse:
+    """Every experiment the viewer may see, newest first; live."""
+    actor = actor_from_request(request)
     return render(
         request,
         "chaos/list.html",
         {
-            "rows": rows,
-            "status": status or "",
+            **experiment_list_context(viewer=actor, query=request.GET),
             "statuses": ExperimentStatus.choices,
             "can_create": has_role(actor, ENGINEER),
         },
