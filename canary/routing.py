@@ -2,8 +2,9 @@
 
 from django.urls import path
 
-from canary.consumers import RolloutConsumer
+from canary.consumers import RolloutConsumer, RolloutListStream
 
 websocket_urlpatterns: list = [
     path("ws/rollouts/<str:rollout_id>/", RolloutConsumer.as_asgi()),
+    path("ws/lists/rollouts/", RolloutListStream.as_asgi()),
 ]

@@ -18,20 +18,28 @@ from kiln.form_errors import add_service_errors
 from kiln.identity.permissions import actor_from_request, can_manage_rollout, can_promote_rollout
 
 
-@login_required
-def rollout_list(request):
-    """Every rollout the viewer may see, newest first, 25 a page."""
-    actor = actor_from_request(request)
-    status = request.GET.get("status") or None
+def rollout_list_context(*, viewer, query) -> dict:
+    """The list's rollouts for the viewer and the query's status, 25 a page: the page renders
+    them, and the live list (canary/consumers.py) renders them again whenever they change."""
+    status = query.get("status") or None
     if status not in RolloutStatus.values:
         status = None
-    page = Paginator(selectors.rollout_list(viewer=actor, status=status), 25).get_page(
-        request.GET.get("page")
+    page = Paginator(selectors.rollout_list(viewer=viewer, status=status), 25).get_page(
+        query.get("page")
     )
+    return {"rollouts": page, "page": page, "status": status or ""}
+
+
+@login_required
+def rollout_list(request):
+    """Every rollout the viewer may see, newest first, 25 a page; live."""
     return render(
         request,
         "canary/rollouts/list.html",
-        {"rollouts": page, "page": page, "status": status or "", "statuses": RolloutStatus.choices},
+        {
+            **rollout_list_context(viewer=actor_from_request(request), query=request.GET),
+            "statuses": RolloutStatus.choices,
+        },
     )
 
 

@@ -95,7 +95,7 @@ KILN_APP_URLCONFS = (
     "canary.chaos.urls",
     "audit.urls",
 )
-KILN_WEBSOCKET_ROUTES = ("canary.routing",)
+KILN_WEBSOCKET_ROUTES = ("canary.routing", "portal.routing", "canary.chaos.routing")
 # Web and worker pool processes freeze their startup objects out of full garbage collections
 # (kiln/heap.py); 0 turns it off, to compare.
 KILN_GC_FREEZE = env_bool("KILN_GC_FREEZE", True)

@@ -23,33 +23,41 @@ from portal.validation import field_errors
 from portal.views.common import env_or_404
 
 
-@login_required
-def environment_list(request: HttpRequest) -> HttpResponse:
-    """My environments: the visible ones, filterable by status, class and team."""
-    actor = actor_from_request(request)
+def environment_list_context(*, viewer, query) -> dict:
+    """The list's rows for the viewer and the query's filters: the page renders them, and the
+    live list (portal/consumers.py) renders them again whenever they change."""
     filters = selectors.EnvironmentFilter(
-        team=request.GET.get("team", ""),
-        status=request.GET.get("status", ""),
-        env_class=request.GET.get("env_class", ""),
-        q=request.GET.get("q", ""),
-        requested_by=actor.username if request.GET.get("mine") else "",
+        team=query.get("team", ""),
+        status=query.get("status", ""),
+        env_class=query.get("env_class", ""),
+        q=query.get("q", ""),
+        requested_by=viewer.username if query.get("mine") else "",
     )
-    page = Paginator(selectors.environment_list(viewer=actor, filters=filters), 25).get_page(
-        request.GET.get("page")
+    page = Paginator(selectors.environment_list(viewer=viewer, filters=filters), 25).get_page(
+        query.get("page")
     )
     rows = [
         {"env": e, "badge": badge(e.status), "label": label(e.status, e.status_reason)}
         for e in page
     ]
+    return {
+        "rows": rows,
+        "page": page,
+        "filters": filters,
+        "can_request": has_role(viewer, ENGINEER),
+    }
+
+
+@login_required
+def environment_list(request: HttpRequest) -> HttpResponse:
+    """My environments: the visible ones, filterable by status, class and team; live."""
+    actor = actor_from_request(request)
     return render(
         request,
         "portal/list.html",
         {
-            "rows": rows,
-            "page": page,
-            "filters": filters,
+            **environment_list_context(viewer=actor, query=request.GET),
             "statuses": [(s.value, label(s, TTL_EXPIRED_PREFIX)) for s in Status],
-            "can_request": has_role(actor, ENGINEER),
             "querystring": request.GET.urlencode(),
         },
     )

@@ -221,6 +221,10 @@
     }
     root.dataset.status = r.status;
     root.dataset.weight = String(r.weight);
+    // The steering card (promote, abort) is on the page from the start, hidden while the
+    // rollout is pending: it shows the moment the rollout can be steered, without a reload.
+    var steer = document.getElementById("steer");
+    if (steer) { steer.hidden = r.status === "pending" || !!r.finished; }
     if (r.finished) { finished = true; setStream("finished", "muted"); }
     showChannels(r.analysis);
     var needed = document.getElementById("rollout-needed");
