@@ -29,11 +29,6 @@ DEVELOPMENT = ("bench", "tests")
 # mode's demo data (`seed_demo`) is the product's: `make run` and the image's standalone use it.
 NOT_PRODUCT_COMMAND = re.compile(r"(_bench$|^loadtest$|_demo$|_fault_matrix$|_dev_)")
 PRODUCT_COMMANDS_NAMED_LIKE_DEMOS = {"seed_demo"}
-# Still in a product app, moving out next (this list only shrinks): by file, and by command.
-KNOWN_IMPORTING = {"portal/bench/lifecycle_demo.py"}
-KNOWN_COMMANDS = {
-    "portal/management/commands/lifecycle_demo.py",
-}
 
 
 def development_imports(root: Path, packages: tuple[str, ...] = PRODUCT) -> list[str]:
@@ -88,12 +83,11 @@ def manage_py_help(*, development_requirements: bool) -> set[str]:
 
 
 def test_product_code_imports_no_bench_and_no_test_support():
-    found = development_imports(ROOT)
-    assert [f for f in found if f.split(":")[0] not in KNOWN_IMPORTING] == []
+    assert development_imports(ROOT) == []
 
 
 def test_product_apps_carry_no_benchmark_load_test_or_demo_command():
-    assert set(not_product_commands(ROOT)) <= KNOWN_COMMANDS
+    assert not_product_commands(ROOT) == []
 
 
 def test_the_bench_app_is_installed_only_with_the_development_requirements():
@@ -106,8 +100,7 @@ def test_the_bench_app_is_installed_only_with_the_development_requirements():
     # ... the benchmarks, load test and demos only with the development requirements.
     assert {"loadtest", "audit_bench", "canary_dev_traffic"} <= development
     leaked = {c for c in product if NOT_PRODUCT_COMMAND.search(c)}
-    known = PRODUCT_COMMANDS_NAMED_LIKE_DEMOS | {Path(c).stem for c in KNOWN_COMMANDS}
-    assert leaked <= known, sorted(leaked)
+    assert leaked <= PRODUCT_COMMANDS_NAMED_LIKE_DEMOS, sorted(leaked)
 
 
 def dockerfile_sources(text: str) -> list[str]:

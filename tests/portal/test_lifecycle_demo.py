@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from portal.bench.lifecycle_demo import lifecycle_demo
+from bench.portal.lifecycle_demo import lifecycle_demo
 
 pytestmark = pytest.mark.django_db
 

@@ -1,7 +1,7 @@
 """`python manage.py lifecycle_demo --environments 12 --seed 7 --json`: expired environments whose
 workloads answer real HTTP terminate checks; counts deferrals and forced disruptions.
 
-See portal/bench/lifecycle_demo.py. Nothing is tuned on its output: the class timings are the
+See bench/portal/lifecycle_demo.py. Nothing is tuned on its output: the class timings are the
 defaults in portal/conf.py, the seed only draws behaviours.
 """
 
@@ -11,8 +11,8 @@ import json
 
 from django.core.management.base import BaseCommand
 
+from bench.portal.lifecycle_demo import lifecycle_demo
 from kiln import benchjson
-from portal.bench.lifecycle_demo import lifecycle_demo
 
 
 class Command(BaseCommand):
