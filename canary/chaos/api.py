@@ -54,8 +54,11 @@ def experiment_payload(exp: ChaosExperiment, *, with_injections: bool = False) -
         "max_duration_seconds": exp.max_duration_seconds,
         "blast_radius": {"max_pods": exp.max_pods, "max_percent": exp.max_percent},
         "stop_conditions": exp.stop_conditions,
+        "continue_without_metrics": exp.continue_without_metrics,
+        "may_overlap": exp.may_overlap,
         "status": exp.status,
         "end_reason": exp.end_reason,
+        "end_evidence": exp.end_evidence,
         "created_by": exp.created_by_name,
         "created_at": exp.created_at,
         "started_at": exp.started_at,
@@ -166,6 +169,16 @@ class ExperimentListCreateApi(APIView):
             maximum=100,
         )
         stop_conditions = StopConditionSerializer(many=True, required=False, default=list)
+        continue_without_metrics = documented(
+            serializers.BooleanField(required=False, default=False),
+            description="Keep running when a stop condition cannot be evaluated (its metrics "
+            "source down or silent); by default the experiment aborts rather than run blind.",
+        )
+        may_overlap = documented(
+            serializers.BooleanField(required=False, default=False),
+            description="May run alongside another experiment on an overlapping target, if "
+            "that one says so too.",
+        )
         start = serializers.BooleanField(required=False, default=True)
 
         class Meta:
@@ -196,7 +209,20 @@ class ExperimentListCreateApi(APIView):
     @extend_schema(
         operation_id="chaos_experiment_create",
         request=InputSerializer,
-        responses={201: out.ExperimentDetailOutput, **errors(409, 503)},
+        parameters=[
+            OpenApiParameter(
+                "Idempotency-Key",
+                {"type": "string", "maxLength": 200},
+                OpenApiParameter.HEADER,
+                description="Resubmitting the same experiment with the same key returns the "
+                "first one (200, Idempotent-Replayed: true) instead of a second experiment.",
+            )
+        ],
+        responses={
+            201: out.ExperimentDetailOutput,
+            200: out.ExperimentDetailOutput,
+            **errors(409, 422, 503),
+        },
     )
     def post(self, request: Request) -> Response:
         serializer = self.InputSerializer(data=request.data)
@@ -204,10 +230,16 @@ class ExperimentListCreateApi(APIView):
         data = dict(serializer.validated_data)
         start = data.pop("start")
         data["stop_conditions"] = [dict(c) for c in data.get("stop_conditions") or []]
-        exp = chaos_services.experiment_create(
-            actor=actor_from_request(request), data=data, start=start
+        exp, created = chaos_services.experiment_submit(
+            actor=actor_from_request(request),
+            data=data,
+            start=start,
+            idempotency_key=request.headers.get("Idempotency-Key", ""),
         )
-        return Response(_detail(exp), status=201)
+        headers = {"Location": f"/api/v1/chaos/experiments/{exp.pk}/"}
+        if not created:
+            headers["Idempotent-Replayed"] = "true"
+        return Response(_detail(exp), status=201 if created else 200, headers=headers)
 
 
 class ExperimentDetailApi(APIView):
@@ -248,3 +280,107 @@ class ExperimentAbortApi(APIView):
             actor=actor, experiment=exp, reason=serializer.validated_data["reason"]
         )
         return Response(_detail(exp))
+
+
+def lever_payload(lever: Any, *, team: str | None = None) -> dict[str, Any]:
+    """A lever as the API shows it; a scope whose lever was never moved is released."""
+    if lever is None:
+        return {
+            "scope": "team" if team else "platform",
+            "team": team,
+            "engaged": False,
+            "engaged_by": "",
+            "engaged_reason": "",
+            "engaged_at": None,
+            "released_by": "",
+            "released_reason": "",
+            "released_at": None,
+        }
+    body = chaos_services.lever_summary(lever)
+    body["engaged_at"], body["released_at"] = lever.engaged_at, lever.released_at
+    return body
+
+
+class LeverListApi(APIView):
+    """The platform lever and the team levers the caller may see, engaged first."""
+
+    permission_classes = [role_required(ENGINEER, AUDITOR)]
+
+    @extend_schema(operation_id="chaos_lever_list", responses=out.LeverOutput(many=True))
+    def get(self, request: Request) -> Response:
+        levers = chaos_selectors.levers_for(viewer=actor_from_request(request))
+        rows = [lever_payload(lever) for lever in levers]
+        if not any(row["scope"] == "platform" for row in rows):
+            rows.insert(0, lever_payload(None))
+        return Response(out.LeverOutput(rows, many=True).data)
+
+
+class LeverMoveApi(APIView):
+    """Engage or release the platform lever (`team` absent) or a team's; a reason is required."""
+
+    permission_classes = [role_required(ENGINEER)]
+    action: str = "engage"
+
+    class InputSerializer(StrictSerializer):
+        reason = StrictCharField(max_length=300, allow_blank=True, required=False, default="")
+
+        class Meta:
+            ref_name = "LeverMove"
+
+    def move(self, request: Request, team: str | None) -> Response:
+        actor = actor_from_request(request)
+        serializer = self.InputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        if team is not None:
+            chaos_selectors.lever_get(viewer=actor, team_slug=team)  # 404 for a hidden team
+        move = (
+            chaos_services.lever_engage if self.action == "engage" else chaos_services.lever_release
+        )
+        lever = move(actor=actor, team_slug=team, reason=serializer.validated_data["reason"])
+        return Response(out.LeverOutput(lever_payload(lever)).data)
+
+
+def _lever_schema(operation_id: str):
+    return extend_schema(
+        operation_id=operation_id,
+        request=LeverMoveApi.InputSerializer,
+        responses={200: out.LeverOutput, **errors(409)},
+    )
+
+
+class PlatformLeverEngageApi(LeverMoveApi):
+    """Engage the platform lever: every running experiment stops now, none starts until it is
+    released (platform admins)."""
+
+    @_lever_schema("chaos_platform_lever_engage")
+    def post(self, request: Request) -> Response:
+        return self.move(request, None)
+
+
+class PlatformLeverReleaseApi(LeverMoveApi):
+    """Release the platform lever: experiments may start again (platform admins)."""
+
+    action = "release"
+
+    @_lever_schema("chaos_platform_lever_release")
+    def post(self, request: Request) -> Response:
+        return self.move(request, None)
+
+
+class TeamLeverEngageApi(LeverMoveApi):
+    """Engage a team's lever: its running experiments stop now, none of its starts until it is
+    released (the team's engineers, platform admins)."""
+
+    @_lever_schema("chaos_team_lever_engage")
+    def post(self, request: Request, team: str) -> Response:
+        return self.move(request, team)
+
+
+class TeamLeverReleaseApi(LeverMoveApi):
+    """Release a team's lever: its experiments may start again."""
+
+    action = "release"
+
+    @_lever_schema("chaos_team_lever_release")
+    def post(self, request: Request, team: str) -> Response:
+        return self.move(request, team)

@@ -116,8 +116,13 @@ class ExperimentOutput(serializers.Serializer):
     max_duration_seconds = serializers.IntegerField(min_value=1)
     blast_radius = BlastRadiusOutput()
     stop_conditions = StopConditionOutput(many=True)
+    continue_without_metrics = serializers.BooleanField()
+    may_overlap = serializers.BooleanField()
     status = serializers.ChoiceField(choices=EXPERIMENT_STATUSES)
     end_reason = serializers.CharField(allow_blank=True)
+    end_evidence = serializers.JSONField(
+        help_text="What ended it: the stop condition with the value read, or the lever."
+    )
     created_by = serializers.CharField(allow_blank=True)
     created_at = serializers.DateTimeField()
     started_at = serializers.DateTimeField(allow_null=True)
@@ -139,3 +144,20 @@ class ExperimentDetailOutput(ExperimentOutput):
 
 
 ExperimentPageOutput = paginated(ExperimentOutput, "ExperimentPage")
+
+
+class LeverOutput(serializers.Serializer):
+    """A safety lever: while engaged, no experiment in its scope runs or starts."""
+
+    scope = serializers.ChoiceField(choices=["platform", "team"])
+    team = serializers.CharField(allow_null=True)
+    engaged = serializers.BooleanField()
+    engaged_by = serializers.CharField(allow_blank=True)
+    engaged_reason = serializers.CharField(allow_blank=True)
+    engaged_at = serializers.DateTimeField(allow_null=True)
+    released_by = serializers.CharField(allow_blank=True)
+    released_reason = serializers.CharField(allow_blank=True)
+    released_at = serializers.DateTimeField(allow_null=True)
+
+    class Meta:
+        ref_name = "ChaosLever"

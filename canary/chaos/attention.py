@@ -33,6 +33,26 @@ def experiments_on_my_services(actor: Actor) -> list[Item]:
 
 
 @register
+def levers_engaged(actor: Actor) -> list[Item]:
+    """Engaged safety levers the viewer may see: no experiment runs or starts in their scope."""
+    items = []
+    for lever in selectors.levers_engaged(viewer=actor):
+        scope = "platform-wide" if lever.team_id is None else f"for team {lever.team.slug}"
+        items.append(
+            Item(
+                key=f"chaos.lever:{lever.pk}:{lever.engaged_at.isoformat()}",
+                kind="experiment",
+                title=f"Chaos safety lever engaged {scope}",
+                detail=f"by {lever.engaged_by}: {lever.engaged_reason}; no experiment runs or "
+                "starts until it is released",
+                url=reverse("chaos:lever-list"),
+                at=lever.engaged_at,
+            )
+        )
+    return items
+
+
+@register
 def unconfirmed_reverts(actor: Actor) -> list[Item]:
     """Reverts whose read-back still found the fault, for those who may revert it by hand."""
     visible = selectors.experiment_list(viewer=actor)

@@ -23,17 +23,20 @@ from django.utils import timezone
 
 from canary.chaos.leases import LeaseTimings, must_stop_injecting, remaining_before_stop
 from canary.chaos.models import ChaosExperiment, ExperimentStatus
-from canary.chaos.selectors import live_injection_of, stop_condition_tripped, timings_of
+from canary.chaos.selectors import live_injection_of, timings_of
 from canary.chaos.services import (
     LeaseNotHeld,
     delivery_backend,
     experiment_end,
+    experiment_notice,
     fault_inject,
     fault_lease_acquire,
     fault_lease_release,
     fault_lease_renew,
     fault_revert,
 )
+from canary.chaos.stop_signals import stop_conditions_check
+from kiln import changes
 from kiln.errors import Conflict, IllegalTransition, NotFound
 from kiln.identity.permissions import system_actor
 
@@ -62,7 +65,38 @@ def chaos_controller_run(
     hooks: ControllerHooks | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> str:
-    """Hold the lease, inject while held, revert before it can lapse, end the experiment; returns the outcome."""
+    """Hold the lease, inject while held, revert before it can lapse, end the experiment; returns the outcome.
+
+    An abort, a safety lever or a stop condition ending the experiment in another process
+    wakes the loop at once (a change notice on the experiment), so its fault is reverted
+    then, not at the next renewal; a lost notice waits for the renewal, never longer.
+    """
+    wake = threading.Event()
+    changes.listen(experiment_notice(experiment_id), wake)
+    try:
+        return _controller_loop(
+            experiment_id=experiment_id,
+            holder=holder,
+            stop=stop,
+            wake=wake,
+            backend=backend,
+            hooks=hooks,
+            clock=clock,
+        )
+    finally:
+        changes.unlisten(experiment_notice(experiment_id), wake)
+
+
+def _controller_loop(
+    *,
+    experiment_id: Any,
+    holder: str | None,
+    stop: threading.Event | None,
+    wake: threading.Event,
+    backend: Any,
+    hooks: ControllerHooks | None,
+    clock: Callable[[], float],
+) -> str:
     holder = holder or controller_identity()
     hooks = hooks or ControllerHooks()
     backend = delivery_backend(backend)
@@ -134,11 +168,18 @@ def chaos_controller_run(
                     give_up("renew deadline passed (database unreachable)")
                 except Exception:  # noqa: BLE001 - the reaper reverts what we cannot
                     term = None
-        if stop is not None:
-            if stop.wait(timings.retry_period):
-                continue
-        else:
-            time.sleep(timings.retry_period)
+        _pause(stop, wake, timings.retry_period)
+
+
+def _pause(stop: threading.Event | None, wake: threading.Event, seconds: float) -> None:
+    """Sleep until the next renewal, or until `stop` is set or a notice sets `wake`."""
+    deadline = time.monotonic() + seconds
+    while not wake.is_set() and (stop is None or not stop.is_set()):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        wake.wait(min(left, 0.05) if stop is not None else left)
+    wake.clear()
 
 
 def _holder_duties(
@@ -164,17 +205,19 @@ def _holder_duties(
         )
         fault_lease_release(experiment_id=exp.pk, holder=holder, term=term)
         return ExperimentStatus.COMPLETED
-    reason = stop_condition_tripped(exp)
-    if reason is not None:
+    # Every renewal reads the stop conditions (outside any transaction) and judges them.
+    verdict = stop_conditions_check(exp)
+    if verdict.aborts:
         experiment_end(
             experiment_id=exp.pk,
             to=ExperimentStatus.ABORTED,
             actor=actor,
-            reason=f"stop condition: {reason}",
+            reason=f"stop condition: {verdict.reason}",
             backend=backend,
+            evidence=verdict.evidence(),
         )
         fault_lease_release(experiment_id=exp.pk, holder=holder, term=term)
-        hooks.on_event("aborted", {"holder": holder, "reason": reason})
+        hooks.on_event("aborted", {"holder": holder, "reason": verdict.reason})
         return ExperimentStatus.ABORTED
     live = live_injection_of(exp.pk)
     if live is not None and (live.holder, live.fencing_token) != (holder, term):

@@ -1,4 +1,4 @@
-"""Chaos's home-page panel: experiments whose fault is live now."""
+"""Chaos's home-page panel: experiments whose fault is live now, and any engaged safety lever."""
 
 from __future__ import annotations
 
@@ -12,4 +12,5 @@ from kiln.identity.permissions import Actor
 def running_experiments(actor: Actor) -> Panel | None:
     """Experiments running now."""
     running = list(selectors.experiment_list(viewer=actor, status=ExperimentStatus.RUNNING)[:8])
-    return Panel("chaos/_dashboard.html", {"experiments": running}, order=35)
+    levers = selectors.levers_engaged(viewer=actor)
+    return Panel("chaos/_dashboard.html", {"experiments": running, "levers": levers}, order=35)

@@ -1,8 +1,10 @@
-"""Chaos reads: experiments a viewer may see, lease state, injection timelines, stop-condition signals."""
+"""Chaos reads: experiments a viewer may see, lease state, injection timelines, safety levers.
+
+Stop-condition signals are read by canary/chaos/stop_signals.py.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -11,12 +13,8 @@ from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from audit.models import OutboxEvent
-from canary.chaos.actuators import simulated_fault_effect
 from canary.chaos.leases import LeaseTimings, expires_at
-from canary.chaos.models import ChaosExperiment, ChaosInjection, ChaosLease
-from canary.hosts import HostRefused, canonical_service_host
-from kiln.cluster.backends import get_backend
+from canary.chaos.models import ChaosExperiment, ChaosInjection, ChaosLease, ChaosLever, LeverScope
 from kiln.errors import NotFound
 from kiln.identity import visibility
 from kiln.identity.permissions import Actor
@@ -126,106 +124,33 @@ def live_injection_of(exp_id: Any) -> ChaosInjection | None:
     return ChaosInjection.objects.filter(experiment_id=exp_id, reverted_at__isnull=True).first()
 
 
-# --- stop-condition signals ---------------------------------------------------------------
-#
-# A stop condition names a signal; a provider reads it for an experiment's target.
-# Providers are registered by the part of Kiln that knows the signal (canary
-# rollouts, the simulated cluster, Prometheus), so this module stays ignorant of
-# where numbers come from. A provider returns None when it has no reading.
-
-SignalProvider = Callable[[ChaosExperiment], Any]
-_providers: dict[str, list[SignalProvider]] = {}
-
-
-def register_signal(kind: str, provider: SignalProvider) -> None:
-    """Register a provider for a stop-condition signal (`error-rate`, `canary-rolled-back`)."""
-    _providers.setdefault(kind, [])
-    if provider not in _providers[kind]:
-        _providers[kind].append(provider)
+def levers_for(*, viewer: Actor) -> list[ChaosLever]:
+    """The platform lever and the team levers the viewer may see (visibility.EXPERIMENTS),
+    engaged ones first; a lever never moved has no row and is released."""
+    team_levers = visibility.restrict(
+        ChaosLever.objects.filter(scope=LeverScope.TEAM).select_related("team"),
+        viewer,
+        visibility.EXPERIMENTS,
+        team_field="team__slug",
+    )
+    rows = list(ChaosLever.objects.filter(scope=LeverScope.PLATFORM)) + list(team_levers)
+    return sorted(rows, key=lambda lever: (not lever.engaged, lever.scope != "platform"))
 
 
-def unregister_signal(kind: str, provider: SignalProvider) -> None:
-    """Remove a provider registered with `register_signal`."""
-    if provider in _providers.get(kind, []):
-        _providers[kind].remove(provider)
+def levers_engaged(*, viewer: Actor) -> list[ChaosLever]:
+    """The engaged levers the viewer may see: what every chaos page and the home page show."""
+    return [lever for lever in levers_for(viewer=viewer) if lever.engaged]
 
 
-def read_signal(kind: str, exp: ChaosExperiment) -> Any:
-    """The first non-None reading of a signal for the experiment's target, or None."""
-    for provider in list(_providers.get(kind, [])):
-        value = provider(exp)
-        if value is not None:
-            return value
-    return None
-
-
-def stop_condition_tripped(exp: ChaosExperiment) -> str | None:
-    """The reason the first tripped stop condition gives, or None while all hold."""
-    for cond in exp.stop_conditions or []:
-        kind = cond.get("kind")
-        if kind == "error-rate-above":
-            rate = read_signal("error-rate", exp)
-            if rate is not None and float(rate) > float(cond["threshold"]):
-                return f"target error rate {float(rate):.4f} above {float(cond['threshold']):.4f}"
-        elif kind == "latency-p99-above-ms":
-            p99 = read_signal("latency-p99-ms", exp)
-            if p99 is not None and float(p99) > float(cond["threshold"]):
-                return (
-                    f"target p99 latency {float(p99):.1f}ms above {float(cond['threshold']):.1f}ms"
-                )
-        elif kind == "canary-rolled-back":
-            if read_signal("canary-rolled-back", exp):
-                return "a canary on the target rolled back"
-    return None
-
-
-def _rollback_from_audit(exp: ChaosExperiment) -> bool | None:
-    """A canary rollback on the target namespace recorded in the audit outbox since the experiment started."""
-    if exp.started_at is None:
-        return None
-    events = OutboxEvent.objects.filter(
-        action__startswith="canary.rollout.rolled", recorded_at__gte=exp.started_at
-    ).only("data")
-    for event in events:
-        data = event.data or {}
-        if data.get("namespace") == exp.namespace and (
-            not exp.service or _same_host(data.get("service"), exp)
-        ):
-            return True
-    return None
-
-
-def _same_host(service: Any, exp: ChaosExperiment) -> bool:
-    """True if an event's service names the experiment's target (any accepted host form), or none."""
-    if service in (None, ""):
-        return True
-    try:
-        return canonical_service_host(service, exp.namespace) == exp.service
-    except HostRefused:
-        return service == exp.service
-
-
-register_signal("canary-rolled-back", _rollback_from_audit)
-
-
-def _simulated_error_rate(exp: ChaosExperiment) -> float | None:
-    """Where traffic is simulated: the share of the target's requests the faults in the cluster fail."""
-    backend = get_backend()
-    if not backend.simulates_traffic or not exp.service:
-        return None
-    return simulated_fault_effect(backend, exp.namespace, exp.service).error_rate
-
-
-def _simulated_latency_p99(exp: ChaosExperiment) -> float | None:
-    """Where traffic is simulated: added latency at p99 (a delayed share of 1% or more shows in p99)."""
-    backend = get_backend()
-    if not backend.simulates_traffic or not exp.service:
-        return None
-    effect = simulated_fault_effect(backend, exp.namespace, exp.service)
-    if effect.delayed_share >= 0.01 and effect.delayed_share > 0:
-        return effect.added_latency_ms / effect.delayed_share
-    return 0.0
-
-
-register_signal("error-rate", _simulated_error_rate)
-register_signal("latency-p99-ms", _simulated_latency_p99)
+def lever_get(*, viewer: Actor, team_slug: str | None) -> ChaosLever | None:
+    """The platform lever (team_slug None) or a team's, None if never moved; NotFound for a
+    team the viewer may not see (the same answer as a team that does not exist)."""
+    if team_slug is None:
+        return ChaosLever.objects.filter(scope=LeverScope.PLATFORM).first()
+    if not visibility.sees(viewer, visibility.EXPERIMENTS, team_slug):
+        raise NotFound("No such team.")
+    return (
+        ChaosLever.objects.filter(scope=LeverScope.TEAM, team__slug=team_slug)
+        .select_related("team")
+        .first()
+    )

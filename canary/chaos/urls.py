@@ -13,6 +13,9 @@ app_name = "chaos"
 urlpatterns: list = [
     path("chaos/", views.experiment_list, name="experiment-list"),
     path("chaos/new/", views.experiment_create, name="experiment-create"),
+    path("chaos/levers/", views.lever_list, name="lever-list"),
+    path("chaos/levers/platform/<str:action>/", views.lever_move, name="lever-move"),
+    path("chaos/levers/teams/<slug:team>/<str:action>/", views.lever_move, name="team-lever-move"),
     path("chaos/<uuid:experiment_id>/", views.experiment_detail, name="experiment-detail"),
     path("chaos/<uuid:experiment_id>/lease/", views.experiment_lease, name="experiment-lease"),
     path("chaos/<uuid:experiment_id>/abort/", views.experiment_abort, name="experiment-abort"),
@@ -38,5 +41,24 @@ api_urlpatterns: list = [
         "chaos/experiments/<uuid:experiment_id>/injections/<int:injection_id>/recheck/",
         api_faults.InjectionRecheckApi.as_view(),
         name="injection-recheck",
+    ),
+    path("chaos/levers/", api.LeverListApi.as_view(), name="lever-list"),
+    path(
+        "chaos/levers/platform/engage/", api.PlatformLeverEngageApi.as_view(), name="lever-engage"
+    ),
+    path(
+        "chaos/levers/platform/release/",
+        api.PlatformLeverReleaseApi.as_view(),
+        name="lever-release",
+    ),
+    path(
+        "chaos/levers/teams/<slug:team>/engage/",
+        api.TeamLeverEngageApi.as_view(),
+        name="team-lever-engage",
+    ),
+    path(
+        "chaos/levers/teams/<slug:team>/release/",
+        api.TeamLeverReleaseApi.as_view(),
+        name="team-lever-release",
     ),
 ]

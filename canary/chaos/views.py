@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from django import forms
@@ -17,12 +18,18 @@ from canary.chaos import actuators, kinds
 from canary.chaos import selectors as chaos_selectors
 from canary.chaos import services as chaos_services
 from canary.chaos.forms_faults import ChaosMeshFormFields
-from canary.chaos.models import ExperimentStatus, FaultKind
+from canary.chaos.models import ExperimentStatus, FaultKind, LeverScope
 from canary.ownership import namespaces_of
 from kiln.cluster import DeliveryError
-from kiln.errors import KilnError, NotFound
+from kiln.errors import Conflict, KilnError, NotFound
 from kiln.form_errors import add_service_errors, values_for_service
-from kiln.identity.permissions import ENGINEER, actor_from_request, can_run_chaos, has_role
+from kiln.identity.permissions import (
+    ENGINEER,
+    actor_from_request,
+    can_operate_chaos_lever,
+    can_run_chaos,
+    has_role,
+)
 
 
 class ExperimentForm(ChaosMeshFormFields, forms.Form):
@@ -69,9 +76,26 @@ class ExperimentForm(ChaosMeshFormFields, forms.Form):
     stop_on_rollback = forms.BooleanField(
         required=False, initial=True, label="Stop when a canary on the target rolls back"
     )
+    continue_without_metrics = forms.BooleanField(
+        required=False,
+        label="Keep running when the metrics cannot be read",
+        help_text="By default a stop condition that cannot be evaluated (the metrics source "
+        "down or silent) aborts the experiment rather than let it run blind.",
+    )
+    may_overlap = forms.BooleanField(
+        required=False,
+        label="May overlap another experiment",
+        help_text="Run even where another experiment targets the same pods or service, if "
+        "that one allows overlaps too.",
+    )
+    # One token per rendered form: submitting it twice (a double click, a resent POST) makes
+    # one experiment, as an Idempotency-Key does over the API.
+    idempotency_key = forms.CharField(widget=forms.HiddenInput, required=False, max_length=200)
 
     def __init__(self, *args: Any, namespaces: list[str], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if not self.is_bound:
+            self.initial.setdefault("idempotency_key", uuid.uuid4().hex)
         field = self.fields["namespace"]
         field.choices = [("", "choose a namespace")] + [(n, n) for n in namespaces]
         if not namespaces:
@@ -112,6 +136,8 @@ class ExperimentForm(ChaosMeshFormFields, forms.Form):
         data = {k: d.get(k) for k in keys}
         data.update(self.kind_data(d))
         data["stop_conditions"] = conds
+        data["continue_without_metrics"] = bool(cleaned.get("continue_without_metrics"))
+        data["may_overlap"] = bool(cleaned.get("may_overlap"))
         return data
 
 
@@ -159,6 +185,7 @@ def experiment_list(request: HttpRequest) -> HttpResponse:
             **experiment_list_context(viewer=actor, query=request.GET),
             "statuses": ExperimentStatus.choices,
             "can_create": has_role(actor, ENGINEER),
+            "levers": lever_strip(actor),
         },
     )
 
@@ -175,6 +202,7 @@ def experiment_create(request: HttpRequest) -> HttpResponse:
     except DeliveryError:  # the cluster is away: no namespace can be checked, none offered
         namespaces = []
     form = ExperimentForm(request.POST or None, namespaces=namespaces)
+    status = 200
     if request.method == "POST":
         data = form.experiment_data()
         # The service's checks run on every field Django accepted: all problems in one round,
@@ -184,15 +212,28 @@ def experiment_create(request: HttpRequest) -> HttpResponse:
         )
         if form.is_valid():
             try:
-                exp = chaos_services.experiment_create(actor=actor, data=data)
+                exp, _ = chaos_services.experiment_submit(
+                    actor=actor,
+                    data=data,
+                    idempotency_key=form.cleaned_data.get("idempotency_key") or "",
+                )
             except KilnError as exc:
                 add_service_errors(form, exc.extra.get("fields") or {}, field_of=_field_of)
-                if not exc.extra.get("fields"):
+                if not exc.extra.get("fields") or isinstance(exc, Conflict):
+                    # A lever or an overlap: the message names the lever or the other experiment.
                     form.add_error(None, exc.message)
+                status = exc.http_status
             else:
                 messages.success(request, f"Experiment {exp.name} started.")
                 return redirect("chaos:experiment-detail", experiment_id=exp.pk)
-    return render(request, "chaos/create.html", {"form": form}, status=400 if form.errors else 200)
+        if form.errors and status < 400:
+            status = 400
+    return render(
+        request,
+        "chaos/create.html",
+        {"form": form, "levers": lever_strip(actor)},
+        status=status,
+    )
 
 
 def _visible(request: HttpRequest, experiment_id: Any):
@@ -218,6 +259,8 @@ def _detail_context(request: HttpRequest, experiment_id: Any) -> dict[str, Any]:
         "magnitude": kinds.describe(exp.fault, exp.params or {}),
         "effective_percent": actuators.effective_percent(chaos_services.fault_spec(experiment=exp)),
         "now": timezone.now(),
+        "levers": lever_strip(actor),
+        "stopped_by": (exp.end_evidence or {}).get("stop_condition"),
     }
 
 
@@ -254,3 +297,72 @@ def experiment_abort(request: HttpRequest, experiment_id) -> HttpResponse:
     else:
         messages.success(request, "Experiment aborted; its fault is reverted.")
     return redirect("chaos:experiment-detail", experiment_id=exp.pk)
+
+
+def lever_strip(actor: Any) -> dict[str, Any]:
+    """What every chaos page shows of the safety levers: the platform's state and every
+    engaged lever the viewer may see."""
+    levers = chaos_selectors.levers_for(viewer=actor)
+    platform = next((lever for lever in levers if lever.scope == LeverScope.PLATFORM), None)
+    return {
+        "platform": platform,
+        "engaged": [lever for lever in levers if lever.engaged],
+    }
+
+
+def _lever_context(actor: Any) -> dict[str, Any]:
+    """The levers page: the platform lever and one per team the viewer sees or belongs to."""
+    levers = chaos_selectors.levers_for(viewer=actor)
+    platform = next((lever for lever in levers if lever.scope == LeverScope.PLATFORM), None)
+    by_team = {lever.team.slug: lever for lever in levers if lever.scope == LeverScope.TEAM}
+    teams = sorted(set(by_team) | set(actor.teams))
+    return {
+        "platform": {
+            "lever": platform,
+            "can_move": can_operate_chaos_lever(actor, None),
+        },
+        "teams": [
+            {
+                "slug": slug,
+                "lever": by_team.get(slug),
+                "can_move": can_operate_chaos_lever(actor, slug),
+            }
+            for slug in teams
+        ],
+        "levers": lever_strip(actor),
+    }
+
+
+@login_required
+def lever_list(request: HttpRequest) -> HttpResponse:
+    """The safety levers: engage one to stop every experiment in its scope, release it after."""
+    return render(request, "chaos/levers.html", _lever_context(actor_from_request(request)))
+
+
+@login_required
+@require_POST
+def lever_move(request: HttpRequest, action: str, team: str | None = None) -> HttpResponse:
+    """Engage or release the platform lever or a team's; a refusal re-renders the page with
+    the reason and the status that names it (403 not yours, 400 no reason, 409 already so)."""
+    if action not in ("engage", "release"):
+        raise Http404("No such lever action.")
+    actor = actor_from_request(request)
+    move = chaos_services.lever_engage if action == "engage" else chaos_services.lever_release
+    try:
+        if team is not None:
+            chaos_selectors.lever_get(viewer=actor, team_slug=team)
+        move(actor=actor, team_slug=team, reason=request.POST.get("reason", ""))
+    except NotFound as exc:
+        raise Http404(exc.message) from exc
+    except KilnError as exc:
+        context = _lever_context(actor)
+        context["error"] = {"message": exc.message, "team": team, "action": action}
+        return render(request, "chaos/levers.html", context, status=exc.http_status)
+    scope = "The platform lever" if team is None else f"The lever of team {team}"
+    messages.success(
+        request,
+        f"{scope} is engaged: every experiment in its scope is stopped and reverted."
+        if action == "engage"
+        else f"{scope} is released: experiments may start again.",
+    )
+    return redirect("chaos:lever-list")

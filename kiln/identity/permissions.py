@@ -178,6 +178,14 @@ def can_control_chaos(actor: Actor) -> bool:
     return _has_capability(actor, c.CHAOS_CONTROL)
 
 
+def can_operate_chaos_lever(actor: Actor, team_slug: str | None) -> bool:
+    """Engage or release a chaos safety lever: the platform's (`team_slug` None) platform admins
+    only; a team's also that team's engineers. No system actor moves a lever."""
+    if PLATFORM_ADMIN in actor.roles:
+        return True
+    return team_slug is not None and ENGINEER in actor.roles and team_slug in actor.teams
+
+
 def can_revert_fault(actor: Actor, team_slug: str) -> bool:
     """Revert a fault and end its experiment: who may run it there, the controller and the reaper."""
     return (

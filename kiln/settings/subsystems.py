@@ -192,6 +192,8 @@ KILN_CHAOS_RETRY_PERIOD = env_float("KILN_CHAOS_RETRY_PERIOD", 2.0)
 KILN_CHAOS_MAX_CLOCK_SKEW = env_float("KILN_CHAOS_MAX_CLOCK_SKEW", 1.0)
 KILN_CHAOS_REVERT_BUDGET = env_float("KILN_CHAOS_REVERT_BUDGET", 2.0)
 KILN_CHAOS_REAPER_PERIOD = env_float("KILN_CHAOS_REAPER_PERIOD", 5.0)
+# How much recent traffic of the target a stop condition judges at every renewal.
+KILN_CHAOS_STOP_WINDOW_SECONDS = env_float("KILN_CHAOS_STOP_WINDOW_SECONDS", 60.0)
 # A revert is read back until the fault is seen gone: this many attempts, the pause between
 # them doubling from KILN_CHAOS_REVERT_RETRY_SECONDS; then it is marked for a person.
 KILN_CHAOS_REVERT_ATTEMPTS = env_int("KILN_CHAOS_REVERT_ATTEMPTS", 3)

@@ -73,8 +73,9 @@ def _standalone(backend) -> list[dict]:
 
 
 def _start(engineer, backend, holder: str = "a", **over):
-    """An experiment on `checkout` (the short name) with its lease held and the fault injected."""
-    data = abort_data(service="checkout", **over)
+    """An experiment on `checkout` (the short name) with its lease held and the fault injected;
+    every experiment here allows overlaps, so several faults meet on one route."""
+    data = abort_data(service="checkout", **{"may_overlap": True, **over})
     exp = experiment_create(actor=engineer, data=data, backend=backend)
     term = fault_lease_acquire(experiment_id=exp.pk, holder=holder)
     assert term is not None
@@ -182,7 +183,9 @@ def test_a_second_abort_on_the_same_route_is_refused_and_leaves_the_first(
 ):
     first, first_inj = _start(engineer, backend)
     exp = experiment_create(
-        actor=engineer, data=abort_data(service="checkout", name="again"), backend=backend
+        actor=engineer,
+        data=abort_data(service="checkout", name="again", may_overlap=True),
+        backend=backend,
     )
     fault_lease_acquire(experiment_id=exp.pk, holder="b")
     with pytest.raises(Conflict) as raised:

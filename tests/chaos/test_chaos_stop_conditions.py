@@ -13,8 +13,8 @@ from audit.models import OutboxEvent
 from canary.chaos import actuators
 from canary.chaos.controller import chaos_controller_run
 from canary.chaos.models import ChaosExperiment, ChaosInjection
-from canary.chaos.selectors import stop_condition_tripped
 from canary.chaos.services import experiment_create
+from canary.chaos.stop_signals import stop_conditions_check
 from kiln.identity.permissions import system_actor
 from tests.chaos.test_chaos_support import (  # noqa: F401
     abort_data,
@@ -57,12 +57,21 @@ def test_error_rate_condition_trips_on_the_injected_abort_and_the_abort_is_audit
     assert _run_to_end(exp, backend) == "aborted"
     exp.refresh_from_db()
     assert exp.status == "aborted" and exp.end_reason.startswith(
-        "stop condition: target error rate 0.2500"
+        "stop condition: error-rate-above 0.2: error rate 0.2500 (simulated cluster"
     )
+    assert exp.end_evidence["stop_condition"]["value"] == 0.25
     inj = ChaosInjection.objects.get(experiment=exp)
     assert inj.reverted_at is not None and not actuators.in_effect(backend, inj.applied)
     aborted = OutboxEvent.objects.get(action="chaos.experiment.aborted")
     assert aborted.actor == "system:chaos-controller" and "error rate" in aborted.data["reason"]
+    assert aborted.data["evidence"]["stop_condition"] == {
+        "outcome": "breached",
+        "kind": "error-rate-above",
+        "threshold": 0.2,
+        "value": 0.25,
+        "source": "simulated cluster",
+        "reason": "error-rate-above 0.2: error rate 0.2500 (simulated cluster)",
+    }
     assert OutboxEvent.objects.filter(action="chaos.fault.reverted").count() == 1
 
 
@@ -90,7 +99,7 @@ def test_a_canary_rolling_back_on_the_target_aborts_the_experiment(engineer, sho
         backend=backend,
     )
     exp.refresh_from_db()
-    assert stop_condition_tripped(exp) is None
+    assert stop_conditions_check(exp).outcome == "hold"
     record(
         system_actor("canary-analyzer"),
         "canary.rollout.rolled_back",
@@ -100,6 +109,6 @@ def test_a_canary_rolling_back_on_the_target_aborts_the_experiment(engineer, sho
     assert _run_to_end(exp, backend) == "aborted"
     assert (
         ChaosExperiment.objects.get(pk=exp.pk).end_reason
-        == "stop condition: a canary on the target rolled back"
+        == "stop condition: canary-rolled-back: a rollout of the target rolled back (audit chain)"
     )
     assert OutboxEvent.objects.filter(action="chaos.experiment.aborted").count() == 1

@@ -150,7 +150,9 @@ def world(shop, backend, settings):
         "public_id": env.public_id,
         "rollout_id": str(rollout.pk),
         "experiment_id": str(exp.pk),
+        "injection_id": "1",  # none: a recheck's body is checked before the injection is looked up
         "slug": "payments",
+        "team": "payments",
         "seq": "1",
         "service": str(service.pk),
     }
@@ -186,6 +188,8 @@ def _bodies(world: dict[str, str]) -> dict[str, dict[str, Any]]:
         "promote/": {"reason": "good"},
         "observations/": {"arm": "canary", "requests": 10, "errors": 1, "latencies_ms": [1.0]},
         "/api/v1/chaos/experiments/": {**abort_data(), "start": False},
+        "engage/": {"reason": "incident"},
+        "release/": {"reason": "over"},
     }
 
 

@@ -181,6 +181,7 @@ def world(fuzz_settings) -> dict[str, str]:
         "rollout_id": str(rollout.pk),
         "experiment_id": str(experiment.pk),
         "slug": "payments",
+        "team": "payments",
     }
 
 

@@ -53,6 +53,8 @@ EXPECTED: dict[str, tuple] = {
         {"chaos-bench", "chaos-controller", "chaos-reaper"},
     ),
     "can_control_chaos": (lambda p, a: p(a), {"chaos-controller"}),
+    # Safety levers are moved by people: no component engages or releases one.
+    "can_operate_chaos_lever": (lambda p, a: p(a, TEAM), set()),
     "can_revert_fault": (
         lambda p, a: p(a, TEAM),
         {"chaos-bench", "chaos-controller", "chaos-reaper"},

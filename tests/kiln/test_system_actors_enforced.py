@@ -32,7 +32,13 @@ from audit.services import (
 from audit.services.operations import verification_request
 from audit.witness import WitnessState, cosigned_note, witness_verifier_key
 from canary import services as canary_services
-from canary.chaos.models import ChaosExperiment, ChaosInjection, ChaosLease, ExperimentStatus
+from canary.chaos.models import (
+    ChaosExperiment,
+    ChaosInjection,
+    ChaosLease,
+    ChaosLever,
+    ExperimentStatus,
+)
 from canary.chaos.services import (
     experiment_abort,
     experiment_create,
@@ -42,6 +48,8 @@ from canary.chaos.services import (
     fault_lease_release,
     fault_lease_renew,
     fault_revert,
+    lever_engage,
+    lever_release,
 )
 from canary.models import Rollout, RolloutStatus, Service
 from kiln.errors import Forbidden
@@ -115,6 +123,10 @@ def _lease(ctx):
 
 def _injections(ctx):
     return sorted(ChaosInjection.objects.values_list("pk", "state", "reverted_at"))
+
+
+def _levers(ctx):
+    return sorted(ChaosLever.objects.values_list("pk", "engaged", "engaged_by"))
 
 
 def _experiments(ctx):
@@ -236,8 +248,11 @@ OPERATIONS: dict[str, Operation] = {
     "chaos.experiment_create": Operation(
         frozenset({c.CHAOS_RUN}),
         "chaos",
+        # Another target than the setup's experiment: an overlap would be refused anyway.
         lambda a, ctx: experiment_create(
-            actor=a, data=abort_data(name="second"), backend=ctx["backend"]
+            actor=a,
+            data=abort_data(name="second", selector={"app": "api"}, service="api"),
+            backend=ctx["backend"],
         ),
         _experiments,
         lambda r, ctx: r.name == "second",
@@ -248,6 +263,21 @@ OPERATIONS: dict[str, Operation] = {
         lambda a, ctx: experiment_abort(actor=a, experiment=ctx["exp"], backend=ctx["backend"]),
         _experiments,
         lambda r, ctx: r.status == ExperimentStatus.ABORTED,
+    ),
+    # Safety levers are moved by people only: every component is refused.
+    "chaos.lever_engage": Operation(
+        frozenset(),
+        "chaos",
+        lambda a, ctx: lever_engage(actor=a, team_slug="payments", reason="incident"),
+        _levers,
+        lambda r, ctx: r.engaged,
+    ),
+    "chaos.lever_release": Operation(
+        frozenset(),
+        "chaos",
+        lambda a, ctx: lever_release(actor=a, team_slug=None, reason="over"),
+        _levers,
+        lambda r, ctx: not r.engaged,
     ),
     "chaos.fault_lease_acquire": Operation(
         frozenset({c.CHAOS_CONTROL}),
@@ -496,6 +526,8 @@ SAME_PREDICATE_AS_A_ROW = {
     "canary.services.steering.rollout_retry": "can_manage_rollout(actor",
     # Changes nothing: names a form's problems, the namespace one by experiment_create's predicate.
     "canary.chaos.services.experiments.experiment_errors": "can_run_chaos(actor",
+    # experiment_create's own work, answering whether it created or replayed.
+    "canary.chaos.services.creation.experiment_submit": "can_run_chaos(actor",
 }
 SERVICE_MODULES = (
     "scheduler.services",
@@ -504,6 +536,8 @@ SERVICE_MODULES = (
     "canary.services.steering",
     "canary.services.observations",
     "canary.chaos.services.experiments",
+    "canary.chaos.services.creation",
+    "canary.chaos.services.levers",
     "canary.chaos.services.leases",
     "canary.chaos.services.injection",
     "audit.services.appending",

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from canary import selectors as canary_selectors
 from canary import services as canary_services
 from canary.chaos import selectors as chaos_selectors
-from canary.chaos.services.experiments import experiment_create
+from canary.chaos.services import experiment_create
 from kiln.identity import components, visibility
 from kiln.identity import selectors as identity_selectors
 from kiln.identity.models import Membership, Team

@@ -1,6 +1,9 @@
 """Chaos writes: experiments, fault leases, injection and revert; every change audited.
 
-- `experiments`: define, start, end and abort experiments.
+- `experiments`: validate, start, end and abort experiments.
+- `creation`: create one, once per Idempotency-Key, if `admission` lets it in (no engaged
+  lever, no overlapping experiment).
+- `levers`: the safety levers, platform-wide and per team.
 - `leases`: acquire, renew and release the lease that holds an experiment's fault.
 - `injection`: apply a fault under a lease term, and revert it.
 - `backend`: the cluster backend the services write through.
@@ -9,7 +12,9 @@ The controller loop is canary/chaos/controller.py; the reaper, which reverts eve
 whose holder must have reverted, is canary/chaos/reaper.py.
 """
 
+from canary.chaos.services.admission import ExperimentOverlaps, IdempotencyKeyReused
 from canary.chaos.services.backend import delivery_backend
+from canary.chaos.services.creation import experiment_create, experiment_submit
 from canary.chaos.services.experiments import (
     CONTROLLER_TASK,
     MAX_HARD_SECONDS,
@@ -17,7 +22,6 @@ from canary.chaos.services.experiments import (
     ChaosInvalid,
     current_timings,
     experiment_abort,
-    experiment_create,
     experiment_end,
     experiment_errors,
 )
@@ -35,6 +39,13 @@ from canary.chaos.services.leases import (
     fault_lease_release,
     fault_lease_renew,
 )
+from canary.chaos.services.levers import (
+    LeverEngaged,
+    experiment_notice,
+    lever_engage,
+    lever_release,
+    lever_summary,
+)
 
 __all__ = [
     "CONTROLLER",
@@ -44,6 +55,9 @@ __all__ = [
     "MAX_HARD_SECONDS",
     "STOP_CONDITION_KINDS",
     "ChaosInvalid",
+    "ExperimentOverlaps",
+    "IdempotencyKeyReused",
+    "LeverEngaged",
     "LeaseNotHeld",
     "current_timings",
     "delivery_backend",
@@ -51,10 +65,15 @@ __all__ = [
     "experiment_create",
     "experiment_end",
     "experiment_errors",
+    "experiment_notice",
+    "experiment_submit",
     "fault_inject",
     "fault_lease_acquire",
     "fault_lease_release",
     "fault_lease_renew",
     "fault_revert",
     "fault_spec",
+    "lever_engage",
+    "lever_release",
+    "lever_summary",
 ]

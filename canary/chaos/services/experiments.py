@@ -17,7 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit import record
-from canary.chaos.kinds import kind_errors, kind_params
+from canary.chaos.kinds import kind_errors
 from canary.chaos.leases import LeaseTimingError, LeaseTimings
 from canary.chaos.models import (
     EXPERIMENT_TRANSITIONS,
@@ -30,11 +30,12 @@ from canary.chaos.selectors import live_injection_of
 from canary.chaos.services.backend import delivery_backend
 from canary.chaos.services.injection import fault_revert
 from canary.chaos.services.leases import ExperimentId
+from canary.chaos.services.levers import experiment_notice
 from canary.ownership import InvalidHost, namespace_owner, require_service_host
+from kiln import changes
 from kiln.celery import app
 from kiln.columns import check_columns, column_errors
 from kiln.errors import Forbidden, IllegalTransition, InvalidInput, Unavailable
-from kiln.identity.models import Team
 from kiln.identity.permissions import Actor, can_revert_fault, can_run_chaos
 
 log = logging.getLogger("kiln.chaos")
@@ -134,6 +135,9 @@ def _validate(data: dict[str, Any]) -> dict[str, str]:
     # The Chaos Mesh kinds' magnitude, blast-radius cap and hard maximum (canary/chaos/kinds.py).
     for key, message in kind_errors(data).items():
         errors.setdefault(key, message)
+    for flag in ("may_overlap", "continue_without_metrics"):
+        if not isinstance(data.get(flag, False), bool):
+            errors[flag] = "true or false"
     conds = data.get("stop_conditions") or []
     if not isinstance(conds, list):
         errors["stop_conditions"] = "a list"
@@ -175,90 +179,6 @@ def experiment_errors(*, actor: Actor, data: dict[str, Any], backend: Any = None
     return errors
 
 
-def experiment_create(
-    *, actor: Actor, data: dict[str, Any], start: bool = True, backend: Any = None
-) -> ChaosExperiment:
-    """Define (and by default start) an experiment on a namespace the actor's team owns; audited."""
-    # Values past their columns' ranges (max_pods > 2**31-1, ...) are field errors too.
-    columns = column_errors(ChaosExperiment, data)
-    errors = {**{k: "; ".join(v) for k, v in columns.items()}, **_validate(data)}
-    if errors:
-        raise ChaosInvalid("The experiment is invalid.", extra={"fields": errors})
-    timings = current_timings()
-    team_slug = namespace_owner(data["namespace"], delivery_backend(backend))
-    if team_slug is None:
-        raise ChaosInvalid(
-            f"namespace {data['namespace']} is not known to the cluster or has no owning team",
-            extra={"fields": {"namespace": NO_OWNER}},
-        )
-    if not can_run_chaos(actor, team_slug):
-        raise Forbidden("Only engineers of the owning team or platform admins run chaos here.")
-    team = Team.objects.filter(slug=team_slug).first()
-    if team is None:
-        raise ChaosInvalid(f"team {team_slug} owning {data['namespace']} does not exist")
-    service = data.get("service") or ""
-    if service:
-        # A VirtualService applies to its hosts across the mesh: an HTTP fault may only
-        # name a service of the experiment's own namespace (stored fully qualified).
-        try:
-            service = require_service_host(service, data["namespace"], field="service")
-        except InvalidHost as exc:
-            raise ChaosInvalid(exc.message, extra=exc.extra) from None
-    with transaction.atomic():
-        exp = ChaosExperiment.objects.create(
-            name=data["name"].strip(),
-            team=team,
-            namespace=data["namespace"],
-            selector=data["selector"],
-            service=service,
-            fault=data["fault"],
-            delay_ms=data.get("delay_ms"),
-            abort_http_status=data.get("abort_http_status"),
-            percent=float(data.get("percent", 100.0)),
-            params=kind_params(data),
-            duration_seconds=data["duration_seconds"],
-            max_duration_seconds=data["max_duration_seconds"],
-            max_pods=data.get("max_pods"),
-            max_percent=data.get("max_percent"),
-            stop_conditions=data.get("stop_conditions") or [],
-            lease_duration=timings.lease_duration,
-            renew_deadline=timings.renew_deadline,
-            retry_period=timings.retry_period,
-            max_clock_skew=timings.max_clock_skew,
-            revert_budget=timings.revert_budget,
-            created_by_id=actor.user_id,
-            created_by_name=actor.username,
-        )
-        ChaosLease.objects.create(experiment=exp)
-        record(actor, "chaos.experiment.created", exp, _experiment_data(exp))
-        if start:
-            _transition(exp, ExperimentStatus.RUNNING, actor=actor, reason="started at creation")
-    return exp
-
-
-def _experiment_data(exp: ChaosExperiment) -> dict[str, Any]:
-    return {
-        "name": exp.name,
-        "team": exp.team.slug,
-        "namespace": exp.namespace,
-        "selector": exp.selector,
-        "service": exp.service,
-        "fault": exp.fault,
-        "delay_ms": exp.delay_ms,
-        "abort_http_status": exp.abort_http_status,
-        "percent": exp.percent,
-        "params": exp.params,
-        "duration_seconds": exp.duration_seconds,
-        "max_duration_seconds": exp.max_duration_seconds,
-        "max_pods": exp.max_pods,
-        "max_percent": exp.max_percent,
-        "stop_conditions": exp.stop_conditions,
-        "lease_duration": exp.lease_duration,
-        "renew_deadline": exp.renew_deadline,
-        "retry_period": exp.retry_period,
-    }
-
-
 _VERBS = {
     ExperimentStatus.RUNNING: "started",
     ExperimentStatus.COMPLETED: "completed",
@@ -267,8 +187,20 @@ _VERBS = {
 }
 
 
-def _transition(exp: ChaosExperiment, to: str, *, actor: Actor, reason: str) -> None:
-    """Move an experiment along EXPERIMENT_TRANSITIONS inside the caller's transaction; audited."""
+def _transition(
+    exp: ChaosExperiment,
+    to: str,
+    *,
+    actor: Actor,
+    reason: str,
+    evidence: dict[str, Any] | None = None,
+) -> None:
+    """Move an experiment along EXPERIMENT_TRANSITIONS inside the caller's transaction; audited.
+
+    `evidence`: what ended it, as data (the stop condition and the value read, the lever),
+    stored on the experiment and in the audit event. Once ended, its controller is woken
+    after the commit (a change notice) to revert its fault without waiting for its next renewal.
+    """
     current = (
         ChaosExperiment.objects.select_for_update().values_list("status", flat=True).get(pk=exp.pk)
     )
@@ -281,10 +213,16 @@ def _transition(exp: ChaosExperiment, to: str, *, actor: Actor, reason: str) -> 
     else:
         fields["ended_at"] = now
         fields["end_reason"] = reason[:300]
+        fields["end_evidence"] = evidence or {}
     ChaosExperiment.objects.filter(pk=exp.pk).update(**fields)
     for k, v in fields.items():
         setattr(exp, k, v)
-    record(actor, f"chaos.experiment.{_VERBS[to]}", exp, {"from": current, "reason": reason})
+    data: dict[str, Any] = {"from": current, "reason": reason}
+    if evidence:
+        data["evidence"] = evidence
+    record(actor, f"chaos.experiment.{_VERBS[to]}", exp, data)
+    if to != ExperimentStatus.RUNNING:
+        changes.notify_after_commit(experiment_notice(exp.pk))
     if to == ExperimentStatus.RUNNING:
         exp_id = str(exp.pk)
         transaction.on_commit(lambda: _enqueue_controller(exp_id))
@@ -300,7 +238,13 @@ def _enqueue_controller(experiment_id: str) -> None:
 
 
 def experiment_end(
-    *, experiment_id: ExperimentId, to: str, actor: Actor, reason: str, backend: Any = None
+    *,
+    experiment_id: ExperimentId,
+    to: str,
+    actor: Actor,
+    reason: str,
+    backend: Any = None,
+    evidence: dict[str, Any] | None = None,
 ) -> bool:
     """End an experiment (completed, aborted, expired) and revert its live fault; False if already ended."""
     with transaction.atomic():
@@ -311,7 +255,7 @@ def experiment_end(
             raise Forbidden(f"{actor} may not end experiments of team {exp.team.slug}")
         if exp.is_terminal:
             return False
-        _transition(exp, to, actor=actor, reason=reason)
+        _transition(exp, to, actor=actor, reason=reason, evidence=evidence)
     live = live_injection_of(experiment_id)
     if live is not None:
         fault_revert(
