@@ -42,6 +42,8 @@ SLOW = (
     "tests/audit/test_tlog_bench.py",
     "tests/scheduler/test_replay_pool.py",
     "tests/kiln/test_upgrade.py",
+    "tests/bench/test_scheduler_bench.py",
+    "tests/bench/test_product_apps.py",
 )
 
 
