@@ -10,6 +10,7 @@ import pytest
 from audit.models import OutboxEvent
 from kiln.cluster import ref_of
 from kiln.cluster.simulated import SimulatedBackend
+from kiln.cluster.simulated_failures import inject_failure
 from kiln.errors import Forbidden, IllegalTransition
 from kiln.identity.permissions import system_actor
 from portal.lifecycle import TRANSITIONS, Status, is_allowed
@@ -298,3 +299,26 @@ def test_the_owner_can_tear_down_a_sleeping_environment(people, django_capture_o
         environment_teardown_request(actor=people["alice"], environment=env, reason="done")
     assert Environment.objects.get(pk=env.pk).status == S.EXPIRING
     assert held == [("portal.teardown_environment", env.pk)]
+
+
+def test_a_wake_that_does_not_serve_within_the_timeout_fails_and_one_degraded_fails_at_once(
+    people, django_capture_on_commit_callbacks, settings
+):
+    """The control plane never becomes ready again: the wake waits, and past
+    KILN_WAKE_TIMEOUT_SECONDS from its request the environment is FAILED, the step named."""
+    env = ready_env(people, django_capture_on_commit_callbacks, tenant_control_plane=True)
+    with django_capture_on_commit_callbacks(execute=True):
+        sleep_environment(env, actor=people["alice"])
+    inject_failure("never_ready", kind="TenantControlPlane")
+    env.refresh_from_db()
+    with tasks_held():
+        wake_environment(env, actor=people["alice"])
+        assert environment_wake_advance(environment_id=env.pk) == "pending"
+        assert Environment.objects.get(pk=env.pk).status == S.WAKING
+        settings.KILN_WAKE_TIMEOUT_SECONDS = 0
+        assert environment_wake_advance(environment_id=env.pk) == "failed"
+    stored = Environment.objects.get(pk=env.pk)
+    assert stored.status == S.FAILED and "not awake within" in stored.status_reason
+    assert "TenantControlPlane" in stored.status_reason
+    step = ProvisioningStep.objects.get(environment=env, name="wake-ready")
+    assert step.status == ProvisioningStep.FAILED
