@@ -16,7 +16,7 @@ from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView
 
 import kiln.api_urls
-from kiln import views
+from kiln import doc_pages, views
 from kiln.attention import views as attention_views
 
 handler400 = "kiln.views.bad_request"
@@ -37,6 +37,7 @@ for module in APPS:
 urlpatterns = [
     path("", views.home, name="home"),
     path("search/", views.search_page, name="search"),
+    path("docs/<str:name>/", doc_pages.doc_page, name="doc"),
     path("attention/", attention_views.attention_card, name="attention"),
     path("attention/feed.json", attention_views.attention_feed, name="attention-feed"),
     path("attention/dismiss/", attention_views.attention_dismiss_view, name="attention-dismiss"),
