@@ -1,0 +1,1 @@
+"""Chaos benchmarks: the safety lever's stop time (levers.py)."""
