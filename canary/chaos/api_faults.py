@@ -18,7 +18,7 @@ from canary.chaos import kinds
 from canary.chaos import selectors as chaos_selectors
 from canary.chaos.models import InjectionState
 from canary.chaos.services.injection import fault_revert_recheck
-from kiln.api_fields import StrictCharField
+from kiln.api_fields import StrictCharField, StrictSerializer
 from kiln.errors import NotFound
 from kiln.identity.drf import role_required
 from kiln.identity.permissions import ENGINEER, actor_from_request
@@ -94,7 +94,7 @@ class RecheckOutput(serializers.Serializer):
     evidence = serializers.ListField(child=serializers.JSONField())
 
     class Meta:
-        ref_name = "InjectionRecheck"
+        ref_name = "InjectionRecheckResult"
 
 
 class InjectionRecheckApi(APIView):
@@ -102,18 +102,32 @@ class InjectionRecheckApi(APIView):
 
     permission_classes = [role_required(ENGINEER)]
 
+    class InputSerializer(StrictSerializer):
+        note = documented(
+            StrictCharField(max_length=300, required=False, allow_blank=True, default=""),
+            description="What was done about the fault (removed by hand, ...); kept on record "
+            "with the confirmation.",
+        )
+
+        class Meta:
+            ref_name = "InjectionRecheck"
+
     @extend_schema(
         operation_id="chaos_injection_recheck",
-        request=None,
+        request=InputSerializer,
         responses={200: RecheckOutput, **errors(409)},
     )
     def post(self, request: Request, experiment_id, injection_id: int) -> Response:
         actor = actor_from_request(request)
+        serializer = self.InputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
         exp = chaos_selectors.experiment_get(viewer=actor, experiment_id=experiment_id)
         injection = exp.injections.filter(pk=injection_id).first()
         if injection is None:
             raise NotFound("No such injection.")
-        confirmed = fault_revert_recheck(injection_id=injection.pk, actor=actor)
+        confirmed = fault_revert_recheck(
+            injection_id=injection.pk, actor=actor, note=serializer.validated_data["note"]
+        )
         injection.refresh_from_db()
         body = {
             "id": injection.pk,

@@ -28,7 +28,9 @@ def injection_recheck(request: HttpRequest, experiment_id, injection_id: int) ->
     if injection is None:
         raise Http404("No such injection.")
     try:
-        confirmed = fault_revert_recheck(injection_id=injection.pk, actor=actor)
+        # What the person did, on record with a confirmation (no NUL: PostgreSQL's JSON refuses it).
+        note = request.POST.get("note", "").replace("\x00", "")[:300]
+        confirmed = fault_revert_recheck(injection_id=injection.pk, actor=actor, note=note)
     except KilnError as exc:
         messages.error(request, exc.message)
     else:

@@ -298,8 +298,10 @@ def test_the_experiment_page_shows_the_evidence_and_rechecks(
 
     recheck = f"/chaos/{injection.experiment_id}/injections/{injection.pk}/recheck/"
     backend.clear_finalizers(AppliedRef.from_dict(injection.applied[0]))
-    assert client.post(recheck).status_code == 302
+    assert client.post(recheck, {"note": "removed the finalizer\x00 by hand"}).status_code == 302
     injection.refresh_from_db()
     assert injection.state == InjectionState.REVERTED
+    confirmed = OutboxEvent.objects.get(action="chaos.fault.revert_confirmed")
+    assert confirmed.data["note"] == "removed the finalizer by hand" and confirmed.actor == "alice"
     page = client.get(f"/chaos/{injection.experiment_id}/").content.decode()
     assert "the fault is gone" in page and "still there" not in page

@@ -180,6 +180,8 @@ def world(fuzz_settings) -> dict[str, str]:
         "public_id": pending.public_id,
         "rollout_id": str(rollout.pk),
         "experiment_id": str(experiment.pk),
+        # None such: a recheck's body is checked before the injection is looked up (then 404).
+        "injection_id": "1",
         "slug": "payments",
         "team": "payments",
     }

@@ -260,7 +260,12 @@ def fault_revert(*, injection_id: int, actor: Actor, reason: str, backend: Any =
 
 
 def fault_revert_recheck(
-    *, injection_id: int, actor: Actor, backend: Any = None, attempts: int | None = None
+    *,
+    injection_id: int,
+    actor: Actor,
+    backend: Any = None,
+    attempts: int | None = None,
+    note: str = "",
 ) -> bool:
     """Revert an unconfirmed injection again and read it back (`attempts`, the configured number
     by default; the reaper tries once a pass); True once confirmed gone, audited `chaos.fault.revert_confirmed`. A person
@@ -300,6 +305,7 @@ def fault_revert_recheck(
                     "term": injection.fencing_token,
                     "attempts": tries,
                     "evidence_before": injection.revert_evidence,
+                    "note": note,
                 },
             )
     return bool(marked)
