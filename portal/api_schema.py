@@ -145,9 +145,26 @@ class StepOutput(serializers.Serializer):
         ref_name = "EnvironmentStep"
 
 
+class SleepStateOutput(serializers.Serializer):
+    """Its sleeping and waking: who put it to sleep last, since when it is asleep (null while
+    awake or falling asleep), the wake asked for, and how long the last wake took."""
+
+    trigger = serializers.CharField(
+        allow_blank=True, help_text="owner, inactivity, schedule, budget"
+    )
+    slept_at = serializers.DateTimeField(allow_null=True)
+    wake_requested_at = serializers.DateTimeField(allow_null=True)
+    woke_at = serializers.DateTimeField(allow_null=True)
+    last_wake_seconds = serializers.FloatField(allow_null=True)
+
+    class Meta:
+        ref_name = "EnvironmentSleepState"
+
+
 class EnvironmentDetailOutput(EnvironmentOutput):
     """One environment with its approvals, policy decisions, steps and composed manifests."""
 
+    sleep = SleepStateOutput()
     approvals = ApprovalOutput(many=True, source="decisions")
     policy_decisions = PolicyDecisionOutput(many=True)
     steps = StepOutput(many=True)
@@ -276,6 +293,13 @@ def environment_payload(
         for s in ([] if submitted else selectors.environment_steps(env))
     ]
     body["manifests"] = list(env.manifests)
+    body["sleep"] = {
+        "trigger": env.sleep_trigger,
+        "slept_at": _when(env.slept_at),
+        "wake_requested_at": _when(env.wake_requested_at),
+        "woke_at": _when(env.woke_at),
+        "last_wake_seconds": env.last_wake_seconds,
+    }
     return body
 
 

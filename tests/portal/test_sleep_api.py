@@ -49,6 +49,9 @@ def test_the_owner_sleeps_and_wakes_it_over_the_api(api, env, django_capture_on_
         woke = alice.post(f"/api/v1/environments/{env.public_id}/wake/", {}, format="json")
     assert woke.status_code == 200
     assert Environment.objects.get(pk=env.pk).status == Status.READY
+    detail = alice.get(f"/api/v1/environments/{env.public_id}/").json()
+    assert detail["sleep"]["trigger"] == "owner" and detail["sleep"]["slept_at"] is None
+    assert detail["sleep"]["last_wake_seconds"] is not None
     again = alice.post(f"/api/v1/environments/{env.public_id}/wake/", {}, format="json")
     assert again.status_code == 200 and again.json()["status"] == Status.READY  # awake: no-op
 
