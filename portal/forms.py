@@ -34,9 +34,11 @@ class EnvironmentRequestForm(forms.Form):
         help_text="ephemeral and dev are approved automatically; staging needs an approver, "
         "prod two.",
     )
+    # Bounds are checked by the shared rules (portal.validation.field_errors), in the API's
+    # words; the widgets carry them only as the browser's hints.
     ttl_hours = forms.IntegerField(
         label="TTL (hours)",
-        min_value=1,
+        widget=forms.NumberInput(attrs={"min": 1}),
         initial=24,
         help_text="Torn down automatically when it runs out; you can extend it later.",
     )
@@ -47,19 +49,19 @@ class EnvironmentRequestForm(forms.Form):
     )
     cpu = forms.IntegerField(
         label="CPU cores",
-        min_value=1,
-        max_value=MAX_CPU,
+        widget=forms.NumberInput(attrs={"min": 1, "max": MAX_CPU}),
         initial=4,
         help_text=f"ResourceQuota for the namespace, 1 to {MAX_CPU}.",
     )
     memory_gib = forms.IntegerField(
         label="Memory (GiB)",
-        min_value=1,
-        max_value=MAX_MEMORY_GIB,
+        widget=forms.NumberInput(attrs={"min": 1, "max": MAX_MEMORY_GIB}),
         initial=16,
         help_text=f"ResourceQuota for the namespace, 1 to {MAX_MEMORY_GIB} GiB.",
     )
-    gpu = forms.IntegerField(label="GPUs", min_value=0, max_value=MAX_GPU, initial=0)
+    gpu = forms.IntegerField(
+        label="GPUs", widget=forms.NumberInput(attrs={"min": 0, "max": MAX_GPU}), initial=0
+    )
     tenant_control_plane = forms.BooleanField(
         label="Tenant control plane (Kamaji)",
         required=False,
