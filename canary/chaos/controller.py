@@ -25,6 +25,7 @@ from canary.chaos.leases import LeaseTimings, must_stop_injecting, remaining_bef
 from canary.chaos.models import ChaosExperiment, ExperimentStatus
 from canary.chaos.selectors import live_injection_of, timings_of
 from canary.chaos.services import (
+    LEVER_NOTICE,
     LeaseNotHeld,
     delivery_backend,
     experiment_end,
@@ -73,6 +74,7 @@ def chaos_controller_run(
     """
     wake = threading.Event()
     changes.listen(experiment_notice(experiment_id), wake)
+    changes.listen(LEVER_NOTICE, wake)  # one notice wakes every controller a lever stops
     try:
         return _controller_loop(
             experiment_id=experiment_id,
@@ -85,6 +87,7 @@ def chaos_controller_run(
         )
     finally:
         changes.unlisten(experiment_notice(experiment_id), wake)
+        changes.unlisten(LEVER_NOTICE, wake)
 
 
 def _controller_loop(

@@ -27,7 +27,12 @@ class Command(BaseCommand):
         parser.add_argument("--runs", type=int, default=5, help="runs of each mode")
         parser.add_argument("--lease", type=float, default=10.0, help="lease duration (s)")
         parser.add_argument("--reaper-period", type=float, default=0.5)
-        parser.add_argument("--timeout", type=float, default=120.0)
+        parser.add_argument(
+            "--timeout",
+            type=float,
+            default=300.0,
+            help="for every fault to be injected, then reverted",
+        )
         parser.add_argument("--json", action="store_true", help="print one JSON object")
 
     def handle(self, *args, **opts) -> None:

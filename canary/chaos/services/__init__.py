@@ -40,6 +40,7 @@ from canary.chaos.services.leases import (
     fault_lease_renew,
 )
 from canary.chaos.services.levers import (
+    LEVER_NOTICE,
     LeverEngaged,
     experiment_notice,
     lever_engage,
@@ -48,6 +49,7 @@ from canary.chaos.services.levers import (
 )
 
 __all__ = [
+    "LEVER_NOTICE",
     "CONTROLLER",
     "CONTROLLER_TASK",
     "FAULTS_INJECTED",

@@ -228,6 +228,28 @@ def _transition(
         transaction.on_commit(lambda: _enqueue_controller(exp_id))
 
 
+def _abort_locked(
+    experiments: list[ChaosExperiment], *, actor: Actor, reason: str, evidence: dict[str, Any]
+) -> None:
+    """Abort running experiments together (a safety lever) inside the caller's transaction, their
+    rows locked by the caller: one UPDATE for all, then the event `_transition` records for each.
+    Their controllers are woken by the caller's notice."""
+    now = timezone.now()
+    ChaosExperiment.objects.filter(
+        pk__in=[exp.pk for exp in experiments], status=ExperimentStatus.RUNNING
+    ).update(
+        status=ExperimentStatus.ABORTED,
+        ended_at=now,
+        end_reason=reason[:300],
+        end_evidence=evidence,
+    )
+    data = {"from": ExperimentStatus.RUNNING, "reason": reason, "evidence": evidence}
+    for exp in experiments:
+        exp.status, exp.ended_at, exp.end_reason = ExperimentStatus.ABORTED, now, reason[:300]
+        exp.end_evidence = evidence
+        record(actor, f"chaos.experiment.{_VERBS[ExperimentStatus.ABORTED]}", exp, data)
+
+
 def _enqueue_controller(experiment_id: str) -> None:
     if not getattr(settings, "KILN_CHAOS_AUTORUN", True):
         return

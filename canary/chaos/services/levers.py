@@ -165,36 +165,52 @@ def lever_engage(*, actor: Actor, team_slug: str | None = None, reason: str) -> 
         )
         lever.refresh_from_db()
         record(actor, "chaos.lever.engaged", lever, lever_summary(lever))
-        running = ChaosExperiment.objects.filter(status=ExperimentStatus.RUNNING)
-        if team is not None:
-            running = running.filter(team=team)
-        for exp in running.select_related("team").order_by("created_at"):
-            _stop(exp, lever=lever, actor=actor)
-            revoked.append(str(exp.pk))
+        revoked = _stop_in_scope(lever, team=team, actor=actor)
         changes.notify_after_commit(LEVER_NOTICE)
     _delete_lease_mirrors(revoked)
     return lever
 
 
-def _stop(exp: ChaosExperiment, *, lever: ChaosLever, actor: Actor) -> None:
-    """Abort one experiment under an engaged lever and revoke its lease (caller's transaction)."""
-    # Import here: experiments.py imports this module for admission.
-    from canary.chaos.services.experiments import _transition as transition
+def _stop_in_scope(lever: ChaosLever, *, team: Team | None, actor: Actor) -> list[str]:
+    """Abort every running experiment in the lever's scope and revoke its lease, in the caller's
+    transaction and in a few statements, whatever their number: leases locked first, then the
+    experiments (the order every other writer takes them in). Returns the experiments' ids."""
+    # Import here: services/experiments.py is imported by creation, which imports this module.
+    from canary.chaos.services.experiments import _abort_locked
 
-    evidence = {"lever": lever_summary(lever)}
+    scope = ChaosExperiment.objects.filter(status=ExperimentStatus.RUNNING)
+    if team is not None:
+        scope = scope.filter(team=team)
+    ids = list(scope.values_list("pk", flat=True))
+    leases = {
+        lease.pk: lease
+        for lease in ChaosLease.objects.select_for_update().filter(pk__in=ids).order_by("pk")
+    }
+    running = list(
+        ChaosExperiment.objects.select_for_update(of=("self",))
+        .select_related("team")
+        .filter(pk__in=ids, status=ExperimentStatus.RUNNING)
+        .order_by("created_at")
+    )
+    if not running:
+        return []
     reason = f"{lever_label(lever)} engaged by {lever.engaged_by}: {lever.engaged_reason}"
-    lease = ChaosLease.objects.select_for_update().filter(pk=exp.pk).first()
-    transition(exp, ExperimentStatus.ABORTED, actor=actor, reason=reason, evidence=evidence)
-    if lease is not None and lease.holder:
-        ChaosLease.objects.filter(pk=exp.pk).update(
-            holder="", renewed_at=None, resource_version=F("resource_version") + 1
-        )
+    _abort_locked(
+        running, actor=actor, reason=reason, evidence={"lever": lever_summary(lever)}
+    )
+    held = [leases[exp.pk] for exp in running if exp.pk in leases and leases[exp.pk].holder]
+    ChaosLease.objects.filter(pk__in=[lease.pk for lease in held]).update(
+        holder="", renewed_at=None, resource_version=F("resource_version") + 1
+    )
+    by_id = {exp.pk: exp for exp in running}
+    for lease in held:
         record(
             actor,
             "chaos.lease.revoked",
-            exp,
+            by_id[lease.pk],
             {"holder": lease.holder, "term": lease.transitions, "by": lever_label(lever)},
         )
+    return [str(exp.pk) for exp in running]
 
 
 def _delete_lease_mirrors(experiment_ids: list[str]) -> None:
