@@ -4,7 +4,8 @@
   (an environment's spot pool cannot take them);
 - `kiln-management`: the management cluster's pool (tainted), which holds every
   Kamaji TenantControlPlane's control-plane pods (a Deployment per control plane
-  in `kiln-management`, as Kamaji runs them);
+  in `kiln-management`, as Kamaji runs them, with the replicas the control plane asks for: none
+  while its environment sleeps);
 - `kube-system/kiln-node-agent`: a DaemonSet (a node agent asking 50m and 64 MiB,
   tolerating every taint) with one pod on every node, counted in each node's
   requests and left out of Workload Commitment's numerator;
@@ -198,13 +199,20 @@ def demo_workload(namespace: str) -> list[dict]:
     ]
 
 
+def _plane_replicas(tcp: dict) -> int:
+    """The replicas the TenantControlPlane asks for (0 while its environment sleeps)."""
+    plane = ((tcp.get("spec") or {}).get("controlPlane") or {}).get("deployment") or {}
+    replicas = plane.get("replicas", 2)
+    return replicas if isinstance(replicas, int) and replicas >= 0 else 2
+
+
 def _control_plane(tcp: dict) -> dict:
     namespace = (tcp.get("metadata") or {}).get("namespace", "")
     return deployment(
         namespace=MANAGEMENT_NAMESPACE,
         name=f"tcp-{namespace}-{name_of(tcp)}"[:63],
         workload_class="latency-sensitive",
-        replicas=2,
+        replicas=_plane_replicas(tcp),
         cpu="500m",
         memory="1Gi",
         tolerations=[{**MANAGEMENT_TAINT, "operator": "Equal"}],
@@ -223,8 +231,20 @@ def demo_cluster_reconcile(
     wanted += shared_pools() + node_agent()
     tcps = backend.list("kamaji.clastix.io/v1alpha1", "TenantControlPlane", include_deleting=False)
     planes = [_control_plane(t) for t in tcps]
-    have = {name_of(d) for d in backend.list("apps/v1", "Deployment", MANAGEMENT_NAMESPACE)}
+    live = {
+        name_of(d): (d.get("spec") or {}).get("replicas", 1)
+        for d in backend.list("apps/v1", "Deployment", MANAGEMENT_NAMESPACE)
+    }
+    have = set(live)
     wanted += [d for d in planes if name_of(d) not in have]
+    # Kamaji scales a control plane's Deployment as its TenantControlPlane asks (to zero asleep).
+    for plane in planes:
+        name = name_of(plane)
+        if name in live and live[name] != plane["spec"]["replicas"]:
+            backend.scale(
+                AppliedRef("apps/v1", "Deployment", MANAGEMENT_NAMESPACE, name),
+                plane["spec"]["replicas"],
+            )
     missing = [
         m
         for m in wanted

@@ -322,3 +322,30 @@ def test_a_wake_that_does_not_serve_within_the_timeout_fails_and_one_degraded_fa
     assert "TenantControlPlane" in stored.status_reason
     step = ProvisioningStep.objects.get(environment=env, name="wake-ready")
     assert step.status == ProvisioningStep.FAILED
+
+
+def test_the_simulated_cluster_runs_no_control_plane_pods_for_a_sleeping_environment(
+    people, django_capture_on_commit_callbacks
+):
+    """Kamaji's Deployment of a sleeping control plane (in kiln-management) follows it to zero
+    replicas, and back to the composed count on waking."""
+    from scheduler.simulation.demo import MANAGEMENT_NAMESPACE, demo_cluster_reconcile
+
+    env = ready_env(people, django_capture_on_commit_callbacks, tenant_control_plane=True)
+    backend = SimulatedBackend()
+    demo_cluster_reconcile(backend=backend, seed_workloads=False)
+    name = f"tcp-{env.namespace}-{env.namespace}"
+
+    def plane() -> int:
+        return backend.get("apps/v1", "Deployment", MANAGEMENT_NAMESPACE, name)["spec"]["replicas"]
+
+    assert plane() == 2
+    with django_capture_on_commit_callbacks(execute=True):
+        sleep_environment(env, actor=people["alice"])
+    demo_cluster_reconcile(backend=backend, seed_workloads=False)
+    assert plane() == 0
+    env.refresh_from_db()
+    with django_capture_on_commit_callbacks(execute=True):
+        wake_environment(env, actor=people["alice"])
+    demo_cluster_reconcile(backend=backend, seed_workloads=False)
+    assert plane() == 2
