@@ -1,0 +1,50 @@
+"""Where workloads run, in a browser: each workload's spread over capacity pools and the nodes a
+chaos experiment froze on the scheduler page, at desktop and phone widths, with no console
+error and no page wider than the screen."""
+
+from __future__ import annotations
+
+from tests.e2e.api import call, environment, environment_status, wait_for
+from tests.e2e.conftest import WatchedPage
+
+
+def test_spread_and_frozen_nodes_on_the_scheduler_page(browser_page: WatchedPage, kiln):
+    env = environment(kiln, "spread-walk", workload_class="batch")
+    env = environment_status(kiln, env["id"], "READY", timeout=120)
+    namespace = env["namespace"]
+    browser_page.login("alice")
+    page = browser_page.page
+
+    def placed() -> bool:
+        browser_page.goto("/scheduler/")
+        return f"{namespace}/ReplicaSet/demo-batch" in page.locator("#spread").inner_text()
+
+    wait_for(placed, timeout=90, what="the environment's demo workload placed")
+    # A chaos experiment on its batch pods freezes the nodes they run on while it holds its lease.
+    status, exp = call(
+        kiln, "POST", "/api/v1/chaos/experiments/", "engineer",
+        {"name": "freeze walk", "namespace": namespace, "selector": {"app": "demo-batch"},
+         "service": "", "fault": "pod-kill", "duration_seconds": 60, "max_duration_seconds": 90,
+         "max_pods": 1, "max_percent": 50.0, "stop_conditions": []},
+    )  # fmt: skip
+    assert status == 201, exp
+
+    def frozen() -> bool:
+        browser_page.goto("/scheduler/")
+        return "freeze walk" in page.locator("#frozen-section").inner_text()
+
+    wait_for(frozen, timeout=60, what="a node frozen for the experiment")
+    for width, suffix in ((1280, ""), (390, "-phone")):
+        page.set_viewport_size({"width": width, "height": 900})
+        browser_page.goto("/scheduler/")
+        row = page.locator("#frozen tbody tr", has_text="freeze walk").first
+        node = row.locator("td").first.inner_text().strip()
+        assert row.locator("a").get_attribute("href") == f"/chaos/{exp['id']}/"
+        # The same node is marked frozen in the node list.
+        listed = page.locator("#nodes tbody tr", has_text=node).first.inner_text()
+        assert "frozen" in listed, listed
+        spread = page.locator("#spread tbody tr", has_text=f"{namespace}/ReplicaSet/demo-batch")
+        assert "batch" in spread.inner_text() and " × " in spread.inner_text()
+        assert page.evaluate("document.documentElement.scrollWidth") <= width
+        browser_page.screenshot(f"scheduler-spread-frozen{suffix}")
+    browser_page.assert_clean()
