@@ -20,6 +20,7 @@ _PHRASES = {
     "readied": "Ready",
     "teardown_started": "Teardown started",
     "workloads_removed": "Workloads removed",
+    "nodes_drained": "Own nodes drained and removed",
     "deleted": "Deleted",
     "failed": "Failed",
     "quarantined": "Quarantined",

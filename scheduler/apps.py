@@ -3,7 +3,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from kiln import observability
-from scheduler import scoring
+from scheduler import pools, scoring
 
 
 class SchedulerConfig(AppConfig):
@@ -21,6 +21,10 @@ class SchedulerConfig(AppConfig):
             )
         except scoring.WeightsError as exc:
             raise ImproperlyConfigured(f"KILN_SCHEDULER_WEIGHT_*: {exc}") from exc
+        try:
+            pools.parse_spread_k(settings.KILN_SCHEDULER_SPREAD_K)
+        except pools.SpreadConfigError as exc:
+            raise ImproperlyConfigured(f"KILN_SCHEDULER_SPREAD_K: {exc}") from exc
         # Not at the top: Django imports this module before any model, and the collector
         # imports the models, so the import waits for ready(), where Django says to make it.
         # The header search's node provider registers itself the same way (kiln.search).

@@ -5,9 +5,14 @@ Launch (Karpenter's provisioner, simplified to what Kiln needs to be faithful to
 1. A pod is compatible with a NodePool when it tolerates the pool's taints and its
    nodeSelector / required node affinity hold for the labels a node of the pool
    would carry. Karpenter simulates only kube-scheduler's default filters, so
-   Kiln adds the one hard rule of its extender: a latency-sensitive (or
+   Kiln adds the hard rules of its extender: a latency-sensitive (or
    unlabelled) pod needs an on-demand offering, as a deployment would add with
-   a mutating webhook's node affinity.
+   a mutating webhook's node affinity; a pod of an environment with its own
+   NodePool is compatible only with that pool, and no other pod with it
+   (`pools`: own pools); a spot offering whose capacity pool already holds
+   ceil(r / k) of the pod's workload's spot replicas, counting the nodes
+   planned this round, is not one the pod can use, so Karpenter launches into
+   another capacity pool the NodePool allows (`pools`: capacity pools).
 2. Pods are packed first-fit-decreasing onto planned nodes of a pool; a planned
    node keeps every offering (instance type x zone x capacity type allowed by the
    pool's requirements) its pods still fit, so packing never narrows it to one
@@ -28,6 +33,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from scheduler import pools
 from scheduler.kubefilters import matches_affinity, untolerated_taint
 
 SPOT, ON_DEMAND = "spot", "on-demand"
@@ -38,6 +44,10 @@ L_POOL = "karpenter.sh/nodepool"
 REASON_NO_POOL = "incompatible with every NodePool (taints, selector or affinity)"
 REASON_NO_OFFERING = "no instance type of a compatible NodePool fits its requests"
 REASON_LIMITS = "every compatible NodePool would exceed its limits"
+REASON_SPREAD = (
+    "every capacity pool its NodePools allow already holds its share of the workload's spot "
+    "replicas"
+)
 _DURATION = re.compile(r"(\d+)(h|m|s)")
 
 
@@ -102,6 +112,12 @@ class PendingPod:
     gpu: float
     spec: dict
     needs_on_demand: bool
+    namespace: str = ""
+    # The pod's workload and the most spot replicas of it one capacity pool may hold (0: not
+    # spread), with the spot replicas each capacity pool holds now.
+    workload: str = ""
+    cap: int = 0
+    held: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -134,8 +150,17 @@ def _node_labels(pool: Pool, offering: Offering | None) -> dict[str, str]:
     return labels
 
 
-def _candidates(pool: Pool, pod: PendingPod) -> list[Offering]:
-    """The pool's offerings this pod could run on (class, selector and affinity over their labels)."""
+def _pool_of(o: Offering) -> str:
+    return pools.capacity_pool(o.instance_type, o.zone, o.capacity_type)
+
+
+def _candidates(pool: Pool, pod: PendingPod, own: frozenset[str] = frozenset()) -> list[Offering]:
+    """The pool's offerings this pod could run on (class, selector and affinity over their
+    labels, own pools: `own` are the environments whose own NodePool exists)."""
+    if pod.namespace in own and pool.environment != pod.namespace:
+        return []
+    if pool.environment and pool.environment != pod.namespace:
+        return []
     if untolerated_taint(pod.spec.get("tolerations") or [], pool.taints) is not None:
         return []
     return [
@@ -144,6 +169,27 @@ def _candidates(pool: Pool, pod: PendingPod) -> list[Offering]:
         if not (pod.needs_on_demand and o.capacity_type == SPOT)
         and matches_affinity(_node_labels(pool, o), pod.spec)
     ]
+
+
+def _room(pod: PendingPod, o: Offering, planned: dict[tuple[str, str], int]) -> bool:
+    """Whether the offering's capacity pool may take one more spot replica of the pod's workload."""
+    if not pod.cap or o.capacity_type != SPOT:
+        return True
+    pool = _pool_of(o)
+    return pod.held.get(pool, 0) + planned.get((pod.workload, pool), 0) < pod.cap
+
+
+def _settle(node: _Open, pod: PendingPod, planned: dict[tuple[str, str], int]) -> Offering | None:
+    """A spread pod fixes its node's offering now (the cheapest), so its capacity pool counts;
+    -> the offering fixed (None for a pod that is not spread)."""
+    if not pod.cap:
+        return None
+    choice = min(node.options, key=lambda o: (o.price, o.instance_type, o.zone))
+    node.options = [choice]
+    if choice.capacity_type == SPOT:
+        key = (pod.workload, _pool_of(choice))
+        planned[key] = planned.get(key, 0) + 1
+    return choice
 
 
 @dataclass
@@ -157,17 +203,25 @@ class _Open:
     keys: frozenset = frozenset()
 
 
-def plan_launches(pools: list[Pool], pending: list[PendingPod]) -> Plan:
+def plan_launches(node_pools: list[Pool], pending: list[PendingPod]) -> Plan:
     """Nodes to launch for `pending` (first-fit-decreasing, cheapest fitting offering, within limits)."""
     plan = Plan()
     opened: list[_Open] = []
-    used = {p.name: list(p.used) for p in pools}
+    used = {p.name: list(p.used) for p in node_pools}
+    own = frozenset(p.environment for p in node_pools if p.environment)
+    planned: dict[tuple[str, str], int] = {}
     for pod in sorted(pending, key=lambda p: (-p.gpu, -p.cpu, -p.memory, p.key)):
-        per_pool = [(pool, _candidates(pool, pod)) for pool in pools]
+        per_pool = [(pool, _candidates(pool, pod, own)) for pool in node_pools]
         per_pool = [(pool, c) for pool, c in per_pool if c]
         if not per_pool:
             plan.waiting[pod.key] = REASON_NO_POOL
             continue
+        spread = [(pool, [o for o in c if _room(pod, o, planned)]) for pool, c in per_pool]
+        spread = [(pool, c) for pool, c in spread if c]
+        if not spread:
+            plan.waiting[pod.key] = REASON_SPREAD
+            continue
+        per_pool = spread
         allowed = {(pool.name, o) for pool, c in per_pool for o in c}
         placed = False
         for node in opened:
@@ -185,6 +239,7 @@ def plan_launches(pools: list[Pool], pending: list[PendingPod]) -> Plan:
                     node.gpu + pod.gpu,
                 )
                 node.pods.append(pod.key)
+                _settle(node, pod, planned)
                 placed = True
                 break
         if placed:
@@ -210,6 +265,10 @@ def plan_launches(pools: list[Pool], pending: list[PendingPod]) -> Plan:
         opened.append(node)
         biggest = max(options, key=lambda o: (o.cpu, o.memory))
         _charge(used[pool.name], biggest)
+        fixed = _settle(node, pod, planned)
+        if fixed is not None:  # charge the pool for the offering fixed, not the largest
+            _charge(used[pool.name], biggest, sign=-1.0)
+            _charge(used[pool.name], fixed)
     for node in opened:
         choice = min(node.options, key=lambda o: (o.price, o.instance_type, o.zone))
         plan.nodes.append(PlannedNode(node.pool.name, choice, list(node.pods)))
@@ -229,10 +288,10 @@ def _within_limits(pool: Pool, used: list[float], o: Offering) -> bool:
     )
 
 
-def _charge(used: list[float], o: Offering) -> None:
-    used[0] += o.cpu
-    used[1] += o.memory
-    used[2] += o.gpu
+def _charge(used: list[float], o: Offering, sign: float = 1.0) -> None:
+    used[0] += sign * o.cpu
+    used[1] += sign * o.memory
+    used[2] += sign * o.gpu
 
 
 # Disruption lives in its own module; its names stay readable from here.

@@ -15,7 +15,7 @@ import numpy as np
 from django.conf import settings
 from django.db.models import QuerySet
 
-from scheduler import scoring
+from scheduler import pools, scoring
 from scheduler.extender.snapshot import NodeSnapshot, fail_safe_prices
 from scheduler.models import CapacityType, InstanceType, Node, ReplayReport, SpotPrice
 from scheduler.score_terms import score_terms
@@ -90,9 +90,27 @@ def build_snapshot() -> NodeSnapshot:
             1.0 if node.capacity_type == CapacityType.SPOT else 0.0,
         )
     book = [float(p) for p in on_demand.values()] + [float(q[0]) for q in spot.values()]
-    return NodeSnapshot(
-        [n.name for n in nodes], matrix, max_price=max(book) if book else float("nan")
+    layout = pools.PoolLayout.build(
+        (
+            n.instance_type,
+            n.zone,
+            n.capacity_type,
+            str((n.labels or {}).get(pools.L_ENVIRONMENT, "")),
+        )
+        for n in nodes
     )
+    return NodeSnapshot(
+        [n.name for n in nodes],
+        matrix,
+        max_price=max(book) if book else float("nan"),
+        layout=layout,
+        spread_k=spread_k(),
+    )
+
+
+def spread_k() -> dict[str, int]:
+    """k of the capacity-pool spread filter per workload class (KILN_SCHEDULER_SPREAD_K)."""
+    return pools.parse_spread_k(settings.KILN_SCHEDULER_SPREAD_K)
 
 
 def node_snapshot() -> NodeSnapshot:

@@ -30,6 +30,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from kiln.cluster import simulated_bulk
+from kiln.cluster.admission import admit_pod
 from kiln.cluster.base import (
     AppliedRef,
     Conflict,
@@ -58,7 +59,7 @@ from kiln.cluster.simulated_failures import (
 from kiln.cluster.simulated_render import render
 from kiln.cluster.simulated_scale import scale_one
 from kiln.cluster.simulated_tenant import TCP, TenantAuditWebhook, tenant_cluster
-from kiln.cluster.simulated_write import annotate_one, apply_one
+from kiln.cluster.simulated_write import annotate_one, apply_one, pod_admission
 from kiln.cluster.tree import ObjectState, state_of
 
 Batch = list[tuple[AppliedRef, dict, list[SimulatedFailure], str | None]]
@@ -156,9 +157,12 @@ class SimulatedBackend:
         )
         out: list[AppliedRef | SimulatedObject] = []
         created: list[SimulatedObject] = []
+        admission = pod_admission(self._objects(), [ref for ref, *_ in batch], existing)
         for ref, desired, failures, _ in batch:
             if ref.key not in existing and ref.kind != "Namespace" and ref.namespace in terminating:
                 raise DeliveryError(f"namespace {ref.namespace} is terminating", retryable=True)
+            if ref.namespace in admission and ref.kind == "Pod" and ref.key not in existing:
+                desired = admit_pod(desired, admission[ref.namespace])
             applied = apply_one(
                 cluster=self.cluster,
                 ref=ref,

@@ -10,6 +10,7 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from kiln.cluster.admission import A_DEFAULT_TOLERATIONS, A_NODE_SELECTOR
 from kiln.cluster.base import AppliedRef, DeliveryError
 from kiln.cluster.models import SimulatedFailure, SimulatedObject
 from kiln.cluster.simulated_failures import STUCK_FINALIZER, consume, ready_delay
@@ -121,3 +122,22 @@ def annotate_one(*, cluster: str, ref: AppliedRef, annotations: dict[str, str | 
             obj.updated_at = timezone.now()
             obj.save(update_fields=["manifest", "resource_version", "updated_at"])
     return True
+
+
+def pod_admission(objects, refs: list[AppliedRef], existing: dict) -> dict[str, dict[str, str]]:
+    """The annotations of the namespaces new pods among `refs` are created in, for the admission
+    plugins that put them on their environment's node pool (`kiln.cluster.admission`)."""
+    namespaces = {
+        ref.namespace
+        for ref in refs
+        if ref.kind == "Pod" and ref.api_version == "v1" and ref.key not in existing
+    }
+    if not namespaces:
+        return {}
+    out = {}
+    rows = objects.filter(api_version="v1", kind="Namespace", name__in=namespaces)
+    for name, manifest in rows.values_list("name", "manifest"):
+        annotations = (manifest.get("metadata") or {}).get("annotations") or {}
+        if A_NODE_SELECTOR in annotations or A_DEFAULT_TOLERATIONS in annotations:
+            out[name] = annotations
+    return out

@@ -155,6 +155,9 @@ KILN_SCHEDULER_WEIGHT_RISK = env_float("KILN_SCHEDULER_WEIGHT_RISK", 0.2)
 KILN_SCHEDULER_EXTENDER_TOKEN = env("KILN_SCHEDULER_EXTENDER_TOKEN")
 KILN_SCHEDULER_MAX_BODY_BYTES = env_int("KILN_SCHEDULER_MAX_BODY_BYTES", 32 * 1024 * 1024)
 KILN_SCHEDULER_SNAPSHOT_TTL_SECONDS = env_float("KILN_SCHEDULER_SNAPSHOT_TTL_SECONDS", 2.0)
+# k of the capacity-pool spread filter per workload class ("standard=2,batch=2"; each >= 1,
+# checked when the app loads): at most ceil(replicas / k) spot replicas in one capacity pool.
+KILN_SCHEDULER_SPREAD_K = env("KILN_SCHEDULER_SPREAD_K", "standard=2,batch=2")
 # Nodes sync from the configured cluster (KILN_DELIVERY_BACKEND) every this many seconds.
 KILN_SCHEDULER_SYNC_SECONDS = env_float("KILN_SCHEDULER_SYNC_SECONDS", 15.0)
 CELERY_BEAT_SCHEDULE["scheduler-nodes-resync"] = {

@@ -18,7 +18,15 @@ One module per manifest family: `isolation` (the namespace and its guard rails),
 from __future__ import annotations
 
 from portal.compose.argocd import ARGOCD_NAMESPACE, argocd_application
-from portal.compose.capacity import MIN_SPOT_TYPES, MIN_SPOT_ZONES, node_pool
+from portal.compose.capacity import (
+    A_DEFAULT_TOLERATIONS,
+    A_NODE_SELECTOR,
+    MIN_SPOT_TYPES,
+    MIN_SPOT_ZONES,
+    has_own_pool,
+    node_pool,
+    pool_annotations,
+)
 from portal.compose.control_plane import (
     KUBERNETES_VERSION,
     TENANT_FLOW_NAME,
@@ -76,7 +84,7 @@ def compose(spec: EnvironmentSpec) -> list[dict]:
     manifests.append(role_binding(spec))
     if spec.tenant_control_plane:
         manifests += control_plane_manifests(spec)
-    if spec.spot_node_pool or spec.gpu > 0:
+    if has_own_pool(spec):
         manifests.append(node_pool(spec))
     if spec.database:
         manifests.append(database_claim(spec))
@@ -85,6 +93,8 @@ def compose(spec: EnvironmentSpec) -> list[dict]:
 
 
 __all__ = [
+    "A_DEFAULT_TOLERATIONS",
+    "A_NODE_SELECTOR",
     "ARGOCD_NAMESPACE",
     "CONTROL_PLANE_KINDS",
     "DEFAULT_GPU_TYPES",
@@ -120,12 +130,14 @@ __all__ = [
     "cordon",
     "database_claim",
     "flow_control",
+    "has_own_pool",
     "labels",
     "limit_range",
     "namespace",
     "network_policies",
     "node_pool",
     "parse_datastore_pools",
+    "pool_annotations",
     "resource_quota",
     "role_binding",
     "tenant_control_plane",

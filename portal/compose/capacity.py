@@ -1,7 +1,18 @@
 """Capacity: the Karpenter NodePool an environment's workloads run on (spot pools diversified
-over at least four instance types and three zones), expiring with the environment. No Django."""
+over at least four instance types and three zones), expiring with the environment. No Django.
+
+An environment with its own pool runs there and nowhere else, as the cluster enforces it:
+its Namespace carries the PodNodeSelector and PodTolerationRestriction admission plugins'
+annotations (`pool_annotations`), so every pod created in it is given the pool's node
+selector and the toleration of the pool's taint; the pool's taint keeps every other pod off
+its nodes; Kiln's extender filters both ways besides (`scheduler/pools.py`). A spot pool
+also allows on-demand capacity, for the environment's latency-sensitive pods (never on
+spot), Karpenter choosing spot wherever a pod may take it (it is cheaper).
+"""
 
 from __future__ import annotations
+
+import json
 
 from portal.compose.spec import (
     L_ENV,
@@ -14,6 +25,43 @@ from portal.compose.spec import (
 
 MIN_SPOT_TYPES = 4
 MIN_SPOT_ZONES = 3
+# The pool may launch three times the quota's cpu and memory: pods requesting up to the quota,
+# spread over two capacity pools at least and with latency-sensitive ones on an on-demand node
+# beside the spot ones, need up to three nodes even when they fit in one (a 4-CPU environment's
+# demo workload asks 2 CPUs and takes three 4-CPU nodes). The quota still caps what pods request,
+# and Karpenter launches only for pending pods.
+POOL_HEADROOM = 3
+# The admission plugins' namespace annotations (PodNodeSelector, PodTolerationRestriction).
+A_NODE_SELECTOR = "scheduler.alpha.kubernetes.io/node-selector"
+A_DEFAULT_TOLERATIONS = "scheduler.alpha.kubernetes.io/defaultTolerations"
+L_NODEPOOL = "karpenter.sh/nodepool"
+
+
+def has_own_pool(spec: EnvironmentSpec) -> bool:
+    """Whether the environment gets a NodePool of its own (a spot pool, or GPUs)."""
+    return spec.spot_node_pool or spec.gpu > 0
+
+
+def pool_name(spec: EnvironmentSpec) -> str:
+    """The name of the environment's own NodePool."""
+    return f"kiln-{spec.namespace}"
+
+
+def pool_taint(spec: EnvironmentSpec) -> dict:
+    """The taint every node of the environment's pool carries (only its pods tolerate it)."""
+    return {"key": L_ENV, "value": spec.namespace, "effect": "NoSchedule"}
+
+
+def pool_annotations(spec: EnvironmentSpec) -> dict[str, str]:
+    """Namespace annotations putting every pod of the environment on its own pool: the node
+    selector of the pool and the toleration of its taint ({} without a pool of its own)."""
+    if not has_own_pool(spec):
+        return {}
+    toleration = {**pool_taint(spec), "operator": "Equal"}
+    return {
+        A_NODE_SELECTOR: f"{L_NODEPOOL}={pool_name(spec)}",
+        A_DEFAULT_TOLERATIONS: json.dumps([toleration], sort_keys=True, separators=(",", ":")),
+    }
 
 
 def node_pool(spec: EnvironmentSpec) -> dict:
@@ -32,14 +80,17 @@ def node_pool(spec: EnvironmentSpec) -> dict:
             f"a spot pool needs >= {MIN_SPOT_TYPES} instance types and >= {MIN_SPOT_ZONES} zones, "
             f"got {len(types)} and {len(zones)}"
         )
-    limits = {"cpu": str(spec.cpu), "memory": f"{spec.memory_gib}Gi"}
+    limits = {
+        "cpu": str(spec.cpu * POOL_HEADROOM),
+        "memory": f"{spec.memory_gib * POOL_HEADROOM}Gi",
+    }
     if spec.gpu:
         limits["nvidia.com/gpu"] = str(spec.gpu)
-    taints = [{"key": L_ENV, "value": spec.namespace, "effect": "NoSchedule"}]
+    taints = [pool_taint(spec)]
     return {
         "apiVersion": "karpenter.sh/v1",
         "kind": "NodePool",
-        "metadata": metadata(spec, f"kiln-{spec.namespace}"),
+        "metadata": metadata(spec, pool_name(spec)),
         "spec": {
             "template": {
                 "metadata": {
@@ -59,7 +110,7 @@ def node_pool(spec: EnvironmentSpec) -> dict:
                         {
                             "key": "karpenter.sh/capacity-type",
                             "operator": "In",
-                            "values": ["spot" if spot else "on-demand"],
+                            "values": ["spot", "on-demand"] if spot else ["on-demand"],
                         },
                         {
                             "key": "node.kubernetes.io/instance-type",

@@ -3,14 +3,16 @@ NetworkPolicies (plus DNS egress) and the team's RoleBinding. No Django."""
 
 from __future__ import annotations
 
+from portal.compose.capacity import pool_annotations
 from portal.compose.spec import L_WORKLOAD, EnvironmentSpec, metadata, namespaced
 
 
 def namespace(spec: EnvironmentSpec) -> dict:
-    """The environment's namespace, labelled for attribution and the workload class."""
+    """The environment's namespace, labelled for attribution and the workload class; with its own
+    node pool, annotated so every pod created in it runs there (`capacity.pool_annotations`)."""
     meta = metadata(spec, spec.namespace)
     meta["labels"][L_WORKLOAD] = spec.workload_class
-    meta["annotations"] = {"kiln.dev/ttl-hours": str(spec.ttl_hours)}
+    meta["annotations"] = {"kiln.dev/ttl-hours": str(spec.ttl_hours), **pool_annotations(spec)}
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
 
 

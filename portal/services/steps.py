@@ -23,6 +23,7 @@ PROVISIONING_STEPS = (
 TEARDOWN_STEPS = (
     "cordon",
     "delete-workloads",
+    "drain-nodes",
     "finalizers-cleared",
     "tenant-audit-acknowledged",
     "audit-confirmed",

@@ -1,6 +1,7 @@
-"""The delete path: cordon, delete workloads, wait for finalizers with a deadline, confirm the audit
-event is in the chain, then delete the control plane and namespace. On timeout: QUARANTINED,
-owned by a person, resources left labelled and attributable.
+"""The delete path: cordon, delete workloads, drain and remove the environment's own nodes, wait
+for finalizers with a deadline, confirm the audit event is in the chain, then delete the control
+plane and namespace. On timeout: QUARANTINED, owned by a person, resources left labelled and
+attributable.
 
 Teardown is a pipeline of steps (`TEARDOWN`, data) run by the one driver
 (portal/services/pipeline.py), which resumes at the first unfinished step after a crash.
@@ -19,7 +20,7 @@ import audit
 from audit.models import ChainEvent
 from kiln.cluster import AppliedRef, ref_of
 from kiln.cluster.backends import get_backend as _get_backend
-from kiln.cluster.nodes import name_of, node_list
+from kiln.cluster.nodes import is_daemon_pod, name_of, node_list, pod_list, pod_node
 from kiln.errors import Forbidden, IllegalTransition
 from kiln.identity.permissions import Actor, can_act_on_environment
 from portal import compose as c
@@ -198,6 +199,36 @@ def _delete_workloads(run: Run) -> Result:
     return done(f"{len(_workloads(run))} deletions requested")
 
 
+def _drain_nodes(run: Run) -> Result:
+    """Drain and remove the nodes the environment's own NodePool launched: evict every pod bound
+    to one (DaemonSets' go with the node), then delete it, so its capacity goes with the
+    environment instead of waiting for Karpenter to notice the pool is gone. Audited once."""
+    backend, env = run.backend, run.environment
+    nodes = node_list(backend, environment=env.namespace)
+    if not nodes:
+        return done("no nodes of its own")
+    names = {name_of(n) for n in nodes}
+    evicted = [
+        ref_of(p) for p in pod_list(backend) if pod_node(p) in names and not is_daemon_pod(p)
+    ]
+    for ref in evicted:
+        backend.delete(ref)
+    for name in sorted(names):
+        backend.delete(AppliedRef("v1", "Node", "", name))
+    with transaction.atomic():
+        audit.record(
+            run.actor,
+            "portal.environment.nodes_drained",
+            audit_target(env),
+            {
+                "namespace": env.namespace,
+                "nodes": sorted(names),
+                "evicted": sorted(f"{r.namespace}/{r.name}" for r in evicted),
+            },
+        )
+    return done(f"{len(names)} nodes drained and removed ({len(evicted)} pods evicted)")
+
+
 def _finalizers_cleared(run: Run) -> Result:
     """Wait until no workload remains, nor a node its NodePool launched (drained and removed by
     Karpenter once the pool is gone)."""
@@ -282,6 +313,7 @@ TEARDOWN = Pipeline(
     steps=(
         Step("cordon", _cordon),
         Step("delete-workloads", _delete_workloads),
+        Step("drain-nodes", _drain_nodes),
         Step("finalizers-cleared", _finalizers_cleared),
         Step(ACK_STEP, _tenant_audit_acknowledged, guard=_tenant_audit_unawaited),
         Step("audit-confirmed", _audit_confirmed),

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from scheduler import scoring
+from scheduler import pools, scoring
 from scheduler.extender.lookup import positions
 from scheduler.extender.quantity import ProtocolError, parse_quantity
 from scheduler.extender.snapshot import NodeSnapshot, Resolution
@@ -176,6 +176,8 @@ class Args:
     node_objects: list[dict[str, Any]] | None
     resolution: Resolution | None = field(default=None, repr=False, compare=False)
     resolved_against: NodeSnapshot | None = field(default=None, repr=False, compare=False)
+    # The pod's namespace, workload and DaemonSet flag, for the pool rules (`pools.apply`).
+    placement: pools.PodPlacement = field(default_factory=pools.PodPlacement)
 
     @property
     def names(self) -> list[str]:
@@ -224,7 +226,9 @@ def _args_from(
 ) -> Args:
     """Validate decoded ExtenderArgs; with `split`, NodeNames is a placeholder for an array the
     caller checked: `names`, or (None) names it attaches as a resolution."""
-    pod = pod_request(go_field(data, "Pod"))
+    pod_object = go_field(data, "Pod")
+    pod = pod_request(pod_object)
+    placement = pools.pod_placement(pod_object)
     nodes = go_field(data, "Nodes")
     if nodes is not None:
         if not isinstance(nodes, dict) or not isinstance(nodes.get("items", []), list):
@@ -237,7 +241,7 @@ def _args_from(
             if not isinstance(name, str) or not name:
                 raise ProtocolError("every node in Nodes.items needs metadata.name")
             node_names.append(name)
-        return Args(pod, False, node_names, items)
+        return Args(pod, False, node_names, items, placement=placement)
     if not split:
         names = go_field(data, "NodeNames")
         if names is None:
@@ -245,7 +249,7 @@ def _args_from(
                 "ExtenderArgs needs Nodes (nodeCacheCapable: false) or NodeNames (true)"
             )
         names = _names_list(names)
-    return Args(pod, True, names, None)
+    return Args(pod, True, names, None, placement=placement)
 
 
 # Lists shorter than this are cheap to decode and their bytes are not worth remembering.

@@ -22,7 +22,7 @@ from itertools import repeat
 
 import numpy as np
 
-from scheduler import scoring
+from scheduler import pools, scoring
 from scheduler.extender.encoding import host_entries, names_are_plain, padded_items
 from scheduler.extender.names import NameTable
 
@@ -127,6 +127,13 @@ class NodeSnapshot:
     index: dict[str, int] = field(default_factory=dict)
     # The highest price in the price book: what an unpriced node is charged (NaN if none).
     max_price: float = float("nan")
+    # Each node's capacity pool and own-pool environment (`pools.PoolLayout`); None: no pool rules.
+    layout: pools.PoolLayout | None = None
+    # Workloads' spot replicas per capacity pool (`pools.Placements`); None: no spread filter.
+    # The one mutable part: the simulated kube-scheduler shares its live cache here.
+    placements: pools.Placements | None = None
+    # k of the spread filter per workload class (`pools.parse_spread_k`).
+    spread_k: dict[str, int] = field(default_factory=lambda: pools.parse_spread_k(None))
 
     # Per node, the JSON text '{"Host":"<name>","Score":' (built on first use).
     _host_entries: np.ndarray | None = field(default=None, repr=False, compare=False)

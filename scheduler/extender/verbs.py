@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from scheduler import scoring, scoring_kernel
+from scheduler import pools, scoring, scoring_kernel
 from scheduler.extender.encoding import (
     HOST,
     KEY,
@@ -80,10 +80,58 @@ def priced_candidates(args: Args, snapshot: NodeSnapshot) -> tuple[np.ndarray, n
     return fail_safe_prices(rows, snapshot), usable  # a fresh array per call
 
 
+UNRESOLVABLE = scoring.UNRESOLVABLE_REASONS | pools.UNRESOLVABLE_REASONS
+MESSAGES = {**scoring.REASON_MESSAGES, **pools.REASON_MESSAGES}
+
+
+def pool_rules(
+    args: Args, snapshot: NodeSnapshot, reasons: np.ndarray, rows: np.ndarray
+) -> tuple[pools.Verdict, np.ndarray] | None:
+    """The pool rules (`pools.apply`: own pools, capacity-pool spread) on `reasons`, in place.
+
+    -> the verdict and each candidate's capacity pool id, or None when no rule can apply
+    (the snapshot has no layout, no environment has its own pool and the pod spreads nothing).
+    """
+    layout = snapshot.layout
+    placement = args.placement
+    if layout is None or (
+        not layout.environments and (snapshot.placements is None or not placement.workload)
+    ):
+        return None
+    if args.cache_mode:
+        idx = args.resolved(snapshot).idx
+    else:
+        labels = []
+        for obj in args.node_objects or []:
+            meta = obj.get("metadata") if isinstance(obj, dict) else None
+            found = meta.get("labels") if isinstance(meta, dict) else None
+            labels.append(found if isinstance(found, dict) else {})
+        layout = pools.PoolLayout.from_labels(labels, layout.environments)
+        idx = np.arange(len(labels))
+    k = snapshot.spread_k.get(args.pod.workload_class, pools.DEFAULT_K)
+    spot = rows[:, 8] > 0.5
+    verdict = pools.apply(reasons, idx, spot, layout, placement, snapshot.placements, k)
+    return verdict, layout.pool_of.take(np.clip(idx, 0, None)) if len(layout.pool_of) else idx
+
+
+def message_groups(
+    reasons: np.ndarray, code: int, rules: tuple[pools.Verdict, np.ndarray] | None
+) -> list[tuple[np.ndarray, str]]:
+    """(positions, reason) of one reason code: the spread filter's name each full pool."""
+    if code == pools.REASON_SPREAD and rules is not None and rules[0].spread_messages:
+        verdict, pool_ids = rules
+        return [
+            (np.flatnonzero((reasons == code) & (pool_ids == pid)), message)
+            for pid, message in sorted(verdict.spread_messages.items())
+        ]
+    return [(np.flatnonzero(reasons == code), MESSAGES[code])]
+
+
 def filter_result(args: Args, snapshot: NodeSnapshot) -> dict[str, Any]:
     """The ExtenderFilterResult for these args against the inventory (numpy reference)."""
     rows, usable, failures = candidate_rows(args, snapshot)
     reasons = scoring.filter_matrix(rows, args.pod)
+    rules = pool_rules(args, snapshot, reasons, rows)
     names = args.names
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
@@ -93,9 +141,11 @@ def filter_result(args: Args, snapshot: NodeSnapshot) -> dict[str, Any]:
     for reason in np.unique(reasons[usable]).tolist():
         if reason == scoring.FIT:
             continue
-        target = unresolvable if reason in scoring.UNRESOLVABLE_REASONS else failed
-        positions = np.flatnonzero(usable & (reasons == reason))
-        target.update(dict.fromkeys(pick(names, positions), scoring.REASON_MESSAGES[reason]))
+        target = unresolvable if reason in UNRESOLVABLE else failed
+        for positions, message in message_groups(
+            np.where(usable, reasons, scoring.FIT), reason, rules
+        ):
+            target.update(dict.fromkeys(pick(names, positions), message))
     passing = np.flatnonzero(usable & (reasons == scoring.FIT))
     if args.cache_mode:
         return filter_result_of(
@@ -132,15 +182,16 @@ def filter_body(args: Args, snapshot: NodeSnapshot) -> tuple[bytes, int]:
     # Known plain names are encoded from the snapshot's items by row: their list is not needed.
     names = None if resolution.all_known and resolution.plain and keys is not None else args.names
     reasons = scoring_kernel.filter_rows(resolution.rows, args.pod, resolution.usable, _UNKNOWN)
+    rules = pool_rules(args, snapshot, reasons, resolution.rows)
     codes = reason_codes(reasons)
-    unresolvable_codes = [c for c in codes if c in scoring.UNRESOLVABLE_REASONS]
+    unresolvable_codes = [c for c in codes if c in UNRESOLVABLE]
     failed_groups = [
         (
             np.flatnonzero(reasons == c),
-            REASON_UNKNOWN_NODE if c == _UNKNOWN else scoring.REASON_MESSAGES[c],
+            REASON_UNKNOWN_NODE if c == _UNKNOWN else MESSAGES[c],
         )
         for c in codes
-        if c != scoring.FIT and c not in scoring.UNRESOLVABLE_REASONS
+        if c != scoring.FIT and c not in UNRESOLVABLE
     ]
     failed = (
         encode_map(names, failed_groups, resolution.plain, keys, resolution.idx)
@@ -154,17 +205,17 @@ def filter_body(args: Args, snapshot: NodeSnapshot) -> tuple[bytes, int]:
         for code in unresolvable_codes[1:]:
             mask |= reasons == code
         key = np.where(mask, reasons, np.int8(0)).tobytes()
-        cached = resolution.encoded_map(key)
+        # The spread filter's reasons carry counts the reason vector does not: never cached.
+        spread = pools.REASON_SPREAD in unresolvable_codes
+        cached = None if spread else resolution.encoded_map(key)
         if cached is None:
-            groups = [
-                (np.flatnonzero(reasons == c), scoring.REASON_MESSAGES[c])
-                for c in unresolvable_codes
-            ]
+            groups = [g for c in unresolvable_codes for g in message_groups(reasons, c, rules)]
             # Count names, not positions (a name listed twice is one map entry): an
             # unresolvable name is a known one, and inventory names are unique, so its row.
             count = int(np.count_nonzero(np.bincount(resolution.idx[mask], minlength=1)))
             cached = (encode_map(names, groups, resolution.plain, keys, resolution.idx), count)
-            resolution.keep_map(key, cached)
+            if not spread:
+                resolution.keep_map(key, cached)
         unresolvable, count = cached
     fit = np.flatnonzero(reasons == scoring.FIT)
     rows = resolution.idx.take(fit)  # passing names are all known
@@ -190,6 +241,7 @@ def prioritize_result(
     reasons = scoring.filter_matrix(rows, args.pod)
     if not usable.all():
         reasons = np.where(usable, reasons, scoring.REASON_ZERO_CAPACITY).astype(np.int8)
+    pool_rules(args, snapshot, reasons, rows)
     scores = scoring.score_matrix(rows, args.pod, weights, reasons).tolist()
     return [{"Host": name, "Score": score} for name, score in zip(args.names, scores, strict=True)]
 
@@ -205,6 +257,7 @@ def prioritize_body(args: Args, snapshot: NodeSnapshot, weights: scoring.Weights
         return b"[]"
     rows, usable = priced_candidates(args, snapshot)
     reasons = scoring_kernel.filter_rows(rows, args.pod, usable, scoring.REASON_ZERO_CAPACITY)
+    pool_rules(args, snapshot, reasons, rows)  # a node the filter fails scores 0
     scores = scoring_kernel.score_rows(rows, args.pod, weights, reasons)
     resolution = args.resolved(snapshot) if args.cache_mode else None
     if resolution is not None and resolution.all_known and len(snapshot.names):

@@ -57,7 +57,7 @@ from kiln.cluster.nodes import (
     unschedulable_status,
 )
 from kiln.identity.permissions import system_actor
-from scheduler import scoring
+from scheduler import pools, scoring
 from scheduler.extender.handler import FILTER, PRIORITIZE, extender_call
 from scheduler.extender.protocol import ProtocolError, pod_request
 from scheduler.extender.snapshot import NodeSnapshot
@@ -137,12 +137,25 @@ class KubeScheduler:
         self._view_until = 0.0
         self._next_start = 0  # kube-scheduler's nextStartNodeIndex
         self._name_array = np.array([], dtype=object)
+        # The pass's capacity pools and own pools, and workloads' spot replicas per pool: the
+        # live cache the extender's pool rules read (a binding is counted when assumed).
+        self._layout: pools.PoolLayout | None = None
+        self._placements: pools.Placements | None = None
+        self._spread_k = pools.parse_spread_k(settings.KILN_SCHEDULER_SPREAD_K)
 
     def _snapshot(self, names, matrix, index, max_price) -> NodeSnapshot:
         """The extender's view of the pass's nodes: a copy of the cache, at most TTL seconds old."""
         now = time.monotonic()
         if self._view is None or now >= self._view_until or self._view[0] is not names:
-            snapshot = NodeSnapshot(names, matrix.copy(), index=index, max_price=max_price)
+            snapshot = NodeSnapshot(
+                names,
+                matrix.copy(),
+                index=index,
+                max_price=max_price,
+                layout=self._layout,
+                placements=self._placements,
+                spread_k=self._spread_k,
+            )
             self._view = (names, snapshot)
             self._view_until = now + settings.KILN_SCHEDULER_SNAPSHOT_TTL_SECONDS
         return self._view[1]
@@ -162,12 +175,18 @@ class KubeScheduler:
         return orjson.dumps({"Pod": pod, "Nodes": {"items": nodes}, "NodeNames": None})
 
     def placements(
-        self, nodes: list[dict], pods: list[dict], *, book: PriceBook | None = None
+        self,
+        nodes: list[dict],
+        pods: list[dict],
+        *,
+        book: PriceBook | None = None,
+        own_pools: list[str] | None = None,
     ) -> Iterator[tuple[dict, PodBinding | str, float]]:
         """Each pending pod with its binding (or why it stays Pending) and when its cycle began.
 
         Writes nothing: a binding is assumed in the pass's cache before the next pod,
-        and `run` writes them. `book` defaults to the price book in the database.
+        and `run` writes them. `book` defaults to the price book in the database;
+        `own_pools` are the environments whose own NodePool exists (with or without nodes).
         """
         pending = [p for p in pods if not pod_node(p) and pod_phase(p) == "Pending"]
         if not pending:
@@ -176,6 +195,11 @@ class KubeScheduler:
         names = table.names
         self._name_array = np.array(names, dtype=object)
         index = {n: i for i, n in enumerate(names)}
+        self._layout = pools.PoolLayout.from_labels(table.labels, own_pools or ())
+        self._placements = pools.cluster_placements(
+            self._layout, index, matrix[:, 8] > 0.5, pods, TERMINAL_PHASES
+        )
+        self._view = None  # a new pass: the extender's view is rebuilt with its pools
         for pod in pending:
             started = time.perf_counter()
             yield pod, self._one(pod, nodes, table, matrix, names, index, max_price), started
@@ -188,7 +212,11 @@ class KubeScheduler:
             pods = self.backend.list("v1", "Pod", include_deleting=False)
         batch: list[tuple[PodBinding, float]] = []
         waiting: list[tuple[dict, str]] = []
-        for pod, outcome, started in self.placements(nodes, pods):
+        own = [
+            pools.pool_environment(p)
+            for p in self.backend.list("karpenter.sh/v1", "NodePool", include_deleting=False)
+        ]
+        for pod, outcome, started in self.placements(nodes, pods, own_pools=[e for e in own if e]):
             if isinstance(outcome, str):
                 waiting.append((pod, outcome))
                 continue
@@ -238,6 +266,11 @@ class KubeScheduler:
         scores = {hosts[int(j)]["Host"]: int(values[j]) for j in top}
         i = index[best]
         table.assume(i, request)  # matrix columns 3:6 are the table's requested cache
+        if self._placements is not None and self._layout is not None:
+            who = pools.pod_placement(pod)
+            if not who.daemon:
+                pool = self._layout.pools[self._layout.pool_of[i]]
+                self._placements.add(who.workload, pool, bool(matrix[i, 8] > 0.5))
         ranked = list(scores)
         explanation = {
             "node": best,

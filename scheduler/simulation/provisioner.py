@@ -16,6 +16,8 @@ from __future__ import annotations
 import secrets
 import string
 
+import numpy as np
+from django.conf import settings
 from django.db import transaction
 
 import audit
@@ -36,8 +38,9 @@ from kiln.cluster.nodes import (
     pod_scheduled_condition,
 )
 from kiln.identity.permissions import system_actor
-from scheduler import karpenter, scoring
+from scheduler import karpenter, pools, scoring
 from scheduler.extender.protocol import ProtocolError, pod_request
+from scheduler.nodesync import TERMINAL_PHASES
 from scheduler.simulation.pricing import allocatable, offerings, quantity
 from scheduler.simulation.workloads import daemon_eligible
 
@@ -173,6 +176,31 @@ def _pending(pods: list[dict]) -> list[karpenter.PendingPod]:
     return out
 
 
+def _with_pool_rules(
+    pending: list[karpenter.PendingPod], pods: list[dict], nodes: list[dict]
+) -> None:
+    """Give each pending pod its namespace (own pools) and its workload's spread: the most spot
+    replicas one capacity pool may hold and what each holds now (`pools`, as the extender)."""
+    layout = pools.PoolLayout.from_labels([labels_of(n) for n in nodes])
+    index = {name_of(n): i for i, n in enumerate(nodes)}
+    spot = np.array([labels_of(n).get(karpenter.L_CAPACITY) == karpenter.SPOT for n in nodes])
+    placements = pools.cluster_placements(layout, index, spot, pods, TERMINAL_PHASES)
+    k_of = pools.parse_spread_k(settings.KILN_SCHEDULER_SPREAD_K)
+    by_key = {f"{p['metadata'].get('namespace', '')}/{name_of(p)}": p for p in pods}
+    for pending_pod in pending:
+        who = pools.pod_placement(by_key.get(pending_pod.key) or {})
+        pending_pod.namespace = who.namespace
+        if not who.workload or who.daemon:
+            continue
+        request = by_key[pending_pod.key]
+        k = k_of.get(scoring.workload_class_of(labels_of(request)), pools.DEFAULT_K)
+        replicas, cap, _ = placements.full_pools(who.workload, k)
+        if replicas >= 2:
+            pending_pod.workload = who.workload
+            pending_pod.cap = cap
+            pending_pod.held = dict(placements.counts.get(who.workload, {}))
+
+
 def pools_list(*, backend: DeliveryBackend, nodes: list[dict]) -> list[karpenter.Pool]:
     """Every live NodePool, read for the provisioner."""
     daemon_sets = backend.list("apps/v1", "DaemonSet", include_deleting=False)
@@ -189,6 +217,7 @@ def nodes_provision(*, backend: DeliveryBackend, pods: list[dict] | None = None)
     pending = _pending(pods)
     if not pending:
         return karpenter.Plan()
+    _with_pool_rules(pending, pods, nodes)
     pools = pools_list(backend=backend, nodes=nodes)
     plan = karpenter.plan_launches(pools, pending)
     if not plan.nodes:

@@ -3,10 +3,12 @@ placed (latency-sensitive pods only on on-demand), survives a spot reclaim, and 
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
 
+from audit.models import ChainEvent
 from kiln.cluster.nodes import labels_of, name_of, node_list, pod_list, pod_node
 from kiln.cluster.simulated import SimulatedBackend
 from portal.lifecycle import Status
@@ -53,6 +55,10 @@ def test_spot_environment_demo_workload_reclaim_and_teardown(
         capacity = nodes[pod_node(pod)]["karpenter.sh/capacity-type"]
         expected = "on-demand" if labels_of(pod)["app"] == "demo-web" else "spot"
         assert capacity == expected
+        # On the environment's own pool, never the shared one (the namespace's admission
+        # annotations gave every pod the pool's selector and toleration).
+        assert nodes[pod_node(pod)]["karpenter.sh/nodepool"] == pool
+        assert pod["spec"]["nodeSelector"] == {"karpenter.sh/nodepool": pool}
     assert latency_sensitive_on_spot(backend) == []
 
     [spot] = node_list(backend, nodepool=pool, capacity_type="spot")[:1]
@@ -75,3 +81,8 @@ def test_spot_environment_demo_workload_reclaim_and_teardown(
     assert env.status == Status.DELETED, env.status_reason
     assert node_list(backend, nodepool=pool, include_deleting=True) == []
     assert node_list(backend, environment=env.namespace, include_deleting=True) == []
+    # The drain-nodes step took them down and said which.
+    drain_audit()
+    [drained] = ChainEvent.objects.filter(action="portal.environment.nodes_drained")
+    data = json.loads(drained.data)
+    assert data["nodes"] and data["namespace"] == env.namespace

@@ -87,7 +87,8 @@ def test_quota_includes_gpus_and_nodepool_expires_with_the_ttl():
 def test_spot_pool_is_diversified_and_refuses_too_few_types_or_zones():
     pool = c.node_pool(spec(**FULL))
     reqs = {r["key"]: r["values"] for r in pool["spec"]["template"]["spec"]["requirements"]}
-    assert reqs["karpenter.sh/capacity-type"] == ["spot"]
+    # Spot first; on-demand too, for the environment's latency-sensitive pods (never on spot).
+    assert reqs["karpenter.sh/capacity-type"] == ["spot", "on-demand"]
     assert len(reqs["node.kubernetes.io/instance-type"]) >= 4
     assert len(reqs["topology.kubernetes.io/zone"]) >= 3
     with pytest.raises(c.CompositionError, match="4 instance types"):
@@ -159,3 +160,20 @@ def test_shipped_crossplane_and_argocd_manifests_validate():
     assert len(files) >= 4
     for path in files:
         validate(yaml.safe_load(path.read_text()))
+
+
+def test_an_environment_with_its_own_pool_puts_every_pod_there_by_admission():
+    manifests = {m["kind"]: m for m in c.compose(spec(**FULL))}
+    ns = manifests["Namespace"]["metadata"]["annotations"]
+    pool = manifests["NodePool"]
+    # PodNodeSelector: every pod of the namespace selects the pool by its name ...
+    assert ns[c.A_NODE_SELECTOR] == f"karpenter.sh/nodepool={pool['metadata']['name']}"
+    # ... and PodTolerationRestriction gives it the toleration of the pool's only taint.
+    [taint] = pool["spec"]["template"]["spec"]["taints"]
+    assert json.loads(ns[c.A_DEFAULT_TOLERATIONS]) == [{**taint, "operator": "Equal"}]
+
+
+def test_an_environment_without_its_own_pool_has_no_pool_annotations():
+    ns = c.namespace(spec())
+    assert c.A_NODE_SELECTOR not in ns["metadata"]["annotations"]
+    assert c.A_DEFAULT_TOLERATIONS not in ns["metadata"]["annotations"]

@@ -130,6 +130,7 @@ def test_teardown_deletes_everything_after_the_audit_event_is_chained(
     assert names == [
         "cordon",
         "delete-workloads",
+        "drain-nodes",
         "finalizers-cleared",
         "tenant-audit-acknowledged",
         "audit-confirmed",

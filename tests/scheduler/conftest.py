@@ -13,7 +13,7 @@ from django.utils import timezone
 from kiln.cluster.backends import get_backend
 from kiln.cluster.simulated import SimulatedBackend
 from kiln.identity.models import Team
-from portal.compose import EnvironmentSpec, node_pool
+from portal.compose import EnvironmentSpec, node_pool, pool_annotations
 from scheduler import seed, selectors
 from scheduler.models import InstanceType, InterruptionBucket, Node, NodeSource, SpotPrice
 from scheduler.simulation.demo import demo_workload, shared_pools
@@ -287,7 +287,12 @@ def environment_cluster(*extra: dict) -> SimulatedBackend:
             {
                 "apiVersion": "v1",
                 "kind": "Namespace",
-                "metadata": {"name": NS_ENV, "labels": {"kiln.dev/environment": NS_ENV}},
+                # As composed: the admission annotations put every pod on its own pool.
+                "metadata": {
+                    "name": NS_ENV,
+                    "labels": {"kiln.dev/environment": NS_ENV},
+                    "annotations": pool_annotations(spec),
+                },
             },
             node_pool(spec),
             *shared_pools(),

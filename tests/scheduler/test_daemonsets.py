@@ -26,6 +26,7 @@ from scheduler.simulation.demo import (
     MANAGEMENT_POOL,
     NODE_AGENT,
     SYSTEM_NAMESPACE,
+    deployment,
     node_agent,
 )
 from scheduler.simulation.provisioner import node_drain
@@ -108,6 +109,20 @@ def test_a_node_that_goes_takes_its_agent_and_a_new_node_gets_one(backend):
 
 
 def test_a_daemonset_runs_only_where_its_selector_and_tolerations_allow(backend):
+    # A workload of no environment, so the shared kiln-general pool has a node (the
+    # environment's own pods all run on its own pool).
+    backend.apply(
+        [
+            deployment(
+                namespace="default",
+                name="shared",
+                workload_class="standard",
+                replicas=1,
+                cpu="100m",
+                memory="64Mi",
+            )
+        ]
+    )
     tick(backend)
     picky = node_agent()[1]
     picky["metadata"]["name"] = "general-only"

@@ -4,6 +4,7 @@ binds through the extender, reclaims evict and re-place, disruption removes empt
 from __future__ import annotations
 
 import random
+from collections import Counter
 
 import pytest
 
@@ -28,6 +29,16 @@ from scheduler.simulation.reclaims import node_reclaim_notice, spot_reclaims
 from scheduler.simulation.workloads import workloads_reconcile
 from tests.scheduler.conftest import NS_ENV, environment_cluster
 
+
+def capacity_pool_of(node):
+    """The node's capacity pool: instance type / zone / capacity type."""
+    labels = labels_of(node)
+    return (
+        f"{labels['node.kubernetes.io/instance-type']}/{labels['topology.kubernetes.io/zone']}"
+        f"/{labels['karpenter.sh/capacity-type']}"
+    )
+
+
 pytestmark = pytest.mark.django_db
 
 NS = NS_ENV
@@ -44,22 +55,28 @@ def tick(b):
     return cluster_tick(backend=b, seconds=0.0, rng=random.Random(1), demo=False)
 
 
-def test_demo_workload_lands_latency_sensitive_on_demand_and_batch_on_the_spot_pool(backend):
+def test_demo_workload_lands_on_its_own_pool_latency_sensitive_on_demand_batch_on_spot(backend):
     report = tick(backend)
     pods = pod_list(backend, namespace=NS)
     assert len(pods) == 5 and all(pod_node(p) for p in pods), report
     nodes = {name_of(n): n for n in node_list(backend)}
+    batch_pools = Counter()
     for pod in pods:
         node = nodes[pod_node(pod)]
         capacity = labels_of(node)["karpenter.sh/capacity-type"]
+        # Every pod on the environment's own pool, none on the shared kiln-general.
+        assert labels_of(node)[L_NODEPOOL] == f"kiln-{NS}" != GENERAL_POOL
+        assert labels_of(node)["kiln.dev/environment"] == NS
         if labels_of(pod)["app"] == "demo-web":
-            assert capacity == "on-demand" and labels_of(node)[L_NODEPOOL] == GENERAL_POOL
+            assert capacity == "on-demand"
         else:
-            # batch pods: the environment's spot pool, the cheapest offering that fits
-            assert capacity == "spot" and labels_of(node)[L_NODEPOOL] == f"kiln-{NS}"
-            assert labels_of(node)["kiln.dev/environment"] == NS
+            # batch pods: spot, the cheapest offering that fits
+            assert capacity == "spot"
+            batch_pools[capacity_pool_of(node)] += 1
         explanation = score_explanation(pod)
         assert explanation["node"] == pod_node(pod) and 0 <= explanation["score"] <= 10
+    # Three batch replicas, k = 2: at most ceil(3/2) = 2 in one capacity pool.
+    assert sum(batch_pools.values()) == 3 and max(batch_pools.values()) <= 2
     assert latency_sensitive_on_spot(backend) == []
     assert OutboxEvent.objects.filter(action="scheduler.nodes.launched").exists()
 
@@ -145,6 +162,15 @@ def test_both_extender_modes_bind(backend, cache_mode):
 def test_deleting_an_environments_nodepool_drains_and_removes_its_nodes_in_order(backend):
     from kiln.cluster import AppliedRef
 
+    shared = deployment(
+        namespace="default",
+        name="shared",
+        workload_class="standard",
+        replicas=1,
+        cpu="100m",
+        memory="64Mi",
+    )
+    backend.apply([shared])  # a workload of no environment: on the shared kiln-general pool
     tick(backend)
     pool = f"kiln-{NS}"
     assert node_list(backend, nodepool=pool)
@@ -181,3 +207,41 @@ def test_reclaims_are_drawn_at_the_scaled_rate_and_a_zero_scale_reclaims_nothing
     noticed = spot_reclaims(backend=backend, seconds=60.0, rng=_Draws(0.0))["noticed"]
     assert set(noticed) == spot
     assert OutboxEvent.objects.filter(action="scheduler.node.reclaim_noticed").count() == len(spot)
+
+
+def test_more_replicas_than_one_capacity_pool_may_hold_stay_pending_naming_the_pool(backend):
+    from kiln.cluster import AppliedRef
+
+    for d in ("demo-web", "demo-batch"):
+        backend.delete(AppliedRef("apps/v1", "Deployment", NS, d))
+    pool = backend.get("karpenter.sh/v1", "NodePool", None, f"kiln-{NS}")
+    requirements = pool["spec"]["template"]["spec"]["requirements"]
+    for r in requirements:  # one capacity pool only: one type, one zone, spot
+        r["values"] = {
+            "karpenter.sh/capacity-type": ["spot"],
+            "node.kubernetes.io/instance-type": ["m6a.xlarge"],
+            "topology.kubernetes.io/zone": ["us-east-1a"],
+        }[r["key"]]
+    pool["metadata"].pop("resourceVersion", None)
+    backend.apply([pool])
+    backend.apply(
+        [
+            deployment(
+                namespace=NS,
+                name="wide",
+                workload_class="batch",
+                replicas=4,
+                cpu="100m",
+                memory="64Mi",
+            )
+        ]
+    )
+    tick(backend)
+    tick(backend)  # Karpenter has nothing to launch into: the rest stays Pending, no crash
+    pods = [p for p in pod_list(backend, namespace=NS) if labels_of(p)["app"] == "wide"]
+    bound = [p for p in pods if pod_node(p)]
+    assert len(pods) == 4 and len(bound) == 2  # k = 2: ceil(4/2) = 2 in the one pool
+    for p in pods:
+        if not pod_node(p):
+            message = pod_scheduled_condition(p)["message"]
+            assert "capacity pool m6a.xlarge/us-east-1a/spot already holds 2" in message
