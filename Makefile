@@ -147,6 +147,7 @@ BENCH_canary_prometheus_bench := canary_prometheus_bench --rollouts 5 --json
 # client limits (KILN_KUBE_QPS / KILN_KUBE_BURST) it reports against.
 BENCH_canary_promote_bench-kubernetes := canary_promote_bench --rollouts 1000 --kube-api local --json
 BENCH_chaos_crash_bench := chaos_crash_bench --trials 200 --json
+BENCH_chaos_lever_bench := chaos_lever_bench --runs 3 --json
 BENCH_extender_bench := extender_bench --nodes 12477 --requests 2000 --json
 BENCH_extender_bench-varied := extender_bench --nodes 12477 --requests 2000 --node-lists varied --json
 BENCH_extender_bench-adaptive := extender_bench --nodes 12477 --requests 2000 --node-lists varied \
@@ -169,7 +170,7 @@ BENCH_lifecycle_demo := lifecycle_demo --environments 12 --seed 7 --port 9320 --
 BENCH_gitops_refresh_bench := gitops_refresh_bench --json
 BENCHMARKS := audit_bench audit_choices_bench audit_tlog_bench canary_bench canary_bench-tune canary_promote_bench \
   canary_promote_bench-kubernetes canary_prometheus_bench \
-  chaos_crash_bench extender_bench extender_bench-varied extender_bench-adaptive scheduler_bench scheduler_replay \
+  chaos_crash_bench chaos_lever_bench extender_bench extender_bench-varied extender_bench-adaptive scheduler_bench scheduler_replay \
   cluster_bench cluster_bench-nocache provision_bench web_bench lifecycle_fault_matrix lifecycle_demo gitops_refresh_bench \
   schemathesis
 
