@@ -14,8 +14,10 @@ import pytest
 from django.urls import reverse
 
 import audit.seed
+import canary.chaos.routing
 import canary.routing
 import canary.seed
+import portal.routing
 import portal.seed
 import scheduler.seed
 from kiln import asgi, seed, urls
@@ -76,7 +78,11 @@ def test_the_apps_reach_kiln_by_name_routes_websockets_and_seeds():
     assert reverse("portal:environment-list") and reverse("audit-api:events")
     assert reverse("chaos:experiment-list")
     # The apps' routes, then the catch-all that refuses any other path (kiln/websocket_not_found.py).
-    assert asgi.websocket_urlpatterns[:-1] == canary.routing.websocket_urlpatterns
+    assert asgi.websocket_urlpatterns[:-1] == (
+        canary.routing.websocket_urlpatterns
+        + portal.routing.websocket_urlpatterns
+        + canary.chaos.routing.websocket_urlpatterns
+    )
     assert asgi.websocket_urlpatterns[-1] is asgi.NOT_FOUND_ROUTE
     # In INSTALLED_APPS order: scheduler's prices exist before portal's cost estimates.
     assert seed.app_seeds() == [
