@@ -15,8 +15,10 @@ A pool without a terminationGracePeriod keeps a frozen node for as long as it is
 
 With `consolidationPolicy: WhenEmptyOrUnderutilized` (the pools Kiln composes) a node
 older than `consolidateAfter` whose workload pods all fit, first-fit decreasing, on the
-free capacity of the pool's other nodes (their nodeSelector and required affinity holding
-there) is deleted and its pods go there (`UNDERUTILIZED`), within the same budget. Not
+free capacity of the pool's other nodes of its capacity pool (instance type, zone and
+capacity type alike, so no workload's spread over capacity pools changes; their
+nodeSelector and required affinity holding there) is deleted and its pods go there
+(`UNDERUTILIZED`), within the same budget. Not
 simulated: replacing a node by a cheaper one, multi-node consolidation, and any budget
 but the first one's `nodes` (budget `schedule`, `duration` and `reasons` are not read).
 """
@@ -35,6 +37,11 @@ if TYPE_CHECKING:
 # Why a node is disrupted (Karpenter's reasons; the last is expiry overriding do-not-disrupt).
 EXPIRED, EMPTY, DRIFTED, UNDERUTILIZED = "Expired", "Empty", "Drifted", "Underutilized"
 WHEN_UNDERUTILIZED = "WhenEmptyOrUnderutilized"
+CAPACITY_POOL_LABELS = (
+    "node.kubernetes.io/instance-type",
+    "topology.kubernetes.io/zone",
+    "karpenter.sh/capacity-type",
+)
 EXPIRED_PAST_GRACE = "ExpiredPastTerminationGracePeriod"
 
 
@@ -149,12 +156,25 @@ def _underutilized(
     for n in sorted(candidates, key=lambda n: (sum(p[0] for p in n.pods), n.name)):
         if room <= 0:
             break
-        others = {name: list(free) for name, free in receivers.items() if name != n.name}
+        # Only onto nodes of the same capacity pool: each workload then keeps the replicas it
+        # has in every capacity pool, so the extender's spread filter never refuses the move.
+        same = _capacity_pool(n.labels)
+        others = {
+            name: list(free)
+            for name, free in receivers.items()
+            if name != n.name and _capacity_pool(by_name[name].labels) == same
+        }
         if _fits(n.pods, others, by_name):
-            receivers = {**others}
+            receivers.pop(n.name)
+            receivers.update(others)
             out.append((n.name, UNDERUTILIZED))
             room -= 1
     return out
+
+
+def _capacity_pool(labels: dict[str, str]) -> tuple[str | None, ...]:
+    """Instance type, zone and capacity type: what one spot reclaim takes back at once."""
+    return tuple(labels.get(key) for key in CAPACITY_POOL_LABELS)
 
 
 def _fits(

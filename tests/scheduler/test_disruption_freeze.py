@@ -118,6 +118,14 @@ def test_an_underutilised_node_goes_when_its_pods_fit_elsewhere_unless_frozen():
     assert d.plan_disruptions([p], nodes) == [("light", d.UNDERUTILIZED)]
     frozen = [state("light", age=120.0, pods=[pod], frozen=True, free=(3.0, 14 * GIB, 0.0))]
     assert d.plan_disruptions([p], frozen + nodes[1:]) == [("heavy", d.UNDERUTILIZED)]
+    # Only onto a node of the same capacity pool (type, zone, capacity type): elsewhere the
+    # workload's spread over capacity pools would change.
+    other_pool = {"topology.kubernetes.io/zone": "b"}
+    roomy_elsewhere = d.NodeState(
+        "roomy", "p", age=120.0, empty_for=None, disrupting=False, labels=other_pool,
+        free=(3.0, 16 * GIB, 0.0), pods=(),
+    )  # fmt: skip
+    assert d.plan_disruptions([p], [nodes[0], roomy_elsewhere]) == []
     # A pod whose nodeSelector no other node satisfies keeps its node.
     pinned = (1.0, 2 * GIB, 0.0, {"nodeSelector": {"zone": "a"}})
     assert d.plan_disruptions([p], [state("light", age=120.0, pods=[pinned]), nodes[2]]) == []
