@@ -228,7 +228,7 @@ def _activity_seen(*, env: Environment, actor: Any, at: datetime) -> None:
     idle proposal made before it is withdrawn."""
     with transaction.atomic():
         locked = Environment.objects.select_for_update().get(pk=env.pk)
-        if locked.status != Status.READY or (
+        if locked.status not in AWAKE_OR_ASLEEP or (
             locked.last_activity_at is not None and locked.last_activity_at >= at
         ):
             return
