@@ -3,12 +3,14 @@ confirmed, with 50 experiments running across teams.
 
 Each run defines `experiments` experiments on `teams` teams' namespaces (HTTP abort, HTTP
 delay and pod kill in turn, each on its own service and pods, so none overlaps another),
-runs one controller per experiment as a forked child process, and waits until every fault is
-injected. Then, per mode:
+runs one controller per experiment, five controller threads to a forked process as a worker
+process runs them (each process's pool at most three connections: fifty processes with a
+pool each took more connections than PostgreSQL's default hundred leave a shared machine),
+and waits until every fault is injected. Then, per mode:
 
 - `live`: the controllers keep running; engaging the lever aborts every experiment and
   wakes each controller through its change notice; it reverts and reads the cluster back.
-- `controllers_killed`: every controller is SIGKILLed first; the one independent
+- `controllers_killed`: every controller process is SIGKILLed first; the one independent
   `manage.py chaos_reaper` process (running in both modes, its period `reaper_period`)
   reverts every ended experiment's fault at its next pass and reads it back.
 
@@ -27,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -172,19 +175,38 @@ def stop_process(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
-def fork_controller(experiment_id: str) -> int:
-    """A forked child running the experiment's controller until it ends; the parent gets its pid."""
+def fork_controllers(experiment_ids: list[str], pool_max: int) -> int:
+    """A forked child running one controller thread per experiment, as a worker process runs
+    several, until they all end; its database pool holds at most `pool_max` connections (each
+    controller borrows one per renewal). The parent gets the child's pid."""
     connections.close_all()
     pid = os.fork()
-    if pid == 0:  # child: its own database connection, never returns
+    if pid == 0:  # child: its own pool (kiln.dbpool drops the parent's), never returns
         code = 0
         try:
-            chaos_controller_run(experiment_id=experiment_id, holder=controller_identity("lever"))
+            options = connections["default"].settings_dict.get("OPTIONS", {})
+            if isinstance(options.get("pool"), dict):
+                options["pool"] = {**options["pool"], "min_size": 1, "max_size": pool_max}
+            threads = [
+                threading.Thread(target=_controller, args=(experiment_id,))
+                for experiment_id in experiment_ids
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
         except BaseException:  # noqa: BLE001 - the child reports by exit code only
             code = 1
         finally:
             os._exit(code)
     return pid
+
+
+def _controller(experiment_id: str) -> None:
+    try:
+        chaos_controller_run(experiment_id=experiment_id, holder=controller_identity("lever"))
+    finally:
+        connections.close_all()
 
 
 def _reap_children(pids: list[int], *, kill: bool, timeout: float) -> None:
@@ -232,15 +254,30 @@ def _released() -> None:
         lever_release(actor=ADMIN, reason="lever benchmark: next run")
 
 
-def run_once(mode: str, *, backend: Any, teams: int, experiments: int, timeout: float) -> RunResult:
-    """Start every experiment and its controller, engage the platform lever, time the reverts."""
+def run_once(
+    mode: str,
+    *,
+    backend: Any,
+    teams: int,
+    experiments: int,
+    timeout: float,
+    per_process: int = 5,
+    pool_max: int = 3,
+) -> RunResult:
+    """Start every experiment and its controller (`per_process` controller threads to a forked
+    process), engage the platform lever, time the reverts."""
     _released()
+    _end_leftovers()
     ensure_targets(backend, teams, experiments)
     exps = [
         experiment_create(actor=BENCH, data=experiment_data(i, teams), backend=backend)
         for i in range(experiments)
     ]
-    pids = [fork_controller(str(exp.pk)) for exp in exps]
+    exp_ids = [str(exp.pk) for exp in exps]
+    pids = [
+        fork_controllers(exp_ids[i : i + per_process], pool_max)
+        for i in range(0, len(exp_ids), per_process)
+    ]
     try:
         deadline = time.monotonic() + timeout
         ids = [exp.pk for exp in exps]
@@ -289,6 +326,14 @@ def run_once(mode: str, *, backend: Any, teams: int, experiments: int, timeout: 
             )
         _released()
     return result
+
+
+def _end_leftovers() -> None:
+    """Experiments an interrupted run left running end now (the reaper reverts their faults)."""
+    for exp_id in ChaosExperiment.objects.filter(
+        team__slug__startswith="lever-bench-", status="running"
+    ).values_list("pk", flat=True):
+        experiment_end(experiment_id=exp_id, to="aborted", actor=BENCH, reason="left running")
 
 
 def summarize(results: list[RunResult], *, lease: float, reaper_period: float) -> dict[str, Any]:

@@ -171,6 +171,9 @@ def _controller_loop(
                     give_up("renew deadline passed (database unreachable)")
                 except Exception:  # noqa: BLE001 - the reaper reverts what we cannot
                     term = None
+        # Nothing held while waiting: the connection goes back to the process's pool, so many
+        # controllers in one process (worker threads) share a few connections.
+        close_old_connections()
         _pause(stop, wake, timings.retry_period)
 
 
