@@ -385,3 +385,33 @@ def test_a_missing_mark_is_put_back_and_only_kilns_jobs_may_freeze(cluster):
     with pytest.raises(Forbidden):
         disruption_freezes_reap(actor=system_actor("karpenter"), backend=cluster)
     assert DisruptionFreeze.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_the_canary_beat_renews_follows_moved_pods_and_releases_a_stopped_rollout(cluster):
+    from canary.models import Rollout
+    from canary.services.freeze import rollouts_freeze_sync
+
+    team = Team.objects.create(slug="payments", name="Payments")
+    own_namespace("shop", team.slug)
+    add_nodes(cluster, "n-1", "n-2")
+    add_pod(cluster, "shop", "checkout-v2-0", "n-1", {"version": "v2"})
+    service = canary_services.service_create(
+        actor=ADMIN, team=team, name="checkout", namespace="shop", sim_traffic_class="steady"
+    )
+    rollout = canary_services.rollout_create(
+        actor=ADMIN, service=service, baseline_version="v1", canary_version="v2"
+    )
+    canary_services.rollout_tick(rollout_id=rollout.pk, tick=0)
+    assert is_frozen(node(cluster, "n-1"))
+    # The canary pod is rescheduled onto n-2: the beat's pass moves the freeze with it.
+    cluster.delete(AppliedRef("v1", "Pod", "shop", "checkout-v2-0"))
+    add_pod(cluster, "shop", "checkout-v2-1", "n-2", {"version": "v2"})
+    assert rollouts_freeze_sync(backend=cluster) == 1
+    assert is_frozen(node(cluster, "n-2")) and not is_frozen(node(cluster, "n-1"))
+    # The rollout stops without its own thaw reaching the cluster: the next pass releases it.
+    Rollout.objects.filter(pk=rollout.pk).update(status=RolloutStatus.PROMOTED)
+    assert rollouts_freeze_sync(backend=cluster) == 1
+    assert not is_frozen(node(cluster, "n-2"))
+    assert DisruptionFreeze.objects.filter(released_at__isnull=True).count() == 0
+    assert rollouts_freeze_sync(backend=cluster) == 0  # nothing left to sync
