@@ -305,3 +305,31 @@ def test_the_experiment_page_shows_the_evidence_and_rechecks(
     assert confirmed.data["note"] == "removed the finalizer by hand" and confirmed.actor == "alice"
     page = client.get(f"/chaos/{injection.experiment_id}/").content.decode()
     assert "the fault is gone" in page and "still there" not in page
+
+
+def test_through_gitops_the_revert_is_read_back_from_the_cluster(
+    quick_retries, engineer, shop, tmp_path
+):
+    """GitOps commits the fault and its removal; the read-back asks the cluster (the observer),
+    not the repository, so a fault the cluster keeps is not confirmed by a clean commit."""
+    from kiln.cluster.gitops import GitOpsBackend
+    from kiln.cluster.simulated import SimulatedBackend
+
+    gitops = GitOpsBackend(
+        str(tmp_path / "gitops.git"), work_dir=tmp_path / "work", observer=SimulatedBackend()
+    )
+    injection = _inject(engineer, gitops, "memory-stress", name="git")
+    (ref,) = injection.applied
+    assert gitops.desired(AppliedRef.from_dict(ref)) is not None  # committed
+    assert fault_revert(injection_id=injection.pk, actor=REAPER, reason="test", backend=gitops)
+    injection.refresh_from_db()
+    assert injection.revert_confirmed is True
+    assert gitops.desired(AppliedRef.from_dict(ref)) is None
+
+    inject_failure("stuck_finalizer", kind="StressChaos")
+    injection = _inject(engineer, gitops, "memory-stress", name="git held")
+    fault_revert(injection_id=injection.pk, actor=REAPER, reason="test", backend=gitops)
+    injection.refresh_from_db()
+    assert injection.state == InjectionState.UNCONFIRMED
+    assert "simulated-stuck" in injection.revert_evidence[0]["found"]
+    assert gitops.desired(AppliedRef.from_dict(injection.applied[0])) is None  # the commit is clean
