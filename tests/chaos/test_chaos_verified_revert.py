@@ -333,3 +333,57 @@ def test_through_gitops_the_revert_is_read_back_from_the_cluster(
     assert injection.state == InjectionState.UNCONFIRMED
     assert "simulated-stuck" in injection.revert_evidence[0]["found"]
     assert gitops.desired(AppliedRef.from_dict(injection.applied[0])) is None  # the commit is clean
+
+
+class WritesIgnored:
+    """A cluster that answers every write of a VirtualService as done and keeps the old object
+    (a mesh control plane that drops the edit): the route still carries the fault."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def apply(self, manifests, *, field_manager="kiln"):
+        kept = [m for m in manifests if m.get("kind") != "VirtualService"]
+        refs = self.inner.apply(kept, field_manager=field_manager) if kept else []
+        return refs + [
+            AppliedRef.from_dict({**m["metadata"], **m}) for m in manifests if m not in kept
+        ]
+
+
+def test_a_fault_merged_into_a_rollout_route_is_confirmed_only_once_the_route_is_clean(
+    quick_retries, engineer, shop, backend
+):
+    from canary import services as canary_services
+    from kiln.identity.models import Team
+    from tests.chaos.test_chaos_merge import ADMIN, _rollout_vs, _start
+
+    service = canary_services.service_create(
+        actor=ADMIN,
+        team=Team.objects.get(slug="payments"),
+        name="checkout",
+        namespace="shop",
+        sim_traffic_class="steady",
+    )
+    rollout = canary_services.rollout_create(
+        actor=ADMIN, service=service, baseline_version="v1", canary_version="v2", ticks_per_step=3
+    )
+    assert canary_services.rollout_tick(rollout_id=rollout.pk, tick=0) == "started"
+    exp, injection = _start(engineer, backend)
+    assert injection.applied[0]["merged"] is True
+
+    fault_revert(
+        injection_id=injection.pk, actor=REAPER, reason="test", backend=WritesIgnored(backend)
+    )
+    injection.refresh_from_db()
+    assert injection.state == InjectionState.UNCONFIRMED
+    (evidence,) = injection.revert_evidence
+    assert evidence["object"] == "VirtualService shop/checkout"
+    assert "its routes still carry the fault of term 1" in evidence["found"]
+    assert evidence["faults"][0]["experiment"] == str(exp.pk)
+
+    # The reaper's pass, through a cluster that takes the edit, strips it and confirms.
+    assert chaos_reap(backend=backend).confirmed == [injection.pk]
+    assert "fault" not in _rollout_vs(backend)["spec"]["http"][0]
