@@ -150,7 +150,7 @@ class SleepStateOutput(serializers.Serializer):
     awake or falling asleep), the wake asked for, and how long the last wake took."""
 
     trigger = serializers.CharField(
-        allow_blank=True, help_text="owner, inactivity, schedule, budget"
+        source="sleep_trigger", allow_blank=True, help_text="owner, inactivity, schedule, budget"
     )
     slept_at = serializers.DateTimeField(allow_null=True)
     wake_requested_at = serializers.DateTimeField(allow_null=True)
@@ -164,7 +164,7 @@ class SleepStateOutput(serializers.Serializer):
 class EnvironmentDetailOutput(EnvironmentOutput):
     """One environment with its approvals, policy decisions, steps and composed manifests."""
 
-    sleep = SleepStateOutput()
+    sleep = SleepStateOutput(source="*")
     approvals = ApprovalOutput(many=True, source="decisions")
     policy_decisions = PolicyDecisionOutput(many=True)
     steps = StepOutput(many=True)
