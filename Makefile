@@ -168,10 +168,12 @@ bench-provision_bench: export KILN_DB_POOL_MAX ?= 32
 BENCH_lifecycle_fault_matrix := lifecycle_fault_matrix --json
 BENCH_lifecycle_demo := lifecycle_demo --environments 12 --seed 7 --port 9320 --json
 BENCH_gitops_refresh_bench := gitops_refresh_bench --json
+# Budgets and sleeping (docs/portal.md): a month of simulated use priced three ways.
+BENCH_spend_month_demo := spend_month_demo --json
 BENCHMARKS := audit_bench audit_choices_bench audit_tlog_bench canary_bench canary_bench-tune canary_promote_bench \
   canary_promote_bench-kubernetes canary_prometheus_bench \
   chaos_crash_bench chaos_lever_bench extender_bench extender_bench-varied extender_bench-adaptive scheduler_bench scheduler_replay \
-  cluster_bench cluster_bench-nocache provision_bench web_bench lifecycle_fault_matrix lifecycle_demo gitops_refresh_bench \
+  cluster_bench cluster_bench-nocache provision_bench web_bench lifecycle_fault_matrix lifecycle_demo gitops_refresh_bench spend_month_demo \
   schemathesis
 
 bench: $(addprefix bench-,$(BENCHMARKS))
