@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from canary.chaos import kinds, verify
+from canary.chaos import chaos_mesh, kinds, verify
 from canary.chaos.faults import with_fault
 from canary.chaos.manifests import (
     CHAOS_API_PODCHAOS,
@@ -134,7 +134,7 @@ def _inject_chaos_mesh(backend: Any, spec: FaultSpec, token: int) -> Injected:
     if not victims:
         # Nothing matches within the blast radius: this term injects nothing (and says so).
         return Injected(applied=[], targets=[])
-    manifest = kinds.chaos_object(
+    manifest = chaos_mesh.chaos_object(
         fault=spec.fault,
         name=object_name(spec, token),
         namespace=spec.namespace,

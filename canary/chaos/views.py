@@ -14,7 +14,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
-from canary.chaos import actuators, kinds
+from canary.chaos import actuators, chaos_mesh
 from canary.chaos import selectors as chaos_selectors
 from canary.chaos import services as chaos_services
 from canary.chaos.forms_faults import ChaosMeshFormFields
@@ -256,7 +256,7 @@ def _detail_context(request: HttpRequest, experiment_id: Any) -> dict[str, Any]:
         "injections": list(chaos_selectors.injection_list(exp)),
         "can_abort": can_run_chaos(actor, exp.team.slug) and not exp.is_terminal,
         "can_recheck": can_run_chaos(actor, exp.team.slug),
-        "magnitude": kinds.describe(exp.fault, exp.params or {}),
+        "magnitude": chaos_mesh.describe(exp.fault, exp.params or {}),
         "effective_percent": actuators.effective_percent(chaos_services.fault_spec(experiment=exp)),
         "now": timezone.now(),
         "levers": lever_strip(actor),

@@ -13,7 +13,7 @@ import yaml
 from django.conf import settings
 
 from audit.models import OutboxEvent
-from canary.chaos import actuators, kinds
+from canary.chaos import actuators, chaos_mesh, kinds
 from canary.chaos.actuators import FaultSpec
 from canary.chaos.models import ChaosExperiment
 from tests.chaos.test_chaos_actuators import _unknown_fields
@@ -90,7 +90,7 @@ def test_every_kind_builds_an_object_its_crd_accepts_with_the_hard_maximum_as_du
         max_duration_seconds=300,
         params=params,
     )
-    manifest = kinds.chaos_object(
+    manifest = chaos_mesh.chaos_object(
         fault=fault,
         name=actuators.object_name(spec, 4),
         namespace="shop",
@@ -109,7 +109,7 @@ def test_every_kind_builds_an_object_its_crd_accepts_with_the_hard_maximum_as_du
 
 def test_the_magnitude_lands_where_chaos_mesh_reads_it():
     def spec_of(fault: str) -> dict:
-        return kinds.chaos_object(
+        return chaos_mesh.chaos_object(
             fault=fault,
             name="x",
             namespace="shop",
@@ -134,7 +134,7 @@ def test_the_magnitude_lands_where_chaos_mesh_reads_it():
 
 
 def test_a_duration_past_the_kinds_own_maximum_is_capped_on_the_object():
-    manifest = kinds.chaos_object(
+    manifest = chaos_mesh.chaos_object(
         fault="clock-skew",
         name="x",
         namespace="shop",
@@ -343,4 +343,4 @@ def test_the_docs_table_is_the_kinds_data():
     ids=lambda v: v if v in kinds.KINDS else "",
 )
 def test_the_magnitude_in_words(fault, words):
-    assert kinds.describe(fault, kinds.kind_params(data_for(fault))) == words
+    assert chaos_mesh.describe(fault, kinds.kind_params(data_for(fault))) == words
