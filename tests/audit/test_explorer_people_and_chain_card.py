@@ -160,3 +160,26 @@ def test_an_old_verification_and_long_unsigned_entries_need_the_auditor(mixed, s
     # Within the periods, nothing is late.
     assert chain_concerns(now=timezone.now(), size=size, checkpoint=signed,
                           verification=verified)[1:] == []  # fmt: skip
+
+
+def test_a_witness_that_stopped_cosigning_needs_the_auditor(mixed, settings):
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from audit import witness
+
+    settings.KILN_AUDIT_WITNESSES = witness.witness_verifier_key(
+        "w1", Ed25519PrivateKey.generate().public_key()
+    )
+    settings.KILN_AUDIT_CHECKPOINT_SECONDS = 1
+    size = ChainEvent.objects.count()
+    now = timezone.now()
+    verified = VerificationRun(started_at=now, finished_at=now, ok=True, checked=size)
+    # A checkpoint of the whole chain signed ten minutes ago that w1 never cosigned.
+    signed = Checkpoint(size=size, signed_at=now - timedelta(minutes=10))
+    concerns = chain_concerns(now=now, size=size, checkpoint=signed, verification=verified)
+    assert [c.key for c in concerns] == [f"audit.witness.behind:w1:{size}"]
+    assert concerns[0].title == "Witness w1 is not cosigning"
+    assert concerns[0].detail.startswith("last cosigned size never; the latest checkpoint")
+    # Signed a moment ago: the witness has time yet.
+    fresh = Checkpoint(size=size, signed_at=now)
+    assert chain_concerns(now=now, size=size, checkpoint=fresh, verification=verified) == []
