@@ -288,6 +288,8 @@ def freezes_apply(
     rows, so a freeze whose annotation is seen on a node is seen in the rows too. A node that
     is gone releases and lifts its freezes.
     """
+    if not (can_hold_disruption_freeze(actor) or can_reap_disruption_freezes(actor)):
+        raise Forbidden(f"{actor} may not mark nodes against disruption")
     backend = backend or get_backend()
     change = FreezeChange()
     live = _nodes(backend, nodes)

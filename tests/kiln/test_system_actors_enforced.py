@@ -52,6 +52,7 @@ from canary.chaos.services import (
     lever_release,
 )
 from canary.models import Rollout, RolloutStatus, Service
+from kiln.cluster.simulated import SimulatedBackend
 from kiln.errors import Forbidden
 from kiln.identity import components as c
 from kiln.identity.models import Membership, Team
@@ -59,7 +60,8 @@ from kiln.identity.permissions import PLATFORM_ADMIN, Actor, system_actor
 from kiln.identity.services import membership_add, membership_remove, team_create
 from scheduler import commitment
 from scheduler import services as scheduler_services
-from scheduler.models import CommitmentSample, Node, NodeSource, ReplayReport
+from scheduler.freezes import Holder, disruption_freeze_hold, disruption_freezes_reap
+from scheduler.models import CommitmentSample, DisruptionFreeze, Node, NodeSource, ReplayReport
 from tests.audit.conftest import audit_settings  # noqa: F401 - own stream and key per test
 from tests.canary.test_ownership_support import own_namespace
 from tests.chaos.test_chaos_support import (  # noqa: F401
@@ -102,6 +104,19 @@ REPORT = {
     "latency_class_placements": 1,
     "runs": [],
 }
+
+
+def _freeze_holder() -> Holder:
+    from django.utils import timezone
+
+    return Holder(
+        kind="experiment", id="e-1", label="e", team="payments", started_at=timezone.now(),
+        max_seconds=60.0, lease_seconds=10.0,
+    )  # fmt: skip
+
+
+def _freezes(ctx):
+    return sorted(DisruptionFreeze.objects.values_list("node", "released_at", "lifted_at"))
 
 
 def _nodes(ctx):
@@ -156,6 +171,23 @@ OPERATIONS: dict[str, Operation] = {
         ),
         _nodes,
         lambda r, ctx: r.created == ["n-1"],
+    ),
+    "scheduler.freezes.disruption_freeze_hold": Operation(
+        frozenset({c.ROLLOUT_ANALYZE, c.CHAOS_CONTROL}),
+        "plain",
+        lambda a, ctx: disruption_freeze_hold(
+            holder=_freeze_holder(), nodes={"n-gone"}, actor=a, backend=SimulatedBackend()
+        ),
+        _freezes,
+        lambda r, ctx: r.frozen == ["n-gone"],
+    ),
+    "scheduler.freezes.disruption_freezes_reap": Operation(
+        frozenset({c.NODES_SYNC, c.CHAOS_REAP}),
+        "plain",
+        lambda a, ctx: disruption_freezes_reap(actor=a, backend=SimulatedBackend()),
+        _freezes,
+        lambda r, ctx: r.released == [] and r.cleared == [],
+        audited=False,  # nothing to reap: a pass that changes nothing writes no event
     ),
     "scheduler.node_apply_event": Operation(
         frozenset({c.NODES_SYNC}),
@@ -520,6 +552,9 @@ def test_every_operation_is_someones_job_unless_it_is_for_people_only():
 # Services whose refusal is the same predicate as a row above (their setups need a rollout
 # that is inconclusive or fed by pushes); the check below reads that each asks it.
 SAME_PREDICATE_AS_A_ROW = {
+    # The thaw and the cluster pass under a hold or a reap: either row's predicate opens them.
+    "scheduler.freezes.disruption_freeze_release": "can_reap_disruption_freezes(actor",
+    "scheduler.freezes.freezes_apply": "can_reap_disruption_freezes(actor",
     "canary.services.observations.observation_push": "can_manage_rollout(actor",
     "canary.services.registry.service_set_simulated_regression": "can_manage_rollout(actor",
     "canary.services.steering.rollout_extend": "can_manage_rollout(actor",
@@ -531,6 +566,7 @@ SAME_PREDICATE_AS_A_ROW = {
 }
 SERVICE_MODULES = (
     "scheduler.services",
+    "scheduler.freezes",
     "canary.services.registry",
     "canary.services.rollouts",
     "canary.services.steering",
