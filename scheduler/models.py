@@ -111,6 +111,9 @@ class Node(models.Model):
     requested_cpu_millis = models.BigIntegerField(default=0)
     requested_memory_bytes = models.BigIntegerField(default=0)
     requested_gpus = models.IntegerField(default=0)
+    # Per workload (`pools.workload_key`) with pods bound here: [its pods on this node, its
+    # replicas in the cluster], what the extender's capacity-pool spread filter counts.
+    workloads = models.JSONField(default=dict, blank=True)
     source = models.CharField(max_length=16, choices=NodeSource.choices)
     synced_at = models.DateTimeField()
 

@@ -23,7 +23,7 @@ from kubernetes import client, watch
 
 from kiln.cluster import DeliveryBackend
 from kiln.identity.permissions import system_actor
-from scheduler import commitment, services
+from scheduler import commitment, pools, services
 from scheduler.extender.protocol import GPU_RESOURCE, ProtocolError, parse_quantity, pod_request
 from scheduler.models import NodeSource
 from scheduler.services import ObservedNode
@@ -41,9 +41,12 @@ def _quantity(value: Any, scale: int = 1) -> int:
 
 
 def observed_from_node(
-    node: dict[str, Any], requested: dict[str, tuple[int, int, int]]
+    node: dict[str, Any],
+    requested: dict[str, tuple[int, int, int]],
+    workloads: dict[str, dict[str, list[int]]] | None = None,
 ) -> ObservedNode:
-    """An ObservedNode from a v1.Node in API JSON form plus the per-node requested totals."""
+    """An ObservedNode from a v1.Node in API JSON form plus the per-node requested totals (and
+    the per-node workload counts, `workloads_by_node`)."""
     metadata = node.get("metadata") or {}
     allocatable = (node.get("status") or {}).get("allocatable") or {}
     name = metadata.get("name") or ""
@@ -59,7 +62,30 @@ def observed_from_node(
         requested_memory_bytes=mem,
         requested_gpus=gpu,
         launched_at=parse_datetime(created) if isinstance(created, str) else None,
+        workloads=(workloads or {}).get(name, {}),
     )
+
+
+def workloads_by_node(pods: list[dict[str, Any]]) -> dict[str, dict[str, list[int]]]:
+    """Per node, per workload with pods bound there (`pools.workload_key`; DaemonSets left out):
+    [its pods on the node, its replicas in the cluster (bound or pending, not finished)]."""
+    replicas: dict[str, int] = {}
+    bound: dict[str, dict[str, int]] = {}
+    for pod in pods:
+        if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
+            continue
+        who = pools.pod_placement(pod)
+        if not who.workload or who.daemon:
+            continue
+        replicas[who.workload] = replicas.get(who.workload, 0) + 1
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node:
+            on_node = bound.setdefault(node, {})
+            on_node[who.workload] = on_node.get(who.workload, 0) + 1
+    return {
+        node: {w: [n, replicas[w]] for w, n in sorted(counts.items())}
+        for node, counts in bound.items()
+    }
 
 
 def requested_by_node(pods: list[dict[str, Any]]) -> dict[str, tuple[int, int, int]]:
@@ -95,9 +121,11 @@ class KubernetesNodeSource:
         """Full resync: list nodes and pods, make the inventory match."""
         listed = self.core.list_node()
         self.resource_version = listed.metadata.resource_version
-        requested = requested_by_node(self._pods())
+        pods = self._pods()
+        requested = requested_by_node(pods)
+        workloads = workloads_by_node(pods)
         observed = [
-            observed_from_node(self.api_client.sanitize_for_serialization(n), requested)
+            observed_from_node(self.api_client.sanitize_for_serialization(n), requested, workloads)
             for n in listed.items
         ]
         return services.node_sync(
@@ -107,7 +135,9 @@ class KubernetesNodeSource:
     def watch(self, *, timeout_seconds: int = 300, stop: threading.Event | None = None) -> int:
         """Apply node watch events from the last resourceVersion until the server ends the stream."""
         applied = 0
-        requested = requested_by_node(self._pods())
+        pods = self._pods()
+        requested = requested_by_node(pods)
+        workloads = workloads_by_node(pods)
         watcher = watch.Watch()
         kwargs: dict[str, Any] = {"timeout_seconds": timeout_seconds}
         if self.resource_version:
@@ -124,7 +154,7 @@ class KubernetesNodeSource:
                 actor=system_actor(ACTOR),
                 source=NodeSource.CLUSTER,
                 event=event["type"],
-                node=observed_from_node(obj, requested),
+                node=observed_from_node(obj, requested, workloads),
             )
             applied += 1
         return applied
@@ -189,7 +219,8 @@ def cluster_sync(*, backend: DeliveryBackend) -> ClusterSync:
     nodes = backend.list("v1", "Node", include_deleting=False)
     pods = backend.list("v1", "Pod")
     requested = requested_by_node(pods)
-    observed = [observed_from_node(n, requested) for n in nodes]
+    workloads = workloads_by_node(pods)
+    observed = [observed_from_node(n, requested, workloads) for n in nodes]
     result = services.node_sync(actor=actor, source=NodeSource.CLUSTER, observed=observed)
     figures = commitment_of(nodes, pods)
     services.commitment_sample_store(actor=actor, figures=figures, nodes=len(nodes))

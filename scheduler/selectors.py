@@ -104,8 +104,26 @@ def build_snapshot() -> NodeSnapshot:
         matrix,
         max_price=max(book) if book else float("nan"),
         layout=layout,
+        placements=node_placements(nodes, layout),
         spread_k=spread_k(),
     )
+
+
+def node_placements(nodes: list[Node], layout: pools.PoolLayout) -> pools.Placements:
+    """Workloads' spot replicas per capacity pool and their replicas, from the inventory's
+    per-node workload counts (`Node.workloads`, written by the node sync)."""
+    placed = pools.Placements()
+    for i, node in enumerate(nodes):
+        spot = node.capacity_type == CapacityType.SPOT
+        pool = layout.pools[layout.pool_of[i]]
+        for workload, counts in (node.workloads or {}).items():
+            try:
+                on_node, replicas = int(counts[0]), int(counts[1])
+            except (TypeError, ValueError, IndexError, KeyError):
+                continue  # an unreadable entry counts nothing
+            placed.add(workload, pool, spot, on_node)
+            placed.set_replicas(workload, max(replicas, placed.replicas.get(workload, 0)))
+    return placed
 
 
 def spread_k() -> dict[str, int]:

@@ -42,6 +42,8 @@ class ObservedNode:
     requested_memory_bytes: int = 0
     requested_gpus: int = 0
     launched_at: datetime | None = None  # metadata.creationTimestamp, when the source gives it
+    # Per workload with pods bound here: [its pods on this node, its replicas in the cluster].
+    workloads: dict[str, list[int]] = field(default_factory=dict)
 
     def fields(self) -> dict[str, Any]:
         """Node column values derived from the observation (capacity type, type and zone from labels)."""
@@ -61,6 +63,7 @@ class ObservedNode:
             "allocatable_gpus": max(0, int(self.allocatable_gpus)),
             "requested_cpu_millis": max(0, int(self.requested_cpu_millis)),
             "requested_memory_bytes": max(0, int(self.requested_memory_bytes)),
+            "workloads": {str(k): [int(v[0]), int(v[1])] for k, v in self.workloads.items()},
             "requested_gpus": max(0, int(self.requested_gpus)),
         }
 

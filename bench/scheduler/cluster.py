@@ -38,6 +38,7 @@ from kiln.cluster.nodes import node_manifest, node_status, pod_node
 from scheduler import scoring
 from scheduler.models import InstanceType
 from scheduler.nodesync import commitment_of
+from scheduler.pools import L_SPREAD_GROUP
 from scheduler.simulation.kubescheduler import KubeScheduler
 from scheduler.simulation.transport import Transport, served_extender
 
@@ -61,8 +62,11 @@ def bench_reset() -> None:
         SimulatedObject.objects.filter(kind="Namespace", name=NAMESPACE).delete()
 
 
-def bench_cluster(*, backend: DeliveryBackend, nodes: int, pods: int, seed: int) -> None:
-    """Create the bench's nodes (with status) and pending pods."""
+def bench_cluster(
+    *, backend: DeliveryBackend, nodes: int, pods: int, seed: int, spread_group_size: int = 0
+) -> None:
+    """Create the bench's nodes (with status) and pending pods; with `spread_group_size`, the
+    pods of each class form workloads of that many replicas (`kiln.dev/spread-group`)."""
     rng = random.Random(seed)
     types = list(InstanceType.objects.filter(gpus=0).order_by("name"))
     manifests, statuses = [], []
@@ -98,7 +102,15 @@ def bench_cluster(*, backend: DeliveryBackend, nodes: int, pods: int, seed: int)
                 "metadata": {
                     "name": f"bench-pod-{i:05d}",
                     "namespace": NAMESPACE,
-                    "labels": {"app": f"bench-{cls}", scoring.WORKLOAD_CLASS_LABEL: cls},
+                    "labels": {
+                        "app": f"bench-{cls}",
+                        scoring.WORKLOAD_CLASS_LABEL: cls,
+                        **(
+                            {L_SPREAD_GROUP: f"{cls}-{i // (3 * spread_group_size)}"}
+                            if spread_group_size
+                            else {}
+                        ),
+                    },
                 },
                 "spec": {
                     "containers": [
@@ -150,17 +162,24 @@ def bench_run(
     transport: str = HTTP,
     port: int = 0,
     max_passes: int = 5,
+    pool_rules: bool = True,
 ) -> dict[str, Any]:
     """Time kube-scheduler passes until no pod is left that another pass could bind."""
     current: list[KubeScheduler] = []
     with _extender(transport, port, current) as client:
         warm = KubeScheduler(
-            backend=backend, node_cache_capable=node_cache_capable, transport=client
+            backend=backend,
+            node_cache_capable=node_cache_capable,
+            transport=client,
+            pool_rules=pool_rules,
         )
         current.append(warm)
         _warm_up(warm, backend)
         scheduler = KubeScheduler(
-            backend=backend, node_cache_capable=node_cache_capable, transport=client
+            backend=backend,
+            node_cache_capable=node_cache_capable,
+            transport=client,
+            pool_rules=pool_rules,
         )
         current[0] = scheduler
         latencies: list[float] = []

@@ -128,8 +128,11 @@ class KubeScheduler:
         backend: DeliveryBackend,
         node_cache_capable: bool = True,
         transport: Transport | None = None,
+        pool_rules: bool = True,
     ) -> None:
         self.backend = backend
+        # False hands the extender no pools (a measurement of what the pool rules cost).
+        self.pool_rules = pool_rules
         self.node_cache_capable = node_cache_capable
         # In process unless told otherwise: the HTTP handler's own function (`transport`).
         self.transport: Transport = transport or self._in_process
@@ -195,10 +198,11 @@ class KubeScheduler:
         names = table.names
         self._name_array = np.array(names, dtype=object)
         index = {n: i for i, n in enumerate(names)}
-        self._layout = pools.PoolLayout.from_labels(table.labels, own_pools or ())
-        self._placements = pools.cluster_placements(
-            self._layout, index, matrix[:, 8] > 0.5, pods, TERMINAL_PHASES
-        )
+        if self.pool_rules:
+            self._layout = pools.PoolLayout.from_labels(table.labels, own_pools or ())
+            self._placements = pools.cluster_placements(
+                self._layout, index, matrix[:, 8] > 0.5, pods, TERMINAL_PHASES
+            )
         self._view = None  # a new pass: the extender's view is rebuilt with its pools
         for pod in pending:
             started = time.perf_counter()

@@ -91,3 +91,40 @@ def test_cluster_bench_binds_every_pod_over_http_and_prints_its_figures():
 def test_cluster_bench_refuses_a_port_out_of_range():
     with pytest.raises(CommandError, match="--extender-port"):
         call_command("cluster_bench", nodes=1, pods=1, extender_port=70000, stdout=io.StringIO())
+
+
+def test_with_spread_groups_no_capacity_pool_holds_more_than_its_share_over_http(settings):
+    """The bench's workloads (`--spread-group-size`): every pod placed over HTTP, and no capacity
+    pool holding more than ceil(r/k) of a group's spot replicas (r = 6, k = 2: 3)."""
+    from collections import Counter
+
+    from kiln.cluster.nodes import labels_of, name_of, node_list
+    from scheduler.pools import L_SPREAD_GROUP
+
+    settings.KILN_SIM_DELAY_PROFILE = "zero"
+    seed.seed_demo()
+    backend = SimulatedBackend()
+    bench.bench_reset()
+    bench.bench_cluster(backend=backend, nodes=24, pods=60, seed=1, spread_group_size=6)
+    try:
+        current: list[KubeScheduler] = []
+        with served_extender(lambda: current[0].current_snapshot()) as client:
+            scheduler = KubeScheduler(backend=backend, transport=client)
+            current.append(scheduler)
+            result = scheduler.run()
+        assert len(result.bound) == 60
+        nodes = {name_of(n): labels_of(n) for n in node_list(backend)}
+        held: Counter = Counter()
+        for pod in pod_list(backend, namespace=bench.NAMESPACE):
+            node = nodes[pod_node(pod)]
+            if node["karpenter.sh/capacity-type"] == "spot":
+                pool = (
+                    node["node.kubernetes.io/instance-type"],
+                    node["topology.kubernetes.io/zone"],
+                )
+                held[(labels_of(pod)[L_SPREAD_GROUP], pool)] += 1
+        assert held and max(held.values()) <= 3
+        # Only standard and batch groups reach spot (latency-sensitive pods never do).
+        assert {group.split("-")[0] for group, _ in held} <= {"standard", "batch"}
+    finally:
+        bench.bench_reset()

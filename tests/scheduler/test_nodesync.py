@@ -297,3 +297,34 @@ def test_kubernetes_watch_applies_added_modified_deleted(kube):
         OutboxEvent.objects.filter(action="scheduler.node.synced").values_list("data", flat=True)
     )
     assert [a["event"] for a in actions] == ["ADDED", "MODIFIED", "DELETED"]
+
+
+def test_the_inventory_carries_workloads_per_node_and_the_deployed_extender_spreads_with_them():
+    """Node sync stores each node's pods per workload; the extender's own snapshot (the inventory,
+    as the deployed extender answers) then fails a full capacity pool's spot nodes."""
+    import orjson
+
+    from scheduler import selectors
+    from scheduler.extender.handler import FILTER, extender_call
+
+    for name, zone in (("a1", "us-east-1a"), ("a2", "us-east-1a"), ("b1", "us-east-1b")):
+        cluster_node(name, "spot", itype="m6a.xlarge", zone=zone)
+    cluster_node("od", "on-demand")
+    cluster_pod("web-1", "a1")
+    cluster_pod("web-2", "a2")
+    pending = cluster_pod("web-3", None)
+    cluster_pod("web-4", None)
+    cluster_pod("agent-1", "a1", owner="DaemonSet")  # node agents are no workload's replicas
+    nodesync.cluster_sync(backend=get_backend("simulated"))
+    # Four replicas of payments/ReplicaSet/web (two pending): one on each of a1 and a2.
+    assert Node.objects.get(name="a1").workloads == {"payments/ReplicaSet/web": [1, 4]}
+    assert Node.objects.get(name="b1").workloads == {}
+    selectors.snapshot_invalidate()
+    body = orjson.dumps({"Pod": pending, "Nodes": None, "NodeNames": ["a1", "a2", "b1", "od"]})
+    status, raw = extender_call(FILTER, body)
+    result = orjson.loads(raw)
+    assert status == 200
+    # ceil(4/2) = 2 and us-east-1a's pool holds 2: its nodes are out, b1 and on-demand stay.
+    assert result["NodeNames"] == ["b1", "od"]
+    reason = result["FailedAndUnresolvableNodes"]["a1"]
+    assert "capacity pool m6a.xlarge/us-east-1a/spot already holds 2" in reason

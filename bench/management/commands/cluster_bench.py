@@ -34,9 +34,23 @@ class Command(BaseCommand):
             default=0,
             help="loopback port of the served extender (0: a free port)",
         )
+        parser.add_argument(
+            "--spread-group-size",
+            type=int,
+            default=0,
+            help="group the pods of a class into workloads of this many replicas "
+            "(kiln.dev/spread-group), so the capacity-pool spread filter applies; 0: bare pods",
+        )
+        parser.add_argument(
+            "--no-pool-rules",
+            action="store_true",
+            help="hand the extender no pools (own pools, capacity-pool spread): what they cost",
+        )
         parser.add_argument("--json", action="store_true", help="print JSON (always on)")
 
     def handle(self, *args, **opts):
+        if opts["spread_group_size"] < 0:
+            raise CommandError("--spread-group-size must be 0 (bare pods) or more")
         if opts["nodes"] <= 0 or opts["pods"] <= 0:
             raise CommandError("--nodes and --pods must be positive")
         if not 0 <= opts["extender_port"] <= 65535:
@@ -46,12 +60,18 @@ class Command(BaseCommand):
         backend = SimulatedBackend()
         bench.bench_reset()
         bench.bench_cluster(
-            backend=backend, nodes=opts["nodes"], pods=opts["pods"], seed=opts["seed"]
+            backend=backend,
+            nodes=opts["nodes"],
+            pods=opts["pods"],
+            seed=opts["seed"],
+            spread_group_size=opts["spread_group_size"],
         )
         result = {
             "nodes": opts["nodes"],
             "pods": opts["pods"],
             "seed": opts["seed"],
+            "spread_group_size": opts["spread_group_size"],
+            "pool_rules": not opts["no_pool_rules"],
             "seeds_note": "constants were chosen on seed 1; reported runs use seed 2",
             "node_cache_capable": opts["node_cache_capable"] == "true",
             "transport": {
@@ -73,6 +93,7 @@ class Command(BaseCommand):
                 node_cache_capable=result["node_cache_capable"],
                 transport=opts["transport"],
                 port=opts["extender_port"],
+                pool_rules=not opts["no_pool_rules"],
             )
         )
         result["workload_commitment"] = bench.commitment(backend)
