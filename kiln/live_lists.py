@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 from dataclasses import dataclass, field
 
@@ -27,6 +28,8 @@ from django.http import QueryDict
 from kiln import changes
 from kiln.identity.permissions import Actor
 from kiln.websocket import AuthorisedStream
+
+log = logging.getLogger("kiln.live_lists")
 
 RECHECK_SECONDS = 2.0  # the longest a row new to the page waits to appear
 COALESCE_SECONDS = 0.1  # a burst of notices renders once
@@ -115,11 +118,15 @@ class LiveList(AuthorisedStream):
         while True:
             self._wake.clear()
             self._bridge.clear()
-            rendered = await database_sync_to_async(self._render_now)()
-            await self._follow(rendered)
-            if rendered.html != sent:
-                await self.send_json({"type": "rows", "html": rendered.html})
-                sent = rendered.html
+            try:
+                rendered = await database_sync_to_async(self._render_now)()
+            except Exception:  # noqa: BLE001 - the database restarting: try again at the re-check
+                log.warning("live list %s not rendered", self.scope.get("path"), exc_info=True)
+            else:
+                await self._follow(rendered)
+                if rendered.html != sent:
+                    await self.send_json({"type": "rows", "html": rendered.html})
+                    sent = rendered.html
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.recheck_seconds)
             await asyncio.sleep(COALESCE_SECONDS)
