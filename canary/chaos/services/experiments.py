@@ -17,6 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit import record
+from canary.chaos import stops
 from canary.chaos.kinds import kind_errors
 from canary.chaos.leases import LeaseTimingError, LeaseTimings
 from canary.chaos.models import (
@@ -40,7 +41,7 @@ from kiln.identity.permissions import Actor, can_revert_fault, can_run_chaos
 
 log = logging.getLogger("kiln.chaos")
 
-STOP_CONDITION_KINDS = ("error-rate-above", "latency-p99-above-ms", "canary-rolled-back")
+STOP_CONDITION_KINDS = stops.KINDS  # judged by canary/chaos/stops.py
 MAX_HARD_SECONDS = 24 * 3600
 NO_OWNER = "no Namespace with a kiln.dev/team label"
 # One wording for the API (field `blast_radius`) and the form (on its blast radius fields).

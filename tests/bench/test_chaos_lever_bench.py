@@ -1,0 +1,42 @@
+# ruff: noqa: F811 - fixtures are imported from test_chaos_support and requested by name
+"""chaos_lever_bench, small: forked controllers hold faults on two teams' namespaces, the
+platform lever is engaged, and every fault is reverted and confirmed, by the controllers when
+they run and by the reaper process when every controller was SIGKILLed first."""
+
+from __future__ import annotations
+
+import pytest
+from django.test.utils import override_settings
+
+from bench.chaos import levers
+from canary.chaos.models import ChaosLever
+from tests.chaos.test_chaos_support import backend, chaos_settings  # noqa: F401
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_both_modes_revert_and_confirm_every_fault(backend, chaos_settings):
+    timings = levers.bench_timings(4.0)
+    with override_settings(KILN_CHAOS_AUTORUN=False, **timings):
+        reaper = levers.start_reaper(0.25)
+        try:
+            results = [
+                levers.run_once(mode, backend=backend, teams=2, experiments=4, timeout=120)
+                for mode in levers.MODES
+            ]
+        finally:
+            levers.stop_process(reaper)
+    live, killed = results
+    assert live.injected == killed.injected == 4
+    assert live.confirmed == live.seen_gone == 4
+    assert killed.confirmed == killed.seen_gone == 4
+    # Killed controllers revert nothing: the reaper does it all, within the lease bound.
+    assert killed.reverted_by == {"chaos-reaper": 4}
+    assert killed.last_s is not None and killed.last_s < 4.0 + 0.25 + 1.0
+    assert live.reverted_by.get("chaos-controller", 0) >= 1
+    report = levers.summarize(results, lease=4.0, reaper_period=0.25)
+    assert report["experiments"] == 4 and report["confirmed_reverted"] == 8
+    assert report["live"]["median_s"] == live.last_s
+    assert report["controllers_killed"]["max_s"] == killed.last_s
+    assert levers.experiments_left() == 0
+    assert not ChaosLever.objects.get(scope="platform").engaged  # released after each run
