@@ -70,6 +70,14 @@ class IllegalTransition(Conflict):
     code = "illegal_transition"
 
 
+class IdempotencyKeyReused(KilnError):
+    """An Idempotency-Key used before by the same caller with a different body (422): a retry
+    must resend what it sent, so the key cannot name two different requests."""
+
+    code = "idempotency_key_reused"
+    http_status = 422
+
+
 class Unavailable(KilnError):
     code = "unavailable"
     http_status = 503

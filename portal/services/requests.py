@@ -9,7 +9,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 import audit
-from kiln.errors import Conflict, Forbidden, InvalidInput, KilnError
+from kiln.errors import Conflict, Forbidden, IdempotencyKeyReused, InvalidInput
 from kiln.identity.models import Team
 from kiln.identity.permissions import (
     Actor,
@@ -26,13 +26,6 @@ from portal.services import budgets, cost, gate, plan, tenancy
 from portal.services.lifecycle import audit_target, environment_transition
 from portal.services.queueing import enqueue_provisioning
 from portal.validation import FIELDS, field_errors, namespace_for
-
-
-class IdempotencyKeyReused(KilnError):
-    """The Idempotency-Key was used before with a different request body."""
-
-    code = "idempotency_key_reused"
-    http_status = 422
 
 
 def body_hash(*, data: dict[str, Any]) -> str:

@@ -25,7 +25,7 @@ from django.db.models import Q
 
 from canary.chaos.models import ChaosExperiment, ExperimentStatus
 from canary.chaos.overlap import Target, overlap_reason
-from kiln.errors import Conflict, InvalidInput, KilnError
+from kiln.errors import Conflict, IdempotencyKeyReused, InvalidInput
 from kiln.identity.permissions import Actor, can_view_chaos
 
 MAX_KEY_LENGTH = 200
@@ -35,13 +35,6 @@ class ExperimentOverlaps(Conflict):
     """The target overlaps another experiment's, and the two do not both allow it."""
 
     code = "chaos_overlap"
-
-
-class IdempotencyKeyReused(KilnError):
-    """The Idempotency-Key was used before with a different experiment definition."""
-
-    code = "idempotency_key_reused"
-    http_status = 422
 
 
 def definition_hash(data: dict[str, Any]) -> str:
