@@ -195,9 +195,7 @@ def _stop_in_scope(lever: ChaosLever, *, team: Team | None, actor: Actor) -> lis
     if not running:
         return []
     reason = f"{lever_label(lever)} engaged by {lever.engaged_by}: {lever.engaged_reason}"
-    _abort_locked(
-        running, actor=actor, reason=reason, evidence={"lever": lever_summary(lever)}
-    )
+    _abort_locked(running, actor=actor, reason=reason, evidence={"lever": lever_summary(lever)})
     held = [leases[exp.pk] for exp in running if exp.pk in leases and leases[exp.pk].holder]
     ChaosLease.objects.filter(pk__in=[lease.pk for lease in held]).update(
         holder="", renewed_at=None, resource_version=F("resource_version") + 1
