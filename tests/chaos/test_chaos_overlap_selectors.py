@@ -84,7 +84,9 @@ def test_worked_cases(a, b, expected):
 
 
 def test_the_conflicting_key_is_named():
-    assert conflicting_key({"app": "web", "tier": "front"}, {"app": "web", "tier": "back"}) == "tier"
+    assert (
+        conflicting_key({"app": "web", "tier": "front"}, {"app": "web", "tier": "back"}) == "tier"
+    )
 
 
 def _requirement():
