@@ -18,6 +18,7 @@ from portal import budget_math as bm
 from portal import conf, sleep_schedule
 from portal.lifecycle import Status
 from portal.models import BudgetNotice, BudgetRaise, Environment, SleepSchedule, TeamBudget
+from portal.validation import DNS_LABEL_RE
 from scheduler.showback import Window, environment_ran_cost
 
 DAY_SECONDS = 86400  # a point is the amount by the end of its day
@@ -271,8 +272,8 @@ def request_budget_preview(
     """The request form's line: the estimate's cost this month against what the team has left
     after its forecast, and what submitting would meet (fits, needs an approver, refused).
     None when the team is not the viewer's to see or has no budget."""
-    if not team_slug:
-        return None
+    if not DNS_LABEL_RE.fullmatch(team_slug or ""):
+        return None  # no team, or not a team's name (a form's raw value): nothing to look up
     try:
         team = team_for_budget(viewer=viewer, slug=team_slug)
     except NotFound:

@@ -112,3 +112,14 @@ def test_showback_draws_spend_forecast_and_budget_for_the_teams_month(team):
     # The forecast runs from today to the month's end, growing by $24 a day ($1/h).
     future = [f for f in data["forecast"] if f is not None]
     assert future == sorted(future) and (len(future) < 2 or future[-1] - future[-2] == 24.0)
+
+
+def test_a_raw_team_value_that_is_no_teams_name_shows_no_budget_and_no_error(team):
+    _budget(team, "10.00")
+    alice = login("alice", "engineer", team)
+    for raw in ("PAYMENTS", "pay ments", "x" * 300):
+        page = alice.get(reverse("portal:environment-estimate"), {**FORM, "team": raw})
+        assert page.status_code == 200 and "data-budget-outcome" not in page.content.decode()
+    # A NUL never reaches a query: the form page answers its own way (re-rendered), never 500.
+    form = alice.post(reverse("portal:environment-request"), {**FORM, "team": "pay\x00ments"})
+    assert form.status_code in (200, 400)
