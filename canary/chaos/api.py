@@ -322,7 +322,10 @@ class LeverMoveApi(APIView):
     action: str = "engage"
 
     class InputSerializer(StrictSerializer):
-        reason = StrictCharField(max_length=300, allow_blank=True, required=False, default="")
+        reason = documented(
+            StrictCharField(max_length=300),
+            description="Why: required, recorded with who moved the lever.",
+        )
 
         class Meta:
             ref_name = "LeverMove"
