@@ -90,6 +90,15 @@ EXPECTED: dict[str, tuple] = {
     "can_seed_demo": (lambda p, a: p(a), {"seed"}),
     # Budgets are set and raised by platform admins; no component does either.
     "can_set_budget": (lambda p, a: p(a), set()),
+    # Karpenter is kept off the nodes Kiln's own work runs on: the analyzer holds a freeze for a
+    # rollout under analysis, the chaos controller for an experiment under lease.
+    "can_hold_disruption_freeze": (lambda p, a: p(a), {"canary-analyzer", "chaos-controller"}),
+    # A freeze whose holder is gone is released by whoever makes the nodes match (the node sync,
+    # and the seed, which syncs nodes too) and by the chaos reaper.
+    "can_reap_disruption_freezes": (
+        lambda p, a: p(a),
+        {"scheduler-node-sync", "seed", "chaos-reaper"},
+    ),
 }
 # Whose job each lifecycle move is (can_move_environment, per target state).
 MOVES = {

@@ -437,6 +437,10 @@ ENFORCED_ELSEWHERE = {
     c.ENV_AUTO_APPROVE: "portal.services.lifecycle, tests/kiln/test_system_actors.py",
     c.ENV_PROVISION: "portal.services.lifecycle, tests/kiln/test_system_actors.py",
     c.ENV_TEARDOWN: "portal.services.lifecycle, tests/kiln/test_system_actors.py",
+    c.ENV_SLEEP: (
+        "portal.services.sleep (can_sleep_environment) and portal.services.lifecycle, "
+        "tests/kiln/test_system_actors.py and tests/portal/test_sleep.py"
+    ),
     # Services that take no actor: they act as their one component and nothing else calls them.
     c.USERS_PROVISION: "kiln.identity.services user_from_claims acts as system:identity only",
     c.PRICING_SEED: "scheduler.seed acts as system:seed only",
@@ -563,6 +567,8 @@ SAME_PREDICATE_AS_A_ROW = {
     "canary.chaos.services.experiments.experiment_errors": "can_run_chaos(actor",
     # experiment_create's own work, answering whether it created or replayed.
     "canary.chaos.services.creation.experiment_submit": "can_run_chaos(actor",
+    # fault_revert's check again, for an injection whose revert is not yet confirmed.
+    "canary.chaos.services.injection.fault_revert_recheck": "can_revert_fault(actor",
 }
 SERVICE_MODULES = (
     "scheduler.services",
