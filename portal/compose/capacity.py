@@ -13,6 +13,7 @@ spot), Karpenter choosing spot wherever a pod may take it (it is cheaper).
 from __future__ import annotations
 
 import json
+import math
 
 from portal.compose.spec import (
     L_ENV,
@@ -64,6 +65,21 @@ def pool_annotations(spec: EnvironmentSpec) -> dict[str, str]:
     }
 
 
+def pool_limits(spec: EnvironmentSpec, types: tuple[str, ...]) -> tuple[int, int]:
+    """The pool's cpu and memory (GiB) limits: POOL_HEADROOM times the quota, and never less
+    than POOL_HEADROOM nodes of the largest type it may launch. Karpenter counts whole nodes
+    against the limits, so a small quota's limit below one node's size (2 CPUs and 4 GiB
+    against 4-CPU, 16-GiB types) would let the pool launch nothing and leave every pod of
+    the environment pending; the quota still caps what the pods request."""
+    shapes = [spec.node_shapes[t] for t in types if t in spec.node_shapes]
+    cpu = spec.cpu * POOL_HEADROOM
+    memory_gib = spec.memory_gib * POOL_HEADROOM
+    if shapes:
+        cpu = max(cpu, math.ceil(max(s[0] for s in shapes) * POOL_HEADROOM))
+        memory_gib = max(memory_gib, math.ceil(max(s[1] for s in shapes) * POOL_HEADROOM))
+    return cpu, memory_gib
+
+
 def node_pool(spec: EnvironmentSpec) -> dict:
     """A Karpenter NodePool that expires with the environment and has a disruption budget."""
     spot = spec.spot_node_pool
@@ -80,10 +96,8 @@ def node_pool(spec: EnvironmentSpec) -> dict:
             f"a spot pool needs >= {MIN_SPOT_TYPES} instance types and >= {MIN_SPOT_ZONES} zones, "
             f"got {len(types)} and {len(zones)}"
         )
-    limits = {
-        "cpu": str(spec.cpu * POOL_HEADROOM),
-        "memory": f"{spec.memory_gib * POOL_HEADROOM}Gi",
-    }
+    cpu, memory_gib = pool_limits(spec, types)
+    limits = {"cpu": str(cpu), "memory": f"{memory_gib}Gi"}
     if spec.gpu:
         limits["nvidia.com/gpu"] = str(spec.gpu)
     taints = [pool_taint(spec)]

@@ -51,6 +51,9 @@ class EnvironmentSpec:
     on_demand_instance_types: tuple[str, ...] = DEFAULT_ON_DEMAND_TYPES
     gpu_instance_types: tuple[str, ...] = DEFAULT_GPU_TYPES
     zones: tuple[str, ...] = DEFAULT_ZONES
+    # Instance type -> (vCPUs, memory GiB), from the price book: a NodePool's limits must hold
+    # whole nodes of the types it may launch (empty: limits from the quota alone).
+    node_shapes: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     node_class: str = "default"
     tenant_domain: str = "tenants.kiln.internal"
     tenant_audit_sink: str = "https://kiln.kiln-system.svc/hooks/tenant-audit"

@@ -49,6 +49,7 @@ from portal.services.tenant_cluster import (
     tenant_flow_control_seed,
     tenant_namespace_exists,
 )
+from scheduler.models import InstanceType
 
 PROVISIONER = "provisioner"
 READY, PENDING, FAILED, NOOP = "ready", "pending", "failed", "noop"
@@ -76,7 +77,16 @@ def environment_spec(*, environment: Environment) -> c.EnvironmentSpec:
         datastore=environment.datastore_pool,
         gitops_repo_url=conf.gitops_repo(),
         tenant_audit_sink=conf.tenant_audit_sink(),
+        node_shapes=node_shapes(),
     )
+
+
+def node_shapes() -> dict[str, tuple[float, float]]:
+    """Each priced instance type's vCPUs and memory (GiB), for the NodePool's limits."""
+    return {
+        t.name: (float(t.vcpu), float(t.memory_gib))
+        for t in InstanceType.objects.only("name", "vcpu", "memory_gib")
+    }
 
 
 def environment_mark_failed(*, environment_id: int, reason: str, step: str = "") -> None:
