@@ -314,7 +314,9 @@ def test_chaos_injection_revert_and_sweep_as_worker_and_reaper(kube, settings, t
     seed_shop(kube)
     worker = run_as(kube, settings, tmp_path, "kiln-worker")
     injected = []
-    for data in (abort_data(), pod_kill_data()):
+    # Both faults on the same web pods, one of each object kind the roles must allow: each
+    # experiment says it may overlap the other, as two experiments on one target must.
+    for data in (abort_data(may_overlap=True), {**pod_kill_data(), "may_overlap": True}):
         exp = experiment_create(actor=ENGINEER_ALICE, data=data, backend=worker)
         term = fault_lease_acquire(experiment_id=exp.pk, holder="controller-1")
         assert term is not None
