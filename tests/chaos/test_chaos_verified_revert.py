@@ -172,6 +172,39 @@ class UnreadableCluster:
         return self.inner.get(api_version, kind, namespace, name)
 
 
+def test_a_fault_held_briefly_by_a_finalizer_is_confirmed_once_it_goes_without_a_second_write(
+    chaos_settings, engineer, shop, backend
+):
+    # Chaos Mesh's finalizer holds the deleted NetworkChaos for 0.2 s. The read-back polls
+    # within the first pause (1 s) and confirms it then: one write, not a second a pause later.
+    chaos_settings.KILN_CHAOS_REVERT_ATTEMPTS = 3
+    chaos_settings.KILN_CHAOS_REVERT_RETRY_SECONDS = 1.0
+    injection = _inject(engineer, backend, "network-delay")
+    (ref,) = injection.applied
+    live = backend.get(ref["apiVersion"], ref["kind"], "shop", ref["name"])
+    meta = live["metadata"]
+    held = {
+        "apiVersion": live["apiVersion"],
+        "kind": live["kind"],
+        "metadata": {
+            "name": meta["name"],
+            "namespace": "shop",
+            "labels": meta.get("labels") or {},
+            "finalizers": ["chaos-mesh/records"],
+        },
+        "spec": live["spec"],
+    }
+    backend.apply([held], field_manager="kiln")
+    chaos_settings.KILN_SIM_DELAY_PROFILE = "fast"
+    chaos_settings.KILN_SIM_FINALIZER_SECONDS = 0.2
+
+    assert fault_revert(injection_id=injection.pk, actor=REAPER, reason="test", backend=backend)
+    injection.refresh_from_db()
+    assert injection.state == InjectionState.REVERTED
+    assert (injection.revert_confirmed, injection.revert_attempts) == (True, 1)
+    assert backend.get(ref["apiVersion"], ref["kind"], "shop", ref["name"]) is None
+
+
 def test_a_read_back_that_fails_confirms_nothing(quick_retries, engineer, shop, backend):
     injection = _inject(engineer, backend, "clock-skew")
     assert fault_revert(
