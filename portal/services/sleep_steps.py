@@ -13,8 +13,9 @@ Waking (WAKING -> READY):
 
 1. `wake-capacity`: the control plane and NodePool as composed (`awake`);
 2. `wake-workloads`: each remembered workload back to its replicas (one gone since is named);
-3. `wake-ready`: every restored object reports healthy; past KILN_WAKE_TIMEOUT_SECONDS from the
-   request, FAILED.
+3. `wake-ready`: every restored object reports healthy and, on the simulated cluster, the
+   restored workloads' pods run on nodes (as many Running as their replicas: a pool woken from
+   zero launches its nodes first); past KILN_WAKE_TIMEOUT_SECONDS from the request, FAILED.
 
 Every step is idempotent (a scale to the same count, a server-side apply), and the driver skips
 the done ones, so a pass after a crash resumes where the last one stopped. Volumes, Secrets and
@@ -28,6 +29,7 @@ from django.utils import timezone
 from kiln.cluster import AppliedRef, HealthStatus, ref_of
 from kiln.cluster.backends import get_backend
 from kiln.cluster.base import is_deleting
+from kiln.cluster.nodes import RUNNING, pod_node, pod_owner, pod_phase
 from portal import conf
 from portal.compose.sleep import SCALED_RESOURCES, asleep, awake
 from portal.lifecycle import Status
@@ -146,7 +148,45 @@ def _wake_ready(run: Run) -> Result:
     )
     if waiting:
         return pending("not serving yet", remaining=waiting)
-    return done(f"{len(refs)} objects serving")
+    wanted, running = _pods_serving(run)
+    if running < wanted:
+        # A pool woken from zero launches nodes first: the wake ends when the pods run on them.
+        return pending(
+            "not serving yet", remaining=(f"{running} of {wanted} workload pods running",)
+        )
+    return done(
+        f"{len(refs)} objects serving" + (f", {running} workload pods running" if wanted else ""),
+        data={"pods_running": running},
+    )
+
+
+def _pods_serving(run: Run) -> tuple[int, int]:
+    """(replicas the remembered workloads still in the cluster ask for, their pods Running on a
+    node) where Kiln runs the cluster's scheduling (the simulated cluster), whose workload
+    conditions are not its pods'; (0, 0) elsewhere, where a Deployment is Available only once
+    its pods are. A workload deleted meanwhile is not waited for."""
+    if not run.backend.simulates_scheduling:
+        return 0, 0
+    namespace = run.environment.namespace
+    present = {
+        (o["kind"], ref_of(o).name)
+        for o in run.backend.list_kinds(SCALED_RESOURCES, namespace)
+        if not is_deleting(o)
+    }
+    wanted = sum(n for ref, n in remembered(run.environment) if (ref.kind, ref.name) in present)
+    if not wanted:
+        return 0, 0
+    # A Deployment's pods are its ReplicaSets'; a StatefulSet's its own.
+    owner_of = {
+        ("ReplicaSet", ref_of(rs).name): pod_owner(rs)
+        for rs in run.backend.list("apps/v1", "ReplicaSet", namespace, include_deleting=False)
+    }
+    running = 0
+    for pod in run.backend.list("v1", "Pod", namespace, include_deleting=False):
+        owner = pod_owner(pod)
+        if pod_phase(pod) == RUNNING and pod_node(pod) and owner_of.get(owner, owner) in present:
+            running += 1
+    return wanted, min(running, wanted)
 
 
 def _wake_waiting(run: Run, step: Step, result: Result) -> Result:

@@ -18,7 +18,7 @@ from portal.services import environments_reap_expired
 from portal.services.queueing import tasks_held
 from portal.services.sleep import sleep_environment, wake_environment
 from portal.services.sleep_triggers import environments_sleep_pass, sleep_schedule_set
-from tests.portal.test_sleep import ready_env, replicas, run_workloads
+from tests.portal.test_sleep import ready_env, replicas, run_workloads, served
 
 pytestmark = pytest.mark.django_db
 S = Status
@@ -104,6 +104,7 @@ def test_the_schedule_sleeps_at_night_and_wakes_in_the_morning_only_what_it_slep
     with django_capture_on_commit_callbacks(execute=True):
         report = environments_sleep_pass(now=MORNING, dry_run=False)
     assert report["schedules"] == ["payments:awake"]
+    served(scheduled)
     assert status(scheduled) == S.READY and replicas(backend, scheduled, "web") == 2
     assert status(mine) == S.SLEEPING  # put to sleep by a person: stays asleep
     applied = OutboxEvent.objects.filter(action="portal.sleep_schedule.applied").order_by("id")
