@@ -44,13 +44,13 @@ class MoneyField(serializers.Field):
 class BudgetSetInput(StrictSerializer):
     monthly_amount = MoneyField()
     currency = StrictCharField(max_length=3, required=False, default=None, allow_null=True)
-    warn_percent = StrictIntegerField(required=False, default=80)
+    warn_percent = StrictIntegerField(required=False, default=80, min_value=1, max_value=100)
 
 
 @extend_schema_serializer(component_name="TeamBudgetRaise")
 class BudgetRaiseInput(StrictSerializer):
     amount = MoneyField()
-    reason = StrictCharField(max_length=2000, allow_blank=True)
+    reason = StrictCharField(max_length=2000)  # required and not blank, as the service says
 
 
 class BudgetRaiseOutput(serializers.Serializer):

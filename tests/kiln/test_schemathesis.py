@@ -257,6 +257,8 @@ RULES_BEYOND_THE_SCHEMA = {
     "audit_proof_inclusion": "`seq` within `size`, `size` within the tree",
     "audit_proof_consistency": "`from` not above `to`, `to` within the tree",
     "teams_members_create": "the user must exist",
+    "teams_budget_update": "the currency is the platform's configured one",
+    "teams_budget_raise": "a raise is more than 0",
     "teams_sleep_schedule_set": "an IANA time zone; windows' days and HH:MM times, a wake window",
 }
 
