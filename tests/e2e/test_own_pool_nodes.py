@@ -1,0 +1,43 @@
+"""An environment with its own spot pool and a small quota, in a browser: its page's Nodes tab
+lists the nodes its NodePool launched (each with only its own pods), at desktop and phone widths,
+with no console error and no page wider than the screen."""
+
+from __future__ import annotations
+
+from tests.e2e.api import environment, environment_status, wait_for
+from tests.e2e.conftest import WatchedPage
+
+
+def test_the_nodes_tab_lists_the_nodes_its_own_pool_launched(browser_page: WatchedPage, kiln):
+    env = environment(
+        kiln, "own-nodes", env_class="ephemeral", workload_class="batch", cpu=2, memory_gib=4,
+        spot_node_pool=True,
+    )  # fmt: skip
+    env = environment_status(kiln, env["id"], "READY", timeout=120)
+    namespace, pool = env["namespace"], f"kiln-{env['namespace']}"
+    browser_page.login("alice")
+    page = browser_page.page
+
+    def listed() -> bool:
+        browser_page.goto(f"/environments/{env['id']}/")
+        page.click("#tab-nodes")
+        page.wait_for_selector("#env-nodes-card :is(#env-nodes, #no-nodes, .error)")
+        return page.locator("#env-nodes tbody tr").count() >= 1
+
+    wait_for(listed, timeout=90, what="the environment's own nodes listed")
+    for width, suffix in ((1280, ""), (390, "-phone")):
+        page.set_viewport_size({"width": width, "height": 900})
+        browser_page.goto(f"/environments/{env['id']}/")
+        page.click("#tab-nodes")
+        page.wait_for_selector("#env-nodes tbody tr")
+        rows = page.locator("#env-nodes tbody tr")
+        assert rows.count() >= 1
+        for i in range(rows.count()):
+            row = rows.nth(i)
+            assert row.locator("td").first.inner_text().startswith(pool)
+            row.locator("summary").click()
+            pods = row.locator("li").all_inner_texts()
+            assert pods and all(p.startswith(f"{namespace}/") for p in pods), pods
+        assert page.evaluate("document.documentElement.scrollWidth") <= width
+        browser_page.screenshot(f"environment-own-nodes{suffix}")
+    browser_page.assert_clean()
