@@ -13,8 +13,8 @@ class AuditConfig(AppConfig):
         # Not at the top: Django imports this module before any model, and the runtime imports
         # the models (through the writer, the relay and the selectors), so the import waits
         # for ready(), where Django says to make it.
-        from audit import attention, dashboard  # noqa: F401 - register the home card and items
         from audit.chain import metrics, runtime
+        from audit.home import attention, dashboard  # noqa: F401 - register the home card and items
 
         health.register("audit_writer", runtime.writer_lag_check)
         observability.add_scrape_collector(metrics.AuditLagCollector(), kind="audit-writer")

@@ -18,7 +18,7 @@ from django.views.decorators.http import require_POST
 from audit import selectors, services
 from audit.api import filters_from
 from audit.chain.verification import load_public_key
-from audit.grouping import group_rows
+from audit.explorer.grouping import group_rows
 from audit.services import public_key_path
 from audit.tree import tlog_verify
 from audit.witness import selectors as witness_selectors

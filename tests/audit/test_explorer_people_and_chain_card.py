@@ -11,7 +11,7 @@ from django.contrib.auth.models import Group, User
 from django.utils import timezone
 
 from audit import record
-from audit.chain_state import VERIFY_EVERY, chain_concerns
+from audit.home.chain_state import VERIFY_EVERY, chain_concerns
 from audit.models import ChainEvent, Checkpoint, OutboxEvent, VerificationRun
 from kiln.attention import collect
 from kiln.identity.permissions import actor_for_user

@@ -1,4 +1,4 @@
-"""The explorer's grouping of a rollout's ticks (audit/grouping.py): pure, worked cases."""
+"""The explorer's grouping of a rollout's ticks (audit/explorer/grouping.py): pure, worked cases."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from audit.grouping import Group, Row, group_rows
+from audit.explorer.grouping import Group, Row, group_rows
 
 
 @dataclass

@@ -3,7 +3,7 @@ cosignature and last verification, with Verify now, for those who read the chain
 
 from __future__ import annotations
 
-from audit.chain_state import chain_card
+from audit.home.chain_state import chain_card
 from kiln.dashboard import Panel, register
 from kiln.identity.permissions import Actor, can_view_audit
 

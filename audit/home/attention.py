@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.urls import reverse
 
-from audit.chain_state import chain_concerns
+from audit.home.chain_state import chain_concerns
 from kiln.attention import Item, register
 from kiln.identity.permissions import Actor, can_view_audit
 
