@@ -45,6 +45,7 @@ from django.test import Client
 from django.test.utils import override_settings
 
 from bench.portal.fault_matrix import drain_audit
+from kiln.cluster.nodes import name_of, node_list, pod_list, pod_node
 from kiln.cluster.simulated import SimulatedBackend
 from kiln.identity.models import Membership, Team
 from kiln.identity.permissions import ENGINEER, Actor
@@ -60,6 +61,7 @@ from portal.services.sleep import wake_environment as wake_service
 from portal.services.teardown import environment_teardown
 from scheduler.karpenter import parse_duration
 from scheduler.seed import seed_demo
+from scheduler.simulation import cluster_tick
 from scheduler.simulation.demo import deployment
 
 MONTH_START = datetime(2027, 3, 1, tzinfo=UTC)  # a Monday; March has 31 days
@@ -160,14 +162,18 @@ class Run:
     tag: str = field(default_factory=lambda: secrets.token_hex(3))
 
 
-def _drive(run: Run, service, env_id: int) -> str:
-    """Run a re-entrant service until it stops answering pending, one simulated second a poll."""
+def _drive(run: Run, service, env_id: int, *, tick: bool = False) -> str:
+    """Run a re-entrant service until it stops answering pending, one simulated second a poll;
+    with `tick`, the simulated cluster's controllers, kube-scheduler and Karpenter run once a
+    poll, as their beat task would (a wake waits for its pods to run)."""
     for _ in range(MAX_POLLS):
         result = service(environment_id=env_id)
         if result != PENDING:
             return result
         drain_audit()  # teardown waits for its final event in the chain, as the writer makes it
         run.clock.advance(1)
+        if tick:
+            cluster_tick(backend=SimulatedBackend(), seconds=1.0, demo=False)
     run.stuck += 1
     return PENDING
 
@@ -238,13 +244,17 @@ def _start_session(run: Run, person: int, clients: list[Client]) -> None:
         _create(run, person, clients)  # none yet, or it ended (expired, torn down, failed)
     elif status == Status.SLEEPING:
         env = Environment.objects.get(pk=env_id)
-        asleep = (run.clock.now - (env.slept_at or run.clock.now)).total_seconds()
+        # The cluster catches up with the sleep (pods gone, emptied nodes consolidated away).
+        backend = SimulatedBackend()
+        cluster_tick(backend=backend, seconds=0.0, demo=False)
+        had = {name_of(n) for n in node_list(backend, nodepool=f"kiln-{env.namespace}")}
         wake_service(env, actor=_owner(run, clients, person), reason="back to work")
-        _drive(run, environment_wake_advance, env_id)
+        _drive(run, environment_wake_advance, env_id, tick=True)
         env.refresh_from_db()
         if env.status == Status.READY and env.last_wake_seconds is not None:
             run.wakes.append(env.last_wake_seconds)
-            run.wakes_new_node += asleep >= run.tracked[env_id].consolidate_s
+            hosts = {pod_node(p) for p in pod_list(backend, namespace=env.namespace)}
+            run.wakes_new_node += bool(hosts - had - {""})
     _work(run, person)
 
 
@@ -270,7 +280,7 @@ def _pass(run: Run) -> None:
         if env.status in (Status.EXPIRING, Status.TEARING_DOWN):
             _drive(run, environment_teardown, env.pk)
         elif env.status == Status.WAKING:
-            _drive(run, environment_wake_advance, env.pk)
+            _drive(run, environment_wake_advance, env.pk, tick=True)
     # Falling asleep: the sleep pipeline's steps, driven like the task would.
     for env in Environment.objects.filter(
         pk__in=run.tracked, status=Status.SLEEPING, slept_at=None
@@ -397,9 +407,12 @@ def spend_month_demo(*, seeds: list[int], persons: int) -> dict[str, Any]:
         "spend_model": "node-hours priced: an environment holds its NodePool's nodes while READY, "
         "WAKING or being torn down, and for the pool's consolidateAfter after falling asleep; "
         "each hour at its hourly price from the scheduler's price models (spot pool)",
-        "wake_model": "seconds on the simulated cluster (realistic profile) from the wake's "
-        "request to READY: the NodePool ready again (12 s, standing for a node launch) while the "
-        "workloads roll out (8 s); no real Karpenter launch is timed",
+        "wake_model": "measured simulated wakes: seconds on the simulated clock (realistic "
+        "profile) from each wake's request to READY, the cluster ticking once a simulated second "
+        "(workload controllers, kube-scheduler, Karpenter), so a wake ends when its workload's "
+        "pods run on nodes, launched by its own NodePool where the pool had none; "
+        "wakes_needing_new_node counts the wakes whose pods landed on a node that was not up "
+        "when the wake was asked for",
         "month": f"{MONTH_START:%Y-%m}",
         "per_seed": per_seed,
     }
