@@ -520,7 +520,9 @@ def _handshake(path: str, query: bytes, extensions: dict | None) -> list[dict]:
         sent = [await socket.receive_output(5)]
         while sent[-1]["type"] == "websocket.http.response.start":
             sent.append(await socket.receive_output(5))
-        if sent[0]["type"] == "websocket.accept":  # a stream opened: the client leaves
+        if sent[0]["type"] != "websocket.http.response.start":
+            # Accepted (the client leaves) or closed (the server answers the close with a
+            # disconnect, as uvicorn does): either way the consumer hears the socket go.
             await socket.send_input({"type": "websocket.disconnect", "code": 1000})
         await socket.wait(5)  # the application returned: it raised nothing
         return sent
