@@ -3,18 +3,33 @@ buttons by state, at desktop and phone widths, with no console error."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
+
 from tests.e2e.api import call, environment, environment_status
 from tests.e2e.conftest import WatchedPage
 
 
 def test_the_owner_puts_it_to_sleep_and_wakes_it_from_its_page(browser_page: WatchedPage, kiln):
+    # The server is shared by every browser test: a schedule that wants payments asleep now (on a
+    # weekend, say) would put the other tests' READY environments to sleep. This one wants them
+    # awake for the next three hours, asleep the rest of each day, and is removed at the end.
+    now = datetime.now(timezone.utc)
+    window = {"days": ["mon", "tue", "wed", "thu", "fri", "sat", "sun"],
+              "start": (now - timedelta(hours=1)).strftime("%H:%M"),
+              "end": (now + timedelta(hours=3)).strftime("%H:%M")}
     status, body = call(
         kiln, "PUT", "/api/v1/teams/payments/sleep-schedule/", "engineer",
-        {"time_zone": "Europe/Berlin",
-         "wake_windows": [{"days": ["mon", "tue", "wed", "thu", "fri"], "start": "08:00",
-                           "end": "19:00"}]},
+        {"time_zone": "UTC", "wake_windows": [window]},
     )  # fmt: skip
     assert status == 200, body
+    try:
+        _walk(browser_page, kiln)
+    finally:
+        status, body = call(kiln, "DELETE", "/api/v1/teams/payments/sleep-schedule/", "engineer")
+        assert status in (200, 204), body
+
+
+def _walk(browser_page: WatchedPage, kiln) -> None:
     env = environment(
         kiln, "sleep-walk", ttl_hours=48, cpu=8, memory_gib=32, database=True,
         tenant_control_plane=True,
