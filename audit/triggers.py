@@ -19,19 +19,60 @@ from django.core.exceptions import ImproperlyConfigured
 # ruff: noqa: S608 - DDL built from module constants only
 
 TABLE = "audit_chainevent"
+TILES = "audit_merkletile"
+COSIGNATURES = "audit_cosignature"
 GENESIS = "0" * 64
 
-POSTGRESQL_CREATE = [
-    f"""
-CREATE OR REPLACE FUNCTION audit_chain_reject_change() RETURNS trigger LANGUAGE plpgsql AS $$
+
+def _pg_refusal(table: str, function: str, refusal: str) -> str:
+    """A PL/pgSQL trigger function that rejects the change (`refusal: <op> rejected`), but lets
+    TRUNCATE of an empty table pass (emptying it loses nothing, and test databases flush it)."""
+    return f"""
+CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-  IF TG_OP = 'TRUNCATE' AND NOT EXISTS (SELECT 1 FROM {TABLE}) THEN
+  IF TG_OP = 'TRUNCATE' AND NOT EXISTS (SELECT 1 FROM {table}) THEN
     RETURN NULL;
   END IF;
-  RAISE EXCEPTION 'audit chain is append-only: % rejected', TG_OP USING ERRCODE = 'insufficient_privilege';
+  RAISE EXCEPTION '{refusal}: % rejected', TG_OP USING ERRCODE = 'insufficient_privilege';
 END
-$$""",
-    f"""
+$$"""
+
+
+def _postgresql(
+    table: str, functions: dict[str, str], triggers: list[tuple[str, str, str]]
+) -> tuple[list[str], list[str]]:
+    """The DDL that creates `functions` (name: definition) and the `triggers` (name, event,
+    function) on `table`, and the DDL that drops them again in reverse order. A TRUNCATE
+    trigger fires once for the statement, the others for each row."""
+    create = list(functions.values())
+    for name, event, function in triggers:
+        each = "STATEMENT" if event == "TRUNCATE" else "ROW"
+        create.append(f"DROP TRIGGER IF EXISTS {name} ON {table}")
+        create.append(
+            f"""CREATE TRIGGER {name} BEFORE {event} ON {table}
+        FOR EACH {each} EXECUTE FUNCTION {function}()"""
+        )
+    drop = [f"DROP TRIGGER IF EXISTS {name} ON {table}" for name, _, _ in reversed(triggers)]
+    drop += [f"DROP FUNCTION IF EXISTS {function}()" for function in reversed(functions)]
+    return create, drop
+
+
+def _sqlite_refusal(table: str, name: str, event: str, refusal: str) -> str:
+    """A SQLite trigger that aborts every `event` on `table` with `refusal: <EVENT> rejected`."""
+    return f"""CREATE TRIGGER IF NOT EXISTS {name} BEFORE {event} ON {table}
+        BEGIN SELECT RAISE(ABORT, '{refusal}: {event} rejected'); END"""
+
+
+def _sqlite(triggers: dict[str, str]) -> tuple[list[str], list[str]]:
+    """The DDL that creates `triggers` (name: definition), and the DDL that drops them in reverse."""
+    return list(triggers.values()), [
+        f"DROP TRIGGER IF EXISTS {name}" for name in reversed(triggers)
+    ]
+
+
+# --- the chain ----------------------------------------------------------------
+
+_CHAIN_CHECK_INSERT = f"""
 CREATE OR REPLACE FUNCTION audit_chain_check_insert() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
   head_seq bigint;
@@ -52,34 +93,34 @@ BEGIN
   END IF;
   RETURN NEW;
 END
-$$""",
-    f"DROP TRIGGER IF EXISTS audit_chain_no_change ON {TABLE}",
-    f"""CREATE TRIGGER audit_chain_no_change BEFORE UPDATE OR DELETE ON {TABLE}
-        FOR EACH ROW EXECUTE FUNCTION audit_chain_reject_change()""",
-    f"DROP TRIGGER IF EXISTS audit_chain_no_truncate ON {TABLE}",
-    f"""CREATE TRIGGER audit_chain_no_truncate BEFORE TRUNCATE ON {TABLE}
-        FOR EACH STATEMENT EXECUTE FUNCTION audit_chain_reject_change()""",
-    f"DROP TRIGGER IF EXISTS audit_chain_extend ON {TABLE}",
-    f"""CREATE TRIGGER audit_chain_extend BEFORE INSERT ON {TABLE}
-        FOR EACH ROW EXECUTE FUNCTION audit_chain_check_insert()""",
-]
+$$"""
 
-POSTGRESQL_DROP = [
-    f"DROP TRIGGER IF EXISTS audit_chain_extend ON {TABLE}",
-    f"DROP TRIGGER IF EXISTS audit_chain_no_truncate ON {TABLE}",
-    f"DROP TRIGGER IF EXISTS audit_chain_no_change ON {TABLE}",
-    "DROP FUNCTION IF EXISTS audit_chain_check_insert()",
-    "DROP FUNCTION IF EXISTS audit_chain_reject_change()",
-]
+POSTGRESQL_CREATE, POSTGRESQL_DROP = _postgresql(
+    TABLE,
+    {
+        "audit_chain_reject_change": _pg_refusal(
+            TABLE, "audit_chain_reject_change", "audit chain is append-only"
+        ),
+        "audit_chain_check_insert": _CHAIN_CHECK_INSERT,
+    },
+    [
+        ("audit_chain_no_change", "UPDATE OR DELETE", "audit_chain_reject_change"),
+        ("audit_chain_no_truncate", "TRUNCATE", "audit_chain_reject_change"),
+        ("audit_chain_extend", "INSERT", "audit_chain_check_insert"),
+    ],
+)
 
 # SQLite has no TRUNCATE: `DELETE FROM t` is its truncate, and the DELETE trigger
 # disables that optimisation, so every row passes through the trigger.
-SQLITE_CREATE = [
-    f"""CREATE TRIGGER IF NOT EXISTS audit_chain_no_update BEFORE UPDATE ON {TABLE}
-        BEGIN SELECT RAISE(ABORT, 'audit chain is append-only: UPDATE rejected'); END""",
-    f"""CREATE TRIGGER IF NOT EXISTS audit_chain_no_delete BEFORE DELETE ON {TABLE}
-        BEGIN SELECT RAISE(ABORT, 'audit chain is append-only: DELETE rejected'); END""",
-    f"""CREATE TRIGGER IF NOT EXISTS audit_chain_extend BEFORE INSERT ON {TABLE}
+SQLITE_CREATE, SQLITE_DROP = _sqlite(
+    {
+        "audit_chain_no_update": _sqlite_refusal(
+            TABLE, "audit_chain_no_update", "UPDATE", "audit chain is append-only"
+        ),
+        "audit_chain_no_delete": _sqlite_refusal(
+            TABLE, "audit_chain_no_delete", "DELETE", "audit chain is append-only"
+        ),
+        "audit_chain_extend": f"""CREATE TRIGGER IF NOT EXISTS audit_chain_extend BEFORE INSERT ON {TABLE}
         BEGIN
           SELECT RAISE(ABORT, 'audit chain insert rejected: seq does not extend the head')
             WHERE NEW.seq IS NOT COALESCE((SELECT MAX(seq) FROM {TABLE}), 0) + 1;
@@ -87,13 +128,8 @@ SQLITE_CREATE = [
             WHERE NEW.prev_hash IS NOT COALESCE(
               (SELECT hash FROM {TABLE} ORDER BY seq DESC LIMIT 1), '{GENESIS}');
         END""",
-]
-
-SQLITE_DROP = [
-    "DROP TRIGGER IF EXISTS audit_chain_extend",
-    "DROP TRIGGER IF EXISTS audit_chain_no_delete",
-    "DROP TRIGGER IF EXISTS audit_chain_no_update",
-]
+    }
+)
 
 
 def statements(vendor: str, *, create: bool) -> list[str]:
@@ -108,10 +144,9 @@ def statements(vendor: str, *, create: bool) -> list[str]:
     )
 
 
-TILES = "audit_merkletile"
+# --- the Merkle tiles ---------------------------------------------------------
 
-POSTGRESQL_TILES_CREATE = [
-    """
+_TILE_CHECK_UPDATE = """
 CREATE OR REPLACE FUNCTION audit_tile_check_update() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   IF NEW.level IS DISTINCT FROM OLD.level OR NEW.index IS DISTINCT FROM OLD.index
@@ -122,51 +157,37 @@ BEGIN
   END IF;
   RETURN NEW;
 END
-$$""",
-    f"""
-CREATE OR REPLACE FUNCTION audit_tile_reject_change() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-  IF TG_OP = 'TRUNCATE' AND NOT EXISTS (SELECT 1 FROM {TILES}) THEN
-    RETURN NULL;
-  END IF;
-  RAISE EXCEPTION 'audit Merkle tiles only grow: % rejected', TG_OP USING ERRCODE = 'insufficient_privilege';
-END
-$$""",
-    f"DROP TRIGGER IF EXISTS audit_tile_grow ON {TILES}",
-    f"""CREATE TRIGGER audit_tile_grow BEFORE UPDATE ON {TILES}
-        FOR EACH ROW EXECUTE FUNCTION audit_tile_check_update()""",
-    f"DROP TRIGGER IF EXISTS audit_tile_no_delete ON {TILES}",
-    f"""CREATE TRIGGER audit_tile_no_delete BEFORE DELETE ON {TILES}
-        FOR EACH ROW EXECUTE FUNCTION audit_tile_reject_change()""",
-    f"DROP TRIGGER IF EXISTS audit_tile_no_truncate ON {TILES}",
-    f"""CREATE TRIGGER audit_tile_no_truncate BEFORE TRUNCATE ON {TILES}
-        FOR EACH STATEMENT EXECUTE FUNCTION audit_tile_reject_change()""",
-]
+$$"""
 
-POSTGRESQL_TILES_DROP = [
-    f"DROP TRIGGER IF EXISTS audit_tile_no_truncate ON {TILES}",
-    f"DROP TRIGGER IF EXISTS audit_tile_no_delete ON {TILES}",
-    f"DROP TRIGGER IF EXISTS audit_tile_grow ON {TILES}",
-    "DROP FUNCTION IF EXISTS audit_tile_reject_change()",
-    "DROP FUNCTION IF EXISTS audit_tile_check_update()",
-]
+POSTGRESQL_TILES_CREATE, POSTGRESQL_TILES_DROP = _postgresql(
+    TILES,
+    {
+        "audit_tile_check_update": _TILE_CHECK_UPDATE,
+        "audit_tile_reject_change": _pg_refusal(
+            TILES, "audit_tile_reject_change", "audit Merkle tiles only grow"
+        ),
+    },
+    [
+        ("audit_tile_grow", "UPDATE", "audit_tile_check_update"),
+        ("audit_tile_no_delete", "DELETE", "audit_tile_reject_change"),
+        ("audit_tile_no_truncate", "TRUNCATE", "audit_tile_reject_change"),
+    ],
+)
 
-SQLITE_TILES_CREATE = [
-    f"""CREATE TRIGGER IF NOT EXISTS audit_tile_grow BEFORE UPDATE ON {TILES}
+SQLITE_TILES_CREATE, SQLITE_TILES_DROP = _sqlite(
+    {
+        "audit_tile_grow": f"""CREATE TRIGGER IF NOT EXISTS audit_tile_grow BEFORE UPDATE ON {TILES}
         BEGIN
           SELECT RAISE(ABORT, 'audit Merkle tiles may only grow')
             WHERE NEW.level IS NOT OLD.level OR NEW."index" IS NOT OLD."index"
                OR length(NEW.hashes) < length(OLD.hashes)
                OR substr(NEW.hashes, 1, length(OLD.hashes)) IS NOT OLD.hashes;
         END""",
-    f"""CREATE TRIGGER IF NOT EXISTS audit_tile_no_delete BEFORE DELETE ON {TILES}
-        BEGIN SELECT RAISE(ABORT, 'audit Merkle tiles only grow: DELETE rejected'); END""",
-]
-
-SQLITE_TILES_DROP = [
-    "DROP TRIGGER IF EXISTS audit_tile_no_delete",
-    "DROP TRIGGER IF EXISTS audit_tile_grow",
-]
+        "audit_tile_no_delete": _sqlite_refusal(
+            TILES, "audit_tile_no_delete", "DELETE", "audit Merkle tiles only grow"
+        ),
+    }
+)
 
 
 def tile_statements(vendor: str, *, create: bool) -> list[str]:
@@ -177,43 +198,32 @@ def tile_statements(vendor: str, *, create: bool) -> list[str]:
     return SQLITE_TILES_CREATE if create else SQLITE_TILES_DROP
 
 
-COSIGNATURES = "audit_cosignature"
+# --- witness cosignatures -----------------------------------------------------
 
-POSTGRESQL_COSIGNATURES_CREATE = [
-    f"""
-CREATE OR REPLACE FUNCTION audit_cosignature_reject_change() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-  IF TG_OP = 'TRUNCATE' AND NOT EXISTS (SELECT 1 FROM {COSIGNATURES}) THEN
-    RETURN NULL;
-  END IF;
-  RAISE EXCEPTION 'audit cosignatures are append-only: % rejected', TG_OP USING ERRCODE = 'insufficient_privilege';
-END
-$$""",
-    f"DROP TRIGGER IF EXISTS audit_cosignature_no_change ON {COSIGNATURES}",
-    f"""CREATE TRIGGER audit_cosignature_no_change BEFORE UPDATE OR DELETE ON {COSIGNATURES}
-        FOR EACH ROW EXECUTE FUNCTION audit_cosignature_reject_change()""",
-    f"DROP TRIGGER IF EXISTS audit_cosignature_no_truncate ON {COSIGNATURES}",
-    f"""CREATE TRIGGER audit_cosignature_no_truncate BEFORE TRUNCATE ON {COSIGNATURES}
-        FOR EACH STATEMENT EXECUTE FUNCTION audit_cosignature_reject_change()""",
-]
+_COSIGNED = "audit cosignatures are append-only"
 
-POSTGRESQL_COSIGNATURES_DROP = [
-    f"DROP TRIGGER IF EXISTS audit_cosignature_no_truncate ON {COSIGNATURES}",
-    f"DROP TRIGGER IF EXISTS audit_cosignature_no_change ON {COSIGNATURES}",
-    "DROP FUNCTION IF EXISTS audit_cosignature_reject_change()",
-]
+POSTGRESQL_COSIGNATURES_CREATE, POSTGRESQL_COSIGNATURES_DROP = _postgresql(
+    COSIGNATURES,
+    {
+        "audit_cosignature_reject_change": _pg_refusal(
+            COSIGNATURES, "audit_cosignature_reject_change", _COSIGNED
+        )
+    },
+    [
+        ("audit_cosignature_no_change", "UPDATE OR DELETE", "audit_cosignature_reject_change"),
+        ("audit_cosignature_no_truncate", "TRUNCATE", "audit_cosignature_reject_change"),
+    ],
+)
 
-SQLITE_COSIGNATURES_CREATE = [
-    f"""CREATE TRIGGER IF NOT EXISTS audit_cosignature_no_update BEFORE UPDATE ON {COSIGNATURES}
-        BEGIN SELECT RAISE(ABORT, 'audit cosignatures are append-only: UPDATE rejected'); END""",
-    f"""CREATE TRIGGER IF NOT EXISTS audit_cosignature_no_delete BEFORE DELETE ON {COSIGNATURES}
-        BEGIN SELECT RAISE(ABORT, 'audit cosignatures are append-only: DELETE rejected'); END""",
-]
-
-SQLITE_COSIGNATURES_DROP = [
-    "DROP TRIGGER IF EXISTS audit_cosignature_no_delete",
-    "DROP TRIGGER IF EXISTS audit_cosignature_no_update",
-]
+SQLITE_COSIGNATURES_CREATE, SQLITE_COSIGNATURES_DROP = _sqlite(
+    {
+        name: _sqlite_refusal(COSIGNATURES, name, event, _COSIGNED)
+        for name, event in [
+            ("audit_cosignature_no_update", "UPDATE"),
+            ("audit_cosignature_no_delete", "DELETE"),
+        ]
+    }
+)
 
 
 def cosignature_statements(vendor: str, *, create: bool) -> list[str]:

@@ -32,6 +32,8 @@ class KilnError(Exception):
 
 
 class InvalidInput(KilnError):
+    """The request's content breaks a rule (400); `extra` may name the fields."""
+
     code = "invalid"
     http_status = 400
 
@@ -47,26 +49,38 @@ class InvalidParameter(InvalidInput):
 
 
 class NotAuthenticated(KilnError):
+    """No identity came with a request that needs one (401)."""
+
     code = "not_authenticated"
     http_status = 401
 
 
 class Forbidden(KilnError):
+    """The actor is known but may not do this (403); an object they may not see is a
+    `NotFound` instead, so a refusal never confirms that it exists."""
+
     code = "forbidden"
     http_status = 403
 
 
 class NotFound(KilnError):
+    """No such object, or none the actor may see (404)."""
+
     code = "not_found"
     http_status = 404
 
 
 class Conflict(KilnError):
+    """The request does not fit the object's current state (409): retrying as is will not help
+    until that state changes."""
+
     code = "conflict"
     http_status = 409
 
 
 class IllegalTransition(Conflict):
+    """A lifecycle transition its table does not allow from the current state (409)."""
+
     code = "illegal_transition"
 
 
@@ -79,6 +93,8 @@ class IdempotencyKeyReused(KilnError):
 
 
 class Unavailable(KilnError):
+    """Something the request needs is down or not configured here (503)."""
+
     code = "unavailable"
     http_status = 503
 

@@ -27,23 +27,23 @@ def env_bool(name: str, default: bool) -> bool:
 
 
 def env_int(name: str, default: int) -> int:
-    value = env(name)
-    if value is None:
-        return default
-    try:
-        return int(value)
-    except ValueError as exc:
-        raise ImproperlyConfigured(f"{name} must be an integer, not {value!r}") from exc
+    """An integer from the environment, or `default` when unset."""
+    return _env_number(name, default, int, "an integer")
 
 
 def env_float(name: str, default: float) -> float:
+    """A number from the environment, or `default` when unset."""
+    return _env_number(name, default, float, "a number")
+
+
+def _env_number(name: str, default, parse, what: str):
     value = env(name)
     if value is None:
         return default
     try:
-        return float(value)
+        return parse(value)
     except ValueError as exc:
-        raise ImproperlyConfigured(f"{name} must be a number, not {value!r}") from exc
+        raise ImproperlyConfigured(f"{name} must be {what}, not {value!r}") from exc
 
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent  # the checkout: manage.py, kiln/, ...

@@ -5,16 +5,8 @@ from __future__ import annotations
 
 from django.core.exceptions import ImproperlyConfigured
 
-from kiln.settings.environ import (
-    BASE_DIR,
-    REDIS_URL,
-    STANDALONE,
-    VAR_DIR,
-    env,
-    env_bool,
-    env_float,
-    env_int,
-)
+from kiln.settings import environ
+from kiln.settings.environ import REDIS_URL, STANDALONE, VAR_DIR, env, env_bool, env_float, env_int
 
 # --- celery ----------------------------------------------------------------
 
@@ -49,6 +41,12 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_DB_REUSE_MAX = env_int("CELERY_DB_REUSE_MAX", 1000)
 CELERY_BEAT_SCHEDULE: dict[str, dict] = {}
 
+
+def _beat(name: str, task: str, seconds: float) -> None:
+    """Have beat send `task` every `seconds`, under the entry `name`."""
+    CELERY_BEAT_SCHEDULE[name] = {"task": task, "schedule": seconds}
+
+
 # --- audit chain (docs/audit.md) -------------------------------------------------
 
 KILN_AUDIT_STREAM = env("KILN_AUDIT_STREAM", "kiln:audit")
@@ -76,10 +74,7 @@ KILN_AUDIT_SIGNING_KEY_IS_DEV = env("KILN_AUDIT_SIGNING_KEY") is None or STANDAL
 KILN_AUDIT_ANCHORS = env("KILN_AUDIT_ANCHORS", f"dir:{VAR_DIR / 'audit' / 'anchor'}")
 KILN_AUDIT_WRITER_ROLE = env("KILN_AUDIT_WRITER_ROLE", "kiln_audit_writer")
 KILN_AUDIT_APP_ROLE = env("KILN_AUDIT_APP_ROLE", "kiln_app")
-CELERY_BEAT_SCHEDULE["audit-relay-sweep"] = {
-    "task": "audit.tasks.relay_outbox",
-    "schedule": KILN_AUDIT_SWEEP_SECONDS,
-}
+_beat("audit-relay-sweep", "audit.tasks.relay_outbox", KILN_AUDIT_SWEEP_SECONDS)
 
 # --- delivery ------------------------------------------------------------------
 
@@ -112,7 +107,7 @@ KILN_KUBE_POOL_SIZE = env_int("KILN_KUBE_POOL_SIZE", 16)
 KILN_KUBECONFIG_SERVER = env("KILN_KUBECONFIG_SERVER")
 
 # --- environments (portal) ------------------------------------------------------
-KILN_POLICY_DIR = env("KILN_POLICY_DIR", str(BASE_DIR / "deploy" / "policies"))
+KILN_POLICY_DIR = env("KILN_POLICY_DIR", str(environ.BASE_DIR / "deploy" / "policies"))
 KILN_POLICY_TIMEOUT_SECONDS = env_float("KILN_POLICY_TIMEOUT_SECONDS", 2.0)
 KILN_TEAM_LIMITS = env("KILN_TEAM_LIMITS", "cpu=128,memoryGi=512,gpu=8,environments=20")
 KILN_DATASTORE_POOLS = env(
@@ -132,19 +127,13 @@ KILN_LIFECYCLE_CLASSES = env("KILN_LIFECYCLE_CLASSES", "")
 KILN_TERMINATE_CHECK_URL = env("KILN_TERMINATE_CHECK_URL", "")
 KILN_LIFECYCLE_HTTP_TIMEOUT_SECONDS = env_float("KILN_LIFECYCLE_HTTP_TIMEOUT_SECONDS", 2.0)
 KILN_REAP_INTERVAL_SECONDS = env_float("KILN_REAP_INTERVAL_SECONDS", 60)
-CELERY_BEAT_SCHEDULE["portal-reap-expired"] = {
-    "task": "portal.reap_expired",
-    "schedule": KILN_REAP_INTERVAL_SECONDS,
-}
+_beat("portal-reap-expired", "portal.reap_expired", KILN_REAP_INTERVAL_SECONDS)
 # Budgets: the one currency prices and budgets are in; how often teams' budgets are checked
 # (thresholds told, idle environments put to sleep at the budget) and what counts as idle then.
 KILN_CURRENCY = env("KILN_CURRENCY", "USD")
 KILN_BUDGET_CHECK_SECONDS = env_float("KILN_BUDGET_CHECK_SECONDS", 300)
 KILN_BUDGET_IDLE_SECONDS = env_float("KILN_BUDGET_IDLE_SECONDS", 3600)
-CELERY_BEAT_SCHEDULE["portal-budgets-enforce"] = {
-    "task": "portal.budgets_enforce",
-    "schedule": KILN_BUDGET_CHECK_SECONDS,
-}
+_beat("portal-budgets-enforce", "portal.budgets_enforce", KILN_BUDGET_CHECK_SECONDS)
 
 # --- scheduler ---------------------------------------------------------------
 # Score weights (each in [0, 1], summing to 1; checked when the app loads).
@@ -160,10 +149,7 @@ KILN_SCHEDULER_SNAPSHOT_TTL_SECONDS = env_float("KILN_SCHEDULER_SNAPSHOT_TTL_SEC
 KILN_SCHEDULER_SPREAD_K = env("KILN_SCHEDULER_SPREAD_K", "standard=2,batch=2")
 # Nodes sync from the configured cluster (KILN_DELIVERY_BACKEND) every this many seconds.
 KILN_SCHEDULER_SYNC_SECONDS = env_float("KILN_SCHEDULER_SYNC_SECONDS", 15.0)
-CELERY_BEAT_SCHEDULE["scheduler-nodes-resync"] = {
-    "task": "scheduler.tasks.nodes_resync",
-    "schedule": KILN_SCHEDULER_SYNC_SECONDS,
-}
+_beat("scheduler-nodes-resync", "scheduler.tasks.nodes_resync", KILN_SCHEDULER_SYNC_SECONDS)
 # The simulated cluster's Karpenter, kube-scheduler and spot reclaims (docs/scheduler.md): they
 # act only where the delivery backend simulates scheduling (the simulated cluster).
 KILN_SIM_CLUSTER_TICK_SECONDS = env_float("KILN_SIM_CLUSTER_TICK_SECONDS", 5.0)
@@ -174,18 +160,16 @@ KILN_SIM_SPOT_RECLAIM_SCALE = env_float(
 KILN_SIM_SPOT_NOTICE_SECONDS = env_float("KILN_SIM_SPOT_NOTICE_SECONDS", 120.0)
 KILN_SIM_DEMO_WORKLOAD = env_bool("KILN_SIM_DEMO_WORKLOAD", STANDALONE)
 KILN_SIM_NODE_CACHE_CAPABLE = env_bool("KILN_SIM_NODE_CACHE_CAPABLE", True)
-CELERY_BEAT_SCHEDULE["scheduler-cluster-tick"] = {
-    "task": "scheduler.tasks.cluster_tick",
-    "schedule": KILN_SIM_CLUSTER_TICK_SECONDS,
-}
+_beat("scheduler-cluster-tick", "scheduler.tasks.cluster_tick", KILN_SIM_CLUSTER_TICK_SECONDS)
 # Disruption freezes (docs/scheduler.md): no node stays out of Karpenter's voluntary disruption
 # for Kiln's sake longer than this; the beat releases freezes whose holder is gone this often.
 KILN_DISRUPTION_FREEZE_MAX_SECONDS = env_float("KILN_DISRUPTION_FREEZE_MAX_SECONDS", 21600.0)
 KILN_DISRUPTION_FREEZE_REAP_SECONDS = env_float("KILN_DISRUPTION_FREEZE_REAP_SECONDS", 15.0)
-CELERY_BEAT_SCHEDULE["scheduler-disruption-freezes-reap"] = {
-    "task": "scheduler.tasks.disruption_freezes_reap",
-    "schedule": KILN_DISRUPTION_FREEZE_REAP_SECONDS,
-}
+_beat(
+    "scheduler-disruption-freezes-reap",
+    "scheduler.tasks.disruption_freezes_reap",
+    KILN_DISRUPTION_FREEZE_REAP_SECONDS,
+)
 
 # --- chaos (docs/chaos.md): leader-election timings of fault leases, in seconds --------------
 
@@ -205,10 +189,7 @@ KILN_CHAOS_LEASE_NAMESPACE = env("KILN_CHAOS_LEASE_NAMESPACE", "kiln")
 # Start a controller task when an experiment starts (off for the crash benchmark, which runs its own).
 KILN_CHAOS_AUTORUN = env_bool("KILN_CHAOS_AUTORUN", True)
 CELERY_IMPORTS = ("canary.chaos.tasks",)
-CELERY_BEAT_SCHEDULE["chaos-reaper"] = {
-    "task": "chaos.tasks.chaos_reap",
-    "schedule": KILN_CHAOS_REAPER_PERIOD,
-}
+_beat("chaos-reaper", "chaos.tasks.chaos_reap", KILN_CHAOS_REAPER_PERIOD)
 
 # --- canary rollouts (docs/canary.md) -------------------------------------------------------
 # Each rollout re-enqueues its next tick; this beat sweep enqueues any tick that is due, so a
@@ -226,13 +207,11 @@ KILN_PROMETHEUS_URL_ALLOWLIST = [
 KILN_PROMETHEUS_SETTLE_SECONDS = env_float("KILN_PROMETHEUS_SETTLE_SECONDS", 15.0)
 KILN_PROMETHEUS_TIMEOUT_SECONDS = env_float("KILN_PROMETHEUS_TIMEOUT_SECONDS", 5.0)
 KILN_PROMETHEUS_SCRAPE_SECONDS = env_float("KILN_PROMETHEUS_SCRAPE_SECONDS", 0.0)
-CELERY_BEAT_SCHEDULE["canary-rollouts-tick-due"] = {
-    "task": "canary.tasks.rollouts_tick_due",
-    "schedule": KILN_CANARY_SWEEP_SECONDS,
-}
+_beat("canary-rollouts-tick-due", "canary.tasks.rollouts_tick_due", KILN_CANARY_SWEEP_SECONDS)
 # Running rollouts renew the disruption freeze of their canary's nodes this often (docs/scheduler.md).
 KILN_CANARY_FREEZE_SYNC_SECONDS = env_float("KILN_CANARY_FREEZE_SYNC_SECONDS", 10.0)
-CELERY_BEAT_SCHEDULE["canary-rollouts-freeze-sync"] = {
-    "task": "canary.tasks.rollouts_freeze_sync",
-    "schedule": KILN_CANARY_FREEZE_SYNC_SECONDS,
-}
+_beat(
+    "canary-rollouts-freeze-sync",
+    "canary.tasks.rollouts_freeze_sync",
+    KILN_CANARY_FREEZE_SYNC_SECONDS,
+)
