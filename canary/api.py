@@ -1,12 +1,8 @@
 """Rollout REST API: thin views that validate, call one service or selector, and serialise.
 
-The response serializers come first: they type every field of what the views answer
-(`canary.selectors` builds the rollout shapes, which the dashboard's stream shares);
-they describe and hold no rule. Services validate and answer 400 with the reason; the
-limits written here are theirs, documented for clients.
-
-A few lines past ~400: one thin view per rollout and service endpoint, each with the
-schema its clients read; the views share their helpers here rather than across files.
+The responses are typed in `canary.api_schema` and the service registry's views are in
+`canary.api_services`. Services validate and answer 400 with the reason; the limits
+written here are theirs, documented for clients.
 """
 
 from __future__ import annotations
@@ -24,193 +20,19 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from canary import selectors, services
-from canary.models import Arm, MetricsSource, Rollout, RolloutStatus
-from kiln.api_fields import StrictCharField, StrictSerializer, StrictSlugField, StrictURLField
-from kiln.errors import NotFound
-from kiln.identity.models import Team
+from canary.api_schema import (
+    ObservationOutput,
+    RolloutOutput,
+    RolloutPageOutput,
+    RolloutSeriesOutput,
+)
+from canary.models import Rollout, RolloutStatus
+from kiln.api_fields import StrictCharField, StrictSerializer
 from kiln.identity.permissions import actor_from_request
-from kiln.openapi import PAGE_PARAMETERS, documented, errors, paginated
+from kiln.openapi import PAGE_PARAMETERS, documented, errors
 from kiln.pagination import LimitOffsetPagination
 from kiln.params import parse_choice
 from portal.validation import DNS_LABEL_RE
-
-# --- responses ---------------------------------------------------------------------------
-
-
-class ServiceOutput(serializers.Serializer):
-    """A service that rollouts shift traffic for."""
-
-    id = serializers.UUIDField()
-    team = serializers.CharField(source="team.slug")
-    name = serializers.CharField()
-    namespace = serializers.CharField()
-    host = serializers.CharField()
-    metrics_source = serializers.ChoiceField(choices=MetricsSource.values)
-    sim_traffic_class = serializers.CharField()
-
-    class Meta:
-        ref_name = "CanaryService"
-
-
-class RolloutServiceOutput(serializers.Serializer):
-    id = serializers.UUIDField()
-    name = serializers.CharField()
-    namespace = serializers.CharField()
-    team = serializers.CharField()
-
-    class Meta:
-        ref_name = "RolloutService"
-
-
-class RolloutOutput(serializers.Serializer):
-    """A rollout's state (`canary.selectors.rollout_summary`)."""
-
-    id = serializers.UUIDField()
-    service = RolloutServiceOutput()
-    baseline_version = serializers.CharField()
-    canary_version = serializers.CharField()
-    steps = serializers.ListField(child=serializers.IntegerField(min_value=0, max_value=100))
-    ticks_per_step = serializers.IntegerField(min_value=1)
-    tick_seconds = serializers.FloatField()
-    status = serializers.ChoiceField(choices=RolloutStatus.values)
-    weight = serializers.IntegerField(min_value=0, max_value=100, help_text="Canary traffic, %.")
-    ticks_done = serializers.IntegerField(min_value=0)
-    reason = serializers.CharField(allow_blank=True)
-    finished = serializers.BooleanField()
-    analysis = serializers.DictField(
-        child=serializers.JSONField(),
-        help_text="The latest analysis: bounds, CUSUM, per-channel sample sizes.",
-    )
-    requests_needed = serializers.FloatField(
-        allow_null=True, help_text="Requests per arm that would likely settle it (inconclusive)."
-    )
-    minutes_needed = serializers.FloatField(allow_null=True)
-    created_at = serializers.DateTimeField(allow_null=True)
-    finished_at = serializers.DateTimeField(allow_null=True)
-
-    class Meta:
-        ref_name = "Rollout"
-
-
-RolloutPageOutput = paginated(RolloutOutput, "RolloutPage")
-
-
-def _stat(help_text: str = "") -> serializers.FloatField:
-    return serializers.FloatField(allow_null=True, help_text=help_text)
-
-
-class TickOutput(serializers.Serializer):
-    """One analysis tick's statistics (null where the window had no evidence)."""
-
-    tick = serializers.IntegerField(min_value=0)
-    weight = serializers.IntegerField(min_value=0, max_value=100)
-    action = serializers.CharField()
-    canary_error_rate = _stat()
-    baseline_error_rate = _stat()
-    llr = _stat("SPRT log-likelihood ratio")
-    llr_lower = _stat()
-    llr_upper = _stat()
-    cusum = _stat("CUSUM statistic of latency")
-    cusum_median = _stat()
-    cusum_tail = _stat()
-    cusum_threshold = _stat()
-    requests_needed = _stat()
-    minutes_needed = _stat()
-    settle = serializers.CharField(allow_blank=True)
-    empty = serializers.BooleanField(help_text="A window without traffic or metrics: no evidence.")
-    canary_p50_ms = _stat()
-    baseline_p50_ms = _stat()
-    canary_p99_ms = _stat()
-    baseline_p99_ms = _stat()
-    reason = serializers.CharField(allow_blank=True)
-
-    class Meta:
-        ref_name = "RolloutTick"
-
-
-class DecisionOutput(serializers.Serializer):
-    """A state-changing decision: who, which weight change, why."""
-
-    id = serializers.IntegerField()
-    tick = serializers.IntegerField(min_value=0)
-    kind = serializers.CharField()
-    actor = serializers.CharField()
-    from_weight = serializers.IntegerField(min_value=0, max_value=100)
-    to_weight = serializers.IntegerField(min_value=0, max_value=100)
-    reason = serializers.CharField(allow_blank=True)
-    at = serializers.DateTimeField()
-
-    class Meta:
-        ref_name = "RolloutDecision"
-
-
-class RolloutSeriesOutput(serializers.Serializer):
-    """A rollout with every tick's statistics and every decision (`rollout_series`)."""
-
-    rollout = RolloutOutput()
-    ticks = TickOutput(many=True)
-    decisions = DecisionOutput(many=True)
-
-    class Meta:
-        ref_name = "RolloutSeries"
-
-
-class ObservationOutput(serializers.Serializer):
-    """A pushed observation, queued for the next tick."""
-
-    id = serializers.IntegerField()
-    arm = serializers.ChoiceField(choices=Arm.values)
-    requests = serializers.IntegerField(min_value=0)
-    errors = serializers.IntegerField(min_value=0)
-    samples = serializers.IntegerField(min_value=0, help_text="Latency samples kept.")
-
-    class Meta:
-        ref_name = "Observation"
-
-
-# --- views -------------------------------------------------------------------------------
-
-
-class ServiceListCreateApi(APIView):
-    """GET: services the caller may see. POST: register a service (team engineers)."""
-
-    class InputSerializer(StrictSerializer):
-        team = StrictSlugField()
-        name = documented(StrictCharField(max_length=63), pattern=DNS_LABEL_RE.pattern)
-        namespace = documented(StrictCharField(max_length=63), pattern=DNS_LABEL_RE.pattern)
-        # Left out: the service's own default ("" = derived from name and namespace); a JSON
-        # Schema `default` must satisfy the field, and "" is not a host.
-        host = StrictCharField(max_length=253, required=False)
-        metrics_source = serializers.ChoiceField(
-            MetricsSource.values, default=MetricsSource.SIMULATED
-        )
-        prometheus_url = StrictURLField(required=False)  # left out: none (simulated metrics)
-        queries = serializers.DictField(child=StrictCharField(), required=False, default=dict)
-        sim_traffic_class = StrictCharField(required=False, default="steady")
-
-        class Meta:
-            ref_name = "CanaryServiceCreate"
-
-    @extend_schema(operation_id="canary_services_list", responses=ServiceOutput(many=True))
-    def get(self, request):
-        actor = actor_from_request(request)
-        return Response(ServiceOutput(selectors.service_list(viewer=actor), many=True).data)
-
-    @extend_schema(
-        operation_id="canary_services_create",
-        request=InputSerializer,
-        responses={201: ServiceOutput, **errors(404, 409)},
-    )
-    def post(self, request):
-        actor = actor_from_request(request)
-        data = self.InputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        fields = dict(data.validated_data)
-        team = Team.objects.filter(slug=fields.pop("team")).first()
-        if team is None:
-            raise NotFound("no such team")
-        service = services.service_create(actor=actor, team=team, **fields)
-        return Response(ServiceOutput(service).data, status=201)
 
 
 class RolloutListCreateApi(APIView):
@@ -401,3 +223,13 @@ class RolloutObservationApi(APIView):
         rollout = selectors.rollout_get(viewer=actor, rollout_id=rollout_id)
         obs = services.observation_push(actor=actor, rollout=rollout, **data.validated_data)
         return Response(ObservationOutput(obs).data, status=202)
+
+
+# The POST endpoints on one rollout, by the last segment of their path (canary/urls.py).
+ROLLOUT_ACTIONS: dict[str, type[APIView]] = {
+    "abort": RolloutAbortApi,
+    "promote": RolloutPromoteApi,
+    "retry": RolloutRetryApi,
+    "extend": RolloutExtendApi,
+    "observations": RolloutObservationApi,
+}

@@ -5,7 +5,7 @@ Chaos experiments have their own routes in canary/chaos/urls.py.
 
 from django.urls import path
 
-from canary import api, views
+from canary import api, api_services, views
 
 app_name = "canary"
 
@@ -16,20 +16,11 @@ urlpatterns: list = [
     path("rollouts/<uuid:rollout_id>/action/", views.rollout_action, name="rollout-action"),
 ]
 api_urlpatterns: list = [
-    path("canary/services/", api.ServiceListCreateApi.as_view(), name="service-list"),
+    path("canary/services/", api_services.ServiceListCreateApi.as_view(), name="service-list"),
     path("rollouts/", api.RolloutListCreateApi.as_view(), name="rollout-list"),
     path("rollouts/<str:rollout_id>/", api.RolloutDetailApi.as_view(), name="rollout-detail"),
-    path("rollouts/<str:rollout_id>/abort/", api.RolloutAbortApi.as_view(), name="rollout-abort"),
-    path(
-        "rollouts/<str:rollout_id>/promote/",
-        api.RolloutPromoteApi.as_view(),
-        name="rollout-promote",
-    ),
-    path("rollouts/<str:rollout_id>/retry/", api.RolloutRetryApi.as_view(), name="rollout-retry"),
-    path("rollouts/<str:rollout_id>/extend/", api.RolloutExtendApi.as_view(), name="rollout-extend"),
-    path(
-        "rollouts/<str:rollout_id>/observations/",
-        api.RolloutObservationApi.as_view(),
-        name="rollout-observations",
+    *(
+        path(f"rollouts/<str:rollout_id>/{action}/", view.as_view(), name=f"rollout-{action}")
+        for action, view in api.ROLLOUT_ACTIONS.items()
     ),
 ]
