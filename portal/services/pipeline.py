@@ -1,7 +1,8 @@
 """The one driver of an environment's lifecycles: a pipeline is an ordered tuple of steps (data),
 `pipeline_advance` takes it as far as it can go now.
 
-A step is a small function of the pass (`Run`) returning done, pending or failed (`Result`).
+A step is a small function of the pass (`Run`) returning done, pending or failed (`Result`);
+those types are in `portal/services/pipeline_data.py` and re-exported here.
 The driver, not the step, records what happened, turns outcomes into lifecycle states and owns
 the pipeline's span:
 
@@ -31,10 +32,8 @@ dropped, and the next pass does that work again.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from datetime import datetime
-from enum import StrEnum
 from typing import Any
 
 from django.db import transaction
@@ -42,151 +41,26 @@ from django.db import transaction
 import audit
 from kiln import changes
 from kiln.errors import IllegalTransition
-from kiln.identity.permissions import Actor, system_actor
+from kiln.identity.permissions import system_actor
 from kiln.observability import continue_trace, tracer
 from portal.lifecycle import Status
 from portal.models import Environment, ProvisioningStep
 from portal.selectors import change_key
 from portal.services.lifecycle import audit_target, environment_transition
+from portal.services.pipeline_data import (
+    Move,
+    Outcome,
+    Pipeline,
+    Result,
+    Run,
+    Step,
+    done,
+    failed,
+    pending,
+)
 from portal.services.steps import step_done, step_failed, step_started
 
 PENDING, NOOP = "pending", "noop"
-
-
-class Outcome(StrEnum):
-    """What a step says of itself."""
-
-    DONE = "done"
-    PENDING = "pending"
-    FAILED = "failed"
-
-
-@dataclass(frozen=True)
-class Result:
-    """A step's outcome and what the driver records with it."""
-
-    outcome: Outcome
-    detail: str = ""  # the step row's detail
-    data: Mapping[str, Any] = field(default_factory=dict)  # on the step's event, or the failure's
-    record: Callable[[], None] | None = (
-        None  # the step's own writes, in the transaction of its record
-    )
-    reason: str = ""  # failed: the move's reason; pending: why it waits
-    remaining: tuple[str, ...] = ()  # pending: what is still there
-    bounded: bool = True  # pending: the pipeline's deadline applies (False: the step has its own)
-    to: Status = Status.FAILED  # failed: the state it ends in
-    actor: Actor | None = None  # failed: who moves it, when not the pipeline's actor
-    updates: Mapping[str, Any] = field(default_factory=dict)  # failed: fields set with the move
-    failed_step: str | None = None  # failed: the row marked failed (None: this step; "": none)
-
-
-def done(detail: str = "", *, data: Mapping[str, Any] | None = None, record=None) -> Result:
-    """The step is done; `record` runs in the transaction that records it."""
-    return Result(Outcome.DONE, detail=detail, data=data or {}, record=record)
-
-
-def pending(reason: str = "", *, remaining: tuple[str, ...] = (), bounded: bool = True) -> Result:
-    """The step waits for something outside; the pipeline asks again on its next pass."""
-    return Result(Outcome.PENDING, reason=reason, remaining=remaining, bounded=bounded)
-
-
-def failed(
-    reason: str,
-    *,
-    detail: str = "",
-    data: Mapping[str, Any] | None = None,
-    record=None,
-    to: Status = Status.FAILED,
-    actor: Actor | None = None,
-    updates: Mapping[str, Any] | None = None,
-    failed_step: str | None = None,
-) -> Result:
-    """The pipeline stops in `to` (FAILED by default) with `reason`."""
-    return Result(
-        Outcome.FAILED,
-        detail=detail or reason,
-        data=data or {},
-        record=record,
-        reason=reason,
-        to=to,
-        actor=actor,
-        updates=updates or {},
-        failed_step=failed_step,
-    )
-
-
-@dataclass
-class Run:
-    """One pass of a pipeline over one environment: what the steps read and share."""
-
-    pipeline: Pipeline
-    environment: Environment
-    actor: Actor
-    rows: dict[str, tuple[str, datetime | None]]  # step name -> (status, started_at)
-    memo: dict[str, Any] = field(default_factory=dict)  # values steps share within the pass
-
-    @property
-    def backend(self):
-        """The delivery backend, looked up once a pass."""
-        if "backend" not in self.memo:
-            self.memo["backend"] = self.pipeline.backend()
-        return self.memo["backend"]
-
-    def once(self, key: str, compute: Callable[[], Any]) -> Any:
-        """`compute()` the first time `key` is asked for in this pass, the same value after."""
-        if key not in self.memo:
-            self.memo[key] = compute()
-        return self.memo[key]
-
-
-def _always(run: Run) -> bool:
-    return True
-
-
-@dataclass(frozen=True)
-class Step:
-    """One step of a pipeline: its name (its row's), what it does, and how the driver runs it."""
-
-    name: str
-    run: Callable[[Run], Result]
-    starts: bool = True  # recorded running (and what came before committed) before it runs
-    guard: Callable[[Run], Result | None] | None = None  # asked before the start: a result ends it
-    when: Callable[[Run], bool] = _always  # whether this environment's pipeline has the step
-
-
-@dataclass(frozen=True)
-class Move:
-    """A lifecycle move the pipeline makes: why, and the fields and audit data that go with it."""
-
-    reason: str
-    updates: Mapping[str, Any] = field(default_factory=dict)
-    data: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Pipeline:
-    """A lifecycle as data: entered from one state, run in another, ended in a third."""
-
-    name: str
-    span: str  # the span the driver opens for a pass
-    actor: str  # the system actor of its moves and records
-    steps: tuple[Step, ...]
-    enters_from: Status  # e.g. APPROVED
-    runs_in: Status  # e.g. PROVISIONING
-    ends_in: Status  # e.g. READY
-    entry: Callable[[Run], Move]
-    end: Callable[[Run], Move]
-    backend: Callable[[], Any]
-    waiting: Callable[[Run, Step, Result], Result] = lambda run, step, result: result
-    joins_request_trace: bool = False  # the span continues the request's trace
-    repeats: bool = False  # entered again and again (sleep, wake): its rows start afresh
-    # Ends in the state it runs in: the end is `portal.environment.<settles_as>`, not a move.
-    settles_as: str = ""
-
-    @property
-    def step_names(self) -> tuple[str, ...]:
-        """Its steps' names, in order."""
-        return tuple(s.name for s in self.steps)
 
 
 class _Pass:
@@ -246,18 +120,23 @@ class _Pass:
         self.entering, self.records = False, []
 
 
+def _move(*, actor: Any, environment: Environment, to: Status, move: Move) -> None:
+    """The lifecycle move `move` describes, to `to`, audited (`environment_transition`)."""
+    environment_transition(
+        actor=actor,
+        environment=environment,
+        to=to,
+        reason=move.reason,
+        updates=dict(move.updates),
+        data=dict(move.data),
+    )
+
+
 def pipeline_enter(pipeline: Pipeline, *, actor: Any, environment: Environment, move: Move) -> None:
     """Move the environment into the pipeline's running state (`actor`'s move: a person's, when a
     person asked); a repeating pipeline's rows start afresh in the same transaction."""
     with transaction.atomic():
-        environment_transition(
-            actor=actor,
-            environment=environment,
-            to=pipeline.runs_in,
-            reason=move.reason,
-            updates=dict(move.updates),
-            data=dict(move.data),
-        )
+        _move(actor=actor, environment=environment, to=pipeline.runs_in, move=move)
         if pipeline.repeats:  # a new round: the last round's rows no longer say anything is done
             ProvisioningStep.objects.filter(
                 environment=environment, name__in=pipeline.step_names
@@ -340,13 +219,11 @@ def _fail(run: Run, records: _Pass, step: Step, result: Result) -> str:
             result.record()
         if name:
             step_failed(environment=env, name=name, detail=result.detail)
-        environment_transition(
+        _move(
             actor=result.actor or run.actor,
             environment=env,
             to=result.to,
-            reason=result.reason,
-            updates=dict(result.updates),
-            data=dict(result.data),
+            move=Move(result.reason, result.updates, result.data),
         )
 
     try:
@@ -365,14 +242,7 @@ def _end(run: Run, records: _Pass) -> str:
         if pipeline.settles_as:
             _settle(run, end)
             return
-        environment_transition(
-            actor=run.actor,
-            environment=run.environment,
-            to=pipeline.ends_in,
-            reason=end.reason,
-            updates=dict(end.updates),
-            data=dict(end.data),
-        )
+        _move(actor=run.actor, environment=run.environment, to=pipeline.ends_in, move=end)
 
     try:
         records.commit(then=move)
@@ -411,3 +281,20 @@ def _moved_elsewhere(records: _Pass, *, skip: str = "") -> str:
     if not records.entering:
         records.commit(skip=skip)
     return NOOP
+
+
+__all__ = [
+    "NOOP",
+    "PENDING",
+    "Move",
+    "Outcome",
+    "Pipeline",
+    "Result",
+    "Run",
+    "Step",
+    "done",
+    "failed",
+    "pending",
+    "pipeline_advance",
+    "pipeline_enter",
+]
