@@ -1,6 +1,7 @@
-"""The month of simulated use (bench/portal/spend_month.py): the people are seeded and shaped as
-the docstring says, and node-hours count what holds nodes, a sleeping pool only until Karpenter
-would have removed its emptied nodes."""
+"""The month of simulated use (bench/portal/spend_month.py, its people and pricing in
+bench/portal/spend_model.py): the people are seeded and shaped as the docstring says, and
+node-hours count what holds nodes, a sleeping pool only until Karpenter would have removed its
+emptied nodes."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from decimal import Decimal
 import pytest
 from django.core.management import CommandError, call_command
 
-from bench.portal import spend_month as sm
+from bench.portal import spend_model as sm
 from portal.lifecycle import Status
 
 
@@ -50,7 +51,7 @@ def test_node_hours_count_awake_time_and_a_sleeping_pool_until_it_is_emptied():
         ],
     )  # fmt: skip
     # 10 h + 5 min + 12 s + (6 h - 12 s) = 16 h 5 min.
-    assert sm._node_hours(tracked) == Decimal(16) + Decimal(5) / 60
+    assert sm.node_hours(tracked) == Decimal(16) + Decimal(5) / 60
 
 
 @pytest.mark.django_db

@@ -1,10 +1,11 @@
 """`python manage.py spend_month_demo --json`: a month of simulated use priced three ways (TTL
 only, idle teardown, sleep and wake), with the wakes' p95 and the environments lost.
 
-See bench/portal/spend_month.py for the people, the policies and how spend is priced. The
-target: sleep_wake spend at least 40% below ttl_only, no environment lost, wake p95 under 60 s.
-Nothing in the demo or in the class defaults it runs on was chosen on a seed: the seeds given
-are the ones reported (the JSON says so); seed 1 was used only while writing it.
+See bench/portal/spend_month.py for the policies, bench/portal/spend_model.py for the people and
+how spend is priced. The target: sleep_wake spend at least 40% below ttl_only, no environment
+lost, wake p95 under 60 s. Nothing in the demo or in the class defaults it runs on was chosen on
+a seed: the seeds given are the ones reported (the JSON says so); seed 1 was used only while
+writing it.
 """
 
 from __future__ import annotations
