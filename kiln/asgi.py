@@ -38,7 +38,7 @@ websocket_urlpatterns = [
 
 application = ProtocolTypeRouter(
     {
-        "http": FastReads(django_asgi_app),
+        "http": FastReads(django_asgi_app) if settings.KILN_FAST_READS else django_asgi_app,
         # Scheme, host and port must be the socket's own (or a CSRF_TRUSTED_ORIGINS entry).
         "websocket": SameOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))

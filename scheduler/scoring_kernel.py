@@ -23,10 +23,12 @@ through a positions array instead made the extender's score pass 1.5x slower.
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 from numba import njit
 
+from scheduler import scoring
 from scheduler.scoring import (
     BATCH,
     FIT,
@@ -43,6 +45,10 @@ from scheduler.scoring import (
     PodRequest,
     Weights,
 )
+
+# KILN_SCHEDULER_COMPILED_KERNEL=0: the extender's filter_rows/score_rows run the numpy
+# reference instead (to compare: `extender_bench`).
+COMPILED = os.environ.get("KILN_SCHEDULER_COMPILED_KERNEL", "1") != "0"
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -193,6 +199,9 @@ def filter_rows(
     rows: np.ndarray, pod: PodRequest, usable: np.ndarray | None = None, unusable: int = 0
 ) -> np.ndarray:
     """`scoring.filter_matrix` (int8 reasons); positions not `usable` get the reason `unusable`."""
+    if not COMPILED:
+        reasons = scoring.filter_matrix(rows, pod)
+        return reasons if usable is None else np.where(usable, reasons, unusable).astype(np.int8)
     n = rows.shape[0]
     out = np.empty(n, dtype=np.int8)
     if usable is None:
@@ -206,6 +215,8 @@ def score_rows(
     rows: np.ndarray, pod: PodRequest, weights: Weights, reasons: np.ndarray
 ) -> np.ndarray:
     """`scoring.score_nodes` over rows: int64 scores in [0, 10], 0 where the reason is not FIT."""
+    if not COMPILED:
+        return scoring.score_matrix(rows, pod, weights, reasons)
     n = rows.shape[0]
     out = np.empty(n, dtype=np.int64)
     score_all(

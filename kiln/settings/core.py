@@ -102,6 +102,9 @@ KILN_GC_FREEZE = env_bool("KILN_GC_FREEZE", True)
 # The web runs a request's middleware and view in one thread (kiln/asgi_handler.py); 0 gives
 # Django's own ASGI handler, to compare (`manage.py web_bench`).
 KILN_WEB_ONE_THREAD = env_bool("KILN_WEB_ONE_THREAD", True)
+# Public tile and proof GETs are answered beside the middleware (kiln/fast_reads.py); 0 sends
+# them through Django like every other request, to compare (`manage.py audit_tlog_bench`).
+KILN_FAST_READS = env_bool("KILN_FAST_READS", True)
 
 TEMPLATES = [
     {
@@ -123,8 +126,11 @@ TEMPLATES = [
 
 if DATABASE_URL:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_health_checks=True)}
-    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-        # Django's backend plus deferred rows written together (the audit outbox).
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env_bool(
+        "KILN_DB_DEFER_ROWS", True
+    ):
+        # Django's backend plus deferred rows written together (the audit outbox); 0 keeps
+        # Django's own, to compare (`manage.py audit_bench`).
         DATABASES["default"]["ENGINE"] = "kiln.postgresql"
     # Under ASGI every in-flight request runs its sync code in a thread of its own, so a
     # connection kept per thread (CONN_MAX_AGE > 0) grows with concurrency until PostgreSQL

@@ -27,6 +27,8 @@ This module stands apart from `names` so that reading the inventory
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 from numba import njit
 
@@ -34,6 +36,9 @@ from scheduler.extender.names import KEEP, MIX, SHIFT, WORD, NameTable
 
 _QUOTE, _BACKSLASH, _COMMA, _OPEN, _CLOSE = 0x22, 0x5C, 0x2C, 0x5B, 0x5D
 _NOT_AN_ARRAY = -1
+# KILN_EXTENDER_COMPILED_LOOKUP=0: `positions` finds nothing, so every array is decoded and
+# looked up name by name (to compare: `extender_bench --node-lists varied`).
+COMPILED = os.environ.get("KILN_EXTENDER_COMPILED_LOOKUP", "1") != "0"
 
 
 # _STOP[b]: whether byte b ends a run of a string's plain bytes (quote, backslash, control).
@@ -138,6 +143,8 @@ def positions(table: NameTable, array: bytes) -> np.ndarray | None:
     control characters (an escaped name's bytes are not the name): the caller
     decodes it instead, which also words any error.
     """
+    if not COMPILED:
+        return None
     width = table.width
     # Every string takes at least 3 bytes ('"",'), the brackets 2 (less one comma).
     capacity = max(1, (len(array) - 1) // 3)
