@@ -1,7 +1,8 @@
 """The policy gate: Kyverno `ValidatingPolicy` files evaluated with CEL, failing closed.
 
-Pure (no Django). A policy set is a directory of ValidatingPolicy YAML files; its version is
-the SHA-256 over every file's name and SHA-256. Each file is evaluated exactly as written:
+Pure (no Django). A policy set is a directory of ValidatingPolicy YAML files, loaded by
+`portal/policy_files.py` (whose names this module re-exports). Each file is evaluated exactly
+as written:
 `spec.matchConstraints.resourceRules` pick the objects, `spec.matchConditions` must all hold,
 `spec.variables` are evaluated in order into `variables`, and every
 `spec.validations[].expression` must return the boolean true.
@@ -13,176 +14,40 @@ result or running past the deadline is a denial with outcome "missing",
 never admits what it could not check. Validations whose `validationActions`
 hold no `Deny` (Audit or Warn only) are recorded but do not deny.
 
-Past ~400 lines because the CEL runner and its repairs for cel-python (`has()`, `filter()`)
-stay beside the gate that fails closed on them: the engine test swaps this module's runner
-for the reference interpreter and must swap exactly what the gate evaluates with.
+The CEL runner and its repairs for cel-python (`has()`, `filter()`) stay beside the gate that
+fails closed on them: the engine test swaps this module's runner for the reference interpreter
+and must swap exactly what the gate evaluates with.
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
 import threading
 from collections.abc import Iterable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import celpy
-import yaml
 
-POLICY_API_GROUP = "policies.kyverno.io"
-POLICY_KIND = "ValidatingPolicy"
-ALLOW, DENY, ERROR, TIMEOUT, MISSING = "allow", "deny", "error", "timeout", "missing"
-
-
-class PolicySetMissing(Exception):
-    """No policy set (or an empty one) where one was expected."""
-
-
-@dataclass(frozen=True)
-class PolicyFile:
-    """One ValidatingPolicy file: its name, path, content hash and parsed document (None if unparsable)."""
-
-    name: str
-    path: str
-    sha256: str
-    doc: dict[str, Any] | None
-    load_error: str = ""
-
-
-@dataclass(frozen=True)
-class PolicySet:
-    """The policies of one stage; `version` identifies exactly which file contents were in force."""
-
-    name: str
-    files: tuple[PolicyFile, ...]
-
-    @property
-    def version(self) -> str:
-        digest = hashlib.sha256()
-        for f in sorted(self.files, key=lambda f: f.path):
-            digest.update(f"{Path(f.path).name}:{f.sha256}\n".encode())
-        return digest.hexdigest()
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """One policy's outcome on one object."""
-
-    policy: str
-    sha256: str
-    target: str
-    allowed: bool
-    outcome: str
-    message: str = ""
-
-
-@dataclass
-class Evaluation:
-    """The outcome of a policy set over some objects: allowed only if no verdict denies."""
-
-    policy_set: str
-    version: str
-    verdicts: list[Verdict] = field(default_factory=list)
-
-    @property
-    def allowed(self) -> bool:
-        return bool(self.verdicts) and all(v.allowed for v in self.verdicts)
-
-    @property
-    def denials(self) -> list[Verdict]:
-        return [v for v in self.verdicts if not v.allowed]
-
-    def summary(self) -> str:
-        """One line naming every denial (or saying all allowed)."""
-        if self.allowed:
-            return f"all {len(self.verdicts)} policy checks allowed"
-        return "; ".join(f"{v.policy} on {v.target}: {v.message}" for v in self.denials)
-
-
-# Parsed files by (path, content hash): a changed file is parsed again, an unchanged one never.
-_parsed: dict[tuple[str, str], PolicyFile] = {}
-
-
-def load_policy_set(directory: Path | str, name: str) -> PolicySet:
-    """Read every *.yaml/*.yml in `directory`; raise PolicySetMissing if there is none."""
-    path = Path(directory)
-    if not path.is_dir():
-        raise PolicySetMissing(f"policy set {name!r} not found at {path}")
-    files: list[PolicyFile] = []
-    for file in sorted(list(path.glob("*.yaml")) + list(path.glob("*.yml"))):
-        raw = file.read_bytes()
-        sha = hashlib.sha256(raw).hexdigest()
-        cached = _parsed.get((str(file), sha))
-        if cached is None:
-            try:
-                doc = yaml.safe_load(raw)
-                _check_shape(doc)
-                cached = PolicyFile(doc["metadata"]["name"], str(file), sha, doc)
-            except Exception as exc:  # noqa: BLE001 - any unreadable file is recorded and denies
-                cached = PolicyFile(file.stem, str(file), sha, None, f"cannot load: {exc}")
-            _parsed[(str(file), sha)] = cached
-        files.append(cached)
-    if not files:
-        raise PolicySetMissing(f"policy set {name!r} at {path} holds no policy files")
-    return PolicySet(name, tuple(files))
-
-
-def _check_shape(doc: Any) -> None:
-    if not isinstance(doc, dict):
-        raise ValueError("not a mapping")
-    group = str(doc.get("apiVersion", "")).split("/")[0]
-    if group != POLICY_API_GROUP or doc.get("kind") != POLICY_KIND:
-        raise ValueError(f"not a {POLICY_API_GROUP} {POLICY_KIND}")
-    if not doc.get("metadata", {}).get("name"):
-        raise ValueError("no metadata.name")
-    spec = doc.get("spec") or {}
-    if not spec.get("validations"):
-        raise ValueError("no spec.validations")
-    constraints = spec.get("matchConstraints") or {}
-    if not constraints.get("resourceRules"):
-        raise ValueError("no spec.matchConstraints.resourceRules")
-    unsupported = set(constraints) - {"resourceRules", "matchPolicy"}
-    if unsupported:
-        raise ValueError(f"unsupported matchConstraints: {sorted(unsupported)}")
-
-
-def resource_of(kind: str) -> str:
-    """The plural resource name Kubernetes uses for a kind (NetworkPolicy -> networkpolicies)."""
-    lower = kind.lower()
-    if lower.endswith("y") and lower[-2:-1] not in "aeiou":
-        return lower[:-1] + "ies"
-    if lower.endswith(("s", "x", "ch", "sh")):
-        return lower + "es"
-    return lower + "s"
-
-
-def matches(doc: dict[str, Any], obj: dict[str, Any], operation: str = "CREATE") -> bool:
-    """True if one of the policy's resourceRules selects `obj` for `operation`."""
-    api_version = str(obj.get("apiVersion", ""))
-    group, _, version = api_version.rpartition("/")
-    resource = resource_of(str(obj.get("kind", "")))
-    name = _metadata(obj).get("name")
-    for rule in doc["spec"]["matchConstraints"]["resourceRules"]:
-        if not _in(rule.get("apiGroups"), group):
-            continue
-        if not _in(rule.get("apiVersions"), version):
-            continue
-        if not _in(rule.get("resources"), resource):
-            continue
-        if not _in(rule.get("operations"), operation):
-            continue
-        if rule.get("resourceNames") and name not in rule["resourceNames"]:
-            continue
-        return True
-    return False
-
-
-def _in(allowed: list[str] | None, value: str) -> bool:
-    return bool(allowed) and ("*" in allowed or value in allowed)
-
+from portal.policy_files import (
+    ALLOW,
+    DENY,
+    ERROR,
+    MISSING,
+    POLICY_API_GROUP,
+    POLICY_KIND,
+    TIMEOUT,
+    Evaluation,
+    PolicyFile,
+    PolicySet,
+    PolicySetMissing,
+    Verdict,
+    load_policy_set,
+    matches,
+    metadata_of,
+    resource_of,
+)
 
 # cel-python 0.5.0's transpiler makes `has(x)` a Python bool, which `&&`, `||` and `!` refuse.
 _HAS = re.compile(
@@ -263,14 +128,8 @@ def _is_bool(value: Any) -> bool:
     return isinstance(value, celpy.celtypes.BoolType | bool)
 
 
-def _metadata(obj: dict[str, Any]) -> dict[str, Any]:
-    """The object's metadata, or {} when it is missing or not a mapping (the policies then deny)."""
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, dict) else {}
-
-
 def _describe(obj: dict[str, Any]) -> str:
-    meta = _metadata(obj)
+    meta = metadata_of(obj)
     where = f"{meta['namespace']}/" if meta.get("namespace") else ""
     return f"{obj.get('kind', '?')} {where}{meta.get('name', '?')}"
 
@@ -311,8 +170,8 @@ def evaluate_policy(
             {
                 "operation": operation,
                 "userInfo": context.get("userInfo", {}),
-                "namespace": _metadata(subject).get("namespace", ""),
-                "name": _metadata(subject).get("name", ""),
+                "namespace": metadata_of(subject).get("namespace", ""),
+                "name": metadata_of(subject).get("name", ""),
             }
         ),
     }
@@ -431,3 +290,27 @@ def admit(policy_set: PolicySet, request: AdmissionRequest) -> list[Verdict]:
 def missing(name: str, reason: str) -> Evaluation:
     """The denial recorded when a policy set cannot be found."""
     return Evaluation(name, "", [Verdict(name, "", "*", False, MISSING, reason)])
+
+
+__all__ = [
+    "ALLOW",
+    "DENY",
+    "ERROR",
+    "MISSING",
+    "POLICY_API_GROUP",
+    "POLICY_KIND",
+    "TIMEOUT",
+    "AdmissionRequest",
+    "Evaluation",
+    "PolicyFile",
+    "PolicySet",
+    "PolicySetMissing",
+    "Verdict",
+    "admit",
+    "evaluate",
+    "evaluate_policy",
+    "load_policy_set",
+    "matches",
+    "missing",
+    "resource_of",
+]

@@ -79,6 +79,7 @@ DJANGO_FREE = (
     "portal.compose",
     "portal.lifecycle",
     "portal.policy",
+    "portal.policy_files",
     "scheduler.commitment",
     "scheduler.disruption",
     "scheduler.extender.encoding",
