@@ -1,4 +1,4 @@
-"""Portal tables: the simulated cluster, environment requests, environments and their decisions."""
+"""Environment requests, environments, and the decisions and steps recorded on them."""
 
 from __future__ import annotations
 
@@ -9,8 +9,6 @@ from django.db import models
 
 from kiln.identity.models import Team
 from kiln.validators import DNS_LABEL
-
-# --- environments ------------------------------------------------------------------
 
 
 class EnvClass(models.TextChoices):
@@ -142,7 +140,9 @@ class Environment(models.Model):
             # A staging plan's previous version (services/plan.py): the team's latest earlier
             # environment of the same name, read from this index instead of every row the team
             # ever had, each one's manifests read to compare (a cost growing with its history).
-            models.Index(fields=["team", "name", "created_at"], name="portal_env_team_name_created"),
+            models.Index(
+                fields=["team", "name", "created_at"], name="portal_env_team_name_created"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -225,182 +225,3 @@ class ProvisioningStep(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} {self.status}"
-
-
-class SleepSchedule(models.Model):
-    """When a team's environments sleep: waking windows (and sleep windows, which win) in an IANA
-    time zone; outside every waking window they sleep (portal/sleep_schedule.py reads it)."""
-
-    AWAKE = "awake"
-    ASLEEP = "asleep"
-
-    team = models.OneToOneField(Team, on_delete=models.CASCADE, related_name="sleep_schedule")
-    time_zone = models.CharField(max_length=64)
-    wake_windows = models.JSONField(default=list)  # [{"days": ["mon", ...], "start", "end"}]
-    sleep_windows = models.JSONField(default=list, blank=True)
-    enabled = models.BooleanField(default=True)
-    # What the schedule last wanted, so a pass acts on a change only (a person's own wake or
-    # sleep in between stands until the next change).
-    last_state = models.CharField(max_length=10, blank=True, default="")
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
-
-    def __str__(self) -> str:
-        return f"{self.team.slug} sleeps by {self.time_zone}"
-
-
-class TeamWebhook(models.Model):
-    """Where a team's chat notifications (expiry warnings, idle proposals) are posted."""
-
-    team = models.OneToOneField(Team, on_delete=models.CASCADE, related_name="webhook")
-    url = models.URLField(max_length=500, help_text="http(s) URL that accepts a JSON POST")
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    def __str__(self) -> str:
-        return f"{self.team.slug} -> {self.url}"
-
-
-class Notification(models.Model):
-    """One message to a team's webhook, posted by a Celery task with retries."""
-
-    PENDING = "pending"
-    SENT = "sent"
-    FAILED = "failed"
-
-    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="notifications")
-    # None for a message about the team as a whole (a budget threshold crossed).
-    environment = models.ForeignKey(
-        Environment, on_delete=models.CASCADE, related_name="notifications", null=True, blank=True
-    )
-    kind = models.CharField(max_length=40)  # expiry_warning | idle_proposed | budget_warning | ...
-    url = models.URLField(max_length=500)
-    payload = models.JSONField(default=dict)
-    status = models.CharField(max_length=10, default=PENDING)
-    attempts = models.PositiveIntegerField(default=0)
-    last_error = models.TextField(blank=True, default="")
-    created_at = models.DateTimeField(auto_now_add=True)
-    sent_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["id"]
-
-    def __str__(self) -> str:
-        return f"{self.kind} to {self.team.slug} [{self.status}]"
-
-
-class TenantAuditToken(models.Model):
-    """The bearer token a tenant API server's audit webhook presents: only its SHA-256 is kept."""
-
-    environment = models.OneToOneField(
-        Environment, on_delete=models.PROTECT, related_name="tenant_audit_token"
-    )
-    token_sha256 = models.CharField(max_length=64, unique=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    def __str__(self) -> str:
-        return f"sink token of {self.environment_id}"
-
-
-class TenantAuditEvent(models.Model):
-    """One archived tenant audit event, append-only; `running_sha256` folds every earlier one, and
-    each accepted batch's last running hash is in Kiln's chain (portal/tenant_audit.py)."""
-
-    environment = models.ForeignKey(
-        Environment, on_delete=models.PROTECT, related_name="tenant_audit_events"
-    )
-    seq = models.PositiveIntegerField()
-    audit_id = models.CharField(max_length=64)
-    event = models.JSONField()
-    event_sha256 = models.CharField(max_length=64)
-    running_sha256 = models.CharField(max_length=64)
-    received_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        ordering = ["environment", "seq"]
-        constraints = [
-            models.UniqueConstraint(fields=["environment", "seq"], name="portal_tenant_audit_seq"),
-            models.UniqueConstraint(
-                fields=["environment", "audit_id"], name="portal_tenant_audit_id"
-            ),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.environment_id}#{self.seq} {self.audit_id}"
-
-
-# --- budgets (portal/services/budgets.py) --------------------------------------------
-
-
-class TeamBudget(models.Model):
-    """A team's monthly budget in the platform's currency (KILN_CURRENCY); spend is what its
-    environments' nodes ran, priced (scheduler/showback.py)."""
-
-    team = models.OneToOneField(Team, on_delete=models.CASCADE, related_name="budget")
-    monthly_amount = models.DecimalField(max_digits=12, decimal_places=2)
-    currency = models.CharField(max_length=3)
-    warn_percent = models.PositiveSmallIntegerField(default=80)
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
-
-    class Meta:
-        ordering = ["team__slug"]
-        constraints = [
-            models.CheckConstraint(
-                condition=models.Q(monthly_amount__gte=0), name="portal_budget_amount_nonneg"
-            ),
-            models.CheckConstraint(
-                condition=models.Q(warn_percent__gte=1) & models.Q(warn_percent__lte=100),
-                name="portal_budget_warn_percent_range",
-            ),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.team.slug}: {self.monthly_amount} {self.currency}/month"
-
-
-class BudgetRaise(models.Model):
-    """A platform admin's raise of one team's budget for one month (the month's first day), with
-    the reason; a month's budget is the monthly amount plus that month's raises."""
-
-    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="budget_raises")
-    month = models.DateField()
-    amount = models.DecimalField(max_digits=12, decimal_places=2)
-    reason = models.TextField()
-    raised_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True)
-    raised_by_name = models.CharField(max_length=200)
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        ordering = ["month", "id"]
-        constraints = [
-            models.CheckConstraint(
-                condition=models.Q(amount__gt=0), name="portal_budget_raise_positive"
-            )
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.team.slug} +{self.amount} for {self.month:%Y-%m}"
-
-
-class BudgetNotice(models.Model):
-    """A threshold of a team's budget crossed in a month (the warning percentage, or 100 when
-    the budget is reached): unique, so the team is told once per threshold per month."""
-
-    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="budget_notices")
-    month = models.DateField()
-    threshold = models.PositiveSmallIntegerField()
-    spend = models.DecimalField(max_digits=12, decimal_places=2)
-    forecast = models.DecimalField(max_digits=12, decimal_places=2)
-    budget = models.DecimalField(max_digits=12, decimal_places=2)
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        ordering = ["month", "threshold"]
-        constraints = [
-            models.UniqueConstraint(
-                fields=["team", "month", "threshold"], name="portal_budget_notice_once"
-            )
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.team.slug} {self.threshold}% of {self.month:%Y-%m}"
