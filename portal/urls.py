@@ -1,12 +1,27 @@
-"""URL routes of the portal app: `urlpatterns` (pages) and `api_urlpatterns` (under /api/v1/)."""
+"""URL routes of the portal app: `urlpatterns` (pages) and `api_urlpatterns` (under /api/v1/).
 
-from django.urls import path
+The actions on one environment are tables: `environments/<public_id>/<action>/`, named
+`environment-<action>`, in the pages and the API alike."""
+
+from collections.abc import Callable
+
+from django.urls import URLPattern, path
 
 from portal import api, api_budget, api_lifecycle, api_sleep, views
 from portal.views.nodes import environment_nodes
 from portal.views.tenant_audit import tenant_audit_sink
 
 app_name = "portal"
+ONE = "environments/<str:public_id>/"
+
+
+def on_environment(actions: dict[str, Callable]) -> list[URLPattern]:
+    """`environments/<public_id>/<action>/`, named `environment-<action>`, for each action."""
+    return [
+        path(f"{ONE}{action}/", view, name=f"environment-{action}")
+        for action, view in actions.items()
+    ]
+
 
 urlpatterns: list = [
     path("environments/", views.environment_list, name="environment-list"),
@@ -20,102 +35,43 @@ urlpatterns: list = [
     path("environments/approvals/", views.approval_queue, name="approval-queue"),
     path("environments/showback/", views.showback, name="showback"),
     path("environments/showback.csv", views.showback_csv, name="showback-csv"),
-    path("environments/<str:public_id>/", views.environment_detail, name="environment-detail"),
-    path(
-        "environments/<str:public_id>/progress/",
-        views.environment_progress,
-        name="environment-progress",
-    ),
-    path("environments/<str:public_id>/tree/", views.environment_tree, name="environment-tree"),
-    path("environments/<str:public_id>/nodes/", environment_nodes, name="environment-nodes"),
-    path(
-        "environments/<str:public_id>/extend/", views.environment_extend, name="environment-extend"
-    ),
-    path(
-        "environments/<str:public_id>/kubeconfig/",
-        views.environment_kubeconfig,
-        name="environment-kubeconfig",
-    ),
-    path(
-        "environments/<str:public_id>/manifests.yaml",
-        views.environment_manifests,
-        name="environment-manifests",
-    ),
-    path(
-        "environments/<str:public_id>/teardown/",
-        views.environment_teardown,
-        name="environment-teardown",
-    ),
-    path(
-        "environments/<str:public_id>/decide/", views.environment_decide, name="environment-decide"
-    ),
-    path(
-        "environments/<str:public_id>/defer/",
-        views.environment_defer,
-        name="environment-defer",
-    ),
-    path(
-        "environments/<str:public_id>/keep/",
-        views.environment_keep,
-        name="environment-keep",
-    ),
-    path(
-        "environments/<str:public_id>/sleep/",
-        views.environment_sleep,
-        name="environment-sleep",
-    ),
-    path(
-        "environments/<str:public_id>/wake/",
-        views.environment_wake,
-        name="environment-wake",
+    path(ONE, views.environment_detail, name="environment-detail"),
+    path(f"{ONE}manifests.yaml", views.environment_manifests, name="environment-manifests"),
+    *on_environment(
+        {
+            "progress": views.environment_progress,
+            "tree": views.environment_tree,
+            "nodes": environment_nodes,
+            "extend": views.environment_extend,
+            "kubeconfig": views.environment_kubeconfig,
+            "teardown": views.environment_teardown,
+            "decide": views.environment_decide,
+            "defer": views.environment_defer,
+            "keep": views.environment_keep,
+            "sleep": views.environment_sleep,
+            "wake": views.environment_wake,
+        }
     ),
     # Posted by tenant API servers, not people: authenticated by the environment's sink token.
     path("hooks/tenant-audit/<str:public_id>/", tenant_audit_sink, name="tenant-audit-sink"),
 ]
+
 api_urlpatterns: list = [
     path("environments/", api.EnvironmentListCreateApi.as_view(), name="environment-list"),
     path(
         "environments/estimate/", api.EnvironmentEstimateApi.as_view(), name="environment-estimate"
     ),
-    path(
-        "environments/<str:public_id>/",
-        api.EnvironmentDetailApi.as_view(),
-        name="environment-detail",
-    ),
-    path(
-        "environments/<str:public_id>/approve/",
-        api.EnvironmentApproveApi.as_view(),
-        name="environment-approve",
-    ),
-    path(
-        "environments/<str:public_id>/reject/",
-        api.EnvironmentRejectApi.as_view(),
-        name="environment-reject",
-    ),
-    path(
-        "environments/<str:public_id>/extend/",
-        api.EnvironmentExtendApi.as_view(),
-        name="environment-extend",
-    ),
-    path(
-        "environments/<str:public_id>/defer/",
-        api_lifecycle.EnvironmentDeferApi.as_view(),
-        name="environment-defer",
-    ),
-    path(
-        "environments/<str:public_id>/keep/",
-        api_lifecycle.EnvironmentKeepApi.as_view(),
-        name="environment-keep",
-    ),
-    path(
-        "environments/<str:public_id>/sleep/",
-        api_lifecycle.EnvironmentSleepApi.as_view(),
-        name="environment-sleep",
-    ),
-    path(
-        "environments/<str:public_id>/wake/",
-        api_lifecycle.EnvironmentWakeApi.as_view(),
-        name="environment-wake",
+    path(ONE, api.EnvironmentDetailApi.as_view(), name="environment-detail"),
+    *on_environment(
+        {
+            "approve": api.EnvironmentApproveApi.as_view(),
+            "reject": api.EnvironmentRejectApi.as_view(),
+            "extend": api.EnvironmentExtendApi.as_view(),
+            "defer": api_lifecycle.EnvironmentDeferApi.as_view(),
+            "keep": api_lifecycle.EnvironmentKeepApi.as_view(),
+            "sleep": api_lifecycle.EnvironmentSleepApi.as_view(),
+            "wake": api_lifecycle.EnvironmentWakeApi.as_view(),
+        }
     ),
     path(
         "teams/<str:slug>/sleep-schedule/",
