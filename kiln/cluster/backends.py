@@ -36,9 +36,10 @@ from __future__ import annotations
 
 from django.conf import settings
 
-from kiln.cluster.base import DeliveryBackend, DeliveryError
+from kiln.cluster.base import DeliveryError
 from kiln.cluster.gitops import GitOpsBackend
 from kiln.cluster.kubernetes import KubernetesBackend
+from kiln.cluster.protocol import DeliveryBackend
 from kiln.cluster.simulated import SimulatedBackend
 
 __all__ = ["BACKENDS", "get_backend"]

@@ -34,15 +34,14 @@ from django.conf import settings
 from kiln.cluster.argocd import ArgoCDRefresher
 from kiln.cluster.base import (
     AppliedRef,
-    DeliveryBackend,
     DeliveryError,
     Health,
     HealthStatus,
-    LeaseMirror,
     PodBinding,
     desired_state,
     ref_of,
 )
+from kiln.cluster.protocol import DeliveryBackend, LeaseMirror, ListQuery
 from kiln.cluster.tree import ObjectState, SyncStatus, state_of
 
 ENV_LABEL = "kiln.dev/environment"
@@ -57,7 +56,7 @@ def manifest_file_text(manifest: dict) -> str:
     return yaml.safe_dump(desired_state(manifest), sort_keys=True)
 
 
-class GitOpsBackend:
+class GitOpsBackend(DeliveryBackend):
     """Delivery backend committing to Git; see the module docstring."""
 
     name = "gitops"
@@ -271,27 +270,9 @@ class GitOpsBackend:
             return self.observer.get(api_version, kind, namespace, name)
         return self.desired(AppliedRef(api_version, kind, namespace or "", name))
 
-    def list(
-        self,
-        api_version: str,
-        kind: str,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-        *,
-        include_deleting: bool = True,
-        routing_host: str | None = None,
-    ) -> list[dict]:
+    def list_query(self, query: ListQuery) -> list[dict]:
         """Live objects as the observer sees them (none without an observer)."""
-        if self.observer is None:
-            return []
-        return self.observer.list(
-            api_version,
-            kind,
-            namespace,
-            label_selector,
-            include_deleting=include_deleting,
-            routing_host=routing_host,
-        )
+        return self.observer.list_query(query) if self.observer is not None else []
 
     def health(self, ref: AppliedRef) -> Health:
         """Health read back from the cluster; Progressing while committed but not yet synced."""

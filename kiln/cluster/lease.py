@@ -18,6 +18,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kiln.cluster.base import DeliveryError, LeaseConflict
+from kiln.cluster.protocol import LeaseMirror, LeaseTerms
 
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
 RETRYABLE = {408, 429, 500, 502, 503, 504}
@@ -41,7 +42,7 @@ def _micro_time(value: datetime) -> str:
     return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-class KubernetesLease:
+class KubernetesLease(LeaseMirror):
     """A `coordination.k8s.io/v1` Lease written with optimistic concurrency (resourceVersion)."""
 
     def __init__(self, api_client: client.ApiClient, namespace: str, name: str) -> None:
@@ -58,23 +59,15 @@ class KubernetesLease:
                 return None
             raise _refused(f"read Lease {self.namespace}/{self.name}", exc) from exc
 
-    def write(
-        self,
-        *,
-        holder: str,
-        lease_duration: float,
-        acquire_time: datetime,
-        renew_time: datetime,
-        transitions: int,
-        expected_holder: str | None,
-    ) -> str:
+    def replace(self, terms: LeaseTerms, *, expected_holder: str | None) -> str:
         """Create or replace the Lease if it still names `expected_holder`; returns the new resourceVersion."""
+        holder = terms.holder
         spec = client.V1LeaseSpec(
             holder_identity=holder or None,
-            lease_duration_seconds=max(1, math.ceil(lease_duration)),
-            acquire_time=_micro_time(acquire_time),
-            renew_time=_micro_time(renew_time),
-            lease_transitions=transitions,
+            lease_duration_seconds=max(1, math.ceil(terms.lease_duration)),
+            acquire_time=_micro_time(terms.acquire_time),
+            renew_time=_micro_time(terms.renew_time),
+            lease_transitions=terms.transitions,
         )
         current = self.read()
         try:

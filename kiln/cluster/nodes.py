@@ -26,7 +26,8 @@ from typing import Any
 
 import orjson
 
-from kiln.cluster.base import DeliveryBackend, PodBinding
+from kiln.cluster.base import PodBinding
+from kiln.cluster.protocol import DeliveryBackend
 
 __all__ = ["PodBinding"]  # the protocol's type, re-exported beside the shape it binds
 

@@ -11,10 +11,12 @@ It honours `metadata.resourceVersion` preconditions as the API server does (a
 stale one is a `Conflict`), and `lock_namespace` serialises writers of one
 namespace on the namespace's row so that, under the lock, they do not conflict.
 
-A little over 400 lines: it is the one class that implements the whole backend
-protocol (writes, reads, coordination, the lazy finalizer controller); its parts
-that stand alone already live beside it (`simulated_write`, `simulated_bulk`,
-`simulated_render`, `simulated_failures`, `simulated_tenant`).
+It is the one class that implements the whole backend protocol; the parts that stand alone
+live beside it: applying a batch and the other row writes (`simulated_write`,
+`simulated_scale`, `simulated_bulk`), deletion and the lazy finalizer controller
+(`simulated_delete`), finding rows by reference (`simulated_rows`), rendering
+(`simulated_render`), delays and failures (`simulated_failures`), tenant clusters
+(`simulated_tenant`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import timedelta
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
@@ -30,42 +31,36 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from kiln.cluster import simulated_bulk
-from kiln.cluster.admission import admit_pod
 from kiln.cluster.base import (
     AppliedRef,
-    Conflict,
     DeliveryError,
     Health,
-    LeaseMirror,
     PodBinding,
     desired_state,
     health_of,
     host_label,
     match_labels,
-    may_route_host,
     parse_label_selector,
     precondition_of,
     ref_of,
-    secret_manifest,
 )
 from kiln.cluster.models import SimulatedFailure, SimulatedObject
+from kiln.cluster.protocol import DeliveryBackend, LeaseMirror, ListQuery
+from kiln.cluster.simulated_delete import mark_deleting, reconcile
 from kiln.cluster.simulated_failures import (
-    STUCK_FINALIZER,
     active_failures,
     consume,
     failures_for,
-    finalizer_delay,
 )
 from kiln.cluster.simulated_render import render
+from kiln.cluster.simulated_rows import any_of, ref_lookup
 from kiln.cluster.simulated_scale import scale_one
 from kiln.cluster.simulated_tenant import TCP, TenantAuditWebhook, tenant_cluster
-from kiln.cluster.simulated_write import annotate_one, apply_one, pod_admission
+from kiln.cluster.simulated_write import Batch, annotate_one, apply_batch
 from kiln.cluster.tree import ObjectState, state_of
 
-Batch = list[tuple[AppliedRef, dict, list[SimulatedFailure], str | None]]
 
-
-class SimulatedBackend:
+class SimulatedBackend(DeliveryBackend):
     """Delivery backend over the simulated cluster (see module docstring)."""
 
     name = "simulated"
@@ -107,7 +102,12 @@ class SimulatedBackend:
         for attempt in range(2):
             try:
                 with transaction.atomic():
-                    out = self._apply_batch(batch, field_manager)
+                    out = apply_batch(
+                        self._objects(),
+                        cluster=self.cluster,
+                        batch=batch,
+                        field_manager=field_manager,
+                    )
                 break
             except IntegrityError:  # created concurrently by another worker: apply again
                 if attempt:
@@ -119,124 +119,24 @@ class SimulatedBackend:
             self.audit.record("patch", [(ref, 200) for ref in refs])
         return out
 
-    def _apply_batch(self, batch: Batch, field_manager: str) -> list[AppliedRef]:
-        if not batch:
-            return []
-        keys = Q()
-        for ref, _, _, _ in batch:
-            keys |= Q(
-                api_version=ref.api_version, kind=ref.kind, namespace=ref.namespace, name=ref.name
-            )
-        existing = {
-            (o.api_version, o.kind, o.namespace, o.name): o
-            for o in self._objects().select_for_update().filter(keys)
-        }
-        # Preconditions are checked on the locked rows before anything is written: a stale
-        # one fails the whole batch, as the API server would fail that object's write.
-        for ref, _, _, expected in batch:
-            if expected is None:
-                continue
-            obj = existing.get(ref.key)
-            if obj is None or str(obj.resource_version) != expected:
-                found = "is gone" if obj is None else f"is at {obj.resource_version}"
-                raise Conflict(f"{ref} {found}, not resourceVersion {expected}")
-        namespaces = {ref.namespace for ref, _, _, _ in batch if ref.namespace}
-        terminating = (
-            set(
-                self._objects()
-                .filter(
-                    api_version="v1",
-                    kind="Namespace",
-                    name__in=namespaces,
-                    deletion_timestamp__isnull=False,
-                )
-                .values_list("name", flat=True)
-            )
-            if namespaces
-            else set()
-        )
-        out: list[AppliedRef | SimulatedObject] = []
-        created: list[SimulatedObject] = []
-        admission = pod_admission(self._objects(), [ref for ref, *_ in batch], existing)
-        for ref, desired, failures, _ in batch:
-            if ref.key not in existing and ref.kind != "Namespace" and ref.namespace in terminating:
-                raise DeliveryError(f"namespace {ref.namespace} is terminating", retryable=True)
-            if ref.namespace in admission and ref.kind == "Pod" and ref.key not in existing:
-                desired = admit_pod(desired, admission[ref.namespace])
-            applied = apply_one(
-                cluster=self.cluster,
-                ref=ref,
-                desired=desired,
-                field_manager=field_manager,
-                failures=failures,
-                obj=existing.get(ref.key),
-            )
-            if isinstance(applied, SimulatedObject):
-                created.append(applied)
-            out.append(applied)
-        # New objects are inserted together: one statement however many the environment has.
-        SimulatedObject.objects.bulk_create(created)
-        return [
-            AppliedRef(o.api_version, o.kind, o.namespace, o.name, o.generation, str(o.uid))
-            if isinstance(o, SimulatedObject)
-            else o
-            for o in out
-        ]
-
     def delete(self, ref: AppliedRef) -> bool:
         """Mark the object deleting; it disappears once its finalizers clear.
 
         A Namespace takes its contents with it: they are marked deleting together, with one
         write, and each deletion is audited as the namespace controller's would be.
         """
-        existed = self._mark_deleting(ref)
+        existed = mark_deleting(self._objects(), ref, audit=self.audit)
         if existed:
             self._reconcile(_scope(ref.api_version, ref.kind, ref.namespace, ref.name))
         if self.audit is not None:  # audited after the request completes, 404 included
             self.audit.record("delete", [(ref, 200 if existed else 404)])
         return existed
 
-    def _mark_deleting(self, ref: AppliedRef) -> bool:
-        with transaction.atomic():
-            obj = (
-                self._objects()
-                .select_for_update()
-                .filter(
-                    api_version=ref.api_version,
-                    kind=ref.kind,
-                    namespace=ref.namespace,
-                    name=ref.name,
-                )
-                .first()
-            )
-            if obj is None:
-                return False
-            if obj.deletion_timestamp is None:
-                now = timezone.now()
-                _start_deletion(obj, now)
-                obj.save(update_fields=DELETION_FIELDS)
-                if ref.kind == "Namespace" and ref.api_version == "v1":
-                    children = list(
-                        self._objects()
-                        .select_for_update()
-                        .filter(namespace=ref.name, deletion_timestamp__isnull=True)
-                        .order_by("namespace", "name")
-                    )
-                    for child in children:
-                        _start_deletion(child, now)
-                    SimulatedObject.objects.bulk_update(children, DELETION_FIELDS)
-                    for child in children if self.audit is not None else ():
-                        key = (child.api_version, child.kind, child.namespace, child.name)
-                        self.audit.record("delete", [(AppliedRef(*key), 200)])
-        return True
-
     def set_status(self, ref: AppliedRef, status: dict[str, Any]) -> None:
         """Write an object's status (what a controller would report); merged over the derived one."""
         updated = (
             self._objects()
-            .filter(
-                api_version=ref.api_version, kind=ref.kind, namespace=ref.namespace, name=ref.name
-            )
+            .filter(**ref_lookup(ref))
             .update(status=status, updated_at=timezone.now())
         )
         if not updated:
@@ -264,13 +164,6 @@ class SimulatedBackend:
             self.audit.record("update", [(ref, 404 if before is None else 200)])
         return before
 
-    def write_secret(
-        self, *, namespace: str, name: str, data: dict[str, str], labels: dict[str, str]
-    ) -> AppliedRef:
-        """Apply the Secret to this cluster (what a controller's write of it does)."""
-        manifest = secret_manifest(namespace=namespace, name=name, data=data, labels=labels)
-        return self.apply([manifest])[0]
-
     def tenant(self, *, namespace: str, name: str) -> SimulatedBackend | None:
         """The TenantControlPlane's own API server, once the control plane is ready; its
         objects go with the control plane, and its requests are audited to its webhook."""
@@ -282,9 +175,9 @@ class SimulatedBackend:
 
     def clear_finalizers(self, ref: AppliedRef) -> None:
         """Remove every finalizer of a deleting object (what an operator does by hand)."""
-        self._objects().filter(
-            api_version=ref.api_version, kind=ref.kind, namespace=ref.namespace, name=ref.name
-        ).update(finalizers=[], finalizers_clear_at=timezone.now())
+        self._objects().filter(**ref_lookup(ref)).update(
+            finalizers=[], finalizers_clear_at=timezone.now()
+        )
         self._reconcile()
 
     # --- reads -----------------------------------------------------------------
@@ -301,19 +194,11 @@ class SimulatedBackend:
             obj = self._objects().filter(pk=obj.pk).first()
         return render(obj) if obj else None
 
-    def list(
-        self,
-        api_version: str,
-        kind: str,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-        *,
-        include_deleting: bool = True,
-        routing_host: str | None = None,
-    ) -> list[dict]:
+    def list_query(self, query: ListQuery) -> list[dict]:
         """Objects of one kind, by namespace, label selector, deletion and routed host."""
-        qs = self._objects().filter(api_version=api_version, kind=kind)
-        if include_deleting:
+        namespace, label_selector = query.namespace, query.label_selector
+        qs = self._objects().filter(api_version=query.api_version, kind=query.kind)
+        if query.include_deleting:
             # Only the listed namespace's deleting objects can be in the answer.
             self._reconcile(namespace)
         else:
@@ -322,8 +207,8 @@ class SimulatedBackend:
             qs = qs.filter(deletion_timestamp__isnull=True)
         if namespace is not None:
             qs = qs.filter(namespace=namespace)
-        if routing_host is not None:
-            qs = _routing_prefilter(qs, routing_host)
+        if query.routing_host is not None:
+            qs = _routing_prefilter(qs, query.routing_host)
         # The database narrows by the selector's equality and existence terms, so a selective
         # list of a crowded namespace reads only what may match; match_labels stays the judge.
         for key, op, value in parse_label_selector(label_selector):
@@ -336,7 +221,7 @@ class SimulatedBackend:
             for o in qs.order_by("namespace", "name")
             if match_labels(o.labels, label_selector)
         )
-        return [o for o in rendered if routing_host is None or may_route_host(o, routing_host)]
+        return [o for o in rendered if query.admits(o)]
 
     def list_kinds(self, kinds: Sequence[tuple[str, str]], namespace: str) -> list[dict]:
         """One reconcile of the namespace and one read of every listed kind in it."""
@@ -355,13 +240,9 @@ class SimulatedBackend:
         """Health of many objects with one query (deleting ones are reconciled one by one)."""
         if not refs:
             return []
-        keys = Q()
-        for ref in refs:
-            keys |= Q(
-                api_version=ref.api_version, kind=ref.kind, namespace=ref.namespace, name=ref.name
-            )
         found = {
-            (o.api_version, o.kind, o.namespace, o.name): o for o in self._objects().filter(keys)
+            (o.api_version, o.kind, o.namespace, o.name): o
+            for o in self._objects().filter(any_of(refs))
         }
         out = []
         for ref in refs:
@@ -413,38 +294,8 @@ class SimulatedBackend:
         )
 
     def _reconcile(self, namespace: str | None = None) -> None:
-        """Remove deleting objects whose finalizers have cleared (namespaces wait for contents).
-
-        `namespace` narrows it to the objects of one namespace and the Namespace itself ("":
-        the cluster-scoped objects); None is the whole cluster.
-        """
-        due = self.deleting_due(timezone.now())
-        if namespace is not None:
-            due = due.filter(Q(namespace=namespace) | Q(kind="Namespace", name=namespace))
-        gone = list(
-            due.exclude(kind="Namespace", api_version="v1").values_list(
-                "pk", "api_version", "kind", "namespace", "name"
-            )
-        )
-        if gone:
-            self._objects().filter(pk__in=[pk for pk, *_ in gone]).delete()
-        for _, api_version, kind, obj_namespace, name in gone:
-            if (api_version, kind) == TCP:  # its API server's datastore goes with it
-                SimulatedObject.objects.filter(cluster=tenant_cluster(obj_namespace, name)).delete()
-        for ns in due.filter(kind="Namespace", api_version="v1"):
-            if not self._objects().filter(namespace=ns.name).exists():
-                self._objects().filter(pk=ns.pk).delete()
-
-
-DELETION_FIELDS = ["deletion_timestamp", "resource_version", "finalizers_clear_at"]
-
-
-def _start_deletion(obj: SimulatedObject, now) -> None:
-    """Set an object deleting as of `now`: its finalizers clear after the simulated delay."""
-    obj.deletion_timestamp = now
-    obj.resource_version += 1
-    stuck = STUCK_FINALIZER in obj.finalizers
-    obj.finalizers_clear_at = None if stuck else now + timedelta(seconds=finalizer_delay())
+        """Remove deleting objects whose finalizers have cleared (`simulated_delete.reconcile`)."""
+        reconcile(self._objects(), self.deleting_due(timezone.now()), namespace)
 
 
 def _scope(api_version: str, kind: str, namespace: str, name: str) -> str:

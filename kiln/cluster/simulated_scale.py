@@ -8,8 +8,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from kiln.cluster.base import AppliedRef
-from kiln.cluster.models import SimulatedObject
 from kiln.cluster.simulated_failures import ready_delay
+from kiln.cluster.simulated_rows import locked_row
 
 
 def scale_one(*, cluster: str, ref: AppliedRef, replicas: int) -> int | None:
@@ -17,18 +17,7 @@ def scale_one(*, cluster: str, ref: AppliedRef, replicas: int) -> int | None:
     new generation, and Ready again only once the controller has rolled it (the kind's delay).
     Returns the replicas it had (1 when unset, the API server's default), None if it is gone."""
     with transaction.atomic():
-        obj = (
-            SimulatedObject.objects.select_for_update()
-            .filter(
-                cluster=cluster,
-                api_version=ref.api_version,
-                kind=ref.kind,
-                namespace=ref.namespace,
-                name=ref.name,
-                deletion_timestamp__isnull=True,
-            )
-            .first()
-        )
+        obj = locked_row(cluster=cluster, ref=ref, live_only=True)
         if obj is None:
             return None
         spec = dict(obj.manifest.get("spec") or {})

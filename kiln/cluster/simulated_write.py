@@ -8,18 +8,22 @@ import uuid
 from datetime import timedelta
 
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
-from kiln.cluster.admission import A_DEFAULT_TOLERATIONS, A_NODE_SELECTOR
-from kiln.cluster.base import AppliedRef, DeliveryError
+from kiln.cluster.admission import A_DEFAULT_TOLERATIONS, A_NODE_SELECTOR, admit_pod
+from kiln.cluster.base import AppliedRef, Conflict, DeliveryError
 from kiln.cluster.models import SimulatedFailure, SimulatedObject
 from kiln.cluster.simulated_failures import STUCK_FINALIZER, consume, ready_delay
+from kiln.cluster.simulated_rows import any_of, locked_row
+
+# One object to apply: its reference, desired state, injected failures, expected resourceVersion.
+Batch = list[tuple[AppliedRef, dict, list[SimulatedFailure], str | None]]
 
 NAMESPACE_FINALIZER = "kubernetes"
 
 
-def apply_one(
-    *,
+def _apply_one(
     cluster: str,
     ref: AppliedRef,
     desired: dict,
@@ -87,6 +91,63 @@ def apply_one(
     return AppliedRef(*ref.key, generation=obj.generation, uid=str(obj.uid))
 
 
+def apply_batch(
+    objects: QuerySet, *, cluster: str, batch: Batch, field_manager: str
+) -> list[AppliedRef]:
+    """Apply a batch of (ref, desired state, failures, expected resourceVersion) inside the
+    caller's transaction: every precondition is checked on the locked rows before anything is
+    written, and new objects are inserted together."""
+    if not batch:
+        return []
+    keys = any_of(ref for ref, *_ in batch)
+    existing = {
+        (o.api_version, o.kind, o.namespace, o.name): o
+        for o in objects.select_for_update().filter(keys)
+    }
+    # Preconditions are checked on the locked rows before anything is written: a stale
+    # one fails the whole batch, as the API server would fail that object's write.
+    for ref, _, _, expected in batch:
+        if expected is None:
+            continue
+        obj = existing.get(ref.key)
+        if obj is None or str(obj.resource_version) != expected:
+            found = "is gone" if obj is None else f"is at {obj.resource_version}"
+            raise Conflict(f"{ref} {found}, not resourceVersion {expected}")
+    namespaces = {ref.namespace for ref, _, _, _ in batch if ref.namespace}
+    terminating = (
+        set(
+            objects.filter(
+                api_version="v1",
+                kind="Namespace",
+                name__in=namespaces,
+                deletion_timestamp__isnull=False,
+            ).values_list("name", flat=True)
+        )
+        if namespaces
+        else set()
+    )
+    out: list[AppliedRef | SimulatedObject] = []
+    created: list[SimulatedObject] = []
+    admission = pod_admission(objects, [ref for ref, *_ in batch], existing)
+    for ref, desired, failures, _ in batch:
+        if ref.key not in existing and ref.kind != "Namespace" and ref.namespace in terminating:
+            raise DeliveryError(f"namespace {ref.namespace} is terminating", retryable=True)
+        if ref.namespace in admission and ref.kind == "Pod" and ref.key not in existing:
+            desired = admit_pod(desired, admission[ref.namespace])
+        applied = _apply_one(cluster, ref, desired, field_manager, failures, existing.get(ref.key))
+        if isinstance(applied, SimulatedObject):
+            created.append(applied)
+        out.append(applied)
+    # New objects are inserted together: one statement however many the environment has.
+    SimulatedObject.objects.bulk_create(created)
+    return [
+        AppliedRef(o.api_version, o.kind, o.namespace, o.name, o.generation, str(o.uid))
+        if isinstance(o, SimulatedObject)
+        else o
+        for o in out
+    ]
+
+
 def _without_metadata(manifest: dict) -> dict:
     return {k: v for k, v in manifest.items() if k != "metadata"}
 
@@ -95,17 +156,7 @@ def annotate_one(*, cluster: str, ref: AppliedRef, annotations: dict[str, str | 
     """Merge `annotations` into the object's metadata under its row lock (None removes a key);
     resourceVersion moves only when something changed. False if the object does not exist."""
     with transaction.atomic():
-        obj = (
-            SimulatedObject.objects.select_for_update()
-            .filter(
-                cluster=cluster,
-                api_version=ref.api_version,
-                kind=ref.kind,
-                namespace=ref.namespace,
-                name=ref.name,
-            )
-            .first()
-        )
+        obj = locked_row(cluster=cluster, ref=ref)
         if obj is None:
             return False
         metadata = dict(obj.manifest.get("metadata") or {})
