@@ -2,7 +2,8 @@
 `pipeline_advance` takes it as far as it can go now.
 
 A step is a small function of the pass (`Run`) returning done, pending or failed (`Result`);
-those types are in `portal/services/pipeline_data.py` and re-exported here.
+those types, and `done`, `pending` and `failed` that make a result, are in
+`portal/services/pipeline_data.py`.
 The driver, not the step, records what happened, turns outcomes into lifecycle states and owns
 the pipeline's span:
 
@@ -47,17 +48,7 @@ from portal.lifecycle import Status
 from portal.models import Environment, ProvisioningStep
 from portal.selectors import change_key
 from portal.services.lifecycle import audit_target, environment_transition
-from portal.services.pipeline_data import (
-    Move,
-    Outcome,
-    Pipeline,
-    Result,
-    Run,
-    Step,
-    done,
-    failed,
-    pending,
-)
+from portal.services.pipeline_data import Move, Outcome, Pipeline, Result, Run, Step
 from portal.services.steps import step_done, step_failed, step_started
 
 PENDING, NOOP = "pending", "noop"
@@ -292,9 +283,6 @@ __all__ = [
     "Result",
     "Run",
     "Step",
-    "done",
-    "failed",
-    "pending",
     "pipeline_advance",
     "pipeline_enter",
 ]

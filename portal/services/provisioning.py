@@ -26,7 +26,8 @@ from portal.lifecycle import Status
 from portal.models import Environment, PolicyDecision, ProvisioningStep
 from portal.services import gate
 from portal.services.lifecycle import environment_transition
-from portal.services.pipeline import (
+from portal.services.pipeline import pipeline_advance
+from portal.services.pipeline_data import (
     Move,
     Outcome,
     Pipeline,
@@ -36,7 +37,6 @@ from portal.services.pipeline import (
     done,
     failed,
     pending,
-    pipeline_advance,
 )
 from portal.services.steps import position_of, step_failed
 from portal.services.tenancy import datastore_reserve

@@ -34,7 +34,7 @@ from portal import conf
 from portal.compose.sleep import SCALED_RESOURCES, asleep, awake
 from portal.lifecycle import Status
 from portal.models import Environment
-from portal.services.pipeline import Move, Pipeline, Result, Run, Step, done, failed, pending
+from portal.services.pipeline_data import Move, Pipeline, Result, Run, Step, done, failed, pending
 from portal.services.steps import SLEEP_STEPS, WAKE_STEPS
 
 SLEEPER = "sleeper"
@@ -87,27 +87,27 @@ def _has_capacity(run: Run) -> bool:
     return bool(asleep(run.environment.manifests))
 
 
-def _alive(run: Run, manifests: list[dict]) -> list[dict]:
-    out = []
+def _apply_alive(run: Run, manifests: list[dict]) -> list[dict]:
+    """Apply those of `manifests` whose object is still in the cluster and not going (one
+    deleted meanwhile is not brought back); -> what was applied."""
+    alive = []
     for manifest in manifests:
         obj = run.backend.get(*ref_of(manifest).key)
         if obj is not None and not is_deleting(obj):
-            out.append(manifest)
-    return out
+            alive.append(manifest)
+    run.backend.apply(alive)
+    return alive
 
 
 def _sleep_capacity(run: Run) -> Result:
     """The control plane to zero replicas, the NodePool's limits to zero."""
-    manifests = _alive(run, asleep(run.environment.manifests))
-    run.backend.apply(manifests)
-    return done(f"{len(manifests)} objects at zero", data={"kinds": [m["kind"] for m in manifests]})
+    applied = _apply_alive(run, asleep(run.environment.manifests))
+    return done(f"{len(applied)} objects at zero", data={"kinds": [m["kind"] for m in applied]})
 
 
 def _wake_capacity(run: Run) -> Result:
     """The control plane and the NodePool as composed."""
-    manifests = _alive(run, awake(run.environment.manifests))
-    run.backend.apply(manifests)
-    return done(f"{len(manifests)} objects as composed")
+    return done(f"{len(_apply_alive(run, awake(run.environment.manifests)))} objects as composed")
 
 
 def _wake_workloads(run: Run) -> Result:
@@ -224,40 +224,45 @@ def _not_entered_here(run: Run) -> Move:
     raise RuntimeError(f"{run.pipeline.name} is entered by its service, not by a pass")
 
 
-SLEEP = Pipeline(
-    name="sleep",
-    span="portal.environment.sleep",
-    actor=SLEEPER,
-    steps=(
-        Step(SLEEP_STEPS[0], _remember, starts=False),
-        Step(SLEEP_STEPS[1], _sleep_workloads),
-        Step(SLEEP_STEPS[2], _sleep_capacity, when=_has_capacity),
-    ),
-    enters_from=Status.READY,
-    runs_in=Status.SLEEPING,
-    ends_in=Status.SLEEPING,
-    entry=_not_entered_here,
+def _round(
+    name: str, states: tuple[Status, Status, Status], steps: tuple[Step, ...], **options
+) -> Pipeline:
+    """A sleep or a wake: entered by its service, run by the sleeper on the configured backend
+    from `states` (enters from, runs in, ends in), its step rows afresh each time it is entered."""
+    return Pipeline(
+        name,
+        f"portal.environment.{name}",  # its span
+        SLEEPER,
+        steps,
+        *states,
+        entry=_not_entered_here,
+        backend=lambda: get_backend(),  # looked up when a pass needs it (tests replace it)
+        repeats=True,
+        **options,
+    )
+
+
+_SLEEPING = (
+    Step(SLEEP_STEPS[0], _remember, starts=False),
+    Step(SLEEP_STEPS[1], _sleep_workloads),
+    Step(SLEEP_STEPS[2], _sleep_capacity, when=_has_capacity),
+)
+_WAKING = (
+    Step(WAKE_STEPS[0], _wake_capacity, when=_has_capacity),
+    Step(WAKE_STEPS[1], _wake_workloads),
+    Step(WAKE_STEPS[2], _wake_ready, starts=False),
+)
+SLEEP = _round(
+    "sleep",
+    (Status.READY, Status.SLEEPING, Status.SLEEPING),
+    _SLEEPING,
     end=_asleep,
-    backend=lambda: get_backend(),  # looked up when a pass needs it (tests replace it)
-    repeats=True,
     settles_as="asleep",
 )
-
-WAKE = Pipeline(
-    name="wake",
-    span="portal.environment.wake",
-    actor=SLEEPER,
-    steps=(
-        Step(WAKE_STEPS[0], _wake_capacity, when=_has_capacity),
-        Step(WAKE_STEPS[1], _wake_workloads),
-        Step(WAKE_STEPS[2], _wake_ready, starts=False),
-    ),
-    enters_from=Status.SLEEPING,
-    runs_in=Status.WAKING,
-    ends_in=Status.READY,
-    entry=_not_entered_here,
+WAKE = _round(
+    "wake",
+    (Status.SLEEPING, Status.WAKING, Status.READY),
+    _WAKING,
     end=_awake,
-    backend=lambda: get_backend(),
     waiting=_wake_waiting,
-    repeats=True,
 )

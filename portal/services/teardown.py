@@ -28,17 +28,8 @@ from portal import conf
 from portal.lifecycle import Status
 from portal.models import Environment, ProvisioningStep
 from portal.services.lifecycle import audit_target, environment_transition
-from portal.services.pipeline import (
-    Move,
-    Pipeline,
-    Result,
-    Run,
-    Step,
-    done,
-    failed,
-    pending,
-    pipeline_advance,
-)
+from portal.services.pipeline import pipeline_advance
+from portal.services.pipeline_data import Move, Pipeline, Result, Run, Step, done, failed, pending
 from portal.services.provisioning import environment_spec
 from portal.services.queueing import enqueue_teardown
 from portal.services.steps import TEARDOWN_STEPS, step_detail

@@ -33,7 +33,7 @@ from portal import compose as c
 from portal import conf
 from portal.models import Environment, ProvisioningStep
 from portal.services.lifecycle import audit_target
-from portal.services.pipeline import Result, done, pending
+from portal.services.pipeline_data import Result, done, pending
 from portal.services.steps import step_detail
 from portal.services.tenant_audit import (
     deletions_unacknowledged,

@@ -11,16 +11,8 @@ from audit.models import OutboxEvent
 from portal.lifecycle import Status
 from portal.models import Environment, ProvisioningStep
 from portal.services import environment_request_submit, pipeline
-from portal.services.pipeline import (
-    Move,
-    Pipeline,
-    Run,
-    Step,
-    done,
-    failed,
-    pending,
-    pipeline_advance,
-)
+from portal.services.pipeline import Move, Pipeline, Run, Step, pipeline_advance
+from portal.services.pipeline_data import done, failed, pending
 from portal.services.provisioning import PROVISIONING
 from portal.services.queueing import tasks_held
 from portal.services.steps import PROVISIONING_STEPS, TEARDOWN_STEPS
