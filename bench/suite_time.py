@@ -7,7 +7,8 @@ Each variant is `name=FAST_WORKERS,SLOW_WORKERS`, run as `make test TEST_WORKERS
 TEST_SLOW_WORKERS=..` (0: one pytest process, no xdist); the variants alternate round by round,
 so a change in the machine's pace falls on both. With `--paths tests/portal ...` it times one
 pytest run of the tests not marked slow under those paths instead (`-n FAST_WORKERS`), against
-DATABASE_URL and REDIS_URL as set. Prints one JSON object: per run the wall-clock seconds, each
+DATABASE_URL and REDIS_URL as set; with `--slow` as well, of the tests marked slow there
+(`-n SLOW_WORKERS`). Prints one JSON object: per run the wall-clock seconds, each
 pytest run's closing line and seconds, the exit code and the 1-minute load average before and
 after; per variant the median wall clock.
 """
@@ -41,19 +42,22 @@ def variant(text: str) -> tuple[str, int, int]:
     return name, int(fast), int(slow or fast)
 
 
-def command(fast: int, slow: int, paths: list[str]) -> list[str]:
-    """`make test` with the given worker counts, or one pytest run over `paths`."""
+def command(fast: int, slow: int, paths: list[str], marked_slow: bool = False) -> list[str]:
+    """`make test` with the given worker counts, or one pytest run over `paths`: of the tests
+    not marked slow on `fast` workers, or of those marked slow on `slow` workers."""
     if not paths:
         return ["make", "test", f"TEST_WORKERS={fast}", f"TEST_SLOW_WORKERS={slow}"]
-    pytest = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-m", "not slow"]
-    return [*pytest, "-n", str(fast), "--dist", "loadfile", *paths]
+    marker, workers = ("slow", slow) if marked_slow else ("not slow", fast)
+    pytest = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-m", marker]
+    return [*pytest, "-n", str(workers), "--dist", "loadfile", *paths]
 
 
-def run_once(name: str, fast: int, slow: int, paths: list[str]) -> dict:
+def run_once(name: str, fast: int, slow: int, paths: list[str], marked_slow: bool = False) -> dict:
     """One run with the given worker counts: wall clock and its pytest summaries."""
+    argv = command(fast, slow, paths, marked_slow)
     load_before = os.getloadavg()[0]
     started = time.monotonic()
-    proc = subprocess.run(command(fast, slow, paths), cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
     wall = time.monotonic() - started
     summaries = [
         {"line": m.group("counts"), "seconds": float(m.group("seconds"))}
@@ -61,7 +65,7 @@ def run_once(name: str, fast: int, slow: int, paths: list[str]) -> dict:
     ]
     return {
         "variant": name,
-        "command": " ".join(command(fast, slow, paths)),
+        "command": " ".join(argv),
         "fast_workers": fast,
         "slow_workers": slow,
         "wall_seconds": round(wall, 1),
@@ -81,18 +85,22 @@ def main(argv: list[str] | None = None) -> int:
         "--variant", action="append", type=variant, help="name=FAST_WORKERS,SLOW_WORKERS"
     )
     parser.add_argument("--paths", nargs="*", default=[], help="time pytest over these instead")
+    parser.add_argument(
+        "--slow", action="store_true", help="with --paths: the tests marked slow there"
+    )
     args = parser.parse_args(argv)
     variants = args.variant or [variant("serial=0,0"), variant("parallel=2,2")]
     runs = []
     for round_no in range(args.rounds):
         order = variants if round_no % 2 == 0 else list(reversed(variants))
         for name, fast, slow in order:
-            runs.append(run_once(name, fast, slow, args.paths))
+            runs.append(run_once(name, fast, slow, args.paths, args.slow))
             print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
     report = {
         "benchmark": "suite_time",
         "target": "make test under 600 s on this two-core machine when quiet",
         "paths": args.paths or None,
+        "marked_slow": args.slow if args.paths else None,
         "runs": runs,
         "median_wall_seconds": {
             name: statistics.median(r["wall_seconds"] for r in runs if r["variant"] == name)
