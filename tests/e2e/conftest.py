@@ -18,7 +18,8 @@ beside, so the database tests that follow must not inherit it.
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -107,6 +108,16 @@ class WatchedPage:
         self.page.fill("#id_password", self.logins[username])
         with self.page.expect_navigation():
             self.page.click("button[type=submit]")
+
+    def wait_until(self, predicate: Callable[[], object], *, timeout: float = 10.0, what: str = ""):
+        """Poll `predicate` until it returns something truthy and return that; fail with `what`
+        after `timeout` s. Waits through the page, so its events (console messages, CSP reports)
+        are delivered between the polls."""
+        deadline = time.monotonic() + timeout
+        while not (value := predicate()):
+            assert time.monotonic() < deadline, f"timed out waiting for {what or predicate}"
+            self.page.wait_for_timeout(50)
+        return value
 
     def screenshot(self, name: str) -> Path:
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)

@@ -27,7 +27,7 @@ def _score(page) -> None:
             page.locator("#score-explainer form button[type=submit]").click()
         if page.locator("#explain-table").count() or time.monotonic() > deadline:
             break
-        page.wait_for_timeout(3000)
+        page.wait_for_timeout(500)
 
 
 @pytest.mark.parametrize("viewport", WIDTHS)

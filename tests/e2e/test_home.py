@@ -128,7 +128,7 @@ def test_the_checker_sees_csp_violations(browser_page: WatchedPage, kiln):
         "() => { const s = document.createElement('script'); s.textContent = '1';"
         " document.body.appendChild(s); }"
     )
-    browser_page.page.wait_for_timeout(200)
+    browser_page.wait_until(lambda: browser_page.csp_violations, what="the CSP violation report")
     assert [v["directive"] for v in browser_page.csp_violations] == ["script-src-elem"]
 
 

@@ -41,10 +41,15 @@ def test_the_resources_tab_shows_a_live_tree_of_the_environments_objects(
     expect(row).to_contain_text("Synced")
     quota.locator(".tree-events summary").click()
     expect(quota.locator(".tree-events li").first).to_contain_text("Created")
-    # Live: the tab reads the cluster again without a reload.
+    # Live: the tab reads the cluster again without a reload. A listener added after the page's
+    # own counts the tree's swaps, so a count above zero means the page has reopened the events.
+    page.evaluate(
+        "() => { window.__treeSwaps = 0; document.addEventListener('htmx:afterSwap', (e) => {"
+        " if (e.detail.target.id === 'resource-tree') { window.__treeSwaps += 1; } }); }"
+    )
     with page.expect_response(lambda r: r.url.endswith("/tree/"), timeout=12000):
         pass
-    page.wait_for_timeout(300)  # the swap follows the response
+    page.wait_for_function("() => window.__treeSwaps > 0", timeout=12000)
     # ... and the events a person opened stay open across it.
     expect(quota.locator(".tree-events")).to_have_attribute("open", "")
     _fits(browser_page, size, "the Resources tab")
