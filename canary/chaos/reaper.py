@@ -13,7 +13,7 @@ reverts and reads those once more and confirms the ones now gone.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -56,12 +56,7 @@ class ReapResult:
     confirmed: list[int] = field(default_factory=list)  # unconfirmed reverts now seen gone
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "reverted": self.reverted,
-            "strays": self.strays,
-            "ended": self.ended,
-            "confirmed": self.confirmed,
-        }
+        return asdict(self)
 
 
 def _reap_reason(injection: ChaosInjection, now: datetime) -> str | None:
@@ -154,20 +149,22 @@ def faults_past_lease(now: datetime | None = None) -> int:
     return sum(1 for injection in live_injections() if _reap_reason(injection, now) is not None)
 
 
-class FaultsPastLeaseCollector(Collector):
-    """`kiln_chaos_faults_past_lease`, read when scraped."""
+class _CountGauge(Collector):
+    """One gauge counted from the database when scraped; nothing while the database is away."""
+
+    name: str
+    documentation: str
+
+    def count(self) -> int:
+        raise NotImplementedError
 
     def collect(self):
-        """Count the live faults past their lease now; nothing while the database is away."""
         try:
-            count = faults_past_lease()
+            value = self.count()
         except DatabaseError:
             return
-        family = GaugeMetricFamily(
-            "kiln_chaos_faults_past_lease",
-            "Live chaos faults whose lease lapsed or ended and that are not reverted yet",
-        )
-        family.add_metric([], float(count))
+        family = GaugeMetricFamily(self.name, self.documentation)
+        family.add_metric([], float(value))
         yield family
 
     def describe(self) -> list:
@@ -175,26 +172,25 @@ class FaultsPastLeaseCollector(Collector):
         return []
 
 
-class FaultsUnconfirmedCollector(Collector):
+class FaultsPastLeaseCollector(_CountGauge):
+    """`kiln_chaos_faults_past_lease`, read when scraped."""
+
+    name = "kiln_chaos_faults_past_lease"
+    documentation = "Live chaos faults whose lease lapsed or ended and that are not reverted yet"
+
+    def count(self) -> int:
+        return faults_past_lease()
+
+
+class FaultsUnconfirmedCollector(_CountGauge):
     """`kiln_chaos_faults_unconfirmed`: reverts whose read-back never confirmed the fault gone,
     waiting for a person (or for the reaper's re-read to confirm them), read when scraped."""
 
-    def collect(self):
-        """Count the unconfirmed reverts now; nothing while the database is away."""
-        try:
-            count = ChaosInjection.objects.filter(state=InjectionState.UNCONFIRMED).count()
-        except DatabaseError:
-            return
-        family = GaugeMetricFamily(
-            "kiln_chaos_faults_unconfirmed",
-            "Chaos faults reverted but still seen in the cluster when read back",
-        )
-        family.add_metric([], float(count))
-        yield family
+    name = "kiln_chaos_faults_unconfirmed"
+    documentation = "Chaos faults reverted but still seen in the cluster when read back"
 
-    def describe(self) -> list:
-        """Nothing: registering must not read the database."""
-        return []
+    def count(self) -> int:
+        return ChaosInjection.objects.filter(state=InjectionState.UNCONFIRMED).count()
 
 
 def _sweep_strays(backend: Any, *, dry_run: bool) -> list[dict[str, Any]]:
