@@ -188,17 +188,16 @@ def rollout_analysis_view(rollout: Rollout) -> dict[str, Any]:
     }
 
 
-def _decision_item(dec) -> dict[str, Any]:
-    return {
-        "id": dec.pk,
-        "tick": dec.tick,
-        "kind": dec.kind,
-        "actor": dec.actor,
-        "from_weight": dec.from_weight,
-        "to_weight": dec.to_weight,
-        "reason": dec.reason,
-        "at": dec.created_at.isoformat(),
-    }
+# A decision's fields as stored, besides its id and time (`DecisionOutput` types them).
+_DECISION_FIELDS = ("tick", "kind", "actor", "from_weight", "to_weight", "reason")
+
+
+def _decisions(rollout: Rollout) -> list[dict[str, Any]]:
+    """Every decision on the rollout, oldest first, as the dashboard and the API show it."""
+    return [
+        {"id": d.pk, **{f: getattr(d, f) for f in _DECISION_FIELDS}, "at": d.created_at.isoformat()}
+        for d in rollout.decisions.order_by("created_at", "id")
+    ]
 
 
 def rollout_ticks(rollout: Rollout) -> list[dict[str, Any]]:
@@ -211,7 +210,7 @@ def rollout_series(rollout: Rollout) -> dict[str, Any]:
     return {
         "rollout": rollout_summary(rollout),
         "ticks": rollout_ticks(rollout),
-        "decisions": [_decision_item(d) for d in rollout.decisions.order_by("created_at", "id")],
+        "decisions": _decisions(rollout),
     }
 
 
@@ -227,5 +226,5 @@ def stream_update_of(rollout: Rollout, last_tick: Any) -> dict[str, Any]:
         "type": "update",
         "rollout": rollout_summary(rollout),
         "tick": _tick_point(last_tick) if last_tick else None,
-        "decisions": [_decision_item(d) for d in rollout.decisions.order_by("created_at", "id")],
+        "decisions": _decisions(rollout),
     }
