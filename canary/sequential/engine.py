@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from canary.sequential import model
 from canary.sequential.counts import (
     History,
     TickCounts,
@@ -15,22 +16,15 @@ from canary.sequential.counts import (
     surge,
     tick_llr,
 )
-from canary.sequential.model import (
-    CHANNELS,
-    CONTINUE,
-    INCONCLUSIVE,
-    PROMOTE,
-    ROLLBACK,
-    AnalysisConfig,
-)
+from canary.sequential.model import CHANNELS, AnalysisConfig
 
 # Action codes of the batch engine.
 A_CONTINUE, A_PROMOTE, A_ROLLBACK, A_INCONCLUSIVE = 0, 1, 2, 3
 ACTIONS = {
-    A_CONTINUE: CONTINUE,
-    A_PROMOTE: PROMOTE,
-    A_ROLLBACK: ROLLBACK,
-    A_INCONCLUSIVE: INCONCLUSIVE,
+    A_CONTINUE: model.CONTINUE,
+    A_PROMOTE: model.PROMOTE,
+    A_ROLLBACK: model.ROLLBACK,
+    A_INCONCLUSIVE: model.INCONCLUSIVE,
 }
 REASONS = {
     0: "collecting evidence",
