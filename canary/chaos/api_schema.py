@@ -74,11 +74,12 @@ class LeaseOutput(serializers.Serializer):
 class InjectionOutput(serializers.Serializer):
     """One application of the fault, fenced by the lease term that applied it."""
 
+    # Read from a ChaosInjection row.
     id = serializers.IntegerField()
     holder = serializers.CharField()
-    term = serializers.IntegerField(min_value=0)
+    term = serializers.IntegerField(min_value=0, source="fencing_token")
     state = serializers.ChoiceField(choices=INJECTION_STATES)
-    objects = serializers.ListField(child=serializers.JSONField())
+    objects = serializers.ListField(child=serializers.JSONField(), source="applied")
     targets = serializers.ListField(child=serializers.JSONField())
     created_at = serializers.DateTimeField()
     injected_at = serializers.DateTimeField(allow_null=True)

@@ -31,7 +31,7 @@ max_clock_skew after the same renewal).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 
 SKEW_FACTOR = 10  # lease_duration must be at least this many times the clock skew
@@ -63,6 +63,10 @@ class LeaseTimings:
     def stop_injecting_after(self) -> float:
         """Seconds without a successful renewal after which the holder must revert."""
         return self.renew_deadline
+
+
+# The timings' names: columns of an experiment, and settings KILN_CHAOS_<NAME>.
+TIMING_FIELDS = tuple(f.name for f in fields(LeaseTimings))
 
 
 def validate_timings(t: LeaseTimings) -> None:

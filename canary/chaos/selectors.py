@@ -13,7 +13,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from canary.chaos.leases import LeaseTimings, expires_at
+from canary.chaos.leases import TIMING_FIELDS, LeaseTimings, expires_at
 from canary.chaos.models import ChaosExperiment, ChaosInjection, ChaosLease, ChaosLever, LeverScope
 from kiln.errors import NotFound
 from kiln.identity import visibility
@@ -49,13 +49,7 @@ def experiment_get(*, viewer: Actor, experiment_id: Any) -> ChaosExperiment:
 
 def timings_of(exp: ChaosExperiment) -> LeaseTimings:
     """The lease timings fixed on the experiment at creation."""
-    return LeaseTimings(
-        lease_duration=exp.lease_duration,
-        renew_deadline=exp.renew_deadline,
-        retry_period=exp.retry_period,
-        max_clock_skew=exp.max_clock_skew,
-        revert_budget=exp.revert_budget,
-    )
+    return LeaseTimings(**{name: getattr(exp, name) for name in TIMING_FIELDS})
 
 
 @dataclass(frozen=True)
@@ -80,30 +74,20 @@ def lease_state(exp: ChaosExperiment, *, now: datetime | None = None) -> LeaseSt
         lease = exp.lease  # loaded with the experiment by experiment_list, else one query
     except ChaosLease.DoesNotExist:
         lease = None
-    if lease is None or not lease.holder or lease.renewed_at is None:
-        return LeaseState(
-            holder="",
-            resource_version=lease.resource_version if lease else 0,
-            term=lease.transitions if lease else 0,
-            renewals=lease.renewals if lease else 0,
-            acquired_at=lease.acquired_at if lease else None,
-            renewed_at=lease.renewed_at if lease else None,
-            expires_at=None,
-            held=False,
-            seconds_left=None,
-        )
-    expiry = expires_at(lease.renewed_at, timings_of(exp))
-    left = (expiry - now).total_seconds()
+    # A lease with no holder or never renewed has no expiry: nobody holds it.
+    holder = lease.holder if lease is not None and lease.renewed_at is not None else ""
+    expiry = expires_at(lease.renewed_at, timings_of(exp)) if holder else None
+    left = (expiry - now).total_seconds() if expiry else None
     return LeaseState(
-        holder=lease.holder,
-        resource_version=lease.resource_version,
-        term=lease.transitions,
-        renewals=lease.renewals,
-        acquired_at=lease.acquired_at,
-        renewed_at=lease.renewed_at,
+        holder=holder,
+        resource_version=lease.resource_version if lease else 0,
+        term=lease.transitions if lease else 0,
+        renewals=lease.renewals if lease else 0,
+        acquired_at=lease.acquired_at if lease else None,
+        renewed_at=lease.renewed_at if lease else None,
         expires_at=expiry,
-        held=left > 0,
-        seconds_left=max(0.0, left),
+        held=left is not None and left > 0,
+        seconds_left=None if left is None else max(0.0, left),
     )
 
 

@@ -31,18 +31,12 @@ from kiln.identity.models import Team
 from kiln.identity.permissions import Actor, can_run_chaos
 
 
-def experiment_create(
-    *,
-    actor: Actor,
-    data: dict[str, Any],
-    start: bool = True,
-    backend: Any = None,
-    idempotency_key: str = "",
-) -> ChaosExperiment:
-    """Define (and by default start) an experiment on a namespace the actor's team owns; audited."""
-    return experiment_submit(
-        actor=actor, data=data, start=start, backend=backend, idempotency_key=idempotency_key
-    )[0]
+def experiment_create(*, actor: Actor, data: dict[str, Any], **options: Any) -> ChaosExperiment:
+    """Define (and by default start) an experiment on a namespace the actor's team owns; audited.
+
+    `options` are `experiment_submit`'s: start, backend, idempotency_key.
+    """
+    return experiment_submit(actor=actor, data=data, **options)[0]
 
 
 def experiment_submit(
@@ -166,27 +160,17 @@ def _insert(
     return exp, True
 
 
+# The definition as the audit records it (with the team's slug and whether a key was sent).
+_AUDITED_FIELDS = (
+    "name namespace selector service fault delay_ms abort_http_status percent params "
+    "duration_seconds max_duration_seconds max_pods max_percent stop_conditions "
+    "continue_without_metrics may_overlap lease_duration renew_deadline retry_period"
+).split()
+
+
 def _experiment_data(exp: ChaosExperiment) -> dict[str, Any]:
     return {
-        "name": exp.name,
+        **{name: getattr(exp, name) for name in _AUDITED_FIELDS},
         "team": exp.team.slug,
-        "namespace": exp.namespace,
-        "selector": exp.selector,
-        "service": exp.service,
-        "fault": exp.fault,
-        "delay_ms": exp.delay_ms,
-        "abort_http_status": exp.abort_http_status,
-        "percent": exp.percent,
-        "params": exp.params,
-        "duration_seconds": exp.duration_seconds,
-        "max_duration_seconds": exp.max_duration_seconds,
-        "max_pods": exp.max_pods,
-        "max_percent": exp.max_percent,
-        "stop_conditions": exp.stop_conditions,
-        "continue_without_metrics": exp.continue_without_metrics,
-        "may_overlap": exp.may_overlap,
         "idempotency_key": bool(exp.idempotency_key),
-        "lease_duration": exp.lease_duration,
-        "renew_deadline": exp.renew_deadline,
-        "retry_period": exp.retry_period,
     }

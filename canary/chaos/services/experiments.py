@@ -19,7 +19,7 @@ from django.utils import timezone
 from audit import record
 from canary.chaos import stops
 from canary.chaos.kinds import kind_errors
-from canary.chaos.leases import LeaseTimingError, LeaseTimings
+from canary.chaos.leases import TIMING_FIELDS, LeaseTimingError, LeaseTimings
 from canary.chaos.models import (
     EXPERIMENT_TRANSITIONS,
     ChaosExperiment,
@@ -64,11 +64,7 @@ def current_timings() -> LeaseTimings:
     """Lease timings from settings; misconfigured timings make chaos unavailable rather than unsafe."""
     try:
         return LeaseTimings(
-            lease_duration=settings.KILN_CHAOS_LEASE_DURATION,
-            renew_deadline=settings.KILN_CHAOS_RENEW_DEADLINE,
-            retry_period=settings.KILN_CHAOS_RETRY_PERIOD,
-            max_clock_skew=settings.KILN_CHAOS_MAX_CLOCK_SKEW,
-            revert_budget=settings.KILN_CHAOS_REVERT_BUDGET,
+            **{name: getattr(settings, f"KILN_CHAOS_{name.upper()}") for name in TIMING_FIELDS}
         )
     except LeaseTimingError as exc:
         raise Unavailable(f"chaos lease timings are unsafe: {exc}") from exc
