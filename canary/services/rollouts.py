@@ -87,28 +87,23 @@ def rollout_create(
         raise Forbidden("only engineers of the owning team roll out its services")
     require_namespace_of(service.team.slug, service.namespace)
     require_service_host(service.host, service.namespace)
-    steps = list(DEFAULT_STEPS) if steps is None else steps
-    config = {} if config is None else config
-    errors = rollout_field_errors(
-        baseline_version=baseline_version,
-        canary_version=canary_version,
-        steps=steps,
-        ticks_per_step=ticks_per_step,
-        tick_seconds=tick_seconds,
-        config=config,
-    )
+    # The settings as asked, checked as a whole, then stored as they are (tick_seconds a float).
+    definition = {
+        "baseline_version": baseline_version,
+        "canary_version": canary_version,
+        "steps": list(DEFAULT_STEPS) if steps is None else steps,
+        "ticks_per_step": ticks_per_step,
+        "tick_seconds": tick_seconds,
+        "config": {} if config is None else config,
+    }
+    errors = rollout_field_errors(**definition)
     if "tick_seconds" not in errors and (too_short := tick_seconds_errors(service, tick_seconds)):
         errors["tick_seconds"] = too_short
     if errors:
         raise InvalidInput("The rollout is invalid.", extra={"fields": errors})
     rollout = Rollout(
         service=service,
-        baseline_version=baseline_version,
-        canary_version=canary_version,
-        steps=steps,
-        ticks_per_step=ticks_per_step,
-        tick_seconds=float(tick_seconds),
-        config=config,
+        **{**definition, "tick_seconds": float(tick_seconds)},
         seed=seed if seed is not None else random.SystemRandom().randrange(1, 2**62),
         created_by_id=actor.user_id,
     )
