@@ -4,61 +4,50 @@ The paths are those chaos had while it lived inside canary: `/chaos/...` pages a
 `/api/v1/chaos/experiments/...`.
 """
 
-from django.urls import path
+from django.urls import URLPattern, path
 
 from canary.chaos import api, api_faults, views, views_faults
 
 app_name = "chaos"
 
+
+def chaos(route: str, view, name: str) -> URLPattern:
+    """The route `chaos/<route>` (a page, or under /api/v1/ an API view), named `name`."""
+    return path(f"chaos/{route}", view, name=name)
+
+
+EXPERIMENT = "<uuid:experiment_id>/"
+INJECTION = EXPERIMENT + "injections/<int:injection_id>/"
+
 urlpatterns: list = [
-    path("chaos/", views.experiment_list, name="experiment-list"),
-    path("chaos/new/", views.experiment_create, name="experiment-create"),
-    path("chaos/levers/", views.lever_list, name="lever-list"),
-    path("chaos/levers/platform/<str:action>/", views.lever_move, name="lever-move"),
-    path("chaos/levers/teams/<slug:team>/<str:action>/", views.lever_move, name="team-lever-move"),
-    path("chaos/<uuid:experiment_id>/", views.experiment_detail, name="experiment-detail"),
-    path("chaos/<uuid:experiment_id>/lease/", views.experiment_lease, name="experiment-lease"),
-    path("chaos/<uuid:experiment_id>/abort/", views.experiment_abort, name="experiment-abort"),
-    path(
-        "chaos/<uuid:experiment_id>/injections/<int:injection_id>/recheck/",
-        views_faults.injection_recheck,
-        name="injection-recheck",
-    ),
+    chaos("", views.experiment_list, "experiment-list"),
+    chaos("new/", views.experiment_create, "experiment-create"),
+    chaos("levers/", views.lever_list, "lever-list"),
+    chaos("levers/platform/<str:action>/", views.lever_move, "lever-move"),
+    chaos("levers/teams/<slug:team>/<str:action>/", views.lever_move, "team-lever-move"),
+    chaos(EXPERIMENT, views.experiment_detail, "experiment-detail"),
+    chaos(EXPERIMENT + "lease/", views.experiment_lease, "experiment-lease"),
+    chaos(EXPERIMENT + "abort/", views.experiment_abort, "experiment-abort"),
+    chaos(INJECTION + "recheck/", views_faults.injection_recheck, "injection-recheck"),
 ]
 api_urlpatterns: list = [
-    path("chaos/experiments/", api.ExperimentListCreateApi.as_view(), name="experiment-list"),
-    path(
-        "chaos/experiments/<uuid:experiment_id>/",
-        api.ExperimentDetailApi.as_view(),
-        name="experiment-detail",
+    chaos("experiments/", api.ExperimentListCreateApi.as_view(), "experiment-list"),
+    chaos("experiments/" + EXPERIMENT, api.ExperimentDetailApi.as_view(), "experiment-detail"),
+    chaos(
+        "experiments/" + EXPERIMENT + "abort/", api.ExperimentAbortApi.as_view(), "experiment-abort"
     ),
-    path(
-        "chaos/experiments/<uuid:experiment_id>/abort/",
-        api.ExperimentAbortApi.as_view(),
-        name="experiment-abort",
-    ),
-    path(
-        "chaos/experiments/<uuid:experiment_id>/injections/<int:injection_id>/recheck/",
+    chaos(
+        "experiments/" + INJECTION + "recheck/",
         api_faults.InjectionRecheckApi.as_view(),
-        name="injection-recheck",
+        "injection-recheck",
     ),
-    path("chaos/levers/", api.LeverListApi.as_view(), name="lever-list"),
-    path(
-        "chaos/levers/platform/engage/", api.PlatformLeverEngageApi.as_view(), name="lever-engage"
+    chaos("levers/", api.LeverListApi.as_view(), "lever-list"),
+    chaos("levers/platform/engage/", api.PlatformLeverEngageApi.as_view(), "lever-engage"),
+    chaos("levers/platform/release/", api.PlatformLeverReleaseApi.as_view(), "lever-release"),
+    chaos(
+        "levers/teams/<slug:team>/engage/", api.TeamLeverEngageApi.as_view(), "team-lever-engage"
     ),
-    path(
-        "chaos/levers/platform/release/",
-        api.PlatformLeverReleaseApi.as_view(),
-        name="lever-release",
-    ),
-    path(
-        "chaos/levers/teams/<slug:team>/engage/",
-        api.TeamLeverEngageApi.as_view(),
-        name="team-lever-engage",
-    ),
-    path(
-        "chaos/levers/teams/<slug:team>/release/",
-        api.TeamLeverReleaseApi.as_view(),
-        name="team-lever-release",
+    chaos(
+        "levers/teams/<slug:team>/release/", api.TeamLeverReleaseApi.as_view(), "team-lever-release"
     ),
 ]
