@@ -28,16 +28,26 @@ SAMPLE_CAP = 60_000
 # Istio's standard metrics, as canary.promql templates of series selectors (placeholders filled
 # per arm): the reader takes their raw samples at the tick's boundaries (canary.prometheus).
 # Only the destination reporter: the source reporter counts the same requests again.
-_ARM = (
+_SERVICE = (
     'reporter="destination",destination_service_name="{{service}}",'
-    'destination_service_namespace="{{namespace}}",destination_version="{{version}}"'
+    'destination_service_namespace="{{namespace}}"'
 )
-DEFAULT_QUERIES = {
-    "requests": "istio_requests_total{" + _ARM + "}",
-    "errors": "istio_requests_total{" + _ARM + ',response_code=~"5.."}',
-    "latency_buckets": "istio_request_duration_milliseconds_bucket{" + _ARM + "}",
-    "latency_native": "istio_request_duration_milliseconds{" + _ARM + "}",
-}
+
+
+def istio_queries(series: str) -> dict[str, str]:
+    """The four query templates over the series `series` selects (labels, comma-separated)."""
+    return {
+        "requests": "istio_requests_total{" + series + "}",
+        "errors": "istio_requests_total{" + series + ',response_code=~"5.."}',
+        "latency_buckets": "istio_request_duration_milliseconds_bucket{" + series + "}",
+        "latency_native": "istio_request_duration_milliseconds{" + series + "}",
+    }
+
+
+# A rollout's arms: the service's series of one version. Chaos stop signals read the
+# whole service (canary.chaos.stop_signals), across versions.
+DEFAULT_QUERIES = istio_queries(_SERVICE + ',destination_version="{{version}}"')
+SERVICE_QUERIES = istio_queries(_SERVICE)
 QUERY_NAMES = tuple(DEFAULT_QUERIES)
 
 

@@ -38,21 +38,12 @@ from canary.chaos.actuators import simulated_fault_effect
 from canary.chaos.models import ChaosExperiment
 from canary.chaos.stops import Reading, Verdict, evaluate
 from canary.hosts import HostRefused, canonical_service_host
-from canary.metrics import prometheus_base_url, query_timeout
+from canary.metrics import SERVICE_QUERIES, prometheus_base_url, query_timeout
 from canary.models import MetricsSource, Observation, Service
 from kiln.cluster.backends import get_backend
 from kiln.errors import Unavailable
 
-_SERIES = (
-    'reporter="destination",destination_service_name="{{service}}",'
-    'destination_service_namespace="{{namespace}}"'
-)
-QUERIES = {
-    "requests": "istio_requests_total{" + _SERIES + "}",
-    "errors": "istio_requests_total{" + _SERIES + ',response_code=~"5.."}',
-    "latency_buckets": "istio_request_duration_milliseconds_bucket{" + _SERIES + "}",
-    "latency_native": "istio_request_duration_milliseconds{" + _SERIES + "}",
-}
+QUERIES = SERVICE_QUERIES
 SIGNALS = ("error-rate", "latency-p99-ms", "canary-rolled-back")
 
 
