@@ -35,6 +35,19 @@ from kiln.params import parse_choice
 from portal.validation import DNS_LABEL_RE
 
 
+def _bounded(
+    json_type: str, *, minimum: float, maximum: float, default: float
+) -> serializers.Field:
+    """An optional number the service types and checks, documented with its bounds and default."""
+    return documented(
+        serializers.JSONField(required=False, default=default),
+        type=json_type,
+        minimum=minimum,
+        maximum=maximum,
+        default=default,
+    )
+
+
 class RolloutListCreateApi(APIView):
     """GET: rollouts the caller may see. POST: start a rollout (engineers of the service's team)."""
 
@@ -52,20 +65,8 @@ class RolloutListCreateApi(APIView):
             description="Canary weights in percent, strictly increasing, ending at 100 "
             "(default [5, 25, 50, 100]).",
         )
-        ticks_per_step = documented(
-            serializers.JSONField(required=False, default=8),
-            type="integer",
-            minimum=1,
-            maximum=1000,
-            default=8,
-        )
-        tick_seconds = documented(
-            serializers.JSONField(required=False, default=60.0),
-            type="number",
-            minimum=0.2,
-            maximum=3600,
-            default=60.0,
-        )
+        ticks_per_step = _bounded("integer", minimum=1, maximum=1000, default=8)
+        tick_seconds = _bounded("number", minimum=0.2, maximum=3600, default=60.0)
         config = documented(
             serializers.JSONField(required=False, default=dict),
             type="object",
@@ -96,9 +97,7 @@ class RolloutListCreateApi(APIView):
     )
     def post(self, request):
         actor = actor_from_request(request)
-        data = self.InputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        fields = dict(data.validated_data)
+        fields = self.InputSerializer.validated(request)
         service = selectors.service_get(viewer=actor, service_id=fields.pop("service"))
         rollout = services.rollout_create(actor=actor, service=service, **fields)
         return Response(selectors.rollout_summary(rollout), status=201)
@@ -143,20 +142,19 @@ class RolloutActionApi(APIView):
     service's keyword arguments besides the actor and the rollout) and its service.
     """
 
-    InputSerializer: type[serializers.Serializer]
+    InputSerializer: type[StrictSerializer]
     decide: Callable[..., Rollout]
 
     def post(self, request, rollout_id):
         actor = actor_from_request(request)
-        data = self.InputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
+        body = self.InputSerializer.validated(request)
         rollout = selectors.rollout_get(viewer=actor, rollout_id=rollout_id)
-        rollout = type(self).decide(actor=actor, rollout=rollout, **data.validated_data)
+        rollout = type(self).decide(actor=actor, rollout=rollout, **body)
         return Response(selectors.rollout_summary(rollout))
 
 
 def decision(
-    operation_id: str, body: type[serializers.Serializer], service: Callable[..., Rollout]
+    operation_id: str, body: type[StrictSerializer], service: Callable[..., Rollout]
 ) -> Callable[[type[RolloutActionApi]], type[RolloutActionApi]]:
     """Make a RolloutActionApi: its body, its service, and its OpenAPI operation (or a 409)."""
 
@@ -218,10 +216,9 @@ class RolloutObservationApi(APIView):
     )
     def post(self, request, rollout_id):
         actor = actor_from_request(request)
-        data = self.InputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
+        body = self.InputSerializer.validated(request)
         rollout = selectors.rollout_get(viewer=actor, rollout_id=rollout_id)
-        obs = services.observation_push(actor=actor, rollout=rollout, **data.validated_data)
+        obs = services.observation_push(actor=actor, rollout=rollout, **body)
         return Response(ObservationOutput(obs).data, status=202)
 
 

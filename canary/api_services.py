@@ -50,9 +50,7 @@ class ServiceListCreateApi(APIView):
     )
     def post(self, request):
         actor = actor_from_request(request)
-        data = self.InputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        fields = dict(data.validated_data)
+        fields = self.InputSerializer.validated(request)
         team = Team.objects.filter(slug=fields.pop("team")).first()
         if team is None:
             raise NotFound("no such team")

@@ -3,6 +3,7 @@ the work; answers are rendered by the typed output serializers of canary/chaos/a
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -15,6 +16,7 @@ from canary.chaos import api_schema as out
 from canary.chaos import selectors as chaos_selectors
 from canary.chaos import services as chaos_services
 from canary.chaos.api_faults import ChaosMeshFields
+from canary.chaos.leases import TIMING_FIELDS
 from canary.chaos.models import ChaosExperiment, ExperimentStatus, FaultKind
 from kiln.api_fields import StrictCharField, StrictSerializer
 from kiln.identity.drf import role_required
@@ -35,7 +37,6 @@ class StopConditionSerializer(StrictSerializer):
 
 def experiment_payload(exp: ChaosExperiment, *, with_injections: bool = False) -> dict[str, Any]:
     """The API's representation of an experiment, its lease and (on detail) its injections."""
-    lease = chaos_selectors.lease_state(exp)
     body: dict[str, Any] = {
         "id": str(exp.pk),
         "name": exp.name,
@@ -63,46 +64,11 @@ def experiment_payload(exp: ChaosExperiment, *, with_injections: bool = False) -
         "created_at": exp.created_at,
         "started_at": exp.started_at,
         "ended_at": exp.ended_at,
-        "timings": {
-            "lease_duration": exp.lease_duration,
-            "renew_deadline": exp.renew_deadline,
-            "retry_period": exp.retry_period,
-            "max_clock_skew": exp.max_clock_skew,
-            "revert_budget": exp.revert_budget,
-        },
-        "lease": {
-            "holder": lease.holder,
-            "held": lease.held,
-            "term": lease.term,
-            "resource_version": lease.resource_version,
-            "renewals": lease.renewals,
-            "acquired_at": lease.acquired_at,
-            "renewed_at": lease.renewed_at,
-            "expires_at": lease.expires_at,
-            "seconds_left": lease.seconds_left,
-        },
+        "timings": {name: getattr(exp, name) for name in TIMING_FIELDS},
+        "lease": asdict(chaos_selectors.lease_state(exp)),
     }
     if with_injections:
-        body["injections"] = [
-            {
-                "id": i.pk,
-                "holder": i.holder,
-                "term": i.fencing_token,
-                "state": i.state,
-                "objects": i.applied,
-                "targets": i.targets,
-                "created_at": i.created_at,
-                "injected_at": i.injected_at,
-                "reverted_at": i.reverted_at,
-                "reverted_by": i.reverted_by,
-                "revert_reason": i.revert_reason,
-                "revert_confirmed": i.revert_confirmed,
-                "revert_attempts": i.revert_attempts,
-                "revert_evidence": i.revert_evidence,
-                "confirmed_at": i.confirmed_at,
-            }
-            for i in chaos_selectors.injection_list(exp)
-        ]
+        body["injections"] = list(chaos_selectors.injection_list(exp))  # rows: InjectionOutput
     return body
 
 
@@ -225,9 +191,7 @@ class ExperimentListCreateApi(APIView):
         },
     )
     def post(self, request: Request) -> Response:
-        serializer = self.InputSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        data = dict(serializer.validated_data)
+        data = self.InputSerializer.validated(request)
         start = data.pop("start")
         data["stop_conditions"] = [dict(c) for c in data.get("stop_conditions") or []]
         exp, created = chaos_services.experiment_submit(
@@ -273,12 +237,9 @@ class ExperimentAbortApi(APIView):
     )
     def post(self, request: Request, experiment_id) -> Response:
         actor = actor_from_request(request)
-        serializer = self.InputSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
+        reason = self.InputSerializer.validated(request)["reason"]
         exp = chaos_selectors.experiment_get(viewer=actor, experiment_id=experiment_id)
-        exp = chaos_services.experiment_abort(
-            actor=actor, experiment=exp, reason=serializer.validated_data["reason"]
-        )
+        exp = chaos_services.experiment_abort(actor=actor, experiment=exp, reason=reason)
         return Response(_detail(exp))
 
 
@@ -332,14 +293,13 @@ class LeverMoveApi(APIView):
 
     def move(self, request: Request, team: str | None) -> Response:
         actor = actor_from_request(request)
-        serializer = self.InputSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
+        reason = self.InputSerializer.validated(request)["reason"]
         if team is not None:
             chaos_selectors.lever_get(viewer=actor, team_slug=team)  # 404 for a hidden team
         move = (
             chaos_services.lever_engage if self.action == "engage" else chaos_services.lever_release
         )
-        lever = move(actor=actor, team_slug=team, reason=serializer.validated_data["reason"])
+        lever = move(actor=actor, team_slug=team, reason=reason)
         return Response(out.LeverOutput(lever_payload(lever)).data)
 
 

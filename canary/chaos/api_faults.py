@@ -8,6 +8,8 @@ holds the experiment views).
 
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -29,42 +31,30 @@ def _field(param: kinds.Param) -> serializers.Field:
     """The serializer field of one magnitude field; the bounds are documented, the service checks them."""
     used_by = ", ".join(k.fault for k in kinds.KINDS.values() if k.param(param.name) is not None)
     description = f"{used_by}: {param.help or param.label}".rstrip(": ")
+    field, schema = _shape(param)
+    return documented(field, **schema, description=description)
+
+
+def _shape(param: kinds.Param) -> tuple[serializers.Field, dict[str, Any]]:
+    """A magnitude field by its type (optional, nullable), and what its JSON Schema adds."""
+    optional = {"required": False, "allow_null": True}
     if param.type in ("int", "float"):
         cls = serializers.IntegerField if param.type == "int" else serializers.FloatField
-        return documented(
-            cls(required=False, allow_null=True),
-            minimum=param.minimum,
-            maximum=param.maximum,
-            description=description,
-        )
+        return cls(**optional), {"minimum": param.minimum, "maximum": param.maximum}
     if param.type == "choice":
-        return documented(
-            serializers.ChoiceField(choices=param.choices, required=False, allow_null=True),
-            description=description,
-        )
+        return serializers.ChoiceField(choices=param.choices, **optional), {}
     if param.type == "selector":
-        return documented(
-            serializers.DictField(
-                child=StrictCharField(max_length=63), required=False, allow_null=True
-            ),
-            type="object",
-            additionalProperties={"type": "string", "minLength": 1, "maxLength": 63},
-            description=description,
-        )
+        label = {"type": "string", "minLength": 1, "maxLength": 63}
+        field = serializers.DictField(child=StrictCharField(max_length=63), **optional)
+        return field, {"type": "object", "additionalProperties": label}
     if param.type == "patterns":
-        return documented(
-            serializers.ListField(
-                child=StrictCharField(max_length=253), required=False, allow_null=True
-            ),
-            type="array",
-            items={"type": "string"},
-            maxItems=kinds.MAX_DNS_PATTERNS,
-            description=description,
-        )
-    return documented(
-        StrictCharField(max_length=63, required=False, allow_blank=True, allow_null=True),
-        description=description,
-    )
+        field = serializers.ListField(child=StrictCharField(max_length=253), **optional)
+        return field, {
+            "type": "array",
+            "items": {"type": "string"},
+            "maxItems": kinds.MAX_DNS_PATTERNS,
+        }
+    return StrictCharField(max_length=63, allow_blank=True, **optional), {}
 
 
 def _params() -> dict[str, kinds.Param]:
@@ -119,15 +109,12 @@ class InjectionRecheckApi(APIView):
     )
     def post(self, request: Request, experiment_id, injection_id: int) -> Response:
         actor = actor_from_request(request)
-        serializer = self.InputSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
+        note = self.InputSerializer.validated(request)["note"]
         exp = chaos_selectors.experiment_get(viewer=actor, experiment_id=experiment_id)
         injection = exp.injections.filter(pk=injection_id).first()
         if injection is None:
             raise NotFound("No such injection.")
-        confirmed = fault_revert_recheck(
-            injection_id=injection.pk, actor=actor, note=serializer.validated_data["note"]
-        )
+        confirmed = fault_revert_recheck(injection_id=injection.pk, actor=actor, note=note)
         injection.refresh_from_db()
         body = {
             "id": injection.pk,

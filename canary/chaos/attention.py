@@ -3,12 +3,17 @@ services of the viewer's teams, and reverts the cluster never confirmed."""
 
 from __future__ import annotations
 
+from functools import partial
+
 from django.urls import reverse
 
 from canary.chaos import selectors
 from canary.chaos.models import ChaosInjection, ExperimentStatus, InjectionState
 from kiln.attention import Item, register
 from kiln.identity.permissions import Actor, can_run_chaos
+
+# Every chaos item is of kind "experiment".
+_item = partial(Item, kind="experiment")
 
 
 @register
@@ -19,9 +24,8 @@ def experiments_on_my_services(actor: Actor) -> list[Item]:
     for exp in running.filter(team__slug__in=list(actor.teams))[:50]:
         target = exp.service or f"{exp.namespace} pods"
         items.append(
-            Item(
+            _item(
                 key=f"chaos.running:{exp.pk}",
-                kind="experiment",
                 title=f"Chaos experiment {exp.name} is running on {target}",
                 detail=f"{exp.get_fault_display()} by {exp.created_by_name or 'someone'}; "
                 "abort it from its page if it hurts",
@@ -39,9 +43,8 @@ def levers_engaged(actor: Actor) -> list[Item]:
     for lever in selectors.levers_engaged(viewer=actor):
         scope = "platform-wide" if lever.team_id is None else f"for team {lever.team.slug}"
         items.append(
-            Item(
+            _item(
                 key=f"chaos.lever:{lever.pk}:{lever.engaged_at.isoformat()}",
-                kind="experiment",
                 title=f"Chaos safety lever engaged {scope}",
                 detail=f"by {lever.engaged_by}: {lever.engaged_reason}; no experiment runs or "
                 "starts until it is released",
@@ -69,9 +72,8 @@ def unconfirmed_reverts(actor: Actor) -> list[Item]:
             f"{e.get('object')}: {e.get('found')}" for e in injection.revert_evidence[:2]
         )
         items.append(
-            Item(
+            _item(
                 key=f"chaos.unconfirmed:{injection.pk}",
-                kind="experiment",
                 title=f"The fault of chaos experiment {exp.name} may still be in effect",
                 detail=f"its revert was read back {injection.revert_attempts} times and the "
                 f"cluster still showed it ({found}); remove it by hand, then check it again",

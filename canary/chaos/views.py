@@ -178,16 +178,13 @@ def experiment_list_context(*, viewer, query) -> dict:
 def experiment_list(request: HttpRequest) -> HttpResponse:
     """Every experiment the viewer may see, newest first; live."""
     actor = actor_from_request(request)
-    return render(
-        request,
-        "chaos/list.html",
-        {
-            **experiment_list_context(viewer=actor, query=request.GET),
-            "statuses": ExperimentStatus.choices,
-            "can_create": has_role(actor, ENGINEER),
-            "levers": lever_strip(actor),
-        },
+    context = experiment_list_context(viewer=actor, query=request.GET)
+    context.update(
+        statuses=ExperimentStatus.choices,
+        can_create=has_role(actor, ENGINEER),
+        levers=lever_strip(actor),
     )
+    return render(request, "chaos/list.html", context)
 
 
 @login_required

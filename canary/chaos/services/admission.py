@@ -70,9 +70,7 @@ def experiment_for_key(*, actor: Actor, key: str, digest: str) -> ChaosExperimen
         .filter(created_by_name=actor.username, idempotency_key=key)
         .first()
     )
-    if previous is None:
-        return None
-    if previous.body_sha256 != digest:
+    if previous is not None and previous.body_sha256 != digest:
         visible = can_view_chaos(actor, previous.team.slug)
         raise IdempotencyKeyReused(
             "this Idempotency-Key was already used with a different experiment",
