@@ -26,44 +26,28 @@ from __future__ import annotations
 import os
 import signal
 import statistics
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.conf import settings
-from django.db import connections, transaction
+from django.db import connections
 
-from audit import record
+from bench.chaos.harness import BENCH, ensure_team, team_namespace
 from canary.chaos import actuators
 from canary.chaos.controller import chaos_controller_run, controller_identity
 from canary.chaos.models import ChaosExperiment, ChaosInjection, ChaosLever, InjectionState
 from canary.chaos.services import experiment_create, experiment_end, lever_engage, lever_release
-from kiln.identity.models import Team
-from kiln.identity.permissions import PLATFORM_ADMIN, Actor, system_actor
+from kiln.identity.permissions import PLATFORM_ADMIN, Actor
 
 FAULTS = ("http-abort", "http-delay", "pod-kill")
 MODES = ("live", "controllers_killed")
 # Engages and releases the lever as a person would: the benchmark's platform admin.
 ADMIN = Actor("lever-bench-admin", roles=frozenset({PLATFORM_ADMIN}))
-BENCH = system_actor("chaos-bench")
-
-
-def bench_timings(lease: float) -> dict[str, float]:
-    """Valid lease settings scaled from the lease (renew 50%, retry 10%, skew 10%, revert 15%)."""
-    return {
-        "KILN_CHAOS_LEASE_DURATION": lease,
-        "KILN_CHAOS_RENEW_DEADLINE": round(lease * 0.5, 3),
-        "KILN_CHAOS_RETRY_PERIOD": round(lease * 0.1, 3),
-        "KILN_CHAOS_MAX_CLOCK_SKEW": round(lease * 0.1, 3),
-        "KILN_CHAOS_REVERT_BUDGET": round(lease * 0.15, 3),
-    }
 
 
 def team_slug(i: int) -> str:
+    """Team i's slug, which is also its namespace."""
     return f"lever-bench-{i}"
 
 
@@ -72,17 +56,8 @@ def ensure_targets(backend: Any, teams: int, experiments: int) -> None:
     objects: list[dict[str, Any]] = []
     for t in range(teams):
         slug = team_slug(t)
-        with transaction.atomic():
-            team, created = Team.objects.get_or_create(slug=slug, defaults={"name": slug})
-            if created:
-                record(BENCH, "portal.team.created", team, {"slug": slug})
-        objects.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Namespace",
-                "metadata": {"name": slug, "labels": {"kiln.dev/team": slug}},
-            }
-        )
+        ensure_team(slug, slug)
+        objects.append(team_namespace(slug, slug))
     for i in range(experiments):
         objects.append(
             {
@@ -118,61 +93,6 @@ def experiment_data(i: int, teams: int) -> dict[str, Any]:
     if fault == "http-abort":
         data["abort_http_status"] = 503
     return data
-
-
-def _db_env() -> dict[str, str]:
-    """Environment for child processes: the same database."""
-    env = dict(os.environ)
-    db = connections["default"].settings_dict
-    if db["ENGINE"].endswith("postgresql"):
-        user = db.get("USER") or ""
-        password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
-        host = db.get("HOST") or "127.0.0.1"
-        port = db.get("PORT") or "5432"
-        env["DATABASE_URL"] = f"postgres://{user}{password}@{host}:{port}/{db['NAME']}"
-    env.setdefault("SECRET_KEY", settings.SECRET_KEY)
-    env["KILN_CHAOS_AUTORUN"] = "0"
-    return env
-
-
-def start_reaper(period: float, timeout: float = 60.0) -> subprocess.Popen:
-    """`manage.py chaos_reaper --period P` as its own process; returns after its first pass."""
-    fd, ready = tempfile.mkstemp(prefix="lever-reaper-", suffix=".ready")
-    os.close(fd)
-    os.unlink(ready)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            os.path.join(settings.BASE_DIR, "manage.py"),
-            "chaos_reaper",
-            "--period",
-            str(period),
-            "--ready-file",
-            ready,
-        ],
-        env=_db_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + timeout
-    while not os.path.exists(ready):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            stop_process(proc)
-            raise RuntimeError("the chaos reaper process did not start")
-        time.sleep(0.05)
-    os.unlink(ready)
-    return proc
-
-
-def stop_process(proc: subprocess.Popen) -> None:
-    """Terminate a child we started and reap it."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def fork_controllers(experiment_ids: list[str], pool_max: int) -> int:

@@ -6,9 +6,9 @@ they run and by the reaper process when every controller was SIGKILLed first."""
 from __future__ import annotations
 
 import pytest
-from django.test.utils import override_settings
 
 from bench.chaos import levers
+from bench.chaos.harness import reaper_running
 from canary.chaos.models import ChaosLever
 from tests.chaos.test_chaos_support import backend, chaos_settings  # noqa: F401
 
@@ -16,16 +16,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_both_modes_revert_and_confirm_every_fault(backend, chaos_settings):
-    timings = levers.bench_timings(4.0)
-    with override_settings(KILN_CHAOS_AUTORUN=False, **timings):
-        reaper = levers.start_reaper(0.25)
-        try:
-            results = [
-                levers.run_once(mode, backend=backend, teams=2, experiments=4, timeout=120)
-                for mode in levers.MODES
-            ]
-        finally:
-            levers.stop_process(reaper)
+    with reaper_running(lease=4.0, reaper_period=0.25):
+        results = [
+            levers.run_once(mode, backend=backend, teams=2, experiments=4, timeout=120)
+            for mode in levers.MODES
+        ]
     live, killed = results
     assert live.injected == killed.injected == 4
     assert live.confirmed == live.seen_gone == 4

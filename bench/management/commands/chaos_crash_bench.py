@@ -19,24 +19,20 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
-from django.db import connections, transaction
-from django.test.utils import override_settings
+from django.db import connections
 
-from audit import record
+from bench.chaos.harness import BENCH, child_env, ensure_team, reaper_running, team_namespace
 from canary.chaos import actuators, kinds
 from canary.chaos.controller import chaos_controller_run, controller_identity
 from canary.chaos.models import ChaosInjection, InjectionState
 from canary.chaos.services import experiment_create, experiment_end
 from kiln.cluster.backends import get_backend
-from kiln.identity.models import Team
-from kiln.identity.permissions import system_actor
 
 TEAM = "chaos-bench"
 NAMESPACE = "chaos-bench"
@@ -67,32 +63,10 @@ class TrialResult:
     starved_terms: int = 0
 
 
-def bench_timings(lease: float = 1.0) -> dict[str, float]:
-    """Short, valid lease settings scaled from the lease duration (renew 50%, retry 10%, skew 10%, revert 15%)."""
-    return {
-        "KILN_CHAOS_LEASE_DURATION": lease,
-        "KILN_CHAOS_RENEW_DEADLINE": round(lease * 0.5, 3),
-        "KILN_CHAOS_RETRY_PERIOD": round(lease * 0.1, 3),
-        "KILN_CHAOS_MAX_CLOCK_SKEW": round(lease * 0.1, 3),
-        "KILN_CHAOS_REVERT_BUDGET": round(lease * 0.15, 3),
-    }
-
-
 def ensure_target(backend: Any, *, team: str = TEAM, namespace: str = NAMESPACE) -> None:
     """The bench's team and its namespace in the cluster (idempotent)."""
-    with transaction.atomic():
-        obj, created = Team.objects.get_or_create(slug=team, defaults={"name": "Chaos bench"})
-        if created:
-            record(system_actor("chaos-bench"), "portal.team.created", obj, {"slug": team})
-    backend.apply(
-        [
-            {
-                "apiVersion": "v1",
-                "kind": "Namespace",
-                "metadata": {"name": namespace, "labels": {"kiln.dev/team": team}},
-            }
-        ]
-    )
+    ensure_team(team, "Chaos bench")
+    backend.apply([team_namespace(namespace, team)])
 
 
 def ensure_pods(
@@ -141,54 +115,6 @@ def experiment_data(fault: str, *, namespace: str = NAMESPACE) -> dict[str, Any]
     return data
 
 
-def _db_env() -> dict[str, str]:
-    """Environment for child processes: the same database (the test database under pytest)."""
-    env = dict(os.environ)
-    db = connections["default"].settings_dict
-    if db["ENGINE"].endswith("postgresql"):
-        user = db.get("USER") or ""
-        password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
-        host = db.get("HOST") or "127.0.0.1"
-        port = db.get("PORT") or "5432"
-        env["DATABASE_URL"] = f"postgres://{user}{password}@{host}:{port}/{db['NAME']}"
-    env.setdefault("SECRET_KEY", settings.SECRET_KEY)
-    env["KILN_CHAOS_AUTORUN"] = "0"
-    return env
-
-
-def start_reaper(period: float, *, ready_timeout: float = 60.0) -> subprocess.Popen:
-    """Start `manage.py chaos_reaper --period P` as its own process; return once it made a pass."""
-    manage = os.path.join(settings.BASE_DIR, "manage.py")
-    fd, ready = tempfile.mkstemp(prefix="chaos-reaper-", suffix=".ready")
-    os.close(fd)
-    os.unlink(ready)
-    proc = subprocess.Popen(
-        [sys.executable, manage, "chaos_reaper", "--period", str(period), "--ready-file", ready],
-        env=_db_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + ready_timeout
-    while not os.path.exists(ready):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            stop_process(proc)
-            raise CommandError("the chaos reaper process did not start")
-        time.sleep(0.05)
-    os.unlink(ready)
-    return proc
-
-
-def stop_process(proc: subprocess.Popen) -> None:
-    """Terminate a child we started and reap it."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def _fork_controller(experiment_id: str) -> int:
     """Fork a child running the controller; the parent gets its pid."""
     connections.close_all()
@@ -208,7 +134,7 @@ def _spawn_controller(experiment_id: str) -> int:
     manage = os.path.join(settings.BASE_DIR, "manage.py")
     proc = subprocess.Popen(
         [sys.executable, manage, "chaos_controller", "--experiment", experiment_id],
-        env=_db_env(),
+        env=child_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -228,9 +154,7 @@ def crash_trial(
     retried = 0
     if not fault.startswith("http-"):
         ensure_pods(backend)
-    exp = experiment_create(
-        actor=system_actor("chaos-bench"), data=experiment_data(fault), backend=backend
-    )
+    exp = experiment_create(actor=BENCH, data=experiment_data(fault), backend=backend)
     pid = _spawn_controller(str(exp.pk)) if spawn else _fork_controller(str(exp.pk))
     try:
         deadline = time.monotonic() + timeout
@@ -282,7 +206,7 @@ def crash_trial(
     experiment_end(
         experiment_id=exp.pk,
         to="aborted",
-        actor=system_actor("chaos-bench"),
+        actor=BENCH,
         reason="crash trial over",
         backend=backend,
     )
@@ -348,27 +272,21 @@ class Command(BaseCommand):
     def handle(self, *args, **opts) -> None:
         if opts["trials"] < 1:
             raise CommandError("--trials must be at least 1")
-        timings = bench_timings(opts["lease"])
-        os.environ.update({k: str(v) for k, v in timings.items()})
         rng = random.Random(opts["seed"])
         backend = get_backend()
         results: list[TrialResult] = []
         started = time.monotonic()
         load_start = os.getloadavg()[0]
-        with override_settings(KILN_CHAOS_AUTORUN=False, **timings):
-            ensure_target(backend)
-            reaper = start_reaper(opts["reaper_period"])
-            try:
-                for i in range(opts["trials"]):
-                    results.append(
-                        crash_trial(
-                            FAULTS[i % len(FAULTS)], backend=backend, spawn=opts["spawn"], rng=rng
-                        )
+        ensure_target(backend)
+        with reaper_running(lease=opts["lease"], reaper_period=opts["reaper_period"]):
+            for i in range(opts["trials"]):
+                results.append(
+                    crash_trial(
+                        FAULTS[i % len(FAULTS)], backend=backend, spawn=opts["spawn"], rng=rng
                     )
-                    if not opts["json"]:
-                        self.stdout.write(json.dumps(asdict(results[-1])))
-            finally:
-                stop_process(reaper)
+                )
+                if not opts["json"]:
+                    self.stdout.write(json.dumps(asdict(results[-1])))
         summary = summarize(results, lease=opts["lease"], reaper_period=opts["reaper_period"])
         summary["wall_seconds"] = round(time.monotonic() - started, 1)
         # The bound assumes the reaper runs on time; on a shared machine the load says how fair that was.

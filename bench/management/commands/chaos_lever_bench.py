@@ -12,9 +12,9 @@ import os
 import time
 
 from django.core.management.base import BaseCommand, CommandError
-from django.test.utils import override_settings
 
 from bench.chaos import levers
+from bench.chaos.harness import bench_timings, reaper_running
 from kiln.cluster.backends import get_backend
 
 
@@ -38,32 +38,27 @@ class Command(BaseCommand):
     def handle(self, *args, **opts) -> None:
         if opts["experiments"] < 1 or opts["teams"] < 1 or opts["runs"] < 1:
             raise CommandError("--experiments, --teams and --runs must be at least 1")
-        timings = levers.bench_timings(opts["lease"])
-        os.environ.update({k: str(v) for k, v in timings.items()})
+        timings = bench_timings(opts["lease"])
         backend = get_backend()
         results: list[levers.RunResult] = []
         started = time.monotonic()
         load_start = os.getloadavg()[0]
-        with override_settings(KILN_CHAOS_AUTORUN=False, **timings):
-            reaper = levers.start_reaper(opts["reaper_period"])
-            try:
-                for _ in range(opts["runs"]):
-                    for mode in levers.MODES:
-                        result = levers.run_once(
-                            mode,
-                            backend=backend,
-                            teams=opts["teams"],
-                            experiments=opts["experiments"],
-                            timeout=opts["timeout"],
+        with reaper_running(lease=opts["lease"], reaper_period=opts["reaper_period"]):
+            for _ in range(opts["runs"]):
+                for mode in levers.MODES:
+                    result = levers.run_once(
+                        mode,
+                        backend=backend,
+                        teams=opts["teams"],
+                        experiments=opts["experiments"],
+                        timeout=opts["timeout"],
+                    )
+                    results.append(result)
+                    if not opts["json"]:
+                        self.stdout.write(
+                            f"{mode}: {result.confirmed}/{result.injected} confirmed, "
+                            f"last {result.last_s} s"
                         )
-                        results.append(result)
-                        if not opts["json"]:
-                            self.stdout.write(
-                                f"{mode}: {result.confirmed}/{result.injected} confirmed, "
-                                f"last {result.last_s} s"
-                            )
-            finally:
-                levers.stop_process(reaper)
         report = levers.summarize(results, lease=opts["lease"], reaper_period=opts["reaper_period"])
         report.update(
             {
