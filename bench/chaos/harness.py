@@ -20,10 +20,11 @@ from unittest import mock
 
 from django.conf import settings
 from django.core.management.base import CommandError
-from django.db import connections, transaction
+from django.db import transaction
 from django.test.utils import override_settings
 
 from audit import record
+from bench.database import database_url
 from kiln.identity.models import Team
 from kiln.identity.permissions import system_actor
 
@@ -61,13 +62,9 @@ def team_namespace(name: str, team: str) -> dict[str, Any]:
 def child_env() -> dict[str, str]:
     """Environment for child processes: the same database (the test database under pytest)."""
     env = dict(os.environ)
-    db = connections["default"].settings_dict
-    if db["ENGINE"].endswith("postgresql"):
-        user = db.get("USER") or ""
-        password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
-        host = db.get("HOST") or "127.0.0.1"
-        port = db.get("PORT") or "5432"
-        env["DATABASE_URL"] = f"postgres://{user}{password}@{host}:{port}/{db['NAME']}"
+    url = database_url()
+    if url is not None:
+        env["DATABASE_URL"] = url
     env.setdefault("SECRET_KEY", settings.SECRET_KEY)
     env["KILN_CHAOS_AUTORUN"] = "0"
     return env

@@ -17,6 +17,7 @@ from audit.selectors import tree_size
 from audit.services import public_key_path, signing_key
 from audit.tree import merkle
 from bench.audit import tlog
+from bench.database import database_url
 from bench.waiting import process_gone, wait_until
 from kiln import benchjson, proxies
 
@@ -104,15 +105,11 @@ class Command(BaseCommand):
 
     def start_server(self, port: int) -> subprocess.Popen:
         """uvicorn serving Kiln on `port`, the transparency log public; waits until it answers."""
-        db = connection.settings_dict
         env = {**os.environ, "KILN_AUDIT_TLOG_PUBLIC": "1", "KILN_TRACING": "0",
                "KILN_AUDIT_SIGNING_KEY": settings.KILN_AUDIT_SIGNING_KEY,
                "KILN_AUDIT_WITNESSES": settings.KILN_AUDIT_WITNESSES}  # fmt: skip
-        if connection.vendor == "postgresql":  # this process's database (a test's own, too)
-            auth = f"{db['USER']}:{db['PASSWORD']}" if db["PASSWORD"] else db["USER"]
-            env["DATABASE_URL"] = (
-                f"postgres://{auth}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}"
-            )
+        if url := database_url():  # this process's database (a test's own, too)
+            env["DATABASE_URL"] = url
         server = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "kiln.asgi:application", "--host", "127.0.0.1",
              "--port", str(port), "--log-level", "warning", "--no-access-log",

@@ -30,6 +30,7 @@ from django.test import override_settings
 from rest_framework.test import APIClient
 
 from audit.models import ChainEvent
+from bench.database import database_url
 from bench.waiting import wait_until
 from canary.models import Rollout, RolloutDecision, RolloutStatus, RolloutTick
 from canary.ownership import TEAM_LABEL
@@ -260,15 +261,10 @@ def _resolved_config(rollout_id: str) -> dict:
 
 def _database_url() -> str:
     """The database this process uses (under test, the test database) as a URL for the worker."""
-    db = settings.DATABASES["default"]
-    if "postgresql" not in db["ENGINE"]:
+    url = database_url()
+    if url is None:
         raise CommandError("--worker prefork needs PostgreSQL (a database other processes see)")
-    auth = db.get("USER") or ""
-    if db.get("PASSWORD"):
-        auth += f":{db['PASSWORD']}"
-    return (
-        f"postgres://{auth}@{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}/{db['NAME']}"
-    )
+    return url
 
 
 def kube_report(api: SimulatedKubeAPI, window: list[float]) -> dict:
