@@ -265,39 +265,49 @@ class EnvironmentActionApi(APIView):
         return Response(out.environment_payload(env, detail=True))
 
 
-def _action_schema(operation_id: str, request: type[StrictSerializer]):
-    """The OpenAPI operation of an EnvironmentActionApi: its body, the environment, or a 409."""
-    return extend_schema_view(
-        post=extend_schema(
-            operation_id=operation_id,
-            request=request,
-            responses={200: out.EnvironmentDetailOutput, **errors(409)},
-        )
+# What each action's POST does and who may: the view's docstring and its OpenAPI description.
+ACTION_DOCS = {
+    "approve": "approve a pending request (approvers; not one's own).",
+    "reject": "reject a pending request with a reason (approvers; not one's own).",
+    "extend": "push a READY environment's expiry out (team engineers).",
+    "defer": "hold teardown `minutes` past expiry for a reason, within the class's maximum deferral.",
+    "keep": "keep an environment proposed for early teardown as idle (team engineers).",
+    "sleep": (
+        "put a READY environment to sleep (its team's engineers): workloads, control plane and"
+        " nodes to zero, volumes and database kept. 409 for another status or a class that may"
+        " not sleep."
+    ),
+    "wake": (
+        "wake a sleeping environment (its team's engineers); a no-op when it is awake, 409 when"
+        " it is being torn down or failed."
+    ),
+}
+
+
+def action_api(
+    action: str, body: type[StrictSerializer], act: Callable[..., Environment]
+) -> type[EnvironmentActionApi]:
+    """The EnvironmentActionApi `Environment<Action>Api` for POST .../<action>/: `body` validated,
+    `act` called, described by ACTION_DOCS and documented as operation `environments_<action>`
+    (its body, the environment, or a 409)."""
+    name = f"Environment{action.title()}Api"
+    doc = f"POST: {ACTION_DOCS[action]}"
+    view = type(
+        name,
+        (EnvironmentActionApi,),
+        {"__doc__": doc, "InputSerializer": body, "act": staticmethod(act)},
     )
+    schema = extend_schema(
+        operation_id=f"environments_{action}",
+        request=body,
+        responses={200: out.EnvironmentDetailOutput, **errors(409)},
+    )
+    return extend_schema_view(post=schema)(view)
 
 
-@_action_schema("environments_approve", ReasonInput)
-class EnvironmentApproveApi(EnvironmentActionApi):
-    """POST: approve a pending request (approvers; not one's own)."""
-
-    InputSerializer = ReasonInput
-    act = staticmethod(services.environment_approve)
-
-
-@_action_schema("environments_reject", RejectInput)
-class EnvironmentRejectApi(EnvironmentActionApi):
-    """POST: reject a pending request with a reason (approvers; not one's own)."""
-
-    InputSerializer = RejectInput
-    act = staticmethod(services.environment_reject)
-
-
-@_action_schema("environments_extend", ExtendInput)
-class EnvironmentExtendApi(EnvironmentActionApi):
-    """POST: push a READY environment's expiry out (team engineers)."""
-
-    InputSerializer = ExtendInput
-    act = staticmethod(services.environment_extend)
+EnvironmentApproveApi = action_api("approve", ReasonInput, services.environment_approve)
+EnvironmentRejectApi = action_api("reject", RejectInput, services.environment_reject)
+EnvironmentExtendApi = action_api("extend", ExtendInput, services.environment_extend)
 
 
 def _flag(value: str | None, name: str) -> bool:

@@ -15,8 +15,17 @@ from portal.budget_math import REACHED
 from portal.lifecycle import Status
 
 
-def _url(env) -> str:
-    return reverse("portal:environment-detail", args=[env.public_id])
+def _about(env, kind: str, tag: str = "", *, title: str, detail: str, at) -> Item:
+    """An item about one environment, linking to its page; its key is the kind, the environment
+    and `tag` (which tells one occasion of the kind from the next)."""
+    return Item(
+        key=f"portal.{kind}:{env.public_id}" + (f":{tag}" if tag else ""),
+        kind=kind,
+        title=title,
+        detail=detail,
+        url=reverse("portal:environment-detail", args=[env.public_id]),
+        at=at,
+    )
 
 
 @register
@@ -32,17 +41,12 @@ def approvals_for_me(actor: Actor) -> list[Item]:
         if any(d.approver_name == actor.username for d in env.decisions.all()):
             continue
         needed = selectors.approvals_needed(environment=env)
-        items.append(
-            Item(
-                key=f"portal.approval:{env.public_id}",
-                kind="approval",
-                title=f"Approve or reject {env.team.slug}/{env.name}",
-                detail=f"{env.env_class} requested by {requester}; needs {needed} approval"
-                f"{'s' if needed != 1 else ''} from {env.team.name}'s approvers",
-                url=_url(env),
-                at=env.created_at,
-            )
+        detail = (
+            f"{env.env_class} requested by {requester}; needs {needed} approval"
+            f"{'s' if needed != 1 else ''} from {env.team.name}'s approvers"
         )
+        title = f"Approve or reject {env.team.slug}/{env.name}"
+        items.append(_about(env, "approval", title=title, detail=detail, at=env.created_at))
     return items
 
 
@@ -56,41 +60,23 @@ def my_environments_ending(actor: Actor) -> list[Item]:
     items = []
     for env in envs:
         if env.status == Status.EXPIRING:
+            title, detail = f"{env.name} has expired", "its TTL ran out; it is torn down next"
             items.append(
-                Item(
-                    key=f"portal.expiring:{env.public_id}:expiring",
-                    kind="expiring",
-                    title=f"{env.name} has expired",
-                    detail="its TTL ran out; it is torn down next",
-                    url=_url(env),
-                    at=env.expires_at,
-                )
+                _about(env, "expiring", "expiring", title=title, detail=detail, at=env.expires_at)
             )
             continue
         warn_before = timedelta(seconds=conf.class_lifecycle(env.env_class).warn_before)
         if env.expires_at and env.expires_at - warn_before <= now:
             left = max(0, int((env.expires_at - now).total_seconds() // 60))
-            items.append(
-                Item(
-                    key=f"portal.expiring:{env.public_id}:{env.expires_at.isoformat()}",
-                    kind="expiring",
-                    title=f"{env.name} expires in {left // 60} h {left % 60} min",
-                    detail="extend its TTL or let it go",
-                    url=_url(env),
-                    at=env.expires_at - warn_before,
-                )
-            )
+            title = f"{env.name} expires in {left // 60} h {left % 60} min"
+            tag, at = env.expires_at.isoformat(), env.expires_at - warn_before
+            detail = "extend its TTL or let it go"
+            items.append(_about(env, "expiring", tag, title=title, detail=detail, at=at))
         if env.idle_proposed_at:
-            items.append(
-                Item(
-                    key=f"portal.idle:{env.public_id}:{env.idle_proposed_at.isoformat()}",
-                    kind="idle",
-                    title=f"{env.name} looks idle",
-                    detail="it is proposed for teardown: keep it if you still use it",
-                    url=_url(env),
-                    at=env.idle_proposed_at,
-                )
-            )
+            at = env.idle_proposed_at
+            title = f"{env.name} looks idle"
+            detail = "it is proposed for teardown: keep it if you still use it"
+            items.append(_about(env, "idle", at.isoformat(), title=title, detail=detail, at=at))
     return items
 
 

@@ -1,13 +1,20 @@
-"""Helpers the portal pages share: the statuses that change on their own, the visible environment or 404."""
+"""Helpers the portal pages share: the statuses that change on their own, the visible environment
+or 404, and an action posted from an environment's page."""
 
 from __future__ import annotations
 
-from django.http import Http404, HttpRequest
+from collections.abc import Callable
+from typing import Any
 
-from kiln.errors import NotFound
-from kiln.identity.permissions import (
-    actor_from_request,
-)
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.views.decorators.http import require_POST
+
+from kiln.errors import KilnError, NotFound
+from kiln.identity.permissions import actor_from_request
 from portal import selectors
 from portal.lifecycle import Status
 
@@ -26,3 +33,41 @@ def env_or_404(request: HttpRequest, public_id: str):
         return selectors.environment_get(viewer=actor_from_request(request), public_id=public_id)
     except NotFound as exc:
         raise Http404("no such environment") from exc
+
+
+def error_text(exc: KilnError) -> str:
+    """A refusal as the page shows it: the fields' errors, else the error's message."""
+    fields = exc.extra.get("fields") or {}
+    return "; ".join(sum(fields.values(), [])) or exc.message
+
+
+def action_view(
+    act: Callable[..., Any],
+    *,
+    done: str,
+    form: type[forms.Form] | None = None,
+    invalid: str = "",
+    **fixed: Any,
+) -> Callable[[HttpRequest, str], HttpResponse]:
+    """The view of a POST from the environment page: `act(actor=, environment=, **the form's
+    data, **fixed)`, then `done` (formatted with the form's data) or the refusal's text as the
+    page's message, and back to the page. A `form` that does not validate says `invalid` and
+    changes nothing."""
+
+    @login_required
+    @require_POST
+    def view(request: HttpRequest, public_id: str) -> HttpResponse:
+        env = env_or_404(request, public_id)
+        bound = form(request.POST) if form is not None else None
+        if bound is not None and not bound.is_valid():
+            messages.error(request, invalid)
+        else:
+            data = bound.cleaned_data if bound is not None else {}
+            try:
+                act(actor=actor_from_request(request), environment=env, **data, **fixed)
+                messages.success(request, done.format(**data))
+            except KilnError as exc:
+                messages.error(request, error_text(exc))
+        return redirect("portal:environment-detail", public_id=public_id)
+
+    return view

@@ -25,7 +25,7 @@ from portal import budget_reads, conf, resource_tree, selectors, services
 from portal.connect import connection, kubeconfig
 from portal.forms import ExtendForm, ReasonForm
 from portal.lifecycle import Status, badge, label
-from portal.views.common import ACTIVE, env_or_404
+from portal.views.common import ACTIVE, action_view, env_or_404
 from portal.views.lifecycle import sleep_context
 from portal.words import extended_hours, phrases
 
@@ -161,24 +161,12 @@ def environment_tree(request: HttpRequest, public_id: str) -> HttpResponse:
     )
 
 
-@login_required
-@require_POST
-def environment_extend(request: HttpRequest, public_id: str) -> HttpResponse:
-    """Extend the TTL."""
-    env = env_or_404(request, public_id)
-    form = ExtendForm(request.POST)
-    if not form.is_valid():
-        messages.error(request, "Give the extension as a whole number of hours.")
-    else:
-        try:
-            services.environment_extend(
-                actor=actor_from_request(request), environment=env, hours=form.cleaned_data["hours"]
-            )
-            messages.success(request, f"Extended by {form.cleaned_data['hours']} h.")
-        except KilnError as exc:
-            fields = exc.extra.get("fields") or {}
-            messages.error(request, "; ".join(sum(fields.values(), [])) or exc.message)
-    return redirect("portal:environment-detail", public_id=public_id)
+environment_extend = action_view(
+    services.environment_extend,
+    done="Extended by {hours} h.",
+    form=ExtendForm,
+    invalid="Give the extension as a whole number of hours.",
+)
 
 
 @login_required
