@@ -58,9 +58,7 @@ def measure(lock: Path, venv: Path) -> dict:
     sizes = {}
     for name, dist in installed.items():
         files = dist.files or []
-        sizes[name] = sum(
-            (site / f).stat().st_size for f in files if (site / f).is_file()
-        )
+        sizes[name] = sum((site / f).stat().st_size for f in files if (site / f).is_file())
     largest = sorted(sizes.items(), key=lambda kv: -kv[1])[:10]
     return {
         "lock": lock.name,
