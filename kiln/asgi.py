@@ -1,8 +1,8 @@
 """ASGI entry point: Django for HTTP, Channels for websockets (session or bearer-token auth).
 
 Public read-only GETs whose view offers a `fast_read` are answered beside Django's
-middleware (kiln/fast_reads.py); everything else goes through Django, its middleware and view
-in one thread per request (kiln/asgi_handler.py).
+middleware (kiln/fast_reads.py); everything else goes through Django's own ASGI handler, its
+middleware and view.
 
 Each web process imports every view, then freezes what it holds (kiln/heap.py), so no full
 garbage collection walks the startup objects while requests wait.
@@ -17,7 +17,7 @@ from importlib import import_module
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kiln.settings")
 
-from kiln.asgi_handler import get_asgi_application  # noqa: E402 - after the settings are named
+from django.core.asgi import get_asgi_application  # noqa: E402 - after the settings are named
 
 django_asgi_app = get_asgi_application()
 

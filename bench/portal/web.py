@@ -1,5 +1,5 @@
-"""The web alone under concurrent environment requests over HTTP, with Kiln's ASGI handler and
-with Django's own (kiln/asgi_handler.py), alternated round by round on the same machine.
+"""The web alone under concurrent environment requests over HTTP: its CPU per request and the
+create's latency, a run per round.
 
 Each run starts the web as `make dev` does (uvicorn, `web_processes` processes) with nothing
 else of the shape: the requests are staging, which waits for an approver, so no task is
@@ -24,13 +24,9 @@ from bench.portal.report import percentile
 from kiln.identity.permissions import APPROVER, ENGINEER
 from tests.support.shape import Shape, TokenIssuer, free_port, wait_for_port
 
-# The handler each run uses, by name: KILN_WEB_ONE_THREAD for the web's processes.
-HANDLERS = {"one-thread": "1", "django": "0"}
-
 
 def run(
     *,
-    handlers: list[str],
     rounds: int,
     clients: int,
     requests: int,
@@ -39,35 +35,29 @@ def run(
     engineer: Any,
     approver: Any,
 ) -> dict[str, Any]:
-    """Every handler once per round, in the given order: each run's figures and their medians."""
+    """One run per round: each run's figures and their medians."""
     issuer = TokenIssuer(workdir / "jwt", "web-bench-1")
     runs = []
     for round_number in range(1, rounds + 1):
-        for handler in handlers:
-            figures = _one(
-                handler=handler,
-                clients=clients,
-                requests=requests,
-                web_processes=web_processes,
-                workdir=workdir / f"{handler}-{round_number}",
-                issuer=issuer,
-                engineer=engineer,
-                approver=approver,
-            )
-            runs.append({"round": round_number, "handler": handler, **figures})
+        figures = _one(
+            clients=clients,
+            requests=requests,
+            web_processes=web_processes,
+            workdir=workdir / f"run-{round_number}",
+            issuer=issuer,
+            engineer=engineer,
+            approver=approver,
+        )
+        runs.append({"round": round_number, **figures})
     medians = {
-        handler: {
-            key: round(statistics.median(r[key] for r in runs if r["handler"] == handler), 1)
-            for key in ("web_cpu_ms_per_request", "p50_ms", "p95_ms", "requests_per_second")
-        }
-        for handler in handlers
+        key: round(statistics.median(r[key] for r in runs), 1)
+        for key in ("web_cpu_ms_per_request", "p50_ms", "p95_ms", "requests_per_second")
     }
     return {"runs": runs, "medians": medians}
 
 
 def _one(
     *,
-    handler: str,
     clients: int,
     requests: int,
     web_processes: int,
@@ -78,7 +68,6 @@ def _one(
 ) -> dict[str, Any]:
     environment = {
         **issuer.environment(),
-        "KILN_WEB_ONE_THREAD": HANDLERS[handler],
         "KILN_DELIVERY_BACKEND": "simulated",
         "KILN_TEAM_LIMITS": harness.TEAM_LIMITS,
         "KILN_SECURE_COOKIES": "0",
@@ -139,7 +128,7 @@ def _one(
     finally:
         shape.stop_all()
     if errors or not latencies:
-        raise RuntimeError(f"web bench ({handler}): creates answered {sorted(set(errors))}")
+        raise RuntimeError(f"web bench: creates answered {sorted(set(errors))}")
     return {
         "requests": len(latencies),
         "web_cpu_ms_per_request": round(cpu * 1000 / len(latencies), 1),

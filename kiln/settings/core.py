@@ -99,9 +99,6 @@ KILN_WEBSOCKET_ROUTES = ("canary.routing", "portal.routing", "canary.chaos.routi
 # Web and worker pool processes freeze their startup objects out of full garbage collections
 # (kiln/heap.py); 0 turns it off, to compare.
 KILN_GC_FREEZE = env_bool("KILN_GC_FREEZE", True)
-# The web runs a request's middleware and view in one thread (kiln/asgi_handler.py); 0 gives
-# Django's own ASGI handler, to compare (`manage.py web_bench`).
-KILN_WEB_ONE_THREAD = env_bool("KILN_WEB_ONE_THREAD", True)
 # Public tile and proof GETs are answered beside the middleware (kiln/fast_reads.py); 0 sends
 # them through Django like every other request, to compare (`manage.py audit_tlog_bench`).
 KILN_FAST_READS = env_bool("KILN_FAST_READS", True)

@@ -1,5 +1,5 @@
-"""Measure the web alone: its CPU per request and the create's latency over HTTP, with Kiln's
-ASGI handler and Django's own, alternated round by round (bench/portal/web.py).
+"""Measure the web alone: its CPU per request and the create's latency over HTTP, a run per round
+(bench/portal/web.py).
 
 Needs PostgreSQL (the web's processes share the database with this command).
 """
@@ -19,14 +19,9 @@ from kiln import benchjson
 
 
 class Command(BaseCommand):
-    help = "Benchmark the web's CPU per request and latency with each ASGI handler; prints JSON."
+    help = "Benchmark the web's CPU per request and the create's latency over HTTP; prints JSON."
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument(
-            "--handlers",
-            default="django,one-thread",
-            help=f"comma-separated, run in this order each round: {', '.join(web.HANDLERS)}",
-        )
         parser.add_argument("--rounds", type=int, default=5)
         parser.add_argument("--clients", type=int, default=8)
         parser.add_argument("--requests", type=int, default=25, help="creates per client")
@@ -35,10 +30,6 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts) -> None:
         started_at = benchjson.now()
-        handlers = [h.strip() for h in opts["handlers"].split(",") if h.strip()]
-        unknown = sorted(set(handlers) - set(web.HANDLERS))
-        if unknown or not handlers:
-            raise CommandError(f"--handlers: unknown {unknown}; choose from {sorted(web.HANDLERS)}")
         for name in ("rounds", "clients", "requests", "web_processes"):
             if opts[name] < 1:
                 raise CommandError(f"--{name.replace('_', '-')} must be at least 1")
@@ -49,7 +40,6 @@ class Command(BaseCommand):
         workdir = Path(tempfile.mkdtemp(prefix="web-bench-"))
         try:
             result = web.run(
-                handlers=handlers,
                 rounds=opts["rounds"],
                 clients=opts["clients"],
                 requests=opts["requests"],
@@ -60,9 +50,7 @@ class Command(BaseCommand):
             )
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
-        medians = result["medians"]
         out = {
-            "handlers": handlers,
             "rounds": opts["rounds"],
             "clients": opts["clients"],
             "requests_per_client": opts["requests"],
@@ -70,10 +58,5 @@ class Command(BaseCommand):
             "request": "POST /api/v1/environments/ (staging: waits for an approver, no task)",
             **result,
         }
-        if {"django", "one-thread"} <= set(handlers):
-            out["one_thread_over_django"] = {
-                key: round(medians["one-thread"][key] / medians["django"][key], 3)
-                for key in ("web_cpu_ms_per_request", "p50_ms", "p95_ms")
-            }
         out = benchjson.stamped(out, name="web_bench", date=started_at)
         self.stdout.write(json.dumps(out, indent=None if opts["json"] else 2))
