@@ -13,8 +13,8 @@ import random
 
 import pytest
 
+from bench.chaos.crash import FAULTS, crash_trial, ensure_target
 from bench.chaos.harness import start_reaper, stop_process
-from bench.management.commands.chaos_crash_bench import FAULTS, crash_trial, ensure_target
 from canary.chaos.models import ChaosInjection
 from tests.chaos.test_chaos_support import (  # noqa: F401
     REAPER_PERIOD,

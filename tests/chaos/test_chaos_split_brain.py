@@ -12,7 +12,7 @@ import pytest
 from django.db import connections
 
 from audit.models import OutboxEvent
-from bench.management.commands.chaos_crash_bench import _fork_controller
+from bench.chaos.crash import fork_controller
 from canary.chaos.controller import ControllerHooks, chaos_controller_run
 from canary.chaos.models import ChaosInjection, ChaosLease
 from canary.chaos.reaper import chaos_reap
@@ -117,7 +117,7 @@ def test_partitioned_holder_reverts_before_the_new_holder_injects(admin, shop, b
 
 def test_paused_holder_never_injects_again_after_a_takeover(admin, shop, backend):
     exp = experiment_create(actor=admin, data=abort_data(), backend=backend)
-    pid = _fork_controller(str(exp.pk))
+    pid = fork_controller(str(exp.pk))
     stop = threading.Event()
     try:
         _wait(lambda: ChaosInjection.objects.filter(experiment=exp, state="active").exists())
