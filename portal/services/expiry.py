@@ -26,7 +26,7 @@ from portal import conf
 from portal import disruption as d
 from portal.lifecycle import Status
 from portal.models import Environment
-from portal.services.lifecycle import audit_target, environment_transition
+from portal.services.lifecycle import audit_target, environment_transition, environment_update
 from portal.services.queueing import enqueue_teardown
 
 REAPER = "reaper"
@@ -272,15 +272,17 @@ def environment_extend(*, actor: Actor, environment: Environment, hours: int) ->
                     }
                 },
             )
-        previous = env.expires_at
-        env.expires_at = new_expiry
-        env.last_activity_at, env.idle_proposed_at = timezone.now(), None  # an owner's activity
-        env.save(update_fields=["expires_at", "last_activity_at", "idle_proposed_at", "updated_at"])
-        audit.record(
-            actor,
-            "portal.environment.extended",
-            audit_target(env),
-            {"hours": hours, "from": previous, "to": new_expiry},
+        environment_update(
+            actor=actor,
+            environment=env,
+            action="extended",
+            # An owner's extension is activity, and withdraws an idle proposal.
+            updates={
+                "expires_at": new_expiry,
+                "last_activity_at": timezone.now(),
+                "idle_proposed_at": None,
+            },
+            data={"hours": hours, "from": env.expires_at, "to": new_expiry},
         )
     environment.refresh_from_db()
     return environment
@@ -297,16 +299,12 @@ def environment_keep(*, actor: Actor, environment: Environment, reason: str = ""
                 f"only a READY or SLEEPING environment can be kept (this one is {env.status})",
                 extra={"from": env.status, "environment": env.public_id},
             )
-        now = timezone.now()
-        proposed = env.idle_proposed_at
-        env.idle_proposed_at = None
-        env.last_activity_at = now
-        env.save(update_fields=["idle_proposed_at", "last_activity_at", "updated_at"])
-        audit.record(
-            actor,
-            "portal.environment.kept",
-            audit_target(env),
-            {"proposed_at": proposed, "reason": reason},
+        environment_update(
+            actor=actor,
+            environment=env,
+            action="kept",
+            updates={"idle_proposed_at": None, "last_activity_at": timezone.now()},
+            data={"proposed_at": env.idle_proposed_at, "reason": reason},
         )
     environment.refresh_from_db()
     return environment

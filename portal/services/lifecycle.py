@@ -21,6 +21,22 @@ def audit_target(environment: Environment) -> str:
     return f"portal.environment:{environment.public_id}"
 
 
+def environment_update(
+    *,
+    actor: Any,
+    environment: Environment,
+    action: str,
+    updates: dict[str, Any],
+    data: dict[str, Any],
+) -> None:
+    """Set `updates` on the environment (locked by the caller's transaction), save them and audit
+    `portal.environment.<action>` with `data`: a change of its fields that is not a move."""
+    for field, value in updates.items():
+        setattr(environment, field, value)
+    environment.save(update_fields=[*updates, "updated_at"])
+    audit.record(actor, f"portal.environment.{action}", audit_target(environment), data)
+
+
 def environment_transition(
     *,
     actor: Any,

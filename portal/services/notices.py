@@ -21,6 +21,7 @@ import logging
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -38,7 +39,7 @@ from portal import activity, conf
 from portal import compose as c
 from portal.lifecycle import Status
 from portal.models import Environment, Notification, TeamWebhook
-from portal.services.lifecycle import audit_target
+from portal.services.lifecycle import audit_target, environment_update
 from portal.services.queueing import enqueue_notification
 
 REAPER = "reaper"
@@ -55,43 +56,51 @@ class NotificationFailed(KilnError):
     http_status = 502
 
 
-def notification_queue(*, environment: Environment, kind: str, text: str) -> Notification | None:
-    """Queue a message to the team's webhook once the caller's transaction commits (none set: None)."""
-    hook = TeamWebhook.objects.filter(team_id=environment.team_id).first()
+def _queue(
+    *,
+    team_id: int,
+    environment: Environment | None,
+    kind: str,
+    text: str,
+    about: Callable[[], dict[str, str]],
+) -> Notification | None:
+    """Queue `text` to the team's webhook once the caller's transaction commits (none set: None);
+    the payload carries its kind and what `about()` says it is about (asked only when sent)."""
+    hook = TeamWebhook.objects.filter(team_id=team_id).first()
     if hook is None:
         return None
     note = Notification.objects.create(
-        team_id=environment.team_id,
+        team_id=team_id,
         environment=environment,
         kind=kind,
         url=hook.url,
-        payload={
-            "text": text,
-            "kind": kind,
-            "environment": environment.public_id,
-            "namespace": environment.namespace,
-            "team": environment.team.slug,
-        },
+        payload={"text": text, "kind": kind, **about()},
     )
     enqueue_notification(notification_id=note.pk)
     return note
+
+
+def notification_queue(*, environment: Environment, kind: str, text: str) -> Notification | None:
+    """Queue a message to the team's webhook once the caller's transaction commits (none set: None)."""
+
+    def about() -> dict[str, str]:
+        return {
+            "environment": environment.public_id,
+            "namespace": environment.namespace,
+            "team": environment.team.slug,
+        }
+
+    return _queue(
+        team_id=environment.team_id, environment=environment, kind=kind, text=text, about=about
+    )
 
 
 def team_notification_queue(*, team: Team, kind: str, text: str) -> Notification | None:
     """Queue a message about the team as a whole (a budget threshold) to its webhook once the
     caller's transaction commits (none set: None)."""
-    hook = TeamWebhook.objects.filter(team_id=team.pk).first()
-    if hook is None:
-        return None
-    note = Notification.objects.create(
-        team_id=team.pk,
-        environment=None,
-        kind=kind,
-        url=hook.url,
-        payload={"text": text, "kind": kind, "team": team.slug},
+    return _queue(
+        team_id=team.pk, environment=None, kind=kind, text=text, about=lambda: {"team": team.slug}
     )
-    enqueue_notification(notification_id=note.pk)
-    return note
 
 
 def notification_send(*, notification_id: int, final_attempt: bool = False) -> str:
@@ -196,14 +205,17 @@ def environments_warn_and_propose(*, now: datetime, dry_run: bool) -> dict[str, 
             if propose and locked.idle_proposed_at is None:
                 _propose_idle(env=locked, actor=reaper, now=now, idle_from=idle_from)
             if lapse and locked.idle_proposed_at is not None:
-                previous = locked.expires_at
-                locked.expires_at = now
-                locked.save(update_fields=["expires_at", "updated_at"])
-                audit.record(
-                    reaper,
-                    "portal.environment.idle_expired",
-                    audit_target(locked),
-                    {"from": previous, "to": now, "proposed_at": locked.idle_proposed_at},
+                data = {
+                    "from": locked.expires_at,
+                    "to": now,
+                    "proposed_at": locked.idle_proposed_at,
+                }
+                environment_update(
+                    actor=reaper,
+                    environment=locked,
+                    action="idle_expired",
+                    updates={"expires_at": now},
+                    data=data,
                 )
     return out
 
@@ -233,21 +245,22 @@ def _activity_seen(*, env: Environment, actor: Any, at: datetime) -> None:
         ):
             return
         withdrawn = locked.idle_proposed_at is not None
-        locked.last_activity_at, locked.idle_proposed_at = at, None
-        locked.save(update_fields=["last_activity_at", "idle_proposed_at", "updated_at"])
-        audit.record(
-            actor,
-            "portal.environment.activity_seen",
-            audit_target(locked),
-            {"at": at, "source": "namespace", "idle_proposal_withdrawn": withdrawn},
+        environment_update(
+            actor=actor,
+            environment=locked,
+            action="activity_seen",
+            updates={"last_activity_at": at, "idle_proposed_at": None},
+            data={"at": at, "source": "namespace", "idle_proposal_withdrawn": withdrawn},
         )
 
 
 def _warn(*, env: Environment, actor: Any, now: datetime) -> None:
-    env.expiry_warned_at = now
-    env.save(update_fields=["expiry_warned_at", "updated_at"])
-    audit.record(
-        actor, "portal.environment.expiry_warned", audit_target(env), {"expires_at": env.expires_at}
+    environment_update(
+        actor=actor,
+        environment=env,
+        action="expiry_warned",
+        updates={"expiry_warned_at": now},
+        data={"expires_at": env.expires_at},
     )
     notification_queue(
         environment=env,
@@ -258,14 +271,13 @@ def _warn(*, env: Environment, actor: Any, now: datetime) -> None:
 
 
 def _propose_idle(*, env: Environment, actor: Any, now: datetime, idle_from: datetime) -> None:
-    env.idle_proposed_at = now
-    env.save(update_fields=["idle_proposed_at", "updated_at"])
     grace = conf.class_lifecycle(env.env_class).idle_grace
-    audit.record(
-        actor,
-        "portal.environment.idle_proposed",
-        audit_target(env),
-        {"idle_since": idle_from, "teardown_after": now + timedelta(seconds=grace)},
+    environment_update(
+        actor=actor,
+        environment=env,
+        action="idle_proposed",
+        updates={"idle_proposed_at": now},
+        data={"idle_since": idle_from, "teardown_after": now + timedelta(seconds=grace)},
     )
     notification_queue(
         environment=env,

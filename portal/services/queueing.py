@@ -8,7 +8,7 @@ and an eager Celery (the tests) runs them in place, as it did when they were imp
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
@@ -80,3 +80,12 @@ def enqueue_sleep(*, environment: Environment) -> None:
 def enqueue_wake(*, environment: Environment) -> None:
     """Queue the wake pipeline's task once the surrounding transaction commits."""
     _enqueue_on_commit(task=WAKE_TASK, environment=environment, countdown=0)
+
+
+def enqueue_again(*, tasks: Iterable[tuple[str, Iterable[Environment]]]) -> None:
+    """Queue each (task, environments) pair's task again for each of its environments (stalled
+    work a reaper's pass resumes), all sent once one transaction commits."""
+    with transaction.atomic():
+        for task, environments in tasks:
+            for environment in environments:
+                _enqueue_on_commit(task=task, environment=environment, countdown=0)

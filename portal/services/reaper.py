@@ -23,7 +23,7 @@ from portal.models import Environment
 from portal.services.expiry import environments_expire_due
 from portal.services.lifecycle import environment_transition
 from portal.services.notices import environments_warn_and_propose
-from portal.services.queueing import enqueue_provisioning, enqueue_teardown
+from portal.services.queueing import PROVISION_TASK, TEARDOWN_TASK, enqueue_again, enqueue_teardown
 from portal.services.sleep_triggers import environments_sleep_pass
 from portal.services.teardown import reset_teardown_steps, teardown_deadline_from_now
 
@@ -88,9 +88,5 @@ def environments_reap_expired(
         return report
     for env in failed:
         environment_teardown_failed(environment=env)
-    with transaction.atomic():
-        for env in stalled_teardown:
-            enqueue_teardown(environment=env)
-        for env in stalled_provisioning:
-            enqueue_provisioning(environment=env)
+    enqueue_again(tasks=[(TEARDOWN_TASK, stalled_teardown), (PROVISION_TASK, stalled_provisioning)])
     return report

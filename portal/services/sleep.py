@@ -22,14 +22,13 @@ from decimal import ROUND_HALF_UP, Decimal
 from django.db import transaction
 from django.utils import timezone
 
-import audit
 from kiln.errors import Conflict, Forbidden, IllegalTransition
 from kiln.identity.permissions import Actor, can_sleep_environment, system_actor
 from portal import conf
 from portal.lifecycle import Status
 from portal.models import Environment
 from portal.services import cost
-from portal.services.lifecycle import audit_target
+from portal.services.lifecycle import environment_update
 from portal.services.pipeline import NOOP, Move, pipeline_advance, pipeline_enter
 from portal.services.queueing import enqueue_sleep, enqueue_wake
 from portal.services.sleep_steps import SLEEP, SLEEPER, WAKE
@@ -124,13 +123,12 @@ def wake_environment(
         now = timezone.now()
         if env.slept_at is None:  # the sleep pipeline is still running: wake once it is done
             if env.wake_requested_at is None:
-                env.wake_requested_at = now
-                env.save(update_fields=["wake_requested_at", "updated_at"])
-                audit.record(
-                    actor,
-                    "portal.environment.wake_requested",
-                    audit_target(env),
-                    {"trigger": trigger, "reason": reason, "team": env.team.slug},
+                environment_update(
+                    actor=actor,
+                    environment=env,
+                    action="wake_requested",
+                    updates={"wake_requested_at": now},
+                    data={"trigger": trigger, "reason": reason, "team": env.team.slug},
                 )
             return env
         move = Move(

@@ -38,7 +38,7 @@ from portal.lifecycle import Status
 from portal.models import Environment, SleepSchedule
 from portal.services.lifecycle import environment_transition
 from portal.services.notices import ACTIVITY_RESOURCES, _activity_seen
-from portal.services.queueing import enqueue_sleep, enqueue_teardown, enqueue_wake
+from portal.services.queueing import SLEEP_TASK, WAKE_TASK, enqueue_again, enqueue_teardown
 from portal.services.sleep import INACTIVITY, SCHEDULE, sleep_environment, wake_environment
 from portal.services.sleep_steps import SLEEPER
 
@@ -271,9 +271,5 @@ def environments_sleep_pass(*, now: datetime | None = None, dry_run: bool = True
     for row, wanted in schedules:
         _apply_schedule(row, wanted)
     report["expired_asleep"] = [e.public_id for e in expired if _expire_asleep(e)]
-    with transaction.atomic():
-        for env in stalled_sleep:
-            enqueue_sleep(environment=env)
-        for env in stalled_wake:
-            enqueue_wake(environment=env)
+    enqueue_again(tasks=[(SLEEP_TASK, stalled_sleep), (WAKE_TASK, stalled_wake)])
     return report
