@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import sys
 from pathlib import Path
@@ -69,7 +70,9 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "load_average_end": [round(x, 2) for x in os.getloadavg()],
     }
-    print(json.dumps(benchjson.stamped(out, name="replay_compiled", date=started_at), indent=2))
+    out = benchjson.stamped(out, name="replay_compiled", date=started_at)
+    out["command"] = shlex.join(["python", "-m", "bench.scheduler.replay_compiled", *sys.argv[1:]])
+    print(json.dumps(out, indent=2))
     return 0
 
 
