@@ -14,7 +14,11 @@ Why: the audit outbox gets one row per `audit.record()`, often several in one tr
 On this kind of machine each round trip to the server costs about 100 µs of CPU between
 client and server (`bench/results/audit_bench-*.json`, docs/audit.md), a quarter of the
 400 µs a recorded event may cost in all for the end-to-end target (>= 5,000 events/s on
-two cores); written together, a transaction's rows cost one round trip.
+two cores); written together, a transaction's rows cost one round trip. Measured again with
+and without (`KILN_DB_DEFER_ROWS=0` keeps Django's own engine), alternated on the shared
+machine (`bench/results/audit_bench-defer-rows-2026-12-06.json`, docs/operations.md): recording
+cost 42 against 578 µs of client CPU an event, and the end-to-end rate was 7.2 times higher, so
+the target is met only with it.
 """
 
 from __future__ import annotations
