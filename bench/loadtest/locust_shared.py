@@ -97,11 +97,13 @@ def _malformed(user: HttpUser, token: str) -> None:
 
 
 def maybe_malformed(user: HttpUser, token: str) -> None:
+    """One call in twenty (MALFORMED_SHARE): a malformed one, counted by its answer."""
     if random.random() < MALFORMED_SHARE:
         _malformed(user, token)
 
 
 def request_body(name: str, staging: bool = False) -> dict[str, Any]:
+    """A small environment request of the run's team: dev, or staging (which needs approval)."""
     return {
         "team": CONFIG["team"],
         "name": name,
@@ -125,6 +127,8 @@ def _started(environment, **kw) -> None:
 
 @events.quitting.add_listener
 def _write(environment, **kw) -> None:
+    """The run's report, written to the config's `out` when locust stops: per route, the total,
+    and what the counts saw."""
     routes = {}
     for entry in environment.stats.entries.values():
         routes[f"{entry.method} {entry.name}"] = {
