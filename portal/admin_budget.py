@@ -13,6 +13,11 @@ from portal.models import BudgetNotice, BudgetRaise, TeamBudget
 from portal.services import budgets
 
 
+def _cleaned(form: forms.Form, fields: tuple[str, ...]) -> dict:
+    """The form's cleaned values of `fields`: the service's keyword arguments."""
+    return {name: form.cleaned_data[name] for name in fields}
+
+
 class TeamBudgetForm(forms.ModelForm):
     """The monthly amount, in the platform's currency, and the warning percentage."""
 
@@ -47,12 +52,9 @@ class TeamBudgetAdmin(KilnModelAdmin):
         return {"currency": conf.currency(), "warn_percent": 80}
 
     def save_model(self, request, obj, form, change) -> None:
+        fields = ("monthly_amount", "currency", "warn_percent")
         saved = budgets.team_budget_set(
-            actor=admin_actor(request),
-            team=obj.team,
-            monthly_amount=form.cleaned_data["monthly_amount"],
-            currency=form.cleaned_data["currency"],
-            warn_percent=form.cleaned_data["warn_percent"],
+            actor=admin_actor(request), team=obj.team, **_cleaned(form, fields)
         )
         obj.pk = saved.pk
 
@@ -88,10 +90,7 @@ class BudgetRaiseAdmin(KilnModelAdmin):
 
     def save_model(self, request, obj, form, change) -> None:
         raised = budgets.team_budget_raise(
-            actor=admin_actor(request),
-            team=obj.team,
-            amount=form.cleaned_data["amount"],
-            reason=form.cleaned_data["reason"],
+            actor=admin_actor(request), team=obj.team, **_cleaned(form, ("amount", "reason"))
         )
         obj.pk, obj.month, obj.raised_by_name = raised.pk, raised.month, raised.raised_by_name
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from drf_spectacular.utils import extend_schema, extend_schema_field, extend_schema_serializer
@@ -12,6 +13,7 @@ from rest_framework.views import APIView
 from kiln.api_fields import StrictCharField, StrictSerializer
 from kiln.errors import NotFound
 from kiln.identity.drf import HasKilnRole
+from kiln.identity.models import Team
 from kiln.identity.permissions import actor_from_request
 from kiln.openapi import errors
 from portal import budget_reads
@@ -53,16 +55,15 @@ class BudgetRaiseInput(StrictSerializer):
     reason = StrictCharField(max_length=2000)  # required and not blank, as the service says
 
 
+@extend_schema_serializer(component_name="TeamBudgetRaiseRecord")
 class BudgetRaiseOutput(serializers.Serializer):
     amount = serializers.CharField()
     reason = serializers.CharField()
     raised_by = serializers.CharField()
     at = serializers.DateTimeField()
 
-    class Meta:
-        ref_name = "TeamBudgetRaiseRecord"
 
-
+@extend_schema_serializer(component_name="TeamBudget")
 class BudgetOutput(serializers.Serializer):
     """A team's budget month: every amount a decimal string in `currency`."""
 
@@ -80,15 +81,22 @@ class BudgetOutput(serializers.Serializer):
     state = serializers.ChoiceField(choices=["ok", "warning", "over", "reached"])
     raises = BudgetRaiseOutput(many=True)
 
-    class Meta:
-        ref_name = "TeamBudget"
-
 
 def _month_body(team) -> dict:
     month = budget_reads.team_month(team=team)
     if month is None:
         raise NotFound(f"team {team.slug} has no budget")
     return month.as_dict()
+
+
+def _change(request, slug: str, body: type[StrictSerializer], change: Callable[..., Any]) -> Team:
+    """Validate `body`, find the team (as the actor sees it) and apply `change` to its budget."""
+    actor = actor_from_request(request)
+    data = body(data=request.data)
+    data.is_valid(raise_exception=True)
+    team = budget_reads.team_for_budget(viewer=actor, slug=slug)
+    change(actor=actor, team=team, **data.validated_data)
+    return team
 
 
 class TeamBudgetApi(APIView):
@@ -110,11 +118,7 @@ class TeamBudgetApi(APIView):
         responses={200: BudgetOutput, **errors(404)},
     )
     def put(self, request, slug: str):
-        actor = actor_from_request(request)
-        data = BudgetSetInput(data=request.data)
-        data.is_valid(raise_exception=True)
-        team = budget_reads.team_for_budget(viewer=actor, slug=slug)
-        budgets.team_budget_set(actor=actor, team=team, **data.validated_data)
+        team = _change(request, slug, BudgetSetInput, budgets.team_budget_set)
         return Response(_month_body(team))
 
 
@@ -129,9 +133,5 @@ class TeamBudgetRaiseApi(APIView):
         responses={201: BudgetOutput, **errors(404, 409)},
     )
     def post(self, request, slug: str):
-        actor = actor_from_request(request)
-        data = BudgetRaiseInput(data=request.data)
-        data.is_valid(raise_exception=True)
-        team = budget_reads.team_for_budget(viewer=actor, slug=slug)
-        budgets.team_budget_raise(actor=actor, team=team, **data.validated_data)
+        team = _change(request, slug, BudgetRaiseInput, budgets.team_budget_raise)
         return Response(_month_body(team), status=201)

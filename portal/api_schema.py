@@ -17,7 +17,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema_field
+from drf_spectacular.utils import OpenApiParameter, extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
 from kiln.openapi import PAGE_PARAMETERS, documented, paginated
@@ -35,6 +35,7 @@ POLICY_OUTCOMES = ["allow", "deny", "error", "timeout", "missing"]
 DECIMAL = {"type": "string", "format": "decimal", "pattern": r"^-?[0-9]+(\.[0-9]+)?$"}
 
 
+@extend_schema_serializer(component_name="EnvironmentRequestFields")
 class EnvironmentRequestFieldsOutput(serializers.Serializer):
     """What was asked for (the request's fields but the team)."""
 
@@ -50,10 +51,8 @@ class EnvironmentRequestFieldsOutput(serializers.Serializer):
     database = serializers.BooleanField()
     justification = serializers.CharField(allow_blank=True)
 
-    class Meta:
-        ref_name = "EnvironmentRequestFields"
 
-
+@extend_schema_serializer(component_name="Environment")
 class EnvironmentOutput(serializers.Serializer):
     """An environment as lists show it."""
 
@@ -76,10 +75,8 @@ class EnvironmentOutput(serializers.Serializer):
         source="quarantine_owner.get_username", allow_null=True
     )
 
-    class Meta:
-        ref_name = "Environment"
 
-
+@extend_schema_serializer(component_name="EnvironmentApproval")
 class ApprovalOutput(serializers.Serializer):
     """One approver's decision."""
 
@@ -104,9 +101,6 @@ class ApprovalOutput(serializers.Serializer):
     def get_needed(self, decision: Any) -> int:
         return _tally_of(decision).needed
 
-    class Meta:
-        ref_name = "EnvironmentApproval"
-
 
 def _tally_of(decision: Any) -> selectors.ApprovalCount:
     """The tally entry of one stored decision (its environment's decisions, in order)."""
@@ -115,6 +109,7 @@ def _tally_of(decision: Any) -> selectors.ApprovalCount:
     return selectors.approval_tally(env)[ids.index(decision.pk)]
 
 
+@extend_schema_serializer(component_name="EnvironmentPolicyDecision")
 class PolicyDecisionOutput(serializers.Serializer):
     """One policy's verdict on the request or on one composed manifest."""
 
@@ -127,10 +122,8 @@ class PolicyDecisionOutput(serializers.Serializer):
     outcome = serializers.ChoiceField(choices=POLICY_OUTCOMES)
     message = serializers.CharField(allow_blank=True)
 
-    class Meta:
-        ref_name = "EnvironmentPolicyDecision"
 
-
+@extend_schema_serializer(component_name="EnvironmentStep")
 class StepOutput(serializers.Serializer):
     """One provisioning or teardown step (listed in the order they run)."""
 
@@ -141,10 +134,8 @@ class StepOutput(serializers.Serializer):
     started_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)
 
-    class Meta:
-        ref_name = "EnvironmentStep"
 
-
+@extend_schema_serializer(component_name="EnvironmentSleepState")
 class SleepStateOutput(serializers.Serializer):
     """Its sleeping and waking: who put it to sleep last, since when it is asleep (null while
     awake or falling asleep), the wake asked for, and how long the last wake took."""
@@ -157,10 +148,8 @@ class SleepStateOutput(serializers.Serializer):
     woke_at = serializers.DateTimeField(allow_null=True)
     last_wake_seconds = serializers.FloatField(allow_null=True)
 
-    class Meta:
-        ref_name = "EnvironmentSleepState"
 
-
+@extend_schema_serializer(component_name="EnvironmentDetail")
 class EnvironmentDetailOutput(EnvironmentOutput):
     """One environment with its approvals, policy decisions, steps and composed manifests."""
 
@@ -173,13 +162,11 @@ class EnvironmentDetailOutput(EnvironmentOutput):
         help_text="The Kubernetes objects composed for it (empty until approved).",
     )
 
-    class Meta:
-        ref_name = "EnvironmentDetail"
-
 
 EnvironmentPageOutput = paginated(EnvironmentOutput, "EnvironmentPage")
 
 
+@extend_schema_serializer(component_name="EstimateLine")
 class EstimateLineOutput(serializers.Serializer):
     """One priced item of an estimate."""
 
@@ -188,10 +175,8 @@ class EstimateLineOutput(serializers.Serializer):
     unit_price = documented(serializers.CharField(), **DECIMAL)
     hourly = documented(serializers.CharField(), **DECIMAL)
 
-    class Meta:
-        ref_name = "EstimateLine"
 
-
+@extend_schema_serializer(component_name="Estimate")
 class EstimateOutput(serializers.Serializer):
     """The cost of a prospective request, from the same prices the scheduler uses."""
 
@@ -201,9 +186,6 @@ class EstimateOutput(serializers.Serializer):
     lines = EstimateLineOutput(many=True)
     source = serializers.CharField()
     currency = serializers.ChoiceField(choices=["USD"])
-
-    class Meta:
-        ref_name = "Estimate"
 
 
 # --- an environment as a plain dict, in the serializers' shape -------------------------------

@@ -18,6 +18,11 @@ from portal.conf import (
 from portal.validation import ENV_CLASSES, WORKLOAD_CLASSES, field_errors
 
 
+def _component(label: str, help_text: str) -> forms.BooleanField:
+    """An optional component of the environment, a checkbox (the namespace is always there)."""
+    return forms.BooleanField(label=label, required=False, help_text=help_text)
+
+
 class EnvironmentRequestForm(forms.Form):
     """Ask for an environment."""
 
@@ -62,23 +67,20 @@ class EnvironmentRequestForm(forms.Form):
     gpu = forms.IntegerField(
         label="GPUs", widget=forms.NumberInput(attrs={"min": 0, "max": MAX_GPU}), initial=0
     )
-    tenant_control_plane = forms.BooleanField(
-        label="Tenant control plane (Kamaji)",
-        required=False,
-        help_text="Your own Kubernetes API server (a Kamaji TenantControlPlane), so you can "
-        "install CRDs and cluster-scoped objects; you get its kubeconfig.",
+    tenant_control_plane = _component(
+        "Tenant control plane (Kamaji)",
+        "Your own Kubernetes API server (a Kamaji TenantControlPlane), so you can install CRDs "
+        "and cluster-scoped objects; you get its kubeconfig.",
     )
-    spot_node_pool = forms.BooleanField(
-        label="Spot node pool (Karpenter)",
-        required=False,
-        help_text="A Karpenter NodePool of cheaper spot nodes that can be reclaimed at any "
-        "time, spread over at least four instance types and three zones.",
+    spot_node_pool = _component(
+        "Spot node pool (Karpenter)",
+        "A Karpenter NodePool of cheaper spot nodes that can be reclaimed at any time, spread "
+        "over at least four instance types and three zones.",
     )
-    database = forms.BooleanField(
-        label="PostgreSQL database (Crossplane)",
-        required=False,
-        help_text="A Crossplane PostgreSQLInstance claim; its connection details land in a "
-        "Secret in your namespace.",
+    database = _component(
+        "PostgreSQL database (Crossplane)",
+        "A Crossplane PostgreSQLInstance claim; its connection details land in a Secret in your "
+        "namespace.",
     )
     justification = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 3}),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from celery import shared_task
 
@@ -55,9 +56,21 @@ def poll_delay(polls: int) -> float:
     return min(conf.poll_seconds() * (1.5**polls), max(conf.poll_seconds(), 3.0))
 
 
+def _pipeline_task(name: str, **options: Any):
+    """The Celery task of a pipeline: bound, acknowledged late (a killed worker's task is run
+    again), at most MAX_DELIVERY_RETRIES delivery retries, no result kept."""
+    return shared_task(
+        bind=True,
+        acks_late=True,
+        max_retries=MAX_DELIVERY_RETRIES,
+        name=name,
+        ignore_result=True,
+        **options,
+    )
+
+
 def _advance(
     task: Task,
-    *,
     service: Callable[..., str],
     environment_id: int,
     polls: int,
@@ -76,13 +89,7 @@ def _advance(
     return result
 
 
-@shared_task(
-    bind=True,
-    acks_late=True,
-    max_retries=MAX_DELIVERY_RETRIES,
-    name=PROVISION_TASK,
-    ignore_result=True,
-)
+@_pipeline_task(PROVISION_TASK)
 def provision_environment(self, environment_id: int, polls: int = 0) -> str:
     """Advance provisioning; re-queue itself while objects become ready; retry delivery errors with backoff."""
 
@@ -92,23 +99,10 @@ def provision_environment(self, environment_id: int, polls: int = 0) -> str:
         )
         return "failed"
 
-    return _advance(
-        self,
-        service=environment_provision,
-        environment_id=environment_id,
-        polls=polls,
-        give_up=give_up,
-    )
+    return _advance(self, environment_provision, environment_id, polls, give_up)
 
 
-@shared_task(
-    bind=True,
-    acks_late=True,
-    max_retries=MAX_DELIVERY_RETRIES,
-    name=TEARDOWN_TASK,
-    priority=TEARDOWN_PRIORITY,
-    ignore_result=True,
-)
+@_pipeline_task(TEARDOWN_TASK, priority=TEARDOWN_PRIORITY)
 def teardown_environment(self, environment_id: int, polls: int = 0) -> str:
     """Advance teardown; re-queue itself while finalizers clear (the deadline ends in QUARANTINED)."""
 
@@ -116,13 +110,7 @@ def teardown_environment(self, environment_id: int, polls: int = 0) -> str:
         log.error("teardown of %s: delivery failed for good: %s", environment_id, exc.message)
         raise exc
 
-    return _advance(
-        self,
-        service=environment_teardown,
-        environment_id=environment_id,
-        polls=polls,
-        give_up=give_up,
-    )
+    return _advance(self, environment_teardown, environment_id, polls, give_up)
 
 
 def _stalled(exc: DeliveryError) -> str:
@@ -132,32 +120,16 @@ def _stalled(exc: DeliveryError) -> str:
     return "stalled"
 
 
-@shared_task(
-    bind=True, acks_late=True, max_retries=MAX_DELIVERY_RETRIES, name=SLEEP_TASK, ignore_result=True
-)
+@_pipeline_task(SLEEP_TASK)
 def sleep_environment(self, environment_id: int, polls: int = 0) -> str:
     """Advance the sleep pipeline; retry delivery errors with backoff."""
-    return _advance(
-        self,
-        service=environment_sleep_advance,
-        environment_id=environment_id,
-        polls=polls,
-        give_up=_stalled,
-    )
+    return _advance(self, environment_sleep_advance, environment_id, polls, _stalled)
 
 
-@shared_task(
-    bind=True, acks_late=True, max_retries=MAX_DELIVERY_RETRIES, name=WAKE_TASK, ignore_result=True
-)
+@_pipeline_task(WAKE_TASK)
 def wake_environment(self, environment_id: int, polls: int = 0) -> str:
     """Advance the wake pipeline; re-queue itself while objects come back; retry delivery errors."""
-    return _advance(
-        self,
-        service=environment_wake_advance,
-        environment_id=environment_id,
-        polls=polls,
-        give_up=_stalled,
-    )
+    return _advance(self, environment_wake_advance, environment_id, polls, _stalled)
 
 
 @shared_task(name=REAP_TASK)

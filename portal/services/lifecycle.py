@@ -22,12 +22,7 @@ def audit_target(environment: Environment) -> str:
 
 
 def environment_update(
-    *,
-    actor: Any,
-    environment: Environment,
-    action: str,
-    updates: dict[str, Any],
-    data: dict[str, Any],
+    *, actor: Any, environment: Environment, action: str, updates: dict, data: dict
 ) -> None:
     """Set `updates` on the environment (locked by the caller's transaction), save them and audit
     `portal.environment.<action>` with `data`: a change of its fields that is not a move."""
