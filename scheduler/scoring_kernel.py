@@ -8,9 +8,15 @@ reference's exactly (tests hold the two equal over random clusters, GPUs,
 unpriced and zero-capacity nodes included). `_max`/`_min` propagate NaN as
 `np.maximum`/`np.minimum` do.
 
-Kept for two measured targets (docs/scheduler.md): the extender's HTTP p99 <= 10 ms
-at 12,477 nodes, and the replay of parts 0-13 of the Google trace in <= 120 s
-per run (about 560 s per run with numpy calls per placement).
+Kept for two measured targets (docs/scheduler.md): the replay of parts 0-13 of the
+Google trace in <= 120 s per run, and the extender's HTTP p99 <= 10 ms at 12,477
+nodes and <= 2 ms at 623. Alternated with and without it on the shared machine
+(docs/operations.md#speed-machinery-what-earned-its-place): the replay's numpy
+reference took 2.89 times the CPU of the compiled step on part 0 (7.89 against
+2.73 s, `bench/results/scheduler_replay-compiled-2026-12-06.json`), which puts
+parts 0-13 (66.7 CPU s compiled) near 190 s; the extender with the numpy reference
+(`KILN_SCHEDULER_COMPILED_KERNEL=0`) spent 1.33 and 1.45 times the CPU per pair
+(p50, 12,477 and 623 names, `bench/results/extender_bench-kernel-*-2026-12-06.json`).
 
 Both callers hand over the rows to look at, one per node: the extender its
 candidates' rows (`filter_rows`, `score_rows`), the replay the machines

@@ -19,7 +19,13 @@ replaces and 0.35-0.39 ms here (best of 7); with the array no longer decoded
 prioritize pair fell from 4.22 to 2.56 ms p50 at 12,000 names and from 0.31 to
 0.24 ms at 600 (medians of 4 runs each). The scan and the probe are two passes:
 one pass interleaving them was slower than numpy (each probe's table reads then
-wait behind the byte loop instead of overlapping).
+wait behind the byte loop instead of overlapping). Alternated with and without it
+(`KILN_EXTENDER_COMPILED_LOOKUP=0`: every array decoded and looked up name by name) on
+the benchmark's own lists, on the shared machine at load 13-20
+(`bench/results/extender_bench-lookup-{varied,adaptive}-2026-12-06.json`): the CPU per
+filter + prioritize pair at 12,477 names 2.94 against 12.04 ms p50 and 5.19 against
+18.49 ms p99 (without it the CPU alone passes the 10 ms target), at 623 names 0.31
+against 0.68 ms p50.
 
 This module stands apart from `names` so that reading the inventory
 (`snapshot`) does not load numba; `protocol` calls it.
