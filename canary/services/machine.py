@@ -31,7 +31,17 @@ from canary.ownership import ownership_refusal
 from canary.services.routing import route_intent_record
 from canary.services.stream import after_commit
 from kiln.errors import Forbidden, IllegalTransition
+from kiln.identity import components as c
 from kiln.identity.permissions import Actor, can_decide_rollout
+
+# Which decisions each canary job records (asked by can_decide_rollout); a person's decision is
+# checked by the service that makes it, with the person's own predicate.
+JOB_DECISIONS: dict[str, frozenset[str]] = {
+    c.ROLLOUT_ANALYZE: frozenset(
+        {"started", "step_advanced", "promoted", "rolled_back", "inconclusive", "failed"}
+    ),
+    c.ROLLOUT_MANAGE: frozenset({"aborted", "retried", "extended"}),
+}
 
 
 def rollout_locked(rollout: Rollout) -> Rollout:
@@ -71,7 +81,7 @@ def rollout_decision_record(
     """
     if to is not None:
         transition(rollout, to)
-    if not can_decide_rollout(actor, kind):
+    if not can_decide_rollout(actor, kind, decisions=JOB_DECISIONS):
         raise Forbidden(f"{actor} may not record a {kind} decision on a rollout")
     from_weight = rollout.weight
     rollout.weight = to_weight

@@ -260,9 +260,7 @@ def can_move_environment(actor: Actor, to: str, *, moves: Mapping[str, Collectio
     move reaches the lifecycle through a service that has already asked the person's own
     predicate (can_approve, can_act_on_environment), so it passes here.
     """
-    if not actor.is_system:
-        return True
-    return any(to in states for job, states in moves.items() if _has_capability(actor, job))
+    return _within_job(actor, to, moves)
 
 
 def can_approve(
@@ -293,28 +291,26 @@ def can_analyze_rollout(actor: Actor) -> bool:
     return _has_capability(actor, c.ROLLOUT_ANALYZE)
 
 
-# Which rollout decisions each canary job records (canary.services.machine.rollout_decision_record
-# orders traffic for each). A person's decision reaches rollout_decision_record through a service
-# that asked the person's own predicate (can_manage_rollout, can_promote_rollout), so it passes.
-ROLLOUT_DECISIONS: dict[str, frozenset[str]] = {
-    c.ROLLOUT_ANALYZE: frozenset(
-        {"started", "step_advanced", "promoted", "rolled_back", "inconclusive", "failed"}
-    ),
-    c.ROLLOUT_MANAGE: frozenset({"aborted", "retried", "extended"}),
-}
-
-
-def can_decide_rollout(actor: Actor, kind: str) -> bool:
+def can_decide_rollout(
+    actor: Actor, kind: str, *, decisions: Mapping[str, Collection[str]]
+) -> bool:
     """May this actor record a rollout decision of `kind` (and shift its traffic)?
 
-    A system component only the kinds of its job (ROLLOUT_DECISIONS): the analyzer
-    starts, steps, promotes, rolls back; nothing else moves traffic on its own.
+    A system component only the kinds of its job: `decisions` maps a capability to the kinds
+    it may record (canary.services.machine.JOB_DECISIONS, beside the code that records them):
+    the analyzer starts, steps, promotes, rolls back; nothing else moves traffic on its own. A
+    person's decision reaches the record through a service that has already asked the person's
+    own predicate (can_manage_rollout, can_promote_rollout), so it passes here.
     """
+    return _within_job(actor, kind, decisions)
+
+
+def _within_job(actor: Actor, step: str, jobs: Mapping[str, Collection[str]]) -> bool:
+    """True for a person; for a system actor, if one of its jobs (capability: the steps it may
+    take, as the owning app lists them) includes `step`."""
     if not actor.is_system:
         return True
-    return any(
-        kind in kinds for job, kinds in ROLLOUT_DECISIONS.items() if _has_capability(actor, job)
-    )
+    return any(step in steps for job, steps in jobs.items() if _has_capability(actor, job))
 
 
 def can_promote_rollout(actor: Actor, team_slug: str) -> bool:

@@ -8,6 +8,7 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from audit.models import OutboxEvent
+from canary.services.machine import JOB_DECISIONS
 from kiln.errors import Forbidden
 from kiln.identity import components, permissions
 from kiln.identity.models import Membership, Team
@@ -75,7 +76,10 @@ EXPECTED: dict[str, tuple] = {
     "can_view_pod": (lambda p, a: p(a, team=TEAM), set()),
     "can_manage_rollout": (lambda p, a: p(a, TEAM), {"seed", "canary-bench"}),
     "can_analyze_rollout": (lambda p, a: p(a), {"canary-analyzer"}),
-    "can_decide_rollout": (lambda p, a: p(a, "step_advanced"), {"canary-analyzer"}),
+    "can_decide_rollout": (
+        lambda p, a: p(a, "step_advanced", decisions=JOB_DECISIONS),
+        {"canary-analyzer"},
+    ),
     "can_promote_rollout": (lambda p, a: p(a, TEAM), set()),
     "can_view_rollout": (lambda p, a: p(a, TEAM), {"canary-analyzer", "seed", "canary-bench"}),
     "can_record_audit": (lambda p, a: p(a), set(components.COMPONENTS)),
