@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kiln.identity.permissions import Actor
+from kiln.providers import Providers
 
 
 @dataclass(frozen=True)
@@ -20,14 +21,12 @@ class Panel:
 
 
 Provider = Callable[[Actor], Panel | None]
-_PROVIDERS: list[Provider] = []
+_PROVIDERS: Providers[Provider] = Providers()
 
 
 def register(provider: Provider) -> Provider:
-    """Add a panel provider (idempotent: registering the same function twice keeps one)."""
-    if provider not in _PROVIDERS:
-        _PROVIDERS.append(provider)
-    return provider
+    """Add a panel provider (idempotent); usable as a decorator."""
+    return _PROVIDERS.register(provider)
 
 
 def panels(actor: Actor) -> list[Panel]:

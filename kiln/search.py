@@ -17,6 +17,7 @@ from django.urls import NoReverseMatch, reverse
 
 from kiln.errors import InvalidInput
 from kiln.identity.permissions import Actor, can_view_audit
+from kiln.providers import Providers
 
 QUERY_MIN, QUERY_MAX = 2, 100
 PER_KIND = 8
@@ -33,14 +34,12 @@ class Hit:
 
 
 Provider = Callable[[Actor, str], list[Hit]]
-_PROVIDERS: list[Provider] = []
+_PROVIDERS: Providers[Provider] = Providers()
 
 
 def register(provider: Provider) -> Provider:
-    """Add a search provider (idempotent: registering one function twice keeps one)."""
-    if provider not in _PROVIDERS:
-        _PROVIDERS.append(provider)
-    return provider
+    """Add a search provider (idempotent); usable as a decorator."""
+    return _PROVIDERS.register(provider)
 
 
 def clean_query(raw: str | None) -> str:

@@ -10,10 +10,11 @@ Dismissals are per person (`kiln.attention.models.AttentionDismissal`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 
 from kiln.identity.permissions import Actor
+from kiln.providers import Providers
 
 KEY_MAX = 200
 
@@ -30,25 +31,17 @@ class Item:
     at: datetime | None = None
 
     def as_dict(self) -> dict[str, str]:
-        """The item as the notifications feed sends it."""
-        return {
-            "key": self.key,
-            "kind": self.kind,
-            "title": self.title,
-            "detail": self.detail,
-            "url": self.url,
-        }
+        """The item as the notifications feed sends it: every field but `at`."""
+        return {name: value for name, value in asdict(self).items() if name != "at"}
 
 
 Provider = Callable[[Actor], list[Item]]
-_PROVIDERS: list[Provider] = []
+_PROVIDERS: Providers[Provider] = Providers()
 
 
 def register(provider: Provider) -> Provider:
-    """Add an attention provider (idempotent: registering one function twice keeps one)."""
-    if provider not in _PROVIDERS:
-        _PROVIDERS.append(provider)
-    return provider
+    """Add an attention provider (idempotent); usable as a decorator."""
+    return _PROVIDERS.register(provider)
 
 
 def collect(actor: Actor) -> list[Item]:
