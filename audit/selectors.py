@@ -74,13 +74,12 @@ SYSTEM_ACTOR_PREFIX = "system:"
 
 def event_list(filters: EventFilter) -> QuerySet[ChainEvent]:
     """Chain entries matching the filters, newest first."""
-    qs = ChainEvent.objects.all()
-    if filters.since:
-        qs = qs.filter(recorded_at__gte=filters.since)
-    if filters.until:
-        qs = qs.filter(recorded_at__lt=filters.until)
-    if filters.actor:
-        qs = qs.filter(actor=filters.actor)
+    given = {
+        "recorded_at__gte": filters.since,
+        "recorded_at__lt": filters.until,
+        "actor": filters.actor,
+    }
+    qs = ChainEvent.objects.filter(**{lookup: value for lookup, value in given.items() if value})
     if filters.who == WHO_PEOPLE:
         qs = qs.exclude(actor__startswith=SYSTEM_ACTOR_PREFIX)
     elif filters.who == WHO_SYSTEM:
@@ -257,15 +256,22 @@ def tree_root(*, size: int) -> bytes:
     return merkle.root(tree_source(), size)
 
 
+def _tree_prefix(size: int | None, label: str) -> int:
+    """`size`, or the whole tree's when None; InvalidInput (400) unless 1 <= size <= the tree's
+    size (`label` names the parameter in the reason, `{}` standing for its value)."""
+    current = tree_size()
+    size = current if size is None else size
+    if not 1 <= size <= current:
+        raise InvalidInput(f"{label.format(size)} is not between 1 and the tree size {current}")
+    return size
+
+
 def inclusion_proof(*, seq: int, size: int | None = None) -> tuple[int, list[bytes], bytes]:
     """(size, PATH(seq - 1, D[size]), root) for chain entry `seq`; size defaults to the whole tree.
 
     InvalidInput (400) names the reason when seq or size lies outside the tree.
     """
-    current = tree_size()
-    size = current if size is None else size
-    if not 1 <= size <= current:
-        raise InvalidInput(f"size {size} is not between 1 and the tree size {current}")
+    size = _tree_prefix(size, "size {}")
     if not 1 <= seq <= size:
         raise InvalidInput(f"seq {seq} is not in a tree of size {size} (seq runs from 1)")
     source = prefetched_source(
@@ -276,10 +282,7 @@ def inclusion_proof(*, seq: int, size: int | None = None) -> tuple[int, list[byt
 
 def consistency_proof(*, old: int, new: int | None = None) -> tuple[int, list[bytes], bytes, bytes]:
     """(new, PROOF(old, D[new]), old root, new root); new defaults to the whole tree."""
-    current = tree_size()
-    new = current if new is None else new
-    if not 1 <= new <= current:
-        raise InvalidInput(f"to={new} is not between 1 and the tree size {current}")
+    new = _tree_prefix(new, "to={}")
     if not 1 <= old <= new:
         raise InvalidInput(f"from={old} is not between 1 and to={new}")
     source = prefetched_source(
