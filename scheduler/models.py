@@ -7,11 +7,14 @@ from decimal import Decimal
 from django.core.validators import MinValueValidator
 from django.db import models
 
-CAPACITY_TYPE_LABEL = "karpenter.sh/capacity-type"
-INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
-ZONE_LABEL = "topology.kubernetes.io/zone"
-NODEPOOL_LABEL = "karpenter.sh/nodepool"
-ENVIRONMENT_LABEL = "kiln.dev/environment"
+from kiln.cluster import nodes
+
+# The node labels the inventory reads, as the cluster interface names them (kiln.cluster.nodes).
+CAPACITY_TYPE_LABEL = nodes.L_CAPACITY_TYPE
+INSTANCE_TYPE_LABEL = nodes.L_INSTANCE_TYPE
+ZONE_LABEL = nodes.L_ZONE
+NODEPOOL_LABEL = nodes.L_NODEPOOL
+ENVIRONMENT_LABEL = nodes.L_ENVIRONMENT
 
 
 class CapacityType(models.TextChoices):

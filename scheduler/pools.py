@@ -51,10 +51,8 @@ SPOT, ON_DEMAND = "spot", "on-demand"
 DEFAULT_K = 2
 SPREAD_CLASSES = ("latency-sensitive", "standard", "batch")
 
-# Filter reasons after scoring's (0 fit .. 5): int8 codes, unresolvable all.
-REASON_NOT_OWN_POOL = 6
-REASON_OTHER_TENANT_POOL = 7
-REASON_SPREAD = 8
+# Filter reasons numbered on after scoring's (0 fit .. 5): int8 codes, unresolvable all.
+REASON_NOT_OWN_POOL, REASON_OTHER_TENANT_POOL, REASON_SPREAD = range(6, 9)
 REASON_MESSAGES: dict[int, str] = {
     REASON_NOT_OWN_POOL: "node is not in the node pool of the pod's environment",
     REASON_OTHER_TENANT_POOL: "node is in another environment's own node pool",

@@ -10,16 +10,12 @@ from django.db import transaction
 from django.utils import timezone
 
 import audit
+from kiln.cluster.nodes import L_CAPACITY_TYPE, L_ENVIRONMENT, L_INSTANCE_TYPE, L_NODEPOOL, L_ZONE
 from kiln.errors import Forbidden, InvalidInput
 from kiln.identity.permissions import can_store_replay, can_sync_nodes
 from scheduler import selectors
 from scheduler.commitment import Commitment
 from scheduler.models import (
-    CAPACITY_TYPE_LABEL,
-    ENVIRONMENT_LABEL,
-    INSTANCE_TYPE_LABEL,
-    NODEPOOL_LABEL,
-    ZONE_LABEL,
     CapacityType,
     CommitmentSample,
     Node,
@@ -47,7 +43,7 @@ class ObservedNode:
 
     def fields(self) -> dict[str, Any]:
         """Node column values derived from the observation (capacity type, type and zone from labels)."""
-        raw = self.labels.get(CAPACITY_TYPE_LABEL)
+        raw = self.labels.get(L_CAPACITY_TYPE)
         capacity = (
             raw
             if raw in CapacityType.values and raw != CapacityType.UNKNOWN
@@ -56,8 +52,8 @@ class ObservedNode:
         return {
             "labels": dict(self.labels),
             "capacity_type": capacity,
-            "instance_type": self.labels.get(INSTANCE_TYPE_LABEL, "")[:64],
-            "zone": self.labels.get(ZONE_LABEL, "")[:64],
+            "instance_type": self.labels.get(L_INSTANCE_TYPE, "")[:64],
+            "zone": self.labels.get(L_ZONE, "")[:64],
             "allocatable_cpu_millis": max(0, int(self.allocatable_cpu_millis)),
             "allocatable_memory_bytes": max(0, int(self.allocatable_memory_bytes)),
             "allocatable_gpus": max(0, int(self.allocatable_gpus)),
@@ -125,8 +121,8 @@ def _track_lifetimes(
         fields = node.fields()
         NodeLifetime.objects.create(
             name=node.name,
-            environment=node.labels.get(ENVIRONMENT_LABEL, "")[:63],
-            nodepool=node.labels.get(NODEPOOL_LABEL, "")[:253],
+            environment=node.labels.get(L_ENVIRONMENT, "")[:63],
+            nodepool=node.labels.get(L_NODEPOOL, "")[:253],
             instance_type=fields["instance_type"],
             zone=fields["zone"],
             capacity_type=fields["capacity_type"],

@@ -166,6 +166,13 @@ def deployment(
     }
 
 
+# The demo workload's Deployments: name, workload class, replicas, and each pod's cpu and memory.
+DEMO_DEPLOYMENTS = (
+    ("demo-web", "latency-sensitive", 2, "250m", "256Mi"),
+    ("demo-batch", "batch", 3, "500m", "512Mi"),
+)
+
+
 def demo_workload(namespace: str) -> list[dict]:
     """An environment's demo workload: `demo-web` (latency-sensitive) and `demo-batch` (batch)."""
     tolerate = [
@@ -178,23 +185,17 @@ def demo_workload(namespace: str) -> list[dict]:
             "metadata": {"name": MARKER, "namespace": namespace},
             "data": {"seeded": "true"},
         },
-        deployment(
-            namespace=namespace,
-            name="demo-web",
-            workload_class="latency-sensitive",
-            replicas=2,
-            cpu="250m",
-            memory="256Mi",
-            tolerations=tolerate,
-        ),
-        deployment(
-            namespace=namespace,
-            name="demo-batch",
-            workload_class="batch",
-            replicas=3,
-            cpu="500m",
-            memory="512Mi",
-            tolerations=tolerate,
+        *(
+            deployment(
+                namespace=namespace,
+                name=name,
+                workload_class=workload_class,
+                replicas=replicas,
+                cpu=cpu,
+                memory=memory,
+                tolerations=tolerate,
+            )
+            for name, workload_class, replicas, cpu, memory in DEMO_DEPLOYMENTS
         ),
     ]
 
