@@ -64,14 +64,9 @@ class EnvironmentAdmin(KilnModelAdmin):
     """Environments, read-only; approve and reject are actions that call the approval services."""
 
     list_display = (
-        "namespace",
-        "team",
-        "env_class",
-        "status",
-        "requested_by",
-        "created_at",
-        "expires_at",
-    )
+        "namespace", "team", "env_class", "status",  # what it is
+        "requested_by", "created_at", "expires_at",  # who asked, when, until when
+    )  # fmt: skip
     list_filter = ("status", "env_class", "team")
     search_fields = ("namespace", "public_id", "request__requested_by__username")
     readonly_fields = (

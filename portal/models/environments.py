@@ -203,10 +203,7 @@ class PolicyDecision(models.Model):
 class ProvisioningStep(models.Model):
     """One step of provisioning or teardown; unique per environment so a retry reuses it."""
 
-    PENDING = "pending"
-    RUNNING = "running"
-    DONE = "done"
-    FAILED = "failed"
+    PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"  # its statuses
 
     environment = models.ForeignKey(Environment, on_delete=models.CASCADE, related_name="steps")
     name = models.CharField(max_length=100)

@@ -44,9 +44,7 @@ class TeamWebhook(models.Model):
 class Notification(models.Model):
     """One message to a team's webhook, posted by a Celery task with retries."""
 
-    PENDING = "pending"
-    SENT = "sent"
-    FAILED = "failed"
+    PENDING, SENT, FAILED = "pending", "sent", "failed"  # its statuses
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="notifications")
     # None for a message about the team as a whole (a budget threshold crossed).

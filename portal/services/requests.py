@@ -108,10 +108,7 @@ def environment_request_submit(
     live = [s.value for s in Status if s not in (Status.DENIED, Status.REJECTED, Status.DELETED)]
     if Environment.objects.filter(namespace=namespace, status__in=live).exists():
         # A concurrent retry with this key may have committed since the look-up above.
-        replayed = _replay(actor, idempotency_key, digest)
-        if replayed is not None:
-            return replayed, False
-        raise Conflict(f"an environment named {data['name']} already exists for {team.slug}")
+        return _replayed_or_taken(actor, idempotency_key, digest, data=data, team=team)
 
     if data["tenant_control_plane"]:
         tenancy.datastore_pools()  # a pool spec that does not parse: 503, nothing written
@@ -134,35 +131,39 @@ def environment_request_submit(
     try:
         with transaction.atomic():
             env = _create(
-                actor=actor,
-                team=team,
-                data=data,
+                actor,
+                team,
+                data,
                 key=idempotency_key,
                 digest=digest,
-                namespace=namespace,
                 evaluation=evaluation,
                 estimate=estimate,
                 budget=budget,
             )
     except IntegrityError:
         # A concurrent retry with the same key, or a concurrent request for the same name.
-        replayed = _replay(actor, idempotency_key, digest)
-        if replayed is not None:
-            return replayed, False
-        raise Conflict(
-            f"an environment named {data['name']} already exists for {team.slug}"
-        ) from None
+        return _replayed_or_taken(actor, idempotency_key, digest, data=data, team=team)
     return env, True
 
 
+def _replayed_or_taken(
+    actor: Actor, key: str, digest: str, *, data: dict[str, Any], team: Team
+) -> tuple[Environment, bool]:
+    """The environment an earlier request with this key made (not created now), else a Conflict:
+    the name is taken."""
+    replayed = _replay(actor, key, digest)
+    if replayed is not None:
+        return replayed, False
+    raise Conflict(f"an environment named {data['name']} already exists for {team.slug}") from None
+
+
 def _create(
-    *,
     actor: Actor,
     team: Team,
     data: dict[str, Any],
+    *,
     key: str,
     digest: str,
-    namespace: str,
     evaluation: policy.Evaluation,
     estimate: dict[str, Any],
     budget: budgets.RequestBudget | None = None,
@@ -171,6 +172,7 @@ def _create(
     and move the environment on: DENIED, PENDING_APPROVAL, or APPROVED (and queued) for the
     classes approved automatically, unless its cost this month takes the team's forecast over
     its budget: then it waits for an approver, whatever its class."""
+    namespace = namespace_for(team.slug, data["name"])
     request = EnvironmentRequest.objects.create(
         team=team,
         name=data["name"],

@@ -61,11 +61,11 @@ _ON_DONE = (
 
 
 def _upsert(
-    *,
     environment: Environment,
     name: str,
     status: str,
     on_conflict: str,
+    *,
     detail: str = "",
     started_at: datetime,
     finished_at: datetime | None = None,
@@ -103,13 +103,7 @@ def _upsert(
 
 def step_started(*, environment: Environment, name: str) -> None:
     """Mark a step running (a retry increments attempts on the same row; a done step stays done)."""
-    _upsert(
-        environment=environment,
-        name=name,
-        status=ProvisioningStep.RUNNING,
-        on_conflict=_ON_START,
-        started_at=timezone.now(),
-    )
+    _upsert(environment, name, ProvisioningStep.RUNNING, _ON_START, started_at=timezone.now())
 
 
 def step_done(
@@ -125,10 +119,10 @@ def step_done(
     with transaction.atomic(savepoint=False):
         now = timezone.now()
         attempts = _upsert(
-            environment=environment,
-            name=name,
-            status=ProvisioningStep.DONE,
-            on_conflict=_ON_DONE,
+            environment,
+            name,
+            ProvisioningStep.DONE,
+            _ON_DONE,
             detail=detail,
             started_at=now,
             finished_at=now,

@@ -51,16 +51,10 @@ def environment_list_context(*, viewer, query) -> dict:
 @login_required
 def environment_list(request: HttpRequest) -> HttpResponse:
     """My environments: the visible ones, filterable by status, class and team; live."""
-    actor = actor_from_request(request)
-    return render(
-        request,
-        "portal/list.html",
-        {
-            **environment_list_context(viewer=actor, query=request.GET),
-            "statuses": [(s.value, label(s, TTL_EXPIRED_PREFIX)) for s in Status],
-            "querystring": request.GET.urlencode(),
-        },
-    )
+    context = environment_list_context(viewer=actor_from_request(request), query=request.GET)
+    context["statuses"] = [(s.value, label(s, TTL_EXPIRED_PREFIX)) for s in Status]
+    context["querystring"] = request.GET.urlencode()
+    return render(request, "portal/list.html", context)
 
 
 _ESTIMATE_FIELDS = {"ttl_hours": "TTL", "cpu": "CPU", "memory_gib": "Memory", "gpu": "GPUs"}
