@@ -13,9 +13,8 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 GENESIS = "0" * 64
 API_VERSION = "audit.k8s.io/v1"
@@ -71,16 +70,22 @@ def _check_event(position: int, item: Any) -> dict:
     return item
 
 
-def parse_event_list(body: bytes) -> list[dict]:
-    """The events of an EventList body, or TenantAuditInvalid naming what is wrong."""
-    if len(body) > MAX_BODY_BYTES:
-        raise TenantAuditInvalid(f"the body is larger than {MAX_BODY_BYTES} bytes")
+def _json_object(body: bytes) -> dict:
+    """The body as a JSON object, or TenantAuditInvalid saying why it is not one."""
     try:
         data = json.loads(body)
     except (UnicodeDecodeError, ValueError) as exc:
         raise TenantAuditInvalid(f"the body is not JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise TenantAuditInvalid("the body must be a JSON object")
+    if isinstance(data, dict):
+        return data
+    raise TenantAuditInvalid("the body must be a JSON object")
+
+
+def parse_event_list(body: bytes) -> list[dict]:
+    """The events of an EventList body, or TenantAuditInvalid naming what is wrong."""
+    if len(body) > MAX_BODY_BYTES:
+        raise TenantAuditInvalid(f"the body is larger than {MAX_BODY_BYTES} bytes")
+    data = _json_object(body)
     if data.get("apiVersion") != API_VERSION or data.get("kind") != "EventList":
         raise TenantAuditInvalid(f"expected kind EventList of {API_VERSION}")
     items = data.get("items")
@@ -91,8 +96,7 @@ def parse_event_list(body: bytes) -> list[dict]:
     return [_check_event(i, item) for i, item in enumerate(items)]
 
 
-@dataclass(frozen=True)
-class ArchivedEvent:
+class ArchivedEvent(NamedTuple):
     """One row of an environment's archive, as stored."""
 
     seq: int
