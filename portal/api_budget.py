@@ -57,9 +57,9 @@ class BudgetRaiseInput(StrictSerializer):
 
 @extend_schema_serializer(component_name="TeamBudgetRaiseRecord")
 class BudgetRaiseOutput(serializers.Serializer):
-    amount = serializers.CharField()
+    amount = serializers.CharField(help_text="A decimal string in the budget's currency.")
     reason = serializers.CharField()
-    raised_by = serializers.CharField()
+    raised_by = serializers.CharField(help_text="Who raised it (a user name).")
     at = serializers.DateTimeField()
 
 

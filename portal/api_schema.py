@@ -41,10 +41,12 @@ class EnvironmentRequestFieldsOutput(serializers.Serializer):
 
     name = serializers.CharField()
     env_class = serializers.ChoiceField(choices=ENV_CLASSES)
-    ttl_hours = serializers.IntegerField(min_value=1)
+    ttl_hours = serializers.IntegerField(
+        min_value=1, help_text="Hours from READY to expiry, as asked (extensions are not counted)."
+    )
     workload_class = serializers.ChoiceField(choices=WORKLOAD_CLASSES)
-    cpu = serializers.IntegerField(min_value=1)
-    memory_gib = serializers.IntegerField(min_value=1)
+    cpu = serializers.IntegerField(min_value=1, help_text="CPU cores of the namespace's quota.")
+    memory_gib = serializers.IntegerField(min_value=1, help_text="GiB of the namespace's quota.")
     gpu = serializers.IntegerField(min_value=0)
     tenant_control_plane = serializers.BooleanField()
     spot_node_pool = serializers.BooleanField()
