@@ -67,9 +67,9 @@ class BudgetRaiseOutput(serializers.Serializer):
 class BudgetOutput(serializers.Serializer):
     """A team's budget month: every amount a decimal string in `currency`."""
 
-    team = serializers.CharField()
+    team = serializers.CharField(help_text="The team's slug.")
     month = serializers.DateField(help_text="The month's first day (UTC).")
-    currency = serializers.CharField()
+    currency = serializers.CharField(help_text="The platform's one currency (ISO 4217).")
     monthly_amount = serializers.CharField()
     raised = serializers.CharField(help_text="This month's raises, summed.")
     budget = serializers.CharField(help_text="monthly_amount + raised.")
