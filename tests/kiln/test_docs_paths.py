@@ -6,7 +6,8 @@ How a mention is read: a path whose first folder is one of the tree's own (`benc
 `tests/`, ...) is looked up from the checkout's root; another path with folders must end some
 path of the tree (a page on the chaos app naming `services/levers.py`); a bare file name must be
 some file's name. Left alone, as clearly outside the tree: absolute paths (URL routes such as
-`/audit/tlog_verify.py`), URLs, and `../` paths that leave the checkout (`../shared/`).
+`/audit/tlog_verify.py`), URLs, and `../` paths that leave the checkout (`../shared/`); and a
+path struck through (`~~kiln/asgi_handler.py~~`), which names a module that is gone on purpose.
 
 Each check is also run on a small tree and page that break it, so it is seen to fail.
 """
@@ -24,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 URL = re.compile(r"\w+://\S+")
+STRUCK = re.compile(r"~~.+?~~")
 PY_PATH = re.compile(r"(?<![\w./~-])((?:\.{1,2}/|/)?[\w.-]+(?:/[\w.-]+)*\.py)\b(?![\w/-])")
 FOLDER = re.compile(r"`([\w.-]+(?:/[\w.-]+)*/)`")
 DOTTED = re.compile(r"`([a-z_]\w*(?:\.[A-Za-z_]\w*)+)(?:\.\*)?(?:\(\))?`")
@@ -74,7 +76,7 @@ def missing_paths(page: Path, root: Path, text: str | None = None) -> list[str]:
     text = page.read_text() if text is None else text
     out = []
     for number, line in enumerate(URL.sub("", text).splitlines(), 1):
-        for path in PY_PATH.findall(line):
+        for path in PY_PATH.findall(STRUCK.sub("", line)):
             if path.startswith("/"):
                 continue
             if path.startswith(("./", "../")):
@@ -160,6 +162,7 @@ def test_moved_modules_and_folders_are_found(tmp_path):
         "`tests/support/shape.py` and `services/levers.py`, then `levers.py`;\n"
         "moved: `app/shape.py` and `gone.py` and `other/services/gone.py`;\n"
         "outside: `/audit/tlog_verify.py`, ../../shared/x.py, https://example.org/a/b.py\n"
+        "gone on purpose: ~~`app/handler.py`~~ and ~~app/old.py~~\n"
         "folders: `app/services/` `tests/support/` `var/` `app/cluster/`\n"
         "modules: `app.services.levers`, `app.levers.run`, `app.nothing`, `kiln.dev`\n"
     )
@@ -168,5 +171,5 @@ def test_moved_modules_and_folders_are_found(tmp_path):
         "page.md:2 gone.py",
         "page.md:2 other/services/gone.py",
     ]
-    assert missing_folders(page, tmp_path, text) == ["page.md:4 app/cluster/"]
-    assert missing_modules(page, tmp_path, text) == ["page.md:5 app.nothing"]
+    assert missing_folders(page, tmp_path, text) == ["page.md:5 app/cluster/"]
+    assert missing_modules(page, tmp_path, text) == ["page.md:6 app.nothing"]
