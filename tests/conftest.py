@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -14,6 +15,8 @@ from rest_framework.test import APIClient
 
 from kiln import observability
 from kiln.identity import keys, tokens
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # Tests that mostly wait (browsers, real server and worker processes, faults, fuzzing): marked
 # `slow`. `make test` runs them in a pytest run of their own, beside the rest, on their own
@@ -56,17 +59,31 @@ def worker_redis_url(url: str, index: int, dbs: str | None = None) -> str:
     return urlunsplit(parts._replace(path=f"/{number}"))
 
 
+def worker_var_dir(database_url: str | None, index: int) -> Path:
+    """The var/ directory of parallel worker `index`: var/test-workers/<database>-gw<index>, so
+    the fast and the slow run of `make test` (kiln and kiln_slow) never share one either."""
+    database = urlsplit(database_url or "").path.strip("/") or "kiln"
+    base = Path(os.environ.get("KILN_VAR_DIR") or ROOT / "var")
+    return base / "test-workers" / f"{database}-gw{index}"
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_setupnodes(config, specs) -> None:
     """Under pytest-xdist each worker gets a Redis database of its own (its test database is
     suffixed by pytest-django): the Celery broker, the channel layer, the cache and the change
-    hub would otherwise be shared between tests running at once. Set before the worker starts,
-    so the settings read it as any process's REDIS_URL."""
+    hub would otherwise be shared between tests running at once. Each also gets an empty var/
+    directory of its own: the audit anchor files, the checkpoint signing key and the GitOps
+    repository live there by default, and workers writing one at once trip over each other.
+    Set before the worker starts, so the settings read them as any process's environment."""
     url = os.environ.get("REDIS_URL")
-    if not url:
-        return
     for index, spec in enumerate(specs):
-        spec.env["REDIS_URL"] = worker_redis_url(url, index, os.environ.get("KILN_TEST_REDIS_DBS"))
+        if url:
+            dbs = os.environ.get("KILN_TEST_REDIS_DBS")
+            spec.env["REDIS_URL"] = worker_redis_url(url, index, dbs)
+        var_dir = worker_var_dir(os.environ.get("DATABASE_URL"), index)
+        shutil.rmtree(var_dir, ignore_errors=True)
+        var_dir.mkdir(parents=True)
+        spec.env["KILN_VAR_DIR"] = str(var_dir)
 
 
 def pytest_collection_modifyitems(config, items) -> None:
