@@ -13,6 +13,7 @@ from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
     extend_schema,
+    extend_schema_serializer,
     extend_schema_view,
 )
 from rest_framework import serializers
@@ -51,6 +52,7 @@ def _bounded(
 class RolloutListCreateApi(APIView):
     """GET: rollouts the caller may see. POST: start a rollout (engineers of the service's team)."""
 
+    @extend_schema_serializer(component_name="RolloutCreate")
     class InputSerializer(StrictSerializer):
         service = serializers.UUIDField()
         baseline_version = documented(StrictCharField(max_length=63), pattern=DNS_LABEL_RE.pattern)
@@ -72,9 +74,6 @@ class RolloutListCreateApi(APIView):
             type="object",
             description="AnalysisConfig overrides: " + ", ".join(sorted(services.CONFIG_KEYS)),
         )
-
-        class Meta:
-            ref_name = "RolloutCreate"
 
     @extend_schema(
         operation_id="rollouts_list",
@@ -112,27 +111,21 @@ class RolloutDetailApi(APIView):
         return Response(selectors.rollout_series(rollout))
 
 
+@extend_schema_serializer(component_name="RolloutReason")
 class ReasonInput(StrictSerializer):
     reason = StrictCharField(required=False, default="", allow_blank=True, max_length=2000)
 
-    class Meta:
-        ref_name = "RolloutReason"
 
-
+@extend_schema_serializer(component_name="RolloutRetry")
 class RequiredReasonInput(StrictSerializer):
     reason = StrictCharField(max_length=2000)
 
-    class Meta:
-        ref_name = "RolloutRetry"
 
-
+@extend_schema_serializer(component_name="RolloutExtend")
 class ExtendInput(RequiredReasonInput):
     ticks = serializers.IntegerField(
         required=False, default=None, min_value=1, max_value=services.MAX_EXTENSION_TICKS
     )
-
-    class Meta:
-        ref_name = "RolloutExtend"
 
 
 class RolloutActionApi(APIView):
@@ -191,6 +184,7 @@ class RolloutExtendApi(RolloutActionApi):
 class RolloutObservationApi(APIView):
     """POST: push one arm's requests, errors and latency samples for the next tick."""
 
+    @extend_schema_serializer(component_name="ObservationPush")
     class InputSerializer(StrictSerializer):
         arm = serializers.ChoiceField(["baseline", "canary"])
         requests = serializers.IntegerField(min_value=0)
@@ -202,9 +196,6 @@ class RolloutObservationApi(APIView):
             max_length=services.MAX_LATENCY_SAMPLES,
         )
         observed_at = serializers.DateTimeField(required=False, default=None)
-
-        class Meta:
-            ref_name = "ObservationPush"
 
     @extend_schema(
         operation_id="rollouts_observations_create",

@@ -6,12 +6,14 @@ describe them for clients and hold no rule.
 
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
 from canary.models import Arm, MetricsSource, RolloutStatus
 from kiln.openapi import paginated
 
 
+@extend_schema_serializer(component_name="CanaryService")
 class ServiceOutput(serializers.Serializer):
     """A service that rollouts shift traffic for."""
 
@@ -23,20 +25,16 @@ class ServiceOutput(serializers.Serializer):
     metrics_source = serializers.ChoiceField(choices=MetricsSource.values)
     sim_traffic_class = serializers.CharField()
 
-    class Meta:
-        ref_name = "CanaryService"
 
-
+@extend_schema_serializer(component_name="RolloutService")
 class RolloutServiceOutput(serializers.Serializer):
     id = serializers.UUIDField()
     name = serializers.CharField()
     namespace = serializers.CharField()
     team = serializers.CharField()
 
-    class Meta:
-        ref_name = "RolloutService"
 
-
+@extend_schema_serializer(component_name="Rollout")
 class RolloutOutput(serializers.Serializer):
     """A rollout's state (`canary.selectors.rollout_summary`)."""
 
@@ -63,9 +61,6 @@ class RolloutOutput(serializers.Serializer):
     created_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)
 
-    class Meta:
-        ref_name = "Rollout"
-
 
 RolloutPageOutput = paginated(RolloutOutput, "RolloutPage")
 
@@ -74,6 +69,7 @@ def _stat(help_text: str = "") -> serializers.FloatField:
     return serializers.FloatField(allow_null=True, help_text=help_text)
 
 
+@extend_schema_serializer(component_name="RolloutTick")
 class TickOutput(serializers.Serializer):
     """One analysis tick's statistics (null where the window had no evidence)."""
 
@@ -99,10 +95,8 @@ class TickOutput(serializers.Serializer):
     baseline_p99_ms = _stat()
     reason = serializers.CharField(allow_blank=True)
 
-    class Meta:
-        ref_name = "RolloutTick"
 
-
+@extend_schema_serializer(component_name="RolloutDecision")
 class DecisionOutput(serializers.Serializer):
     """A state-changing decision: who, which weight change, why."""
 
@@ -115,10 +109,8 @@ class DecisionOutput(serializers.Serializer):
     reason = serializers.CharField(allow_blank=True)
     at = serializers.DateTimeField()
 
-    class Meta:
-        ref_name = "RolloutDecision"
 
-
+@extend_schema_serializer(component_name="RolloutSeries")
 class RolloutSeriesOutput(serializers.Serializer):
     """A rollout with every tick's statistics and every decision (`rollout_series`)."""
 
@@ -126,10 +118,8 @@ class RolloutSeriesOutput(serializers.Serializer):
     ticks = TickOutput(many=True)
     decisions = DecisionOutput(many=True)
 
-    class Meta:
-        ref_name = "RolloutSeries"
 
-
+@extend_schema_serializer(component_name="Observation")
 class ObservationOutput(serializers.Serializer):
     """A pushed observation, queued for the next tick."""
 
@@ -138,6 +128,3 @@ class ObservationOutput(serializers.Serializer):
     requests = serializers.IntegerField(min_value=0)
     errors = serializers.IntegerField(min_value=0)
     samples = serializers.IntegerField(min_value=0, help_text="Latency samples kept.")
-
-    class Meta:
-        ref_name = "Observation"

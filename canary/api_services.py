@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -21,6 +21,7 @@ from portal.validation import DNS_LABEL_RE
 class ServiceListCreateApi(APIView):
     """GET: services the caller may see. POST: register a service (team engineers)."""
 
+    @extend_schema_serializer(component_name="CanaryServiceCreate")
     class InputSerializer(StrictSerializer):
         team = StrictSlugField()
         name = documented(StrictCharField(max_length=63), pattern=DNS_LABEL_RE.pattern)
@@ -34,9 +35,6 @@ class ServiceListCreateApi(APIView):
         prometheus_url = StrictURLField(required=False)  # left out: none (simulated metrics)
         queries = serializers.DictField(child=StrictCharField(), required=False, default=dict)
         sim_traffic_class = StrictCharField(required=False, default="steady")
-
-        class Meta:
-            ref_name = "CanaryServiceCreate"
 
     @extend_schema(operation_id="canary_services_list", responses=ServiceOutput(many=True))
     def get(self, request):

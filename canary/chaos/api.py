@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -27,12 +27,10 @@ from kiln.params import parse_choice
 from portal.validation import DNS_LABEL_RE
 
 
+@extend_schema_serializer(component_name="ExperimentStopConditionSpec")
 class StopConditionSerializer(StrictSerializer):
     kind = serializers.ChoiceField(choices=chaos_services.STOP_CONDITION_KINDS)
     threshold = serializers.FloatField(required=False, min_value=0)
-
-    class Meta:
-        ref_name = "ExperimentStopConditionSpec"
 
 
 def experiment_payload(exp: ChaosExperiment, *, with_injections: bool = False) -> dict[str, Any]:
@@ -80,6 +78,7 @@ def _detail(exp: ChaosExperiment) -> dict[str, Any]:
 class ExperimentListCreateApi(APIView):
     """GET: experiments the caller may see. POST: define and start an experiment (owning team's engineers)."""
 
+    @extend_schema_serializer(component_name="ExperimentCreate")
     class InputSerializer(ChaosMeshFields, StrictSerializer):
         name = StrictCharField(max_length=100)
         namespace = documented(StrictCharField(max_length=63), pattern=DNS_LABEL_RE.pattern)
@@ -146,9 +145,6 @@ class ExperimentListCreateApi(APIView):
             "that one says so too.",
         )
         start = serializers.BooleanField(required=False, default=True)
-
-        class Meta:
-            ref_name = "ExperimentCreate"
 
     def get_permissions(self):
         if self.request.method == "POST":
@@ -224,11 +220,9 @@ class ExperimentAbortApi(APIView):
 
     permission_classes = [role_required(ENGINEER)]
 
+    @extend_schema_serializer(component_name="ExperimentAbort")
     class InputSerializer(StrictSerializer):
         reason = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
-
-        class Meta:
-            ref_name = "ExperimentAbort"
 
     @extend_schema(
         operation_id="chaos_experiment_abort",
@@ -282,14 +276,12 @@ class LeverMoveApi(APIView):
     permission_classes = [role_required(ENGINEER)]
     action: str = "engage"
 
+    @extend_schema_serializer(component_name="LeverMove")
     class InputSerializer(StrictSerializer):
         reason = documented(
             StrictCharField(max_length=300),
             description="Why: required, recorded with who moved the lever.",
         )
-
-        class Meta:
-            ref_name = "LeverMove"
 
     def move(self, request: Request, team: str | None) -> Response:
         actor = actor_from_request(request)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -74,6 +74,7 @@ ChaosMeshFields = type(
 )
 
 
+@extend_schema_serializer(component_name="InjectionRecheckResult")
 class RecheckOutput(serializers.Serializer):
     """An injection after a recheck: confirmed gone, or still seen (the new evidence)."""
 
@@ -83,24 +84,19 @@ class RecheckOutput(serializers.Serializer):
     revert_confirmed = serializers.BooleanField(allow_null=True)
     evidence = serializers.ListField(child=serializers.JSONField())
 
-    class Meta:
-        ref_name = "InjectionRecheckResult"
-
 
 class InjectionRecheckApi(APIView):
     """Revert an unconfirmed injection again and read it back: confirmed once the fault is seen gone."""
 
     permission_classes = [role_required(ENGINEER)]
 
+    @extend_schema_serializer(component_name="InjectionRecheck")
     class InputSerializer(StrictSerializer):
         note = documented(
             StrictCharField(max_length=300, required=False, allow_blank=True, default=""),
             description="What was done about the fault (removed by hand, ...); kept on record "
             "with the confirmation.",
         )
-
-        class Meta:
-            ref_name = "InjectionRecheck"
 
     @extend_schema(
         operation_id="chaos_injection_recheck",

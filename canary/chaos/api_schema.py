@@ -7,6 +7,7 @@ limits written here are theirs, documented for clients.
 
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
 from canary.chaos.models import ExperimentStatus, FaultKind, InjectionState
@@ -16,31 +17,26 @@ EXPERIMENT_STATUSES = ExperimentStatus.values
 INJECTION_STATES = InjectionState.values  # the schema's InjectionStateEnum
 
 
+@extend_schema_serializer(component_name="ExperimentMagnitude")
 class MagnitudeOutput(serializers.Serializer):
     delay_ms = serializers.IntegerField(allow_null=True)
     abort_http_status = serializers.IntegerField(allow_null=True)
     percent = serializers.FloatField()
 
-    class Meta:
-        ref_name = "ExperimentMagnitude"
 
-
+@extend_schema_serializer(component_name="ExperimentBlastRadius")
 class BlastRadiusOutput(serializers.Serializer):
     max_pods = serializers.IntegerField(allow_null=True)
     max_percent = serializers.FloatField(allow_null=True)
 
-    class Meta:
-        ref_name = "ExperimentBlastRadius"
 
-
+@extend_schema_serializer(component_name="ExperimentStopCondition")
 class StopConditionOutput(serializers.Serializer):
     kind = serializers.CharField()
     threshold = serializers.FloatField(required=False, allow_null=True)
 
-    class Meta:
-        ref_name = "ExperimentStopCondition"
 
-
+@extend_schema_serializer(component_name="ExperimentTimings")
 class TimingsOutput(serializers.Serializer):
     """Lease timings fixed at creation, in seconds."""
 
@@ -50,10 +46,8 @@ class TimingsOutput(serializers.Serializer):
     max_clock_skew = serializers.FloatField()
     revert_budget = serializers.FloatField()
 
-    class Meta:
-        ref_name = "ExperimentTimings"
 
-
+@extend_schema_serializer(component_name="ExperimentLease")
 class LeaseOutput(serializers.Serializer):
     """The live lease: a fault exists only while it is held."""
 
@@ -67,10 +61,8 @@ class LeaseOutput(serializers.Serializer):
     expires_at = serializers.DateTimeField(allow_null=True)
     seconds_left = serializers.FloatField(allow_null=True)
 
-    class Meta:
-        ref_name = "ExperimentLease"
 
-
+@extend_schema_serializer(component_name="ExperimentInjection")
 class InjectionOutput(serializers.Serializer):
     """One application of the fault, fenced by the lease term that applied it."""
 
@@ -93,10 +85,8 @@ class InjectionOutput(serializers.Serializer):
     revert_evidence = serializers.ListField(child=serializers.JSONField())
     confirmed_at = serializers.DateTimeField(allow_null=True)
 
-    class Meta:
-        ref_name = "ExperimentInjection"
 
-
+@extend_schema_serializer(component_name="Experiment")
 class ExperimentOutput(serializers.Serializer):
     """A chaos experiment with its lease (`experiment_payload`)."""
 
@@ -131,22 +121,18 @@ class ExperimentOutput(serializers.Serializer):
     timings = TimingsOutput()
     lease = LeaseOutput()
 
-    class Meta:
-        ref_name = "Experiment"
 
-
+@extend_schema_serializer(component_name="ExperimentDetail")
 class ExperimentDetailOutput(ExperimentOutput):
     """An experiment with its injections."""
 
     injections = InjectionOutput(many=True)
 
-    class Meta:
-        ref_name = "ExperimentDetail"
-
 
 ExperimentPageOutput = paginated(ExperimentOutput, "ExperimentPage")
 
 
+@extend_schema_serializer(component_name="ChaosLever")
 class LeverOutput(serializers.Serializer):
     """A safety lever: while engaged, no experiment in its scope runs or starts."""
 
@@ -159,6 +145,3 @@ class LeverOutput(serializers.Serializer):
     released_by = serializers.CharField(allow_blank=True)
     released_reason = serializers.CharField(allow_blank=True)
     released_at = serializers.DateTimeField(allow_null=True)
-
-    class Meta:
-        ref_name = "ChaosLever"
