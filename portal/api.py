@@ -270,7 +270,9 @@ ACTION_DOCS = {
     "approve": "approve a pending request (approvers; not one's own).",
     "reject": "reject a pending request with a reason (approvers; not one's own).",
     "extend": "push a READY environment's expiry out (team engineers).",
-    "defer": "hold teardown `minutes` past expiry for a reason, within the class's maximum deferral.",
+    "defer": (
+        "hold teardown `minutes` past expiry for a reason, within the class's maximum deferral."
+    ),
     "keep": "keep an environment proposed for early teardown as idle (team engineers).",
     "sleep": (
         "put a READY environment to sleep (its team's engineers): workloads, control plane and"
