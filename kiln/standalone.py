@@ -180,11 +180,20 @@ def audit_writer_service(name: str, environment: dict[str, str] | None = None) -
 
 
 def services_together(*services: Service) -> Service:
-    """One service that starts these in order and stops them in reverse order."""
+    """One service that starts these in order and stops them in reverse order. If one fails to
+    start, those already started are stopped before the error goes on: the caller stops only
+    what started, and a process left behind would go on writing to the database."""
 
     def start() -> None:
-        for service in services:
-            service.start()
+        started: list[Service] = []
+        try:
+            for service in services:
+                service.start()
+                started.append(service)
+        except BaseException:
+            for service in reversed(started):
+                service.stop()
+            raise
 
     def stop() -> None:
         for service in reversed(services):
