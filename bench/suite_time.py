@@ -59,6 +59,10 @@ def run_once(name: str, fast: int, slow: int, paths: list[str], marked_slow: boo
     started = time.monotonic()
     proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
     wall = time.monotonic() - started
+    # The whole output stays beside the figures, for the names of whatever failed.
+    log = ROOT / "var" / f"suite_time-{name}-{time.strftime('%Y%m%dT%H%M%S')}.log"
+    log.parent.mkdir(exist_ok=True)
+    log.write_text(proc.stdout + proc.stderr)
     summaries = [
         {"line": m.group("counts"), "seconds": float(m.group("seconds"))}
         for m in SUMMARY.finditer(proc.stdout)
@@ -70,6 +74,7 @@ def run_once(name: str, fast: int, slow: int, paths: list[str], marked_slow: boo
         "slow_workers": slow,
         "wall_seconds": round(wall, 1),
         "returncode": proc.returncode,
+        "log": str(log.relative_to(ROOT)),
         # The fast run's summary comes first, then the slow run's (make test prints its log after).
         "pytest_runs": summaries,
         "load_1min_before": round(load_before, 2),
