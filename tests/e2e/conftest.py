@@ -136,6 +136,9 @@ def browser_page(browser: Browser, kiln: Standalone) -> Iterator[WatchedPage]:
     """A fresh browser context and page that records console errors and CSP violations."""
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     page = context.new_page()
+    # The slow run's workers share two cores with the rest of the suite: a long page may take
+    # more than Playwright's default 30 s to load there. A wait on an element keeps that default.
+    page.set_default_navigation_timeout(90_000)
     watched = WatchedPage(page, kiln.base_url, kiln.logins)
 
     def on_console(message: ConsoleMessage) -> None:
