@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import copy
 import math
-import struct
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 
+from bench.canary import protobuf_exposition as pb
 from canary.simulated_traffic import Simulator
 
 # Istio's default request duration buckets (ms), as its telemetry filter configures them.
@@ -42,7 +42,6 @@ ISTIO_BUCKETS_MS: tuple[float, ...] = (
     30000, 60000, 300000, 600000, 1800000, 3600000,
 )  # fmt: skip
 NATIVE_SCHEMA = 3  # bucket growth factor 2^(1/8) ~ 1.09, the Go client's default for factor 1.1
-ZERO_THRESHOLD = 2.938735877055719e-39  # the Go client's default zero bucket width
 PROTOBUF_TYPE = (
     "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited"
 )
@@ -103,7 +102,7 @@ class Arm:
         self.buckets += np.bincount(index, minlength=len(self.bounds) + 1)
         self.sum_ms += float(latencies.sum())
         if self.native_schema is not None and n:
-            zero = latencies <= ZERO_THRESHOLD
+            zero = latencies <= pb.ZERO_THRESHOLD
             self.zero_count += int(zero.sum())
             idx = native_index(latencies[~zero], self.native_schema)
             for i, c in zip(*np.unique(idx, return_counts=True), strict=True):
@@ -223,18 +222,18 @@ class IstioSource:
         """The protobuf exposition (delimited MetricFamily messages), native histograms included."""
         arms = self.snapshot()
         requests = [
-            _metric(
-                {**a.labels(), "response_code": code}, counter=_message((1, "double", float(n)))
+            pb.metric(
+                {**a.labels(), "response_code": code}, counter=pb.message((1, "double", float(n)))
             )
             for a in arms
             for code, n in sorted(a.codes.items())
         ]
-        durations = [_metric(a.labels(), histogram=_histogram_message(a)) for a in arms]
+        durations = [pb.metric(a.labels(), histogram=pb.histogram_message(a)) for a in arms]
         out = b""
         for name, kind, metrics in ((REQUESTS, 0, requests), (DURATION, 4, durations)):
-            family = _message((1, "string", name), (3, "varint", kind))
-            family += b"".join(_field(4, "bytes", m) for m in metrics)
-            out += _varint(len(family)) + family
+            family = pb.message((1, "string", name), (3, "varint", kind))
+            family += b"".join(pb.field(4, "bytes", m) for m in metrics)
+            out += pb.varint(len(family)) + family
         return out
 
     # --- HTTP ------------------------------------------------------------------------------
@@ -372,83 +371,3 @@ def drive_tick(
         source.observe(service, namespace, version, latencies, min(e, n))
         out += [n, min(e, n)]
     return out[0], out[1], out[2], out[3]
-
-
-# --- protobuf exposition (io.prometheus.client.MetricFamily), only what the source writes ---
-# The text format cannot carry a native histogram and no package here writes the protobuf
-# one, so the few fields needed are encoded by hand (field numbers from metrics.proto).
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    n &= (1 << 64) - 1
-    while True:
-        byte = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def _zigzag(n: int) -> int:
-    return (n << 1) ^ (n >> 63)
-
-
-def _field(number: int, kind: str, value: object) -> bytes:
-    if kind == "varint":
-        return _varint(number << 3) + _varint(int(value))  # type: ignore[arg-type]
-    if kind == "sint":
-        return _varint(number << 3) + _varint(_zigzag(int(value)))  # type: ignore[arg-type]
-    if kind == "double":
-        return _varint(number << 3 | 1) + struct.pack("<d", float(value))  # type: ignore[arg-type]
-    data = value.encode() if isinstance(value, str) else bytes(value)  # type: ignore[arg-type]
-    return _varint(number << 3 | 2) + _varint(len(data)) + data
-
-
-def _message(*fields: tuple[int, str, object]) -> bytes:
-    return b"".join(_field(n, k, v) for n, k, v in fields)
-
-
-def _metric(labels: dict[str, str], *, counter: bytes = b"", histogram: bytes = b"") -> bytes:
-    out = b"".join(
-        _field(1, "bytes", _message((1, "string", k), (2, "string", v))) for k, v in labels.items()
-    )
-    if counter:
-        out += _field(3, "bytes", counter)
-    if histogram:
-        out += _field(7, "bytes", histogram)
-    return out
-
-
-def _histogram_message(a: Arm) -> bytes:
-    out = _message((1, "varint", a.count), (2, "double", a.sum_ms))
-    for bound, c in zip(a.bounds, np.cumsum(a.buckets), strict=False):
-        out += _field(3, "bytes", _message((1, "varint", int(c)), (2, "double", bound)))
-    if a.native_schema is None:
-        return out
-    out += _message(
-        (5, "sint", a.native_schema),
-        (6, "double", ZERO_THRESHOLD),
-        (7, "varint", a.zero_count),
-    )
-    # Spans of consecutive indices, then each bucket's count as a delta from the previous one.
-    previous_index: int | None = None
-    previous_count = 0
-    spans: list[tuple[int, int]] = []
-    deltas: list[int] = []
-    for index in sorted(a.native):
-        if previous_index is None:
-            spans.append((index, 1))
-        elif index == previous_index + 1:
-            spans[-1] = (spans[-1][0], spans[-1][1] + 1)
-        else:
-            spans.append((index - previous_index - 1, 1))
-        deltas.append(a.native[index] - previous_count)
-        previous_index, previous_count = index, a.native[index]
-    for offset, length in spans:
-        out += _field(12, "bytes", _message((1, "sint", offset), (2, "varint", length)))
-    for delta in deltas:
-        out += _field(13, "sint", delta)
-    return out
