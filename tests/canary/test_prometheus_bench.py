@@ -77,7 +77,7 @@ def test_a_window_reads_exactly_what_was_served_and_knows_its_buckets(prometheus
 
 
 def test_the_pooled_upper_bound_is_clopper_pearsons():
-    from bench.canary.prometheus_bench import upper_bound_95
+    from bench.canary.prometheus_summary import upper_bound_95
 
     # Known one-sided 95% Clopper-Pearson bounds: zero in 300 is the rule of three (~1%).
     assert upper_bound_95(0, 300) == 0.0099
