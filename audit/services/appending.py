@@ -114,8 +114,9 @@ def chain_append(
             log.error("audit stream entry %s cannot be chained; left out", entry_id)
             continue
         parsed.append(event)
+    as_role = bool(role) and connection.vendor == "postgresql"
     with transaction.atomic():
-        if role and connection.vendor == "postgresql":
+        if as_role:
             with connection.cursor() as cursor:
                 cursor.execute(f'SET LOCAL ROLE "{role}"')
         ids = [e[0] for e in parsed]
@@ -132,6 +133,12 @@ def chain_append(
             tree_extend(size=head_seq, entries=entries)
             head_seq, head_hash = entries[-1].seq, entries[-1].hash
         _outbox_delete(ids)
+        if as_role:
+            # SET LOCAL lasts until the outermost transaction ends: inside a longer one (the
+            # fault drills' pause, a caller's own atomic) the rest must not run as the writer.
+            # A rollback of this block's savepoint restores the role by itself.
+            with connection.cursor() as cursor:
+                cursor.execute("RESET ROLE")
     CHAIN_APPENDED.inc(len(entries))
     CHAIN_DUPLICATES.inc(len(parsed) - len(entries))
     return AppendResult(len(entries), len(parsed) - len(entries), malformed, head_seq, head_hash)

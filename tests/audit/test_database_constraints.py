@@ -13,7 +13,7 @@ from django.core.management import call_command
 from django.db import connection, transaction
 from django.db.utils import DatabaseError
 
-from audit import chain, record, triggers
+from audit import chain, record, services, triggers
 from audit.models import ChainEvent
 from tests.audit.conftest import drain
 
@@ -113,6 +113,22 @@ def test_application_role_can_read_but_not_insert_and_writer_role_can(committed_
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             writer.execute("DELETE FROM audit_chainevent WHERE seq = 4")
     assert ChainEvent.objects.count() == 4
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_writer_role_ends_with_the_append_inside_a_longer_transaction(committed_chain):
+    """The append runs as the writer role; work after it in the same transaction (the fault
+    drills' pause, a checkpoint) runs as the connection's own user again."""
+    _chain_three()
+    call_command("audit_setup_roles")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_user")
+        me = cursor.fetchone()[0]
+        with transaction.atomic():
+            services.chain_append(messages=[], role=settings.KILN_AUDIT_WRITER_ROLE)
+            cursor.execute("SELECT current_user")
+            assert cursor.fetchone()[0] == me
+            services.checkpoint_create()  # the writer role may not insert checkpoints
 
 
 def test_sqlite_triggers_enforce_the_same_rules():
