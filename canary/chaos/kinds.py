@@ -49,12 +49,21 @@ class ChaosMeshKind:
 
     fault: str
     object_kind: str
-    plural: str
     params: tuple[Param, ...]
-    max_percent: float  # blast radius: the most of the selected pods, whatever else is asked
     max_duration_seconds: int  # the hard maximum, also the object's spec.duration
-    blast_rule: str
     magnitude_rule: str
+    max_percent: float = 50.0  # blast radius: the most of the selected pods, whatever else is asked
+    blast_limits: str = ""  # what the blast radius is held to besides the percentage
+
+    @property
+    def plural(self) -> str:
+        """The object kind's resource name in the API path."""
+        return self.object_kind.lower()
+
+    @property
+    def blast_rule(self) -> str:
+        """The blast-radius rule in words, as the percentage cap says it."""
+        return f"at most {self.max_percent:g}% of the selected pods{self.blast_limits}"
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)
@@ -66,7 +75,6 @@ KINDS: dict[str, ChaosMeshKind] = {
         ChaosMeshKind(
             fault="network-delay",
             object_kind="NetworkChaos",
-            plural="networkchaos",
             params=(
                 Param(
                     "latency_ms",
@@ -89,15 +97,12 @@ KINDS: dict[str, ChaosMeshKind] = {
                     help="at most the latency",
                 ),
             ),
-            max_percent=50.0,
             max_duration_seconds=3_600,
-            blast_rule="at most 50% of the selected pods",
             magnitude_rule="latency 1-5000 ms, jitter at most the latency",
         ),
         ChaosMeshKind(
             fault="network-loss",
             object_kind="NetworkChaos",
-            plural="networkchaos",
             params=(
                 Param(
                     "loss_percent",
@@ -109,15 +114,13 @@ KINDS: dict[str, ChaosMeshKind] = {
                     help="share of the packets the selected pods send that are dropped",
                 ),
             ),
-            max_percent=50.0,
             max_duration_seconds=1_800,
-            blast_rule="at most 50% of the selected pods (never a whole service)",
+            blast_limits=" (never a whole service)",
             magnitude_rule="loss 1-100% of packets",
         ),
         ChaosMeshKind(
             fault="network-partition",
             object_kind="NetworkChaos",
-            plural="networkchaos",
             params=(
                 Param(
                     "target_selector",
@@ -141,16 +144,13 @@ KINDS: dict[str, ChaosMeshKind] = {
                     choices=DIRECTIONS,
                 ),
             ),
-            max_percent=50.0,
             max_duration_seconds=900,
-            blast_rule="at most 50% of the selected pods; the other side only in the "
-            "experiment's namespace",
+            blast_limits="; the other side only in the experiment's namespace",
             magnitude_rule="to, from or both directions",
         ),
         ChaosMeshKind(
             fault="cpu-stress",
             object_kind="StressChaos",
-            plural="stresschaos",
             params=(
                 Param("cpu_workers", "CPU workers", "int", 1, 8, help="stress-ng CPU workers"),
                 Param(
@@ -165,15 +165,12 @@ KINDS: dict[str, ChaosMeshKind] = {
                     help="load each worker puts on its CPU",
                 ),
             ),
-            max_percent=50.0,
             max_duration_seconds=1_800,
-            blast_rule="at most 50% of the selected pods",
             magnitude_rule="1-8 workers, load 1-100%",
         ),
         ChaosMeshKind(
             fault="memory-stress",
             object_kind="StressChaos",
-            plural="stresschaos",
             params=(
                 Param(
                     "memory_mb",
@@ -186,15 +183,12 @@ KINDS: dict[str, ChaosMeshKind] = {
                 ),
                 Param("memory_workers", "Memory workers", "int", 1, 4, required=False, default=1),
             ),
-            max_percent=50.0,
             max_duration_seconds=1_800,
-            blast_rule="at most 50% of the selected pods",
             magnitude_rule="1-4 workers of 1-4096 MB",
         ),
         ChaosMeshKind(
             fault="dns-error",
             object_kind="DNSChaos",
-            plural="dnschaos",
             params=(
                 Param(
                     "dns_patterns",
@@ -204,15 +198,13 @@ KINDS: dict[str, ChaosMeshKind] = {
                     "never every name",
                 ),
             ),
-            max_percent=50.0,
             max_duration_seconds=1_800,
-            blast_rule="at most 50% of the selected pods; named domains only",
+            blast_limits="; named domains only",
             magnitude_rule=f"1-{MAX_DNS_PATTERNS} domain patterns",
         ),
         ChaosMeshKind(
             fault="clock-skew",
             object_kind="TimeChaos",
-            plural="timechaos",
             params=(
                 Param(
                     "time_offset_seconds",
@@ -226,7 +218,6 @@ KINDS: dict[str, ChaosMeshKind] = {
             ),
             max_percent=25.0,
             max_duration_seconds=600,
-            blast_rule="at most 25% of the selected pods",
             magnitude_rule="offset at most 10 minutes either way, never 0",
         ),
     )
