@@ -33,16 +33,14 @@ from kiln.cluster.nodes import (
     is_daemon_pod,
     is_frozen,
     labels_of,
+    live_pod_node,
     name_of,
     node_list,
-    pod_node,
-    pod_phase,
 )
 from kiln.identity import visibility
 from kiln.identity.permissions import Actor
 from scheduler import pools, scoring
 from scheduler.models import DisruptionFreeze, FreezeHolder
-from scheduler.nodesync import TERMINAL_PHASES
 
 HOLDER_VISIBILITY = {
     FreezeHolder.ROLLOUT: visibility.ROLLOUTS,
@@ -114,8 +112,8 @@ def workload_spreads(
     members: dict[str, list[tuple[str, str]]] = defaultdict(list)  # key -> (node, class)
     names: dict[str, tuple[str, str]] = {}
     for pod in pods:
-        node = pod_node(pod)
-        if not node or node not in pool_of or pod_phase(pod) in TERMINAL_PHASES:
+        node = live_pod_node(pod)
+        if not node or node not in pool_of:
             continue
         if is_daemon_pod(pod) or not visible(pod):
             continue
@@ -237,8 +235,8 @@ def environment_nodes(*, namespace: str, backend: DeliveryBackend) -> list[Envir
         return []
     on: dict[str, list[str]] = defaultdict(list)
     for pod in backend.list("v1", "Pod", include_deleting=False):
-        node = pod_node(pod)
-        if node and pod_phase(pod) not in TERMINAL_PHASES:
+        node = live_pod_node(pod)
+        if node:
             on[node].append(f"{(pod.get('metadata') or {}).get('namespace', '')}/{name_of(pod)}")
     return [
         EnvironmentNode(

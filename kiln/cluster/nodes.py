@@ -214,6 +214,11 @@ def pod_node(pod: dict[str, Any]) -> str:
     return (pod.get("spec") or {}).get("nodeName") or ""
 
 
+def live_pod_node(pod: dict[str, Any]) -> str:
+    """The node a pod holds resources on: its node while bound and not finished, else ""."""
+    return "" if pod_phase(pod) in TERMINAL_PHASES else pod_node(pod)
+
+
 def pod_owner(pod: dict[str, Any]) -> tuple[str, str]:
     """(kind, name) of the pod's controller, ("", "") for a bare pod."""
     for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:

@@ -27,15 +27,13 @@ from kiln.cluster.nodes import (
     is_disrupting,
     is_frozen,
     labels_of,
+    live_pod_node,
     name_of,
     node_list,
-    pod_node,
-    pod_phase,
 )
 from kiln.identity.permissions import system_actor
 from scheduler import disruption, karpenter
 from scheduler.extender.protocol import ProtocolError, pod_request
-from scheduler.nodesync import TERMINAL_PHASES
 from scheduler.simulation.pricing import allocatable
 from scheduler.simulation.provisioner import ACTOR, node_drain, node_with, pools_list
 
@@ -112,8 +110,8 @@ def _node_loads(pods: list[dict]) -> dict[str, Load]:
     totals: dict[str, list[float]] = {}
     workload: dict[str, list[tuple[float, float, float, dict]]] = {}
     for pod in pods:
-        node = pod_node(pod)
-        if not node or pod_phase(pod) in TERMINAL_PHASES:
+        node = live_pod_node(pod)
+        if not node:
             continue
         try:
             req = pod_request(pod)
