@@ -26,7 +26,7 @@ import hashlib
 import json
 import struct
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -88,21 +88,28 @@ def verify_inclusion(
 
 def computed_root(index: int, size: int, leaf: bytes, proof: Sequence[bytes]) -> bytes:
     """The root an inclusion proof leads to (ProofError if it has the wrong length)."""
-    fn, sn, r = index, size - 1, leaf
+    r = leaf
+    for p, on_left in proof_path(index, size - 1, proof, "inclusion"):
+        r = node_hash(p, r) if on_left else node_hash(r, p)
+    return r
+
+
+def proof_path(fn: int, sn: int, proof: Sequence[bytes], kind: str) -> Iterator[tuple[bytes, bool]]:
+    """RFC 9162's walk up from node `fn` of a tree whose last node is `sn`: each proof hash with
+    whether it is the left sibling (ProofError for a hash that is not one, or a proof longer or
+    shorter than the tree is deep)."""
     for p in proof:
         need_hash(p)
         if sn == 0:
-            raise ProofError("inclusion proof is longer than the tree is deep")
-        if fn & 1 or fn == sn:
-            r = node_hash(p, r)
+            raise ProofError(f"{kind} proof is longer than the tree is deep")
+        on_left = bool(fn & 1 or fn == sn)
+        yield p, on_left
+        if on_left:
             while not fn & 1 and fn != 0:
                 fn, sn = fn >> 1, sn >> 1
-        else:
-            r = node_hash(r, p)
         fn, sn = fn >> 1, sn >> 1
     if sn != 0:
-        raise ProofError("inclusion proof is shorter than the tree is deep")
-    return r
+        raise ProofError(f"{kind} proof is shorter than the tree is deep")
 
 
 def verify_consistency(
@@ -132,18 +139,11 @@ def verify_consistency(
     while fn & 1:
         fn, sn = fn >> 1, sn >> 1
     fr = sr = path[0]
-    for c in path[1:]:
-        if sn == 0:
-            raise ProofError("consistency proof is longer than the tree is deep")
-        if fn & 1 or fn == sn:
+    for c, on_left in proof_path(fn, sn, path[1:], "consistency"):
+        if on_left:
             fr, sr = node_hash(c, fr), node_hash(c, sr)
-            while not fn & 1 and fn != 0:
-                fn, sn = fn >> 1, sn >> 1
         else:
             sr = node_hash(sr, c)
-        fn, sn = fn >> 1, sn >> 1
-    if sn != 0:
-        raise ProofError("consistency proof is shorter than the tree is deep")
     if fr != old_root:
         raise ProofError(
             f"the tree at size {new_size} does not contain the tree at size {old_size}"
