@@ -57,8 +57,18 @@ def named_target(command: str) -> str | None:
             return f"python -m {module}" if exists else None
     for word in words:
         if word.endswith(".py") and "=" not in word:
-            return word if (ROOT / word).is_file() else None
+            return word if _tree_script(word) else None
     return None
+
+
+def _tree_script(word: str) -> bool:
+    """Whether `word` names a script of the tree: a path relative to its root, or an absolute
+    path into a copy of the tree (whatever the machine's /tmp holds today), ending in one."""
+    path = Path(word)
+    if not path.is_absolute():
+        return (ROOT / path).is_file()
+    parts = path.parts
+    return any((ROOT / Path(*parts[k:])).is_file() for k in range(1, len(parts) - 1))
 
 
 def check(text: str) -> list[str]:
@@ -110,6 +120,11 @@ def test_committed_result_names_its_command_machine_and_date(path):
             '"date": "2026-12-01T10:00:00+00:00"}',
             "names no command or script of the tree",
         ),
+        (
+            '{"command": "python /tmp/copy/tree/bench/no_such_script.py", "machine": "vm", '
+            '"date": "2026-12-01T10:00:00+00:00"}',
+            "names no command or script of the tree",
+        ),
     ],
     ids=[
         "not-json",
@@ -120,6 +135,7 @@ def test_committed_result_names_its_command_machine_and_date(path):
         "bad-date",
         "unknown-command",
         "missing-test-file",
+        "absolute-path-to-no-script",
     ],
 )
 def test_checker_rejects_a_bad_sample(text, problem):
@@ -202,3 +218,9 @@ def test_runner_writes_nothing_for_a_failed_run(tmp_path, script):
     out = tmp_path / "r.json"
     assert benchjson.main([str(out), "--", sys.executable, "-c", script]) != 0
     assert not out.exists()
+
+
+def test_an_absolute_path_into_a_copy_of_the_tree_names_its_script():
+    """Results run from a copy of the tree name it by that copy's path, gone since."""
+    assert named_target("python /tmp/gone-copy/tree/bench/suite_time.py --rounds 1")
+    assert named_target("python /tmp/gone-copy/suite_time.py") is None
