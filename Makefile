@@ -73,7 +73,7 @@ prometheus-tools:
 TEST_SLOW_REDIS_DB ?= 2
 # The slow run on three workers (its tests mostly wait on browsers and processes): 606 s on a
 # busy machine, where one process took 944 s on a quiet one. The fast run on two, one per core:
-# 540 s alone, where one process took 1,178 s (docs/operations.md has the whole run's time).
+# 878 s beside the slow run, where one process took 1,190 s (docs/operations.md).
 TEST_WORKERS ?= 2
 TEST_SLOW_WORKERS ?= 3
 TEST_DIST = --dist loadfile
