@@ -231,7 +231,11 @@ def cost_term(
         # Free capacity: free nodes are best (1.0), every priced node scores 0.
         return np.where(cost <= 0, 1.0, 0.0)
     out = np.zeros_like(cost)
-    return np.minimum(np.divide(cheapest, cost, out=out, where=finite & (cost > 0)), 1.0)
+    # A cost tiny beside the cheapest (a node outside `feasible` may cost less) can overflow to
+    # inf; the cap below makes it 1.0, as for any node at most the cheapest's cost.
+    with np.errstate(over="ignore"):
+        ratio = np.divide(cheapest, cost, out=out, where=finite & (cost > 0))
+    return np.minimum(ratio, 1.0)
 
 
 def balance_after(cpu: np.ndarray, mem: np.ndarray) -> np.ndarray:
