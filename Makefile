@@ -72,9 +72,11 @@ prometheus-tools:
 ## docs/operations.md has the timings.
 TEST_SLOW_REDIS_DB ?= 2
 # The slow run on three workers (its tests mostly wait on browsers and processes): 606 s on a
-# busy machine, where one process took 944 s on a quiet one. The fast run on two, one per core:
-# 878 s beside the slow run, where one process took 1,190 s (docs/operations.md).
-TEST_WORKERS ?= 2
+# busy machine, where one process took 944 s on a quiet one. The fast run stays in one process
+# (1,190 s): on two workers it took 829 to 878 s beside the slow run, but one run in three lost
+# a test to a file descriptor closed under it, not found yet (docs/operations.md);
+# TEST_WORKERS=2 to use them.
+TEST_WORKERS ?= 0
 TEST_SLOW_WORKERS ?= 3
 TEST_DIST = --dist loadfile
 test: $(VENV)/.installed services browser prometheus-tools
