@@ -48,10 +48,15 @@ def _binomial_cdf(k: int, n: int, p: float) -> float:
     return total
 
 
+def _by_health(rows: list[Rollout]) -> tuple[list[Rollout], list[Rollout]]:
+    """(healthy rollouts, regressed rollouts), each in the order given."""
+    healthy = [r for r in rows if r.regression is None]
+    return healthy, [r for r in rows if r.regression is not None]
+
+
 def pooled(rows: list[Rollout]) -> dict:
     """Per judge over every class: the counts behind the rates and their 95% upper bounds."""
-    healthy = [r for r in rows if r.regression is None]
-    regressed = [r for r in rows if r.regression is not None]
+    healthy, regressed = _by_health(rows)
     out = {}
     for judge in ("exact", *KINDS):
         false_rb = sum(r.decided.get(judge, ("",))[0] == ROLLBACK for r in healthy)
@@ -74,8 +79,7 @@ def pooled(rows: list[Rollout]) -> dict:
 
 def summarise(rows: list[Rollout]) -> dict:
     """Per judge: the fractions the targets are about, minutes to decide, and the resolution."""
-    healthy = [r for r in rows if r.regression is None]
-    regressed = [r for r in rows if r.regression is not None]
+    healthy, regressed = _by_health(rows)
     out = {}
     for judge in ("exact", *KINDS):
 
