@@ -10,6 +10,7 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
+from canary.chaos.leases import TIMING_FIELDS
 from canary.chaos.models import ExperimentStatus, FaultKind, InjectionState
 from kiln.openapi import documented, paginated
 
@@ -36,15 +37,19 @@ class StopConditionOutput(serializers.Serializer):
     threshold = serializers.FloatField(required=False, allow_null=True)
 
 
-@extend_schema_serializer(component_name="ExperimentTimings")
-class TimingsOutput(serializers.Serializer):
-    """Lease timings fixed at creation, in seconds."""
-
-    lease_duration = serializers.FloatField()
-    renew_deadline = serializers.FloatField()
-    retry_period = serializers.FloatField()
-    max_clock_skew = serializers.FloatField()
-    revert_budget = serializers.FloatField()
+# One number a timing, named as LeaseTimings names them (TIMING_FIELDS), as the payload writes
+# them: a timing added to the lease shows in the schema without a second list to keep in step.
+TimingsOutput = extend_schema_serializer(component_name="ExperimentTimings")(
+    type(
+        "TimingsOutput",
+        (serializers.Serializer,),
+        {
+            "__doc__": "Lease timings fixed at creation, in seconds.",
+            "__module__": __name__,
+            **{name: serializers.FloatField() for name in TIMING_FIELDS},
+        },
+    )
+)
 
 
 @extend_schema_serializer(component_name="ExperimentLease")
