@@ -538,8 +538,12 @@ def _handshake(path: str, query: bytes, extensions: dict | None) -> list[dict]:
     denial=st.booleans(),
 )
 def test_any_websocket_handshake_without_credentials_is_refused_cleanly(
-    caplog, path, token, denial
+    caplog, settings, path, token, denial
 ):
+    # The in-memory channel layer: a refused stream's consumer still subscribes a channel, and
+    # Redis's layer ends its blocking read (up to 5 s) before the application returns, which
+    # the fuzzing would otherwise wait out for every example (test_stream.py covers Redis).
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     caplog.set_level(logging.WARNING)
     query = b"" if token is None else b"token=" + quote(token).encode()
     sent = _handshake(path, query, {"websocket.http.response": {}} if denial else None)
