@@ -39,10 +39,6 @@ class ExperimentStatus(models.TextChoices):
     EXPIRED = "expired", "Expired (hard maximum)"
 
 
-TERMINAL_STATUSES = frozenset(
-    {ExperimentStatus.COMPLETED, ExperimentStatus.ABORTED, ExperimentStatus.EXPIRED}
-)
-
 EXPERIMENT_TRANSITIONS: dict[str, frozenset[str]] = {
     ExperimentStatus.PENDING: frozenset(
         {ExperimentStatus.RUNNING, ExperimentStatus.ABORTED, ExperimentStatus.EXPIRED}
@@ -54,6 +50,8 @@ EXPERIMENT_TRANSITIONS: dict[str, frozenset[str]] = {
     ExperimentStatus.ABORTED: frozenset(),
     ExperimentStatus.EXPIRED: frozenset(),
 }
+# The states nothing leaves, read off the table (as canary's ROLLOUT_TERMINAL_STATUSES is).
+TERMINAL_STATUSES = frozenset(s for s, to in EXPERIMENT_TRANSITIONS.items() if not to)
 
 
 class ChaosExperiment(models.Model):
