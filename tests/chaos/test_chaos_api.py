@@ -57,7 +57,9 @@ def test_invalid_body_is_a_400_with_the_reason_and_changes_nothing(api_client_fo
     assert ChaosExperiment.objects.count() == 0 and audit_actions() == []
 
 
-def test_engineer_creates_lists_reads_and_aborts(api_client_for, shop, backend):
+def test_engineer_creates_lists_reads_and_aborts(api_client_for, shop, backend, clock):
+    # The controlled clock stands still: the 1 s lease is still held when the detail is read,
+    # however long a loaded machine takes between the acquire and the read.
     client = api_client_for("engineer", sub="alice", team="payments")
     resp = _create(client, stop_conditions=[{"kind": "error-rate-above", "threshold": 0.3}])
     assert resp.status_code == 201, resp.json()
