@@ -35,6 +35,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from django.conf import settings
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.instrumentation.celery import CeleryInstrumentor
@@ -45,6 +46,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from prometheus_client import (
     REGISTRY,
@@ -193,6 +195,31 @@ def continue_trace(traceparent: str, name: str) -> Iterator[trace.Span]:
     links = [trace.Link(here)] if here.is_valid and here.trace_id != stored.trace_id else []
     with tracer().start_as_current_span(name, context=parent, links=links) as span:
         yield span
+
+
+@contextmanager
+def publishing() -> Iterator[None]:
+    """Around a task's publish: the trace context as it was before, whether it succeeds or not.
+
+    Celery's instrumentation makes its publish span current before the message is sent and
+    takes it off only once it has been sent. A publish that raises (the broker down past the
+    retry policy) left that span current in the thread for good: every later span there, a
+    worker's next tasks or a test's next requests, became its child. Here the span such a
+    publish leaves is ended with the error and the context before it is current again.
+    """
+    before = trace.get_current_span()
+    token = otel_context.attach(otel_context.get_current())
+    try:
+        yield
+    except BaseException as exc:
+        left = trace.get_current_span()
+        if left is not before and left.is_recording():
+            left.record_exception(exc)
+            left.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+            left.end()
+        raise
+    finally:
+        otel_context.detach(token)
 
 
 def tracer(name: str = "kiln") -> trace.Tracer:

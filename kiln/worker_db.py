@@ -39,6 +39,8 @@ from celery.result import AsyncResult
 from celery.signals import task_postrun
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
 
+from kiln import observability
+
 log = logging.getLogger("kiln.celery")
 
 # kombu's retry policy for a task's own next run: waits of 0.2, 0.7, 1.2, 1.7 and then 2 s, 20
@@ -72,6 +74,12 @@ class Task(CeleryTask):
         options.setdefault("retry_policy", REQUEUE_RETRY_POLICY)
         return super().retry(*args, **options)
 
+    def apply_async(self, *args: object, **options: object):  # noqa: ANN201 - Celery's signature
+        """Celery's apply_async, leaving the caller's trace context as it was if the publish
+        raises (`observability.publishing`)."""
+        with observability.publishing():
+            return super().apply_async(*args, **options)
+
     def requeue(self, *args: object, countdown: float) -> None:
         """Send this task's next run with `args` in `countdown` seconds, published through a
         broker restart (REQUEUE_RETRY_POLICY)."""
@@ -88,7 +96,8 @@ def send_keeping_no_result(app: Celery, name: str, **options: object) -> AsyncRe
     """Send task `name` by its name (its module need not be imported in this process), as a
     task that keeps no result: no result backend made, no result subscribed to."""
     result = functools.partial(app.AsyncResult, backend=_no_backend(app))
-    return app.send_task(name, ignore_result=True, result_cls=result, **options)
+    with observability.publishing():
+        return app.send_task(name, ignore_result=True, result_cls=result, **options)
 
 
 @functools.cache

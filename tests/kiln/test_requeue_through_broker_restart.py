@@ -12,9 +12,13 @@ import redis
 from celery import Celery
 from django.conf import settings
 from kombu.exceptions import OperationalError
+from opentelemetry import trace
+from opentelemetry.trace import StatusCode
 
+from audit.tasks import relay_outbox
 from bench.loadtest.faults import OwnServers
-from kiln.worker_db import REQUEUE_RETRY_POLICY
+from kiln import observability
+from kiln.worker_db import REQUEUE_RETRY_POLICY, send_keeping_no_result
 from tests.kiln.standalone_process import free_port
 
 DOWN_SECONDS = 3.0  # longer than the default policy's 0.6 s, far below the requeue policy's
@@ -47,7 +51,10 @@ def _publish_while_down(servers: OwnServers, app: Celery, **options: object) -> 
     back = threading.Thread(target=come_back)
     back.start()
     try:
-        app.send_task("celery.accumulate", args=["again"], countdown=5, **options)
+        # A bare Celery app's publish: guarded as Kiln's are, so that a failed one leaves no span
+        # current for the tests that follow in this process.
+        with observability.publishing():
+            app.send_task("celery.accumulate", args=["again"], countdown=5, **options)
     finally:
         back.join()
 
@@ -73,3 +80,32 @@ def test_celerys_default_policy_gives_up_while_the_broker_is_down(broker):
     with pytest.raises(OperationalError):
         _publish_while_down(servers, app)
     assert _queued(servers) == 0
+
+
+@pytest.mark.parametrize("how", ["Task.apply_async", "send_keeping_no_result"])
+def test_a_publish_that_fails_leaves_the_callers_trace_context_as_it_was(broker, how):
+    """Celery's instrumentation makes its publish span current before sending and takes it off
+    only after: without the guard, a publish that raised left it current in the thread, and the
+    thread's next spans (a worker's next tasks, the next request served) became its children.
+    Both ways Kiln publishes, through the broker that is down."""
+    servers, app = broker
+    servers.stop()
+    try:
+        with observability.tracer("tests").start_as_current_span("caller") as caller:
+            with pytest.raises(OperationalError):
+                if how == "Task.apply_async":  # a Kiln task, sent over the down broker
+                    with app.connection_for_write() as down:
+                        relay_outbox.apply_async(retry=False, connection=down)
+                else:
+                    send_keeping_no_result(app, "celery.accumulate", retry=False)
+            assert trace.get_current_span() is caller
+    finally:
+        servers.start()
+    (publish,) = [
+        s
+        for s in observability.finished_spans()
+        if s.name.startswith("apply_async/")
+        and s.parent is not None
+        and s.parent.span_id == caller.get_span_context().span_id
+    ]
+    assert publish.status.status_code is StatusCode.ERROR
