@@ -71,10 +71,10 @@ prometheus-tools:
 ## databases 0 and 1 and the slow run TEST_SLOW_REDIS_DB and the two above it (2, 3 and 4).
 ## docs/operations.md has the timings.
 TEST_SLOW_REDIS_DB ?= 2
-# The slow run on three workers (its tests mostly wait on browsers and processes): 606 s on a
-# busy machine, where one process took 944 s on a quiet one. The fast run stays in one process
-# (1,190 s): on two workers it took 829 to 878 s beside the slow run, but one run in three lost
-# a test to a file descriptor closed under it, not found yet (docs/operations.md);
+# The slow run on three workers (its tests mostly wait on browsers and processes). The fast run
+# stays in one process: the whole suite took 868 s so, 770 s with the fast run on two workers
+# (docs/operations.md "The test suite's time"), but on two workers a test was lost to a file
+# descriptor closed under it, and another missed its server span, causes not found yet;
 # TEST_WORKERS=2 to use them.
 TEST_WORKERS ?= 0
 TEST_SLOW_WORKERS ?= 3
