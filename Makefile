@@ -73,9 +73,8 @@ prometheus-tools:
 TEST_SLOW_REDIS_DB ?= 2
 # The slow run on three workers (its tests mostly wait on browsers and processes). The fast run
 # stays in one process: the whole suite took 868 s so, 770 s with the fast run on two workers
-# (docs/operations.md "The test suite's time"), but on two workers a test was lost to a file
-# descriptor closed under it, and another missed its server span, causes not found yet;
-# TEST_WORKERS=2 to use them.
+# (docs/operations.md "The test suite's time"), but on two workers a test was once lost to a
+# file descriptor closed under it, cause not found yet; TEST_WORKERS=2 to use them.
 TEST_WORKERS ?= 0
 TEST_SLOW_WORKERS ?= 3
 TEST_DIST = --dist loadfile
