@@ -12,6 +12,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
+from whitenoise.middleware import WhiteNoiseMiddleware
 
 from kiln import observability
 from kiln.identity import keys, tokens
@@ -112,6 +113,34 @@ class Clock:
 def clock(monkeypatch) -> Clock:
     """A controlled clock for the test: `clock.advance(seconds)` instead of `time.sleep`."""
     return Clock(monkeypatch)
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    """Hash test passwords cheaply: the real hasher's cost (a third of a second a password, by
+    design) buys nothing in a test and was the most expensive thing some tests did."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _static_files_listed_once():
+    """WhiteNoise lists and stats every static file when its middleware is built: once in a
+    served process, but once per test client in tests (each builds its handler), a tenth of a
+    second each. Tests reuse the first listing made for the same prefix and headers."""
+    original = WhiteNoiseMiddleware.add_files_from_finders
+    listings: dict[tuple, dict] = {}
+
+    def add_files_from_finders(self) -> None:
+        key = (self.static_prefix, self.max_age, self.allow_all_origins, self.charset)
+        if key not in listings:
+            before = dict(self.files)
+            original(self)
+            listings[key] = {url: f for url, f in self.files.items() if before.get(url) is not f}
+        self.files.update(listings[key])
+
+    WhiteNoiseMiddleware.add_files_from_finders = add_files_from_finders
+    yield
+    WhiteNoiseMiddleware.add_files_from_finders = original
 
 
 @pytest.fixture(scope="session", autouse=True)
