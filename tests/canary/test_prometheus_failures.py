@@ -160,7 +160,9 @@ class _Odd(BaseHTTPRequestHandler):
 @pytest.fixture
 def odd_server() -> Iterator[str]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Odd)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    ).start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()

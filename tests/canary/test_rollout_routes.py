@@ -90,7 +90,9 @@ def slow_prometheus() -> Iterator[str]:
     for event in (_Slow.armed, _Slow.arrived, _Slow.release):
         event.clear()
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Slow)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    ).start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     _Slow.release.set()
     server.shutdown()

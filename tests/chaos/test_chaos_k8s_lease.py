@@ -149,7 +149,9 @@ class LeaseHandler(BaseHTTPRequestHandler):
 
 def _serve() -> LeaseServer:
     server = LeaseServer()
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    ).start()
     return server
 
 

@@ -96,7 +96,9 @@ def test_the_webs_gc_pauses_are_read_from_its_metrics_over_http():
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    ).start()
     try:
         seen = usage.web_gc_pauses(f"http://127.0.0.1:{server.server_port}")
     finally:

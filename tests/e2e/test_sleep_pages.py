@@ -3,7 +3,7 @@ buttons by state, at desktop and phone widths, with no console error."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from tests.e2e.api import call, environment, environment_status
 from tests.e2e.conftest import WatchedPage
@@ -13,7 +13,7 @@ def test_the_owner_puts_it_to_sleep_and_wakes_it_from_its_page(browser_page: Wat
     # The server is shared by every browser test: a schedule that wants payments asleep now (on a
     # weekend, say) would put the other tests' READY environments to sleep. This one wants them
     # awake for the next three hours, asleep the rest of each day, and is removed at the end.
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     window = {"days": ["mon", "tue", "wed", "thu", "fri", "sat", "sun"],
               "start": (now - timedelta(hours=1)).strftime("%H:%M"),
               "end": (now + timedelta(hours=3)).strftime("%H:%M")}

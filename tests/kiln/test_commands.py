@@ -95,7 +95,7 @@ def test_kiln_token_finds_its_kid_in_a_jwks_served_over_http(jwt_keys, settings,
     server = ThreadingHTTPServer(
         ("127.0.0.1", 0), partial(SimpleHTTPRequestHandler, directory=str(tmp_path))
     )
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     try:
         settings.KILN_JWT_JWKS = f"http://127.0.0.1:{server.server_address[1]}/jwks.json"
         settings.KILN_JWT_KID = None

@@ -286,7 +286,9 @@ def test_jwks_served_over_http(jwt_keys, settings, tmp_path):
             requests.append(self.path)
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), partial(Handler, directory=str(tmp_path)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     try:
         settings.KILN_JWT_JWKS = f"http://127.0.0.1:{server.server_address[1]}/jwks.json"

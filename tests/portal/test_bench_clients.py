@@ -46,7 +46,9 @@ class Recorder(BaseHTTPRequestHandler):
 def server():
     Recorder.seen, Recorder.close_after_answer = [], False
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread = threading.Thread(
+        target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     yield httpd
     httpd.shutdown()

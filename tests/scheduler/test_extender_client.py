@@ -52,7 +52,9 @@ class _Server(socketserver.ThreadingTCPServer):
 @contextmanager
 def serving(answer, *, close_after_each: bool = False) -> Iterator[_Server]:
     server = _Server(answer, close_after_each)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     try:
         yield server

@@ -158,7 +158,12 @@ class SimulatedArgoCD:
         self._server = ThreadingHTTPServer(("127.0.0.1", self.port), self._handler())
         self._sync()
         self._threads = [
-            threading.Thread(target=self._server.serve_forever, name="argocd-api", daemon=True),
+            threading.Thread(
+                target=self._server.serve_forever,
+                kwargs={"poll_interval": 0.05},
+                name="argocd-api",
+                daemon=True,
+            ),
             threading.Thread(target=self._controller, name="argocd-controller", daemon=True),
         ]
         for thread in self._threads:
