@@ -49,6 +49,17 @@ SLOW = (
     "tests/kiln/test_upgrade.py",
     "tests/bench/test_scheduler_bench.py",
     "tests/bench/test_product_apps.py",
+    # A real Prometheus scraping (started, waited for, paused and stopped per test), a stream
+    # outliving a token, a connection outliving a pause, a broker restarted, controllers killed.
+    "tests/canary/test_prometheus_windows.py",
+    "tests/canary/test_prometheus_source.py",
+    "tests/canary/test_prometheus_bench.py",
+    "tests/chaos/test_chaos_stop_sources.py",
+    "tests/chaos/test_chaos_crash.py",
+    "tests/chaos/test_chaos_split_brain.py",
+    "tests/canary/test_stream_access.py",
+    "tests/kiln/test_web_keep_alive.py",
+    "tests/kiln/test_requeue_through_broker_restart.py",
 )
 
 
