@@ -5,13 +5,13 @@ from __future__ import annotations
 import time
 
 import pytest
-from celery.contrib.testing.worker import start_worker
 from opentelemetry.trace import SpanKind
 
 from audit.models import ChainEvent, OutboxEvent
 from kiln.celery import app
 from kiln.observability import finished_spans, memory_exporter
 from tests.audit.conftest import drain
+from tests.support.celery_worker import in_process_worker
 
 
 @pytest.mark.django_db(transaction=True)
@@ -21,9 +21,7 @@ def test_http_request_celery_task_and_chain_row_share_one_trace(
     settings.KILN_AUDIT_RELAY_ON_COMMIT = True  # on commit, enqueue the relay task
     app.control.purge()  # wake-ups left in this Redis database by earlier runs
     memory_exporter.clear()
-    with start_worker(
-        app, pool="solo", perform_ping_check=False, loglevel="WARNING", shutdown_timeout=10
-    ):
+    with in_process_worker(app):
         response = api_client_for("auditor", sub="ivy").get("/api/v1/audit/export")
         assert response.status_code == 200
         b"".join(response.streaming_content)
