@@ -78,11 +78,14 @@ TEST_SLOW_REDIS_DB ?= 2
 TEST_WORKERS ?= 0
 TEST_SLOW_WORKERS ?= 3
 TEST_DIST = --dist loadfile
+# The slow run's browser tests as one group on one worker, one standalone server for them all
+# (tests/conftest.py BROWSER); its other files one group each.
+TEST_SLOW_DIST = --dist loadgroup
 test: $(VENV)/.installed services browser prometheus-tools
 	$(PY) manage.py audit_setup_roles
 	@mkdir -p var; db="$${DATABASE_URL%%\?*}"; \
 	  DATABASE_URL="$${db}_slow" REDIS_URL="$${REDIS_URL%/*}/$(TEST_SLOW_REDIS_DB)" \
-	    $(PY) -m pytest -p no:cacheprovider -n $(TEST_SLOW_WORKERS) $(TEST_DIST) -m slow \
+	    $(PY) -m pytest -p no:cacheprovider -n $(TEST_SLOW_WORKERS) $(TEST_SLOW_DIST) -m slow \
 	    > var/test-slow.log 2>&1 & slow=$$!; \
 	  $(PY) -m pytest -p no:cacheprovider -n $(TEST_WORKERS) $(TEST_DIST) -m "not slow"; fast=$$?; \
 	  wait $$slow; slow_rc=$$?; \

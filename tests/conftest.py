@@ -25,8 +25,6 @@ ROOT = Path(__file__).resolve().parents[1]
 # test database and Redis database (Makefile); `pytest` alone runs everything.
 SLOW = (
     "tests/e2e/",
-    "tests/canary/test_dashboard_browser.py",
-    "tests/canary/test_rollout_steer_browser.py",
     "tests/canary/test_stream_http.py",
     "tests/canary/test_promote_bench.py",
     "tests/canary/test_prometheus_live.py",
@@ -99,12 +97,26 @@ def pytest_xdist_setupnodes(config, specs) -> None:
         spec.env["KILN_VAR_DIR"] = str(var_dir)
 
 
-def pytest_collection_modifyitems(config, items) -> None:
+# The browser tests: under `--dist loadgroup` (the slow run, Makefile) they stay together on one
+# worker and go first, so one standalone server serves them all; every other file is a group
+# of its own, as under `--dist loadfile`.
+BROWSER = "tests/e2e/"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(config, items):
     root = Path(str(config.rootpath))
     for item in items:
         path = Path(str(item.path)).relative_to(root).as_posix()
         if path.startswith(SLOW):
             item.add_marker(pytest.mark.slow)
+            group = "browser" if path.startswith(BROWSER) else path
+            item.add_marker(pytest.mark.xdist_group(group))
+    result = yield
+    # After pytest-django's own order (database tests first): the browser tests, which use no
+    # test database, first of all, so the longest group is not the last one handed out.
+    items.sort(key=lambda item: not str(item.path).startswith(str(root / BROWSER)))
+    return result
 
 
 class Clock:

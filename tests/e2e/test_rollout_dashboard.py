@@ -9,8 +9,6 @@ import uuid
 
 import pytest
 
-from tests.e2e.conftest import browser, browser_page, kiln  # noqa: F401 - fixtures
-
 pytestmark = pytest.mark.e2e
 
 
@@ -37,7 +35,7 @@ def _wait_until(check, timeout: float = 90.0) -> None:
         time.sleep(0.25)
 
 
-def test_rollout_page_streams_ticks_and_decisions(kiln, browser_page):  # noqa: F811
+def test_rollout_page_streams_ticks_and_decisions(kiln, browser_page):
     admin = kiln.tokens["platform-admin"]
     # Signed in before the rollout starts: with this much traffic it has its evidence a few
     # ticks after the first step, and the page must be open while it is still live.
@@ -98,7 +96,7 @@ def test_rollout_page_streams_ticks_and_decisions(kiln, browser_page):  # noqa: 
     browser_page.assert_clean()
 
 
-def test_standalone_demo_promotes_one_rollout_and_rolls_back_the_other(kiln):  # noqa: F811
+def test_standalone_demo_promotes_one_rollout_and_rolls_back_the_other(kiln):
     admin = kiln.tokens["platform-admin"]
     deadline = time.monotonic() + 60
     while True:

@@ -10,7 +10,6 @@ import uuid
 import pytest
 from playwright.sync_api import Error as PlaywrightError
 
-from tests.e2e.conftest import browser, browser_page, kiln  # noqa: F401 - fixtures
 from tests.kiln.pages import tables
 
 CHARTS = ("weight", "errors", "sprt", "cusum")
@@ -58,7 +57,7 @@ def _decision_kinds(page, *, until: str, timeout: float = 40.0) -> list[str]:
     return kinds
 
 
-def test_start_from_the_form_see_it_held_and_extend_it(kiln, browser_page):  # noqa: F811
+def test_start_from_the_form_see_it_held_and_extend_it(kiln, browser_page):
     name = f"e2e-{uuid.uuid4().hex[:8]}"
     service = _post(
         kiln,
@@ -127,7 +126,7 @@ def _press(page, selector: str) -> None:
         page.keyboard.press("Enter")
 
 
-def test_retry_by_the_team_then_promote_anyway_by_an_approver(kiln, browser_page):  # noqa: F811
+def test_retry_by_the_team_then_promote_anyway_by_an_approver(kiln, browser_page):
     """Rollouts item: the Retry button restarts a held rollout's analysis from its first step
     (the team's engineer); Promote anyway (an approver, who may not retry) finishes it."""
     admin = kiln.tokens["platform-admin"]
