@@ -78,8 +78,8 @@ TEST_SLOW_REDIS_DB ?= 2
 TEST_WORKERS ?= 0
 TEST_SLOW_WORKERS ?= 3
 TEST_DIST = --dist loadfile
-# The slow run's browser tests as one group on one worker, one standalone server for them all
-# (tests/conftest.py BROWSER); its other files one group each.
+# The slow run's browser tests as one unit on one worker, one standalone server for them all,
+# and its other files one unit each (tests/conftest.py FilesAndBrowserScheduling).
 TEST_SLOW_DIST = --dist loadgroup
 test: $(VENV)/.installed services browser prometheus-tools
 	$(PY) manage.py audit_setup_roles

@@ -1,4 +1,5 @@
-"""The suite under pytest-xdist: each worker's Redis database, and a controlled clock."""
+"""The suite under pytest-xdist: each worker's Redis database, how the slow run is shared out,
+and a controlled clock."""
 
 from __future__ import annotations
 
@@ -7,7 +8,11 @@ from types import SimpleNamespace
 import pytest
 from django.utils import timezone
 
-from tests.conftest import pytest_xdist_setupnodes, worker_redis_url
+from tests.conftest import (
+    FilesAndBrowserScheduling,
+    pytest_xdist_setupnodes,
+    worker_redis_url,
+)
 
 
 @pytest.mark.parametrize(
@@ -46,3 +51,18 @@ def test_the_controlled_clock_stands_still_until_advanced(clock):
     assert timezone.now() == start
     clock.advance(2.5)
     assert (timezone.now() - start).total_seconds() == 2.5
+
+
+def test_the_slow_run_keeps_every_browser_test_on_one_worker_and_each_other_file_together():
+    split = FilesAndBrowserScheduling._split_scope
+    scopes = {
+        split(None, node)
+        for node in (
+            "tests/e2e/test_home.py::test_a[desktop]",
+            "tests/e2e/test_walk.py::test_b",
+            "tests/e2e/test_rollout_dashboard.py::test_c",
+        )
+    }
+    assert scopes == {"browser"}
+    assert split(None, "tests/kiln/test_db_pool.py::test_d[x::y]") == "tests/kiln/test_db_pool.py"
+    assert split(None, "tests/kiln/test_db_pool.py::test_e") == "tests/kiln/test_db_pool.py"
