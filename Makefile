@@ -71,11 +71,11 @@ prometheus-tools:
 ## databases 0 and 1 and the slow run TEST_SLOW_REDIS_DB and the two above it (2, 3 and 4).
 ## docs/operations.md has the timings.
 TEST_SLOW_REDIS_DB ?= 2
-# The slow run on three workers (its tests mostly wait on browsers and processes). The fast run
-# stays in one process: the whole suite took 868 s so, 770 s with the fast run on two workers
-# (docs/operations.md "The test suite's time"), but on two workers a test was once lost to a
-# file descriptor closed under it, cause not found yet; TEST_WORKERS=2 to use them.
-TEST_WORKERS ?= 0
+# The slow run on three workers (its tests mostly wait on browsers and processes), the fast run
+# on two (one a core): in one process the fast run was the whole suite's critical path, with a
+# core often idle beside it (docs/operations.md "The test suite's time"). TEST_WORKERS=0 runs it
+# in one process.
+TEST_WORKERS ?= 2
 TEST_SLOW_WORKERS ?= 3
 TEST_DIST = --dist loadfile
 # The slow run's browser tests as one unit on one worker, one standalone server for them all,
