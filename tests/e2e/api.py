@@ -28,6 +28,13 @@ def call(kiln: Standalone, method: str, path: str, role: str, body: Any = None) 
         return exc.code, json.loads(raw) if raw else None
 
 
+def post(kiln: Standalone, path: str, body: Any, role: str = "platform-admin") -> Any:
+    """POST `body` as `role`; the decoded answer, which must be a success."""
+    status, answer = call(kiln, "POST", path, role, body)
+    assert 200 <= status < 300, (path, status, answer)
+    return answer
+
+
 def wait_for(predicate: Callable[[], Any], *, timeout: float = 30.0, what: str = "") -> Any:
     """Poll `predicate` until it returns something truthy; fail with `what` after `timeout` s."""
     deadline = time.monotonic() + timeout

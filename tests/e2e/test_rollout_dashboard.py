@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.request
 import uuid
 
 import pytest
 
+from tests.e2e import api
+
 pytestmark = pytest.mark.e2e
 
 
-def _post(server, path: str, body: dict, token: str) -> dict:
-    request = urllib.request.Request(  # noqa: S310 - the local test server
-        server.base_url + path,
-        data=json.dumps(body).encode(),
-        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-        method="POST",
-    )
-    with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
-        return json.loads(response.read())
 
 
 def _wait_until(check, timeout: float = 90.0) -> None:
@@ -36,13 +27,12 @@ def _wait_until(check, timeout: float = 90.0) -> None:
 
 
 def test_rollout_page_streams_ticks_and_decisions(kiln, browser_page):
-    admin = kiln.tokens["platform-admin"]
     # Signed in before the rollout starts: with this much traffic it has its evidence a few
     # ticks after the first step, and the page must be open while it is still live.
     page = browser_page.page
     browser_page.login("alice")
     name = f"e2e-{uuid.uuid4().hex[:8]}"
-    service = _post(
+    service = api.post(
         kiln,
         "/api/v1/canary/services/",
         # A namespace of the team; 500 requests/s: enough evidence to promote within the test.
@@ -52,9 +42,8 @@ def test_rollout_page_streams_ticks_and_decisions(kiln, browser_page):
             "namespace": "payments-prod",
             "sim_traffic_class": "high_volume",
         },
-        admin,
     )
-    rollout = _post(
+    rollout = api.post(
         kiln,
         "/api/v1/rollouts/",
         {
@@ -65,7 +54,6 @@ def test_rollout_page_streams_ticks_and_decisions(kiln, browser_page):
             "ticks_per_step": 8,
             "tick_seconds": 1.0,
         },
-        admin,
     )
     browser_page.goto("/rollouts/")
     page.click(f"a[href='/rollouts/{rollout['id']}/']")

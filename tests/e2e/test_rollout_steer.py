@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.request
 import uuid
 
 import pytest
 from playwright.sync_api import Error as PlaywrightError
 
+from tests.e2e import api
 from tests.kiln.pages import tables
 
 CHARTS = ("weight", "errors", "sprt", "cusum")
@@ -18,15 +17,6 @@ ROWS = "rows => rows.map(r => [...r.cells].map(c => c.textContent.trim()))"
 pytestmark = pytest.mark.e2e
 
 
-def _post(server, path: str, body: dict, token: str) -> dict:
-    request = urllib.request.Request(  # noqa: S310 - the local test server
-        server.base_url + path,
-        data=json.dumps(body).encode(),
-        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-        method="POST",
-    )
-    with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
-        return json.loads(response.read())
 
 
 def _wait_for(page, selector: str, timeout: float = 40.0) -> None:
@@ -59,7 +49,7 @@ def _decision_kinds(page, *, until: str, timeout: float = 40.0) -> list[str]:
 
 def test_start_from_the_form_see_it_held_and_extend_it(kiln, browser_page):
     name = f"e2e-{uuid.uuid4().hex[:8]}"
-    service = _post(
+    service = api.post(
         kiln,
         "/api/v1/canary/services/",
         {
@@ -68,7 +58,6 @@ def test_start_from_the_form_see_it_held_and_extend_it(kiln, browser_page):
             "namespace": "payments-prod",
             "sim_traffic_class": "low_traffic",
         },
-        kiln.tokens["platform-admin"],
     )
     page = browser_page.page
     browser_page.login("alice")
@@ -129,21 +118,18 @@ def _press(page, selector: str) -> None:
 def test_retry_by_the_team_then_promote_anyway_by_an_approver(kiln, browser_page):
     """Rollouts item: the Retry button restarts a held rollout's analysis from its first step
     (the team's engineer); Promote anyway (an approver, who may not retry) finishes it."""
-    admin = kiln.tokens["platform-admin"]
-    service = _post(
+    service = api.post(
         kiln,
         "/api/v1/canary/services/",
         {"team": "payments", "name": f"e2e-{uuid.uuid4().hex[:8]}",
          "namespace": "payments-prod", "sim_traffic_class": "low_traffic"},
-        admin,
     )  # fmt: skip
-    rollout = _post(
+    rollout = api.post(
         kiln,
         "/api/v1/rollouts/",
         {"service": service["id"], "baseline_version": "v1", "canary_version": "v2",
          "steps": [10, 100], "ticks_per_step": 3, "tick_seconds": 0.5,
          "config": {"max_ticks": 3}},
-        admin,
     )  # fmt: skip
     page = browser_page.page
     browser_page.login("alice")
