@@ -74,22 +74,22 @@ def environment_status(kiln: Standalone, public_id: str, want: str, timeout: flo
     return wait_for(reached, timeout=timeout, what=f"{public_id} to be {want}")
 
 
+def payments_service(kiln: Standalone, name: str, traffic: str) -> dict:
+    """A new service `name` of payments in payments-prod, its simulated traffic of class
+    `traffic` (low_traffic, high_volume...); returns its JSON."""
+    body = {
+        "team": "payments",
+        "name": name,
+        "namespace": "payments-prod",
+        "sim_traffic_class": traffic,
+    }
+    return post(kiln, "/api/v1/canary/services/", body)
+
+
 def running_rollout(kiln: Standalone, name: str) -> dict:
     """A new payments service `name` and a rollout of it that stays at its first step for the
     rest of the session (an hour a tick); returns the rollout's JSON once it runs."""
-    status, service = call(
-        kiln,
-        "POST",
-        "/api/v1/canary/services/",
-        "platform-admin",
-        {
-            "team": "payments",
-            "name": name,
-            "namespace": "payments-prod",
-            "sim_traffic_class": "low_traffic",
-        },
-    )
-    assert status == 201, service
+    service = payments_service(kiln, name, "low_traffic")
     body = {
         "service": service["id"],
         "baseline_version": "v1",

@@ -32,17 +32,8 @@ def test_rollout_page_streams_ticks_and_decisions(kiln, browser_page):
     page = browser_page.page
     browser_page.login("alice")
     name = f"e2e-{uuid.uuid4().hex[:8]}"
-    service = api.post(
-        kiln,
-        "/api/v1/canary/services/",
-        # A namespace of the team; 500 requests/s: enough evidence to promote within the test.
-        {
-            "team": "payments",
-            "name": name,
-            "namespace": "payments-prod",
-            "sim_traffic_class": "high_volume",
-        },
-    )
+    # 500 requests/s: enough evidence to promote within the test.
+    service = api.payments_service(kiln, name, "high_volume")
     rollout = api.post(
         kiln,
         "/api/v1/rollouts/",

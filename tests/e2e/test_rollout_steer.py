@@ -49,16 +49,7 @@ def _decision_kinds(page, *, until: str, timeout: float = 40.0) -> list[str]:
 
 def test_start_from_the_form_see_it_held_and_extend_it(kiln, browser_page):
     name = f"e2e-{uuid.uuid4().hex[:8]}"
-    service = api.post(
-        kiln,
-        "/api/v1/canary/services/",
-        {
-            "team": "payments",
-            "name": name,
-            "namespace": "payments-prod",
-            "sim_traffic_class": "low_traffic",
-        },
-    )
+    service = api.payments_service(kiln, name, "low_traffic")
     page = browser_page.page
     browser_page.login("alice")
     browser_page.goto("/rollouts/new/")
@@ -118,12 +109,7 @@ def _press(page, selector: str) -> None:
 def test_retry_by_the_team_then_promote_anyway_by_an_approver(kiln, browser_page):
     """Rollouts item: the Retry button restarts a held rollout's analysis from its first step
     (the team's engineer); Promote anyway (an approver, who may not retry) finishes it."""
-    service = api.post(
-        kiln,
-        "/api/v1/canary/services/",
-        {"team": "payments", "name": f"e2e-{uuid.uuid4().hex[:8]}",
-         "namespace": "payments-prod", "sim_traffic_class": "low_traffic"},
-    )  # fmt: skip
+    service = api.payments_service(kiln, f"e2e-{uuid.uuid4().hex[:8]}", "low_traffic")
     rollout = api.post(
         kiln,
         "/api/v1/rollouts/",
