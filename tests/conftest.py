@@ -199,9 +199,9 @@ KEPT_BY_FLUSH = frozenset({"django_content_type", "auth_permission"})
 @pytest.fixture(scope="session", autouse=True)
 def _flush_by_delete():
     """After a transactional test Django empties the database with one TRUNCATE of every table,
-    about 0.2 s however little the test wrote (PostgreSQL gives each table a new file). DELETE
-    of the few rows a test leaves takes milliseconds, in any order: Django's foreign keys are
-    checked at the commit. The audit tables' triggers refuse a DELETE of any row as they refuse
+    a fixed cost however little the test wrote (PostgreSQL gives each table a new file). A
+    DELETE of the few rows a test leaves costs what they are, in any order: Django's foreign
+    keys are checked at the commit. The audit tables' triggers refuse a DELETE of any row as they refuse
     a TRUNCATE of a non-empty table, so a test that leaves a chain behind still fails."""
     original = DatabaseOperations.sql_flush
 
