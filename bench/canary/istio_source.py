@@ -35,6 +35,7 @@ import numpy as np
 
 from bench.canary import protobuf_exposition as pb
 from canary.simulated_traffic import Simulator
+from tests.support.serving import serve_in_thread
 
 # Istio's default request duration buckets (ms), as its telemetry filter configures them.
 ISTIO_BUCKETS_MS: tuple[float, ...] = (
@@ -269,9 +270,7 @@ class IstioSource:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
+        self._thread = serve_in_thread(self._server, start=False)
         self._thread.start()
         return self
 

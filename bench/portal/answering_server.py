@@ -10,6 +10,8 @@ import threading
 from collections import defaultdict, deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from tests.support.serving import serve_in_thread
+
 
 class AnsweringServer:
     """`script(path, [503, 503, 200])`; `url(path)`; `requests[path]` holds the bodies received."""
@@ -38,9 +40,7 @@ class AnsweringServer:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.port = self.server.server_address[1]
-        self._thread = threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
+        self._thread = serve_in_thread(self.server, start=False)
 
     def __enter__(self) -> AnsweringServer:
         self._thread.start()

@@ -6,7 +6,6 @@ answers a real Prometheus never gives (a redirect, an HTML page), a stand-in on 
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -21,6 +20,7 @@ from canary.models import MetricsSource, RolloutDecision, RolloutStatus
 from kiln.identity.models import Team
 from kiln.identity.permissions import PLATFORM_ADMIN, Actor
 from tests.canary.test_ownership_support import own_namespace
+from tests.support.serving import serve_in_thread
 
 pytestmark = pytest.mark.django_db
 
@@ -160,9 +160,7 @@ class _Odd(BaseHTTPRequestHandler):
 @pytest.fixture
 def odd_server() -> Iterator[str]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Odd)
-    threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-    ).start()
+    serve_in_thread(server)
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()

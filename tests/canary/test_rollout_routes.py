@@ -26,6 +26,7 @@ from kiln.cluster.backends import get_backend
 from kiln.identity.models import Team
 from kiln.identity.permissions import PLATFORM_ADMIN, Actor
 from tests.canary.test_ownership_support import own_namespace
+from tests.support.serving import serve_in_thread
 
 ADMIN = Actor("root", roles=frozenset({PLATFORM_ADMIN}))
 
@@ -90,9 +91,7 @@ def slow_prometheus() -> Iterator[str]:
     for event in (_Slow.armed, _Slow.arrived, _Slow.release):
         event.clear()
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Slow)
-    threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-    ).start()
+    serve_in_thread(server)
     yield f"http://127.0.0.1:{server.server_address[1]}"
     _Slow.release.set()
     server.shutdown()

@@ -30,6 +30,7 @@ from tests.chaos.test_chaos_support import (  # noqa: F401
     chaos_settings,
     shop,
 )
+from tests.support.serving import serve_in_thread
 
 pytestmark = pytest.mark.django_db
 
@@ -149,9 +150,7 @@ class LeaseHandler(BaseHTTPRequestHandler):
 
 def _serve() -> LeaseServer:
     server = LeaseServer()
-    threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-    ).start()
+    serve_in_thread(server)
     return server
 
 

@@ -3,7 +3,6 @@ how its pacing is given (`loadtest --think`)."""
 
 from __future__ import annotations
 
-import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -13,6 +12,7 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
 from bench.loadtest import usage
 from bench.management.commands.loadtest import _think
+from tests.support.serving import serve_in_thread
 
 
 def test_busy_share_is_the_busy_part_of_every_cores_ticks():
@@ -96,9 +96,7 @@ def test_the_webs_gc_pauses_are_read_from_its_metrics_over_http():
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
-    threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-    ).start()
+    serve_in_thread(server)
     try:
         seen = usage.web_gc_pauses(f"http://127.0.0.1:{server.server_port}")
     finally:

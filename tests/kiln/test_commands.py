@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import threading
 import time
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -17,6 +16,7 @@ from audit.models import OutboxEvent
 from kiln.identity import keys, tokens
 from kiln.identity.models import Membership, Team
 from kiln.management.commands.standalone import Command as StandaloneCommand
+from tests.support.serving import serve_in_thread
 
 
 def verify(token: str, jwks_path) -> dict:
@@ -95,7 +95,7 @@ def test_kiln_token_finds_its_kid_in_a_jwks_served_over_http(jwt_keys, settings,
     server = ThreadingHTTPServer(
         ("127.0.0.1", 0), partial(SimpleHTTPRequestHandler, directory=str(tmp_path))
     )
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    serve_in_thread(server)
     try:
         settings.KILN_JWT_JWKS = f"http://127.0.0.1:{server.server_address[1]}/jwks.json"
         settings.KILN_JWT_KID = None
@@ -134,8 +134,9 @@ def test_standalone_banner_prints_one_verifiable_token_per_role(jwt_keys):
     assert subs == ["alice", "carol", "erin", "root"]
     # Each line pastes into a shell as printed: it is an export and nothing else.
     assert all(
-        line.strip().startswith("export ") for line in text.splitlines() if "KILN_TOKEN_" in line
-        and "curl" not in line
+        line.strip().startswith("export ")
+        for line in text.splitlines()
+        if "KILN_TOKEN_" in line and "curl" not in line
     )
     assert "alice  alice-kiln-demo" in text
 

@@ -6,7 +6,6 @@ import base64
 import hashlib
 import hmac
 import json
-import threading
 import time
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -20,6 +19,7 @@ from rest_framework.test import APIClient
 from audit.models import OutboxEvent
 from kiln.identity import keys
 from kiln.identity.models import Membership, Team
+from tests.support.serving import serve_in_thread
 
 pytestmark = pytest.mark.django_db
 
@@ -286,9 +286,7 @@ def test_jwks_served_over_http(jwt_keys, settings, tmp_path):
             requests.append(self.path)
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), partial(Handler, directory=str(tmp_path)))
-    thread = threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-    )
+    thread = serve_in_thread(server, start=False)
     thread.start()
     try:
         settings.KILN_JWT_JWKS = f"http://127.0.0.1:{server.server_address[1]}/jwks.json"

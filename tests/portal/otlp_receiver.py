@@ -14,6 +14,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
+from tests.support.serving import serve_in_thread
+
 
 @dataclass(frozen=True)
 class ReceivedSpan:
@@ -57,9 +59,7 @@ class Receiver:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
+        self.thread = serve_in_thread(self.server, start=False)
 
     def add(self, request: ExportTraceServiceRequest) -> None:
         with self.lock:

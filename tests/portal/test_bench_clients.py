@@ -11,6 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from bench.portal.clients import HttpApi
+from tests.support.serving import serve_in_thread
 
 
 class Recorder(BaseHTTPRequestHandler):
@@ -46,9 +47,7 @@ class Recorder(BaseHTTPRequestHandler):
 def server():
     Recorder.seen, Recorder.close_after_answer = [], False
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
-    thread = threading.Thread(
-        target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-    )
+    thread = serve_in_thread(httpd, start=False)
     thread.start()
     yield httpd
     httpd.shutdown()

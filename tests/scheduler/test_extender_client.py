@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import socket
 import socketserver
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -13,6 +12,7 @@ import orjson
 import pytest
 
 from scheduler.extender.client import HttpExtender
+from tests.support.serving import serve_in_thread
 
 
 class _Handler(socketserver.BaseRequestHandler):
@@ -52,9 +52,7 @@ class _Server(socketserver.ThreadingTCPServer):
 @contextmanager
 def serving(answer, *, close_after_each: bool = False) -> Iterator[_Server]:
     server = _Server(answer, close_after_each)
-    thread = threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-    )
+    thread = serve_in_thread(server, start=False)
     thread.start()
     try:
         yield server

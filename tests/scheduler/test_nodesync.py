@@ -4,7 +4,6 @@ through the real `kubernetes` client against a local HTTP server speaking the AP
 from __future__ import annotations
 
 import json
-import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
@@ -20,6 +19,7 @@ from scheduler import nodesync, services
 from scheduler.models import CommitmentSample, Node, NodeLifetime, NodeSource
 from scheduler.services import ObservedNode
 from tests.scheduler.conftest import cluster_node, cluster_pod, node_object
+from tests.support.serving import serve_in_thread
 
 pytestmark = pytest.mark.django_db
 
@@ -229,9 +229,7 @@ def serve(api: FakeApi) -> ThreadingHTTPServer:
             self.wfile.write(payload)
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-    ).start()
+    serve_in_thread(server)
     return server
 
 

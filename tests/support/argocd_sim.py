@@ -22,6 +22,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 from tests.support.kube_sim import JSONHandler
+from tests.support.serving import serve_in_thread
 
 
 class SimulatedArgoCD:
@@ -158,12 +159,7 @@ class SimulatedArgoCD:
         self._server = ThreadingHTTPServer(("127.0.0.1", self.port), self._handler())
         self._sync()
         self._threads = [
-            threading.Thread(
-                target=self._server.serve_forever,
-                kwargs={"poll_interval": 0.05},
-                name="argocd-api",
-                daemon=True,
-            ),
+            serve_in_thread(self._server, name="argocd-api", start=False),
             threading.Thread(target=self._controller, name="argocd-controller", daemon=True),
         ]
         for thread in self._threads:

@@ -47,6 +47,7 @@ from urllib.parse import parse_qs, urlparse
 from kiln.cluster import AppliedRef
 from kiln.cluster.base import match_labels
 from tests.support.kube_rbac import Attributes, RBACAuthorizer
+from tests.support.serving import serve_in_thread
 
 RESOURCES = {
     "v1": [
@@ -131,9 +132,7 @@ class SimulatedKubeAPI:
         self.denied: list[Attributes] = []
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
-        self.thread = threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
+        self.thread = serve_in_thread(self.server, start=False)
 
     @property
     def url(self) -> str:
