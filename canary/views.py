@@ -27,7 +27,12 @@ def rollout_list_context(*, viewer, query) -> dict:
     page = Paginator(selectors.rollout_list(viewer=viewer, status=status), 25).get_page(
         query.get("page")
     )
-    return {"rollouts": page, "page": page, "status": status or ""}
+    return {
+        "rollouts": page,
+        "page": page,
+        "status": status or "",
+        "pager_query": f"&status={status}" if status else "",
+    }
 
 
 @login_required

@@ -44,6 +44,9 @@ def environment_list_context(*, viewer, query) -> dict:
         "rows": rows,
         "page": page,
         "filters": filters,
+        "pager_query": "".join(
+            f"&{name}={getattr(filters, name)}" for name in ("status", "env_class", "team", "q")
+        ),
         "can_request": has_role(viewer, ENGINEER),
     }
 
