@@ -77,9 +77,10 @@ TEST_SLOW_REDIS_DB ?= 2
 # in one process.
 TEST_WORKERS ?= 2
 TEST_SLOW_WORKERS ?= 3
-TEST_DIST = --dist loadfile
-# The slow run's browser tests as one unit on one worker, one standalone server for them all,
-# and its other files one unit each (tests/conftest.py FilesAndBrowserScheduling).
+# Each file one unit, the long ones handed out first; in the slow run the browser tests as one
+# unit on one worker, one standalone server for them all (tests/conftest.py
+# FilesAndBrowserScheduling).
+TEST_DIST = --dist loadgroup
 TEST_SLOW_DIST = --dist loadgroup
 test: $(VENV)/.installed services browser prometheus-tools
 	$(PY) manage.py audit_setup_roles

@@ -49,7 +49,7 @@ def command(fast: int, slow: int, paths: list[str], marked_slow: bool = False) -
         return ["make", "test", f"TEST_WORKERS={fast}", f"TEST_SLOW_WORKERS={slow}"]
     marker, workers = ("slow", slow) if marked_slow else ("not slow", fast)
     pytest = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-m", marker]
-    return [*pytest, "-n", str(workers), "--dist", "loadfile", *paths]
+    return [*pytest, "-n", str(workers), "--dist", "loadgroup", *paths]
 
 
 def run_once(name: str, fast: int, slow: int, paths: list[str], marked_slow: bool = False) -> dict:

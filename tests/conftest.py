@@ -10,6 +10,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+from django.db.backends.postgresql.creation import DatabaseCreation
 from django.db.backends.postgresql.operations import DatabaseOperations
 from django.utils import timezone
 from hypothesis import settings as hypothesis_settings
@@ -106,19 +107,50 @@ def pytest_xdist_setupnodes(config, specs) -> None:
         spec.env["KILN_VAR_DIR"] = str(var_dir)
 
 
-# The browser tests: under `--dist loadgroup` (the slow run, Makefile) they stay together on one
-# worker and go first, so one standalone server serves them all; every other file is a unit of
-# its own, as under `--dist loadfile`.
+# The browser tests: under `--dist loadgroup` (both runs of `make test`) they stay together on
+# one worker and go first, so one standalone server serves them all; every other file is a unit
+# of its own, as under `--dist loadfile`.
 BROWSER = "tests/e2e/"
+# Files of few tests that take long (bench/results/suite_profile-fast-before-2026-12-06.json):
+# handed out right after the browser tests. pytest-xdist orders files by their number of tests,
+# which put the API fuzzing's four tests (over a minute) last, on one worker, the other idle.
+LONG_FILES = (
+    "tests/kiln/test_schemathesis.py",
+    "tests/kiln/test_bad_input.py",
+    "tests/cluster/test_contract.py",
+    "tests/audit/test_fast_reads.py",
+    "tests/audit/test_writer.py",
+    "tests/scheduler/test_replay.py",
+    "tests/portal/test_sleep.py",
+    "tests/kiln/test_unauthenticated_fuzz.py",
+    "tests/kiln/test_visibility_property.py",
+    "tests/deploy/test_rbac_proof.py",
+)
 
 
 class FilesAndBrowserScheduling(LoadScopeScheduling):
-    """pytest-xdist's `loadfile` distribution, except that every browser test is one unit. (Its
-    own `xdist_group` markers do not group under pytest 9, whose node ids it cannot rename.)"""
+    """pytest-xdist's `loadfile` distribution, except that every browser test is one unit, and
+    that unit and then LONG_FILES are handed out first. (Its own `xdist_group` markers do not
+    group under pytest 9, whose node ids it cannot rename.)"""
+
+    _ordered = False
 
     def _split_scope(self, nodeid: str) -> str:
         path = nodeid.split("::", 1)[0]
         return "browser" if path.startswith(BROWSER) else path
+
+    @staticmethod
+    def _rank(scope: str) -> int:
+        if scope == "browser":
+            return 0
+        return 1 + LONG_FILES.index(scope) if scope in LONG_FILES else 1 + len(LONG_FILES)
+
+    def _assign_work_unit(self, node) -> None:
+        if not self._ordered:  # the queue is whole before the first unit is handed out
+            for scope in sorted(self.workqueue, key=self._rank):
+                self.workqueue.move_to_end(scope)
+            self._ordered = True
+        super()._assign_work_unit(node)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -218,6 +250,24 @@ def _flush_by_delete():
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _test_databases_dropped_at_once():
+    """Drop each test database WITH (FORCE) after the last test, ending the sessions still on it.
+    A connection that some test's thread holds outlives the test (a fast-read thread keeps
+    its pooled connection between reads); a plain DROP DATABASE then waits five seconds for
+    it, is refused, and leaves the database behind, so every run ended five seconds late."""
+
+    def _destroy_test_db(self, test_database_name, verbosity):
+        self.connection.close_pool()
+        with self._nodb_cursor() as cursor:
+            name = self.connection.ops.quote_name(test_database_name)
+            cursor.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+    DatabaseCreation._destroy_test_db = _destroy_test_db
+    yield
+    # Left in place: pytest-django drops the databases after every session fixture is done.
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _spans_in_memory() -> None:
     """Tests read finished spans from the in-memory exporter."""
     observability.keep_spans_in_memory()
@@ -253,7 +303,13 @@ def _jwt_settings(settings, jwt_keys):
 def make_token(jwt_keys):
     """make_token(sub="alice", roles=["engineer"], team="payments", ttl_seconds=3600) -> str"""
 
-    def _make(sub: str = "alice", roles=("engineer",), team: str | None = None, ttl_seconds: int = 3600, **kw):
+    def _make(
+        sub: str = "alice",
+        roles=("engineer",),
+        team: str | None = None,
+        ttl_seconds: int = 3600,
+        **kw,
+    ):
         return tokens.issue(
             private_key=jwt_keys["private_key"],
             kid=jwt_keys["kid"],
@@ -275,7 +331,9 @@ def api_client_for(make_token):
 
     def _client(*roles: str, sub: str = "user", team: str | None = None) -> APIClient:
         client = APIClient()
-        client.credentials(HTTP_AUTHORIZATION=f"Bearer {make_token(sub=sub, roles=roles, team=team)}")
+        client.credentials(
+            HTTP_AUTHORIZATION=f"Bearer {make_token(sub=sub, roles=roles, team=team)}"
+        )
         return client
 
     return _client

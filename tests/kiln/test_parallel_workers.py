@@ -1,14 +1,24 @@
-"""The suite under pytest-xdist: each worker's Redis database, how the slow run is shared out,
-and a controlled clock."""
+"""The suite under pytest-xdist: each worker's Redis database, how the runs are shared out, how
+the test databases are dropped, and a controlled clock."""
 
 from __future__ import annotations
 
+import os
+import time
+from collections import OrderedDict
+from pathlib import Path
 from types import SimpleNamespace
+from unittest.mock import patch
 
+import psycopg
 import pytest
+from django.db import connection
 from django.utils import timezone
+from xdist.scheduler import LoadScopeScheduling
 
 from tests.conftest import (
+    LONG_FILES,
+    SLOW,
     FilesAndBrowserScheduling,
     pytest_xdist_setupnodes,
     worker_redis_url,
@@ -66,3 +76,66 @@ def test_the_slow_run_keeps_every_browser_test_on_one_worker_and_each_other_file
     assert scopes == {"browser"}
     assert split(None, "tests/kiln/test_db_pool.py::test_d[x::y]") == "tests/kiln/test_db_pool.py"
     assert split(None, "tests/kiln/test_db_pool.py::test_e") == "tests/kiln/test_db_pool.py"
+
+
+def test_the_browser_unit_and_then_the_long_files_are_handed_out_first():
+    scheduling = FilesAndBrowserScheduling.__new__(FilesAndBrowserScheduling)
+    # As pytest-xdist leaves the queue: most tests first, so the long four-test file last.
+    scheduling.workqueue = OrderedDict(
+        (scope, {})
+        for scope in (
+            "tests/kiln/test_system_actors_enforced.py",
+            "browser",
+            "tests/portal/test_pages.py",
+            LONG_FILES[1],
+            LONG_FILES[0],
+        )
+    )
+    handed_out: list[str] = []
+    with patch.object(
+        LoadScopeScheduling,
+        "_assign_work_unit",
+        lambda self, node: handed_out.append(self.workqueue.popitem(last=False)[0]),
+    ):
+        while scheduling.workqueue:
+            scheduling._assign_work_unit(node=None)
+    assert handed_out == [
+        "browser",
+        LONG_FILES[0],
+        LONG_FILES[1],
+        "tests/kiln/test_system_actors_enforced.py",
+        "tests/portal/test_pages.py",
+    ]
+
+
+def test_every_long_file_named_is_a_test_file_of_the_fast_run():
+    root = Path(__file__).resolve().parents[2]
+    for path in LONG_FILES:
+        assert (root / path).is_file(), path
+        assert not path.startswith(SLOW), path
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_test_database_is_dropped_at_once_with_a_session_still_on_it():
+    creation = connection.creation
+    name = f"kiln_drop_probe_{os.getpid()}"
+    with creation._nodb_cursor() as cursor:
+        cursor.execute(f"DROP DATABASE IF EXISTS {name}")
+        cursor.execute(f"CREATE DATABASE {name}")
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    lingering = psycopg.connect(**{**params, "dbname": name}, autocommit=True)
+    try:
+        started = time.monotonic()
+        creation._destroy_test_db(name, verbosity=0)
+        took = time.monotonic() - started
+    finally:
+        lingering.close()
+        with creation._nodb_cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_database WHERE datname = %s", [name])
+            left = cursor.fetchone()[0]
+            cursor.execute(f"DROP DATABASE IF EXISTS {name}")
+    assert left == 0
+    # A plain DROP DATABASE waits five seconds for the other session, then refuses.
+    assert took < 3, took
