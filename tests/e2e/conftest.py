@@ -10,9 +10,12 @@ record console errors and Content-Security-Policy violations.
 
 The server is a real `manage.py standalone` subprocess (SQLite and in-process
 transports in a fresh KILN_VAR_DIR); `kiln.tokens[role]` and `kiln.logins[user]`
-hold what it printed. Playwright lives for one test module at a time: its sync
-API keeps an event loop in the main thread, which Django's ORM refuses to run
-beside, so the database tests that follow must not inherit it.
+hold what it printed. One Chromium serves the whole package (each launch, with
+Playwright's driver, costs more than a second of CPU) and ends with its last
+test: Playwright's sync API keeps an event loop in the main thread, which
+Django's ORM refuses to run beside, so the database tests that follow on the
+same worker must not inherit it. The browser tests therefore use no ORM, and
+the slow run gives them to one worker as one unit (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -75,9 +78,9 @@ def kiln(tmp_path_factory) -> Iterator[Standalone]:
         assert "StreamingHttpResponse" not in server.stderr() + server.stdout()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Browser]:
-    """Headless Debian Chromium driven by Playwright (one per test module)."""
+    """Headless Debian Chromium driven by Playwright, one for the package's tests."""
     with sync_playwright() as playwright:
         instance = playwright.chromium.launch(
             executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
