@@ -36,6 +36,7 @@ SLOW = (
     "tests/kiln/test_task_recovery.py",
     "tests/kiln/test_standalone.py",
     "tests/kiln/test_standalone_tracing.py",
+    "tests/kiln/test_login_throttle_http.py",
     "tests/kiln/test_attacks_http.py",
     "tests/kiln/test_startup_config.py",
     "tests/kiln/test_worker_db.py",
@@ -159,6 +160,32 @@ def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") == "loadgroup":
         return FilesAndBrowserScheduling(config, log)
     return None
+
+
+def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
+    """`-m slow` and `-m "not slow"` (the two runs of `make test`) leave the other run's files
+    uncollected, not only deselected: every worker imports what it collects, and the slow
+    run's three workers importing the whole suite cost more than the tests they then ran.
+    SLOW alone says which files are slow (tests/kiln/test_parallel_workers.py holds that)."""
+    expr = config.option.markexpr
+    if expr not in ("slow", "not slow"):
+        return None
+    try:
+        path = collection_path.relative_to(config.rootpath).as_posix()
+    except ValueError:
+        return None
+    if path == ".":
+        return None
+    if collection_path.is_dir():
+        inside = f"{path}/"
+        if expr == "slow":  # a folder that neither holds nor lies inside a slow entry
+            holds = any(entry.startswith(inside) or inside.startswith(entry) for entry in SLOW)
+            return None if holds else True
+        return True if inside in SLOW else None
+    if not collection_path.name.startswith("test_"):
+        return None
+    slow = path.startswith(SLOW)
+    return True if slow == (expr == "not slow") else None
 
 
 @pytest.hookimpl(wrapper=True)

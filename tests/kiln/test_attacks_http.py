@@ -20,8 +20,6 @@ import pytest
 
 from tests.kiln import standalone_process
 
-pytestmark = pytest.mark.slow
-
 FOREIGN_FQDN = "checkout.payments-prod.svc.cluster.local"
 
 

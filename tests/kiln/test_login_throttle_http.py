@@ -15,8 +15,6 @@ import pytest
 
 from tests.kiln import standalone_process
 
-pytestmark = pytest.mark.slow
-
 PROXY = "127.0.0.2"
 ADDRESS_LIMIT = 8
 

@@ -20,6 +20,7 @@ from tests.conftest import (
     LONG_FILES,
     SLOW,
     FilesAndBrowserScheduling,
+    pytest_ignore_collect,
     pytest_xdist_setupnodes,
     worker_redis_url,
 )
@@ -139,3 +140,39 @@ def test_a_test_database_is_dropped_at_once_with_a_session_still_on_it():
     assert left == 0
     # A plain DROP DATABASE waits five seconds for the other session, then refuses.
     assert took < 3, took
+
+
+def test_only_the_slow_list_marks_tests_slow():
+    # Each run of `make test` leaves the other's files uncollected by path (SLOW), so a test
+    # marked slow anywhere else would run in neither.
+    tests = Path(__file__).resolve().parents[1]
+    marked = [
+        path.relative_to(tests.parent).as_posix()
+        for path in tests.rglob("test_*.py")
+        if "mark.slow" in path.read_text()
+    ]
+    assert marked == [Path(__file__).relative_to(tests.parent).as_posix()]
+
+
+@pytest.mark.parametrize(
+    ("path", "expr", "ignored"),
+    [
+        ("tests/e2e", "slow", None),
+        ("tests/e2e", "not slow", True),
+        ("tests/e2e/test_home.py", "slow", None),
+        ("tests/deploy", "slow", True),  # holds no slow file
+        ("tests/deploy", "not slow", None),
+        ("tests/kiln", "slow", None),
+        ("tests/kiln/test_db_pool.py", "slow", None),
+        ("tests/kiln/test_db_pool.py", "not slow", True),
+        ("tests/kiln/test_params.py", "slow", True),
+        ("tests/kiln/test_params.py", "not slow", None),
+        ("tests/kiln/test_params.py", "", None),  # a run of everything collects everything
+        ("tests/kiln/test_params.py", "e2e", None),
+        ("tests/kiln/standalone_process.py", "slow", None),  # not a test file
+    ],
+)
+def test_each_run_collects_only_its_own_files(path, expr, ignored):
+    root = Path(__file__).resolve().parents[2]
+    config = SimpleNamespace(rootpath=root, option=SimpleNamespace(markexpr=expr))
+    assert pytest_ignore_collect(root / path, config) is ignored

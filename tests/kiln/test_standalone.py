@@ -9,12 +9,9 @@ import urllib.parse
 import urllib.request
 from http.cookiejar import CookieJar
 
-import pytest
 from django.contrib.staticfiles import finders
 
 from tests.kiln import standalone_process
-
-pytestmark = pytest.mark.slow
 
 
 class NoRedirect(urllib.request.HTTPRedirectHandler):

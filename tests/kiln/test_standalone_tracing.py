@@ -8,12 +8,9 @@ import json
 import time
 import urllib.request
 
-import pytest
-
 from tests.kiln import standalone_process
 from tests.portal.otlp_receiver import Receiver
 
-pytestmark = pytest.mark.slow
 CLIENT_TRACE = "5b8efff798038103d269b633813fc60c"
 CLIENT_SPAN = "eee19b7ec3c1b174"
 
