@@ -99,12 +99,18 @@ def test_request_form_says_what_policy_will_deny_before_submitting(
         "() => !document.querySelector('#policy-check').innerText.includes('denied')"
     )
     # The estimate stays in view while the form scrolls (sticky on a phone, beside it on a desktop).
+    # The class's change also asks for a new estimate: measured once that answer is in place.
+    price = page.locator("#estimate .portal-price")
+    browser_page.wait_until(
+        lambda: page.evaluate("!document.querySelector('.htmx-request')") and price.is_visible(),
+        what="the estimate for the batch class",
+    )
     page.locator("#id_justification").scroll_into_view_if_needed()
-    box = page.locator("#estimate .portal-price").bounding_box()
+    box = price.bounding_box()
     assert box is not None and 0 <= box["y"] and box["y"] + box["height"] <= viewport["height"]
     if viewport["width"] < 800:
         page.locator("#id_team").scroll_into_view_if_needed()
-        box = page.locator("#estimate .portal-price").bounding_box()
+        box = price.bounding_box()
         assert box is not None and box["y"] + box["height"] <= viewport["height"], box
     assert page.evaluate("document.documentElement.scrollWidth") <= viewport["width"]
     browser_page.screenshot(f"request-policy-check-{viewport['width']}")
