@@ -8,9 +8,12 @@ TEST_SLOW_WORKERS=..` (0: one pytest process, no xdist); the variants alternate 
 so a change in the machine's pace falls on both. With `--paths tests/portal ...` it times one
 pytest run of the tests not marked slow under those paths instead (`-n FAST_WORKERS`), against
 DATABASE_URL and REDIS_URL as set; with `--slow` as well, of the tests marked slow there
-(`-n SLOW_WORKERS`). Prints one JSON object: per run the wall-clock seconds, each
-pytest run's closing line and seconds, the exit code and the 1-minute load average before and
-after; per variant the median wall clock.
+(`-n SLOW_WORKERS`). `--checkout NAME=DIR` runs variant NAME in another checkout (a clean
+clone of an earlier revision, say), to compare revisions alternately on the same machine.
+Prints one JSON object: per run the wall-clock seconds, the CPU seconds of everything it ran
+(user and system), each pytest run's closing line and seconds, the exit code, the 1-minute load
+average and the machine's pace (`cpu_reference_ms`, lower is faster) before and after; per
+variant the median wall clock.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -26,6 +30,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from kiln.benchjson import cpu_reference_ms  # noqa: E402 - Django-free, after the path
+
 # pytest's closing line: "==== 2 failed, 103 passed, 4824 deselected in 2203.39s (0:36:43) ===="
 # (without the bars under -q).
 SUMMARY = re.compile(
@@ -52,13 +60,28 @@ def command(fast: int, slow: int, paths: list[str], marked_slow: bool = False) -
     return [*pytest, "-n", str(workers), "--dist", "loadgroup", *paths]
 
 
-def run_once(name: str, fast: int, slow: int, paths: list[str], marked_slow: bool = False) -> dict:
-    """One run with the given worker counts: wall clock and its pytest summaries."""
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_once(
+    name: str,
+    fast: int,
+    slow: int,
+    paths: list[str],
+    marked_slow: bool = False,
+    checkout: Path = ROOT,
+) -> dict:
+    """One run with the given worker counts: wall clock, CPU and its pytest summaries."""
     argv = command(fast, slow, paths, marked_slow)
     load_before = os.getloadavg()[0]
+    pace_before = cpu_reference_ms()
+    cpu_before = _children_cpu()
     started = time.monotonic()
-    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(argv, cwd=checkout, capture_output=True, text=True)
     wall = time.monotonic() - started
+    cpu = _children_cpu() - cpu_before
     # The whole output stays beside the figures, for the names of whatever failed.
     log = ROOT / "var" / f"suite_time-{name}-{time.strftime('%Y%m%dT%H%M%S')}.log"
     log.parent.mkdir(exist_ok=True)
@@ -69,17 +92,30 @@ def run_once(name: str, fast: int, slow: int, paths: list[str], marked_slow: boo
     ]
     return {
         "variant": name,
+        "checkout": str(checkout),
+        "revision": _revision(checkout),
         "command": " ".join(argv),
         "fast_workers": fast,
         "slow_workers": slow,
         "wall_seconds": round(wall, 1),
+        # Everything the run started and waited for: pytest, its workers, browsers, servers.
+        "cpu_seconds": round(cpu, 1),
         "returncode": proc.returncode,
         "log": str(log.relative_to(ROOT)),
         # The fast run's summary comes first, then the slow run's (make test prints its log after).
         "pytest_runs": summaries,
         "load_1min_before": round(load_before, 2),
         "load_1min_after": round(os.getloadavg()[0], 2),
+        "cpu_reference_ms_before": pace_before,
+        "cpu_reference_ms_after": cpu_reference_ms(),
     }
+
+
+def _revision(checkout: Path) -> str | None:
+    proc = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=checkout, capture_output=True, text=True
+    )
+    return proc.stdout.strip() or None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,13 +129,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--slow", action="store_true", help="with --paths: the tests marked slow there"
     )
+    parser.add_argument(
+        "--checkout", action="append", default=[], help="NAME=DIR: run variant NAME in DIR"
+    )
     args = parser.parse_args(argv)
+    checkouts = {}
+    for text in args.checkout:
+        key, _, directory = text.partition("=")
+        checkouts[key] = Path(directory).resolve()
     variants = args.variant or [variant("serial=0,0"), variant("parallel=2,2")]
     runs = []
     for round_no in range(args.rounds):
         order = variants if round_no % 2 == 0 else list(reversed(variants))
         for name, fast, slow in order:
-            runs.append(run_once(name, fast, slow, args.paths, args.slow))
+            checkout = checkouts.get(name, ROOT)
+            runs.append(run_once(name, fast, slow, args.paths, args.slow, checkout))
             print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
     report = {
         "benchmark": "suite_time",
