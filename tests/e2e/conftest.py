@@ -10,8 +10,8 @@ record console errors and Content-Security-Policy violations.
 
 The server is a real `manage.py standalone` subprocess (SQLite and in-process
 transports in a fresh KILN_VAR_DIR); `kiln.tokens[role]` and `kiln.logins[user]`
-hold what it printed. One Chromium serves the whole package (each launch, with
-Playwright's driver, costs more than a second of CPU) and ends with its last
+hold what it printed. One Chromium serves the whole package (a launch per module
+started a browser and Playwright's driver again each time) and ends with its last
 test: Playwright's sync API keeps an event loop in the main thread, which
 Django's ORM refuses to run beside, so the database tests that follow on the
 same worker must not inherit it. The browser tests therefore use no ORM, and
