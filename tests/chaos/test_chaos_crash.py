@@ -28,8 +28,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 BOUND = SHORT_TIMINGS["KILN_CHAOS_LEASE_DURATION"] + REAPER_PERIOD
 # What the measurement adds to the bound, not the reaper: the kill's time is read before the
 # signal lands (the controller may renew in between), and the reaper's sleep and its reverting
-# pass run on a shared machine. A reaper a whole period late (+0.25 s) still fails.
-TIMING_SLACK = 0.05
+# pass run on a shared machine: on two cores under the whole suite, a revert came in late by
+# less than a period. Kept under one reaper period, so a reaper a whole period late still fails.
+TIMING_SLACK = 0.2
+assert TIMING_SLACK < REAPER_PERIOD
 
 
 @pytest.fixture(scope="module")
