@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -23,12 +24,23 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 PROMETHEUS = "/usr/bin/prometheus"
 PROMTOOL = "/usr/bin/promtool"
 READY_TIMEOUT = 30.0
+
+
+def scrape_epoch(stamp: str) -> float | None:
+    """Seconds since the epoch of a target's `lastScrape` (RFC 3339, nanoseconds); None if never."""
+    match = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)", stamp)
+    if not match or stamp.startswith("0001"):
+        return None
+    whole, fraction, zone = match.groups()
+    moment = datetime.fromisoformat(whole + ("+00:00" if zone == "Z" else zone))
+    return moment.timestamp() + float("0." + (fraction or "0"))
 
 
 def free_port() -> int:
@@ -221,7 +233,13 @@ class PrometheusServer:
         return str(self.api("status/buildinfo").get("version", ""))
 
     def wait_scrapes(self, count: int = 1, timeout: float | None = None) -> None:
-        """Wait until every target has been scraped `count` more times (healthy or not)."""
+        """Wait until every target has been scraped `count` times since this call (healthy or not).
+
+        Only scrapes that *began* after the call count: a scrape that was under way when the
+        call came may have read the target before the caller's last change, and its sample
+        carries its start time, which may lie before a window the caller opens next.
+        """
+        since = time.time()
         timeout = timeout if timeout is not None else self.scrape_interval * (count + 2) + 5
         deadline = time.monotonic() + timeout
         last = self.last_scrapes()
@@ -230,7 +248,8 @@ class PrometheusServer:
             now = self.last_scrapes()
             for target in self.targets:
                 stamp = now.get(target, "")
-                if stamp and stamp != last.get(target, "") and not stamp.startswith("0001"):
+                began = scrape_epoch(stamp)
+                if stamp != last.get(target, "") and began is not None and began >= since:
                     seen[target] += 1
             last = now
             if all(n >= count for n in seen.values()):

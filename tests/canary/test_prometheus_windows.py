@@ -14,6 +14,7 @@ import pytest
 
 from audit.models import OutboxEvent
 from bench.canary.istio_source import History, IstioSource
+from bench.canary.prometheus_server import scrape_epoch
 from canary import prometheus, services
 from canary.metrics import prometheus_windows
 from canary.models import MetricsSource, RolloutDecision
@@ -310,3 +311,11 @@ def test_a_native_histogram_reset_counts_from_zero():
     samples = [(0.0, {a: 10.0, b: 4.0}), (30.0, {a: 12.0, b: 4.0}), (45.0, {a: 1.0, b: 2.0})]
     # (0, 60]: +2 in a, then a restart (a fell 12 -> 1): its 1 and 2 count whole.
     assert prometheus.histogram_increase(samples, 0, 60) == {a: 3.0, b: 2.0}
+
+
+def test_a_scrape_stamp_is_read_to_the_nanosecond_and_never_is_none():
+    assert scrape_epoch("2026-12-07T01:20:00.5Z") == pytest.approx(1796606400.5)
+    assert scrape_epoch("2026-12-07T02:20:00.250000001+01:00") == pytest.approx(1796606400.25)
+    assert scrape_epoch("2026-12-07T01:20:00Z") == 1796606400.0
+    assert scrape_epoch("0001-01-01T00:00:00Z") is None
+    assert scrape_epoch("") is None
