@@ -82,7 +82,11 @@ TEST_SLOW_WORKERS ?= 3
 # FilesAndBrowserScheduling).
 TEST_DIST = --dist loadgroup
 TEST_SLOW_DIST = --dist loadgroup
+# The suite starts about a hundred Python processes (workers, servers, Celery, commands). Where
+# the environment sets PYTHONDONTWRITEBYTECODE none of them writes its bytecode, so each compiled
+# Kiln's modules again; compiled once here, every process reads them (the flag stops only writes).
 test: $(VENV)/.installed services browser prometheus-tools
+	$(PY) -m compileall -q -j 0 kiln portal canary scheduler audit bench tests
 	$(PY) manage.py audit_setup_roles
 	@mkdir -p var; db="$${DATABASE_URL%%\?*}"; \
 	  DATABASE_URL="$${db}_slow" REDIS_URL="$${REDIS_URL%/*}/$(TEST_SLOW_REDIS_DB)" \

@@ -105,7 +105,9 @@ class _TranspiledRunner(celpy.CompiledRunner):
 
 _compiled: dict[str, Any] = {}
 _compile_lock = threading.Lock()
-_env = celpy.Environment(runner_class=_TranspiledRunner)
+# Built at the first compilation, not at import: it builds cel-python's Lark parser (a tenth
+# of a second), which every process that imports the portal paid, most without a policy to read.
+_env: celpy.Environment | None = None
 
 
 def _program(expression: str) -> Any:
@@ -115,6 +117,9 @@ def _program(expression: str) -> Any:
         with _compile_lock:
             program = _compiled.get(expression)
             if program is None:
+                global _env
+                if _env is None:
+                    _env = celpy.Environment(runner_class=_TranspiledRunner)
                 program = _env.program(_env.compile(expression))
                 _compiled[expression] = program
     return program

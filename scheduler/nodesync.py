@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.utils.dateparse import parse_datetime
-from kubernetes import client, watch
 
 from kiln.cluster import DeliveryBackend
 from kiln.identity.permissions import system_actor
@@ -109,6 +108,10 @@ class KubernetesNodeSource:
     """Lists and watches nodes (and lists pods for requests) through a `kubernetes.client.ApiClient`."""
 
     def __init__(self, api_client: Any) -> None:
+        # The client library is loaded here, by a process that watches a cluster, not by every
+        # process that imports the scheduler app (its admin does, through cluster_reads).
+        from kubernetes import client
+
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.resource_version: str | None = None
@@ -138,7 +141,9 @@ class KubernetesNodeSource:
         pods = self._pods()
         requested = requested_by_node(pods)
         workloads = workloads_by_node(pods)
-        watcher = watch.Watch()
+        from kubernetes import watch as kube_watch
+
+        watcher = kube_watch.Watch()
         kwargs: dict[str, Any] = {"timeout_seconds": timeout_seconds}
         if self.resource_version:
             kwargs["resource_version"] = self.resource_version

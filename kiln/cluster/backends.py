@@ -38,7 +38,6 @@ from django.conf import settings
 
 from kiln.cluster.base import DeliveryError
 from kiln.cluster.gitops import GitOpsBackend
-from kiln.cluster.kubernetes import KubernetesBackend
 from kiln.cluster.protocol import DeliveryBackend
 from kiln.cluster.simulated import SimulatedBackend
 
@@ -53,6 +52,10 @@ def get_backend(name: str | None = None) -> DeliveryBackend:
     if name == "simulated":
         return SimulatedBackend()
     if name == "kubernetes":
+        # The client library (with its models, pydantic and oauthlib) is loaded only by a
+        # process that delivers to a cluster: a tenth of a second of every other start.
+        from kiln.cluster.kubernetes import KubernetesBackend
+
         return KubernetesBackend.from_settings()
     if name == "gitops":
         observer = get_backend(getattr(settings, "KILN_GITOPS_OBSERVER", "simulated"))

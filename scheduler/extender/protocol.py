@@ -27,7 +27,6 @@ import numpy as np
 import orjson
 
 from scheduler import pools, scoring
-from scheduler.extender.lookup import positions
 from scheduler.extender.quantity import ProtocolError, parse_quantity
 from scheduler.extender.snapshot import NodeSnapshot, Resolution
 
@@ -345,6 +344,10 @@ def _parse_split(body: bytes, snapshot: NodeSnapshot) -> Args | None:
     # The rows of the array's names, found from its bytes (None: escapes, or not an array of
     # strings). When the inventory knows every one, the bytes are those names: they are
     # neither decoded nor built into a list (`Args.names` reads them if asked).
+    # numba is loaded here, at the first split request, not by every process that imports the
+    # scheduler app (the admin does, through nodesync): a fifth of a second of each start.
+    from scheduler.extender.lookup import positions
+
     found = positions(snapshot.name_table(), raw)
     names = None
     if found is None or not bool((found >= 0).all()):

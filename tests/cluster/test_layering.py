@@ -14,6 +14,9 @@ APPS = ("audit", "portal", "scheduler", "canary")
 ALLOWED_KILN = ("kiln.cluster", "kiln.errors", "kiln.params", "kiln.parsers")
 # The driver (the simulated cluster's bind UPDATE binds its arrays in binary) and the JSON encoder.
 THIRD_PARTY = {"django", "kubernetes", "yaml", "psycopg", "orjson"}
+# The one import inside a function: the kubernetes backend, and with it the client library, is
+# loaded when a process chooses it, not by every process that starts (test_startup_imports.py).
+LOADED_WHEN_CHOSEN = {("kiln/cluster/backends.py", "kiln.cluster.kubernetes")}
 
 BRANCHES = [
     re.compile(r"getattr\(\s*[\w.]*(backend|observer)\w*\s*,\s*[\"']name[\"']"),
@@ -61,7 +64,7 @@ def test_kiln_cluster_imports_no_app_but_audit_record_and_nothing_inside_functio
         for module, names, inside in _imports(ast.parse(path.read_text())):
             top = module.split(".")[0]
             where = path.relative_to(ROOT)
-            if inside:
+            if inside and (str(where), module) not in LOADED_WHEN_CHOSEN:
                 problems.append(f"{where}: imports {module} inside a function")
             if top in APPS and not (module == "audit" and names == ["record"]):
                 problems.append(f"{where}: imports the app module {module}")
