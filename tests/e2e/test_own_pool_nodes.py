@@ -31,17 +31,23 @@ def test_the_nodes_tab_lists_the_nodes_its_own_pool_launched(browser_page: Watch
         browser_page.goto(f"/environments/{env['id']}/")
         page.click("#tab-nodes")
         page.wait_for_selector("#env-nodes tbody tr")
-        rows = page.locator("#env-nodes tbody tr")
-        assert rows.count() >= 1
-        for i in range(rows.count()):
-            row = rows.nth(i)
-            assert row.locator("td").first.inner_text().startswith(pool)
-            row.locator("summary").click()
-            pods = row.locator("li").all_inner_texts()
+        # The tab renders itself again every 10 s, and a node may come or go in between: the
+        # table is read in one go, not row by row (a row counted may be gone when it is read).
+        nodes = page.eval_on_selector_all(
+            "#env-nodes tbody tr",
+            """rows => rows.map(row => [row.querySelector("td").textContent.trim(),
+                                        [...row.querySelectorAll("li")].map(li => li.textContent.trim())])""",
+        )
+        assert nodes
+        for name, pods in nodes:
+            assert name.startswith(pool), nodes
             # The demo cluster's node agent (a DaemonSet) lands on every node sooner or later,
             # the pool's own too; no other team's pod may.
             own = [p for p in pods if not p.startswith(f"kube-system/{NODE_AGENT}-")]
             assert own and all(p.startswith(f"{namespace}/") for p in own), pods
+        first = page.locator("#env-nodes tbody tr").first
+        first.locator("summary").click()
+        assert first.locator("li").first.is_visible()
         assert page.evaluate("document.documentElement.scrollWidth") <= width
         browser_page.screenshot(f"environment-own-nodes{suffix}")
     browser_page.assert_clean()
