@@ -105,8 +105,8 @@ class _TranspiledRunner(celpy.CompiledRunner):
 
 _compiled: dict[str, Any] = {}
 _compile_lock = threading.Lock()
-# Built at the first compilation, not at import: it builds cel-python's Lark parser (a tenth
-# of a second), which every process that imports the portal paid, most without a policy to read.
+# Built at the first compilation, not at import: it builds cel-python's Lark parser, which
+# every process that imports the portal paid, most without a policy to read.
 _env: celpy.Environment | None = None
 
 

@@ -53,7 +53,7 @@ def get_backend(name: str | None = None) -> DeliveryBackend:
         return SimulatedBackend()
     if name == "kubernetes":
         # The client library (with its models, pydantic and oauthlib) is loaded only by a
-        # process that delivers to a cluster: a tenth of a second of every other start.
+        # process that delivers to a cluster, not at every other start (docs/operations.md).
         from kiln.cluster.kubernetes import KubernetesBackend
 
         return KubernetesBackend.from_settings()

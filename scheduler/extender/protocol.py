@@ -341,13 +341,13 @@ def _parse_split(body: bytes, snapshot: NodeSnapshot) -> Args | None:
             args.resolution, args.resolved_against = known, snapshot
         return args
     raw = body[start:end]
+    # numba is loaded here, at the first split request, not by every process that imports the
+    # scheduler app (the admin does, through nodesync; docs/operations.md has the cost).
+    from scheduler.extender.lookup import positions
+
     # The rows of the array's names, found from its bytes (None: escapes, or not an array of
     # strings). When the inventory knows every one, the bytes are those names: they are
     # neither decoded nor built into a list (`Args.names` reads them if asked).
-    # numba is loaded here, at the first split request, not by every process that imports the
-    # scheduler app (the admin does, through nodesync): a fifth of a second of each start.
-    from scheduler.extender.lookup import positions
-
     found = positions(snapshot.name_table(), raw)
     names = None
     if found is None or not bool((found >= 0).all()):
