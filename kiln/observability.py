@@ -5,8 +5,9 @@ and Redis. Spans go to OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is set; withou
 it the request and task spans still carry the trace ids that logs and audit events
 record, but nothing keeps them, so the leaf spans (one per SQL statement and Redis
 command) are not made at all: a span made to be dropped still costs its creation on
-every statement of every request and task. Tests call `keep_spans_in_memory()`, which
-adds the leaf spans, and read `finished_spans()`.
+every statement of every request and task. Tests call `keep_spans_in_memory()` and read
+`finished_spans()`; `keep_spans_in_memory(statements=True)` adds the leaf spans, as an exporter
+does.
 
 Work that outlives its request (an environment's approval, its provisioning tasks, a re-queue
 by the reaper) continues the request's trace: the request's W3C `traceparent`
@@ -154,17 +155,20 @@ def _instrument_leaves() -> None:
     RedisInstrumentor().instrument()
 
 
-def keep_spans_in_memory() -> None:
-    """Also keep every finished span in `memory_exporter` (tests; it grows without bound)."""
+def keep_spans_in_memory(*, statements: bool = False) -> None:
+    """Also keep every finished span in `memory_exporter` (tests; it grows until cleared). With
+    `statements`, also a span per SQL statement and Redis command, as with an exporter."""
     global _in_memory
     setup()
     with _lock:
         provider = trace.get_tracer_provider()
-        if _in_memory or not isinstance(provider, TracerProvider):
+        if not isinstance(provider, TracerProvider):
             return
-        provider.add_span_processor(SimpleSpanProcessor(memory_exporter))
-        _instrument_leaves()
-        _in_memory = True
+        if not _in_memory:
+            provider.add_span_processor(SimpleSpanProcessor(memory_exporter))
+            _in_memory = True
+        if statements:
+            _instrument_leaves()
 
 
 def current_trace_id() -> str:

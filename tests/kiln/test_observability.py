@@ -149,8 +149,59 @@ def test_statement_and_command_spans_are_made_only_where_spans_are_kept(endpoint
     assert out.stdout.strip().splitlines()[-1] == expected
 
 
-def test_tests_keep_statement_spans():
-    """The suite keeps spans in memory, so its SQL statements are traced too."""
+STATEMENT_SCRIPT = """
+import json
+import django
+django.setup()
+import redis
+from django.conf import settings
+from django.db import connection
+from kiln import observability as o
+o.keep_spans_in_memory(statements=True)
+with o.tracer().start_as_current_span("work") as work:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+    redis.Redis.from_url(settings.REDIS_URL).ping()
+spans = [
+    {"name": s.name, "system": s.attributes.get("db.system", ""),
+     "same_trace": s.context.trace_id == work.get_span_context().trace_id}
+    for s in o.finished_spans()
+]
+print(json.dumps(spans))
+"""
+
+
+@pytest.mark.django_db
+def test_kept_statement_spans_are_made_for_sql_and_redis_in_the_callers_trace():
+    """`keep_spans_in_memory(statements=True)` makes and keeps a span per SQL statement and Redis
+    command, in the trace of the work that ran them (a fresh process: instrumenting is for good)."""
+    from django.db import connection
+
+    database = connection.settings_dict
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "kiln.settings",
+        "KILN_TRACING": "1",
+        "DATABASE_URL": f"postgres://{database['USER']}:{database['PASSWORD']}@{database['HOST']}"
+        f":{database['PORT']}/{database['NAME']}",
+    }
+    env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+    out = subprocess.run(
+        [sys.executable, "-c", STATEMENT_SCRIPT],
+        cwd=settings.BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    spans = json.loads(out.stdout.strip().splitlines()[-1])
+    systems = {s["system"] for s in spans if s["same_trace"]}
+    assert {"postgresql", "redis"} <= systems, spans
+
+
+def test_the_suite_keeps_no_statement_spans():
+    """The suite keeps request and task spans but makes none per statement (tests/conftest.py)."""
     import psycopg
 
-    assert hasattr(psycopg.connect, "__wrapped__")
+    assert not hasattr(psycopg.connect, "__wrapped__")
