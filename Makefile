@@ -43,12 +43,14 @@ services:
 	@for i in $$(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && redis-cli -h 127.0.0.1 ping >/dev/null 2>&1 && exit 0; sleep 1; done; \
 	  echo "PostgreSQL or Redis does not answer" >&2; exit 1
 
-## browser: headless Chromium for the end-to-end tests (Debian package)
+## browser: Chromium for the end-to-end tests (Debian packages): its headless shell, which runs
+## them, and the full browser, which runs the navigation walk too and takes the docs' screenshots
 browser:
-	@test -x /usr/bin/chromium || { \
-	  echo "installing chromium from Debian packages"; \
+	@test -x /usr/bin/chromium -a -x /usr/bin/chromium-headless-shell || { \
+	  echo "installing chromium and chromium-headless-shell from Debian packages"; \
 	  SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
+	    chromium chromium-headless-shell >/dev/null; }
 
 ## prometheus-tools: Debian's prometheus package: promtool for the metrics and alert rule tests,
 ## and the server, which the canary tests start on loopback themselves (bench/canary/
@@ -212,10 +214,10 @@ loadtest: $(VENV)/.installed db
 	  $(BENCH_DIR)/loadtest$(if $(filter-out none,$(FAULT)),-$(FAULT))$(if $(THINK),-think$(THINK))-$(BENCH_DATE).json -- \
 	  $(PY) manage.py loadtest --fault $(FAULT) --port $(LOADTEST_PORT) $(if $(THINK),--think $(THINK)) --json
 
-## screenshots: the browser walk (tests/e2e/test_walk.py), rewriting the README tour's pictures
-## in docs/screenshots/
+## screenshots: the browser walk (tests/e2e/test_walk.py) in the full Chromium, rewriting the
+## README tour's pictures in docs/screenshots/
 screenshots: $(VENV)/.installed services browser
-	KILN_UPDATE_DOCS_SCREENSHOTS=1 $(PY) -m pytest -p no:cacheprovider -q tests/e2e/test_walk.py
+	KILN_UPDATE_DOCS_SCREENSHOTS=1 KILN_E2E_BROWSER=/usr/bin/chromium $(PY) -m pytest -p no:cacheprovider -q tests/e2e/test_walk.py
 
 ## deploy-check: render every overlay of deploy/ (kubectl kustomize), then tests/deploy: each object
 ## strictly against Kubernetes 1.31 and 1.33 and the CRD schemas, cross-references, labels and

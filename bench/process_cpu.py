@@ -6,6 +6,11 @@
     python -m kiln.benchjson bench/results/process_cpu-<date>.json -- \\
         python bench/process_cpu.py /var/log/acct-kiln
 
+With `--run -- COMMAND ...` it turns accounting on itself (as root), runs the command (its output
+goes to stderr), turns accounting off and adds the command, its exit code and wall seconds: the
+form `bench/alternate.py` can alternate (`--metric cpu_seconds`). Accounting sees every process
+that ends on the machine while it is on, not only the command's: run it on a quiet machine.
+
 Reads the accounting file with `dump-acct` (Debian's `acct`): one record per process that
 ended, with its command name, user and system time and elapsed time. A process's name is that
 of the thread that ended last: Chromium's main process shows as `HangWatcher`, a Python process
@@ -20,8 +25,11 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import subprocess
 import sys
+import tempfile
+import time
 
 BANDS = (0.2, 0.5, 1.0, 2.0, 4.0)
 
@@ -65,13 +73,37 @@ def summary(found: list[dict], longest: int) -> dict:
     }
 
 
+def run_accounted(command: list[str]) -> dict:
+    """Run `command` with process accounting on: its accounting file, exit code, wall seconds."""
+    fd, path = tempfile.mkstemp(prefix="kiln-acct-", dir="/var/tmp")
+    os.close(fd)
+    subprocess.run(["accton", path], check=True, capture_output=True)
+    try:
+        start = time.monotonic()
+        code = subprocess.run(command, stdout=sys.stderr, check=False).returncode
+        wall = time.monotonic() - start
+    finally:
+        subprocess.run(["accton", "off"], check=True, capture_output=True)
+    return {"acct_file": path, "command": command, "returncode": code, "wall_seconds": wall}
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    split = argv.index("--") if "--" in argv else len(argv)
+    argv, command = argv[:split], argv[split + 1 :]
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("acct_file")
+    parser.add_argument("acct_file", nargs="?", help="an accounting file (without --run)")
     parser.add_argument("--largest", type=int, default=25)
+    parser.add_argument("--run", action="store_true", help="run the command after -- accounted")
     args = parser.parse_args(argv)
-    result = {"acct_file": args.acct_file, **summary(records(args.acct_file), args.largest)}
-    print(json.dumps(result, indent=2))
+    if args.run and command:
+        result = run_accounted(command)
+        result["wall_seconds"] = round(result["wall_seconds"], 1)
+    elif args.acct_file and not args.run:
+        result = {"acct_file": args.acct_file}
+    else:
+        parser.error("give an accounting file, or --run -- COMMAND ...")
+    print(json.dumps({**result, **summary(records(result["acct_file"]), args.largest)}, indent=2))
     return 0
 
 

@@ -10,7 +10,12 @@ record console errors and Content-Security-Policy violations.
 
 The server is a real `manage.py standalone` subprocess (SQLite and in-process
 transports in a fresh KILN_VAR_DIR); `kiln.tokens[role]` and `kiln.logins[user]`
-hold what it printed. One Chromium serves the whole package (a launch per module
+hold what it printed. The pages run in Debian's `chromium-headless-shell`, Chromium's
+headless build from the same source and version as `chromium` and the one Playwright
+itself runs headless: the full browser used more than twice its CPU for the same
+tests (docs/operations.md). The navigation walk runs in the full `chromium` as well
+(`each_browser_page`), and `make screenshots` takes the tour's pictures in it
+(KILN_E2E_BROWSER). One browser serves the whole package (a launch per module
 started a browser and Playwright's driver again each time) and ends with its last
 test: Playwright's sync API keeps an event loop in the main thread, which
 Django's ORM refuses to run beside, so the database tests that follow on the
@@ -20,19 +25,22 @@ the slow run gives them to one worker as one unit (tests/conftest.py).
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
+from playwright.sync_api import Browser, ConsoleMessage, Page, Playwright, sync_playwright
 
 from tests.kiln import standalone_process
 from tests.kiln.standalone_process import Standalone
 
 CHROMIUM = "/usr/bin/chromium"
+HEADLESS_SHELL = "/usr/bin/chromium-headless-shell"
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -79,16 +87,33 @@ def kiln(tmp_path_factory) -> Iterator[Standalone]:
 
 
 @pytest.fixture(scope="package")
-def browser() -> Iterator[Browser]:
-    """Headless Debian Chromium driven by Playwright, one for the package's tests."""
-    with sync_playwright() as playwright:
-        instance = playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
-        )
-        try:
-            yield instance
-        finally:
-            instance.close()
+def playwright_driver() -> Iterator[Playwright]:
+    """Playwright's driver, one for the package's tests."""
+    with sync_playwright() as driver:
+        yield driver
+
+
+def _launch(playwright: Playwright, executable: str) -> Iterator[Browser]:
+    instance = playwright.chromium.launch(
+        executable_path=executable, headless=True, args=CHROMIUM_ARGS
+    )
+    try:
+        yield instance
+    finally:
+        instance.close()
+
+
+@pytest.fixture(scope="package")
+def browser(playwright_driver: Playwright) -> Iterator[Browser]:
+    """Debian's Chromium headless shell, one for the package's tests; KILN_E2E_BROWSER names
+    another build (`make screenshots` takes the docs' pictures in the full Chromium)."""
+    yield from _launch(playwright_driver, os.environ.get("KILN_E2E_BROWSER") or HEADLESS_SHELL)
+
+
+@pytest.fixture
+def full_chromium(playwright_driver: Playwright) -> Iterator[Browser]:
+    """Debian's full Chromium, headless, for one test: closed after it, as it is seldom used."""
+    yield from _launch(playwright_driver, CHROMIUM)
 
 
 @dataclass
@@ -137,6 +162,21 @@ class WatchedPage:
 @pytest.fixture
 def browser_page(browser: Browser, kiln: Standalone) -> Iterator[WatchedPage]:
     """A fresh browser context and page that records console errors and CSP violations."""
+    with watched_page(browser, kiln) as page:
+        yield page
+
+
+@pytest.fixture(params=["headless-shell", "chromium"])
+def each_browser_page(request, kiln: Standalone) -> Iterator[WatchedPage]:
+    """`browser_page` in the headless shell, then in the full Chromium."""
+    name = "browser" if request.param == "headless-shell" else "full_chromium"
+    with watched_page(request.getfixturevalue(name), kiln) as page:
+        yield page
+
+
+@contextmanager
+def watched_page(browser: Browser, kiln: Standalone) -> Iterator[WatchedPage]:
+    """A fresh context and page in `browser`, watched for console errors and CSP violations."""
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     page = context.new_page()
     # The slow run's workers share two cores with the rest of the suite: a long page may take
