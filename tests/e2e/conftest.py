@@ -138,8 +138,8 @@ class WatchedPage:
         The first time in the run through the login form; after that with the session cookie
         that sign-in left, as a person who stays signed in, unless the session has ended (a
         test signed out), when the form signs in again. Each sign-in hashes the password
-        (PBKDF2, a third of a second by design): the standalone server spent a fifth of its CPU
-        on them when every test signed in anew."""
+        (PBKDF2, costly by design), the standalone server's largest single cost when
+        every test signed in anew (docs/operations.md)."""
         key = (self.base_url, username)
         if key in _SESSIONS:
             self.page.context.add_cookies(_SESSIONS[key])
