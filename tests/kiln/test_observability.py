@@ -93,6 +93,23 @@ def test_json_formatter_renders_exceptions():
     assert "ValueError: boom" in line["exc"]
 
 
+def _traced_process(script: str, **environment: str) -> str:
+    """The last line `script` prints in a fresh process with tracing on and, unless given, no
+    OTLP endpoint: instrumenting is for the life of a process."""
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "kiln.settings", "KILN_TRACING": "1"}
+    env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=settings.BASE_DIR,
+        env={**env, **environment},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return out.stdout.strip().splitlines()[-1]
+
+
 def test_without_an_exporter_spans_carry_trace_ids_but_are_not_kept():
     """A server with no OTLP endpoint must not accumulate spans in memory."""
     script = (
@@ -103,18 +120,7 @@ def test_without_an_exporter_spans_carry_trace_ids_but_are_not_kept():
         "    assert len(o.current_trace_id()) == 32\n"
         "print(len(o.finished_spans()))\n"
     )
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "kiln.settings", "KILN_TRACING": "1"}
-    env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
-    out = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=settings.BASE_DIR,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    assert out.stdout.strip() == "0"
+    assert _traced_process(script) == "0"
 
 
 LEAF_SCRIPT = (
@@ -133,20 +139,8 @@ LEAF_SCRIPT = (
 )
 def test_statement_and_command_spans_are_made_only_where_spans_are_kept(endpoint, expected):
     """Without an exporter no span per SQL statement or Redis command is made; with one they are."""
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "kiln.settings", "KILN_TRACING": "1"}
-    env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
-    if endpoint:
-        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint
-    out = subprocess.run(
-        [sys.executable, "-c", LEAF_SCRIPT],
-        cwd=settings.BASE_DIR,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    assert out.stdout.strip().splitlines()[-1] == expected
+    endpoints = {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint} if endpoint else {}
+    assert _traced_process(LEAF_SCRIPT, **endpoints) == expected
 
 
 STATEMENT_SCRIPT = """
@@ -174,28 +168,15 @@ print(json.dumps(spans))
 @pytest.mark.django_db
 def test_kept_statement_spans_are_made_for_sql_and_redis_in_the_callers_trace():
     """`keep_spans_in_memory(statements=True)` makes and keeps a span per SQL statement and Redis
-    command, in the trace of the work that ran them (a fresh process: instrumenting is for good)."""
+    command, in the trace of the work that ran them, on the test database."""
     from django.db import connection
 
     database = connection.settings_dict
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "kiln.settings",
-        "KILN_TRACING": "1",
-        "DATABASE_URL": f"postgres://{database['USER']}:{database['PASSWORD']}@{database['HOST']}"
-        f":{database['PORT']}/{database['NAME']}",
-    }
-    env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
-    out = subprocess.run(
-        [sys.executable, "-c", STATEMENT_SCRIPT],
-        cwd=settings.BASE_DIR,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
+    url = (
+        f"postgres://{database['USER']}:{database['PASSWORD']}@{database['HOST']}"
+        f":{database['PORT']}/{database['NAME']}"
     )
-    spans = json.loads(out.stdout.strip().splitlines()[-1])
+    spans = json.loads(_traced_process(STATEMENT_SCRIPT, DATABASE_URL=url))
     systems = {s["system"] for s in spans if s["same_trace"]}
     assert {"postgresql", "redis"} <= systems, spans
 
