@@ -31,6 +31,10 @@ def management_commands() -> set[str]:
     return found
 
 
+# pytest's options that take the next word as their value (`-p no:cacheprovider`).
+VALUED = frozenset({"-p", "-k", "-m", "-n", "-c", "-o", "--dist", "--durations"})
+
+
 def named_target(command: str) -> str | None:
     """What `command` runs, if it exists in the tree; None if it names nothing that exists.
 
@@ -49,7 +53,12 @@ def named_target(command: str) -> str | None:
         if word == "-m" and i + 1 < len(words):
             module = words[i + 1]
             if module == "pytest":
-                paths = [w.split("::")[0] for w in words[i + 2 :] if not w.startswith("-")]
+                after = words[i + 2 :]
+                paths = [
+                    w.split("::")[0]
+                    for k, w in enumerate(after)
+                    if not w.startswith("-") and (k == 0 or after[k - 1] not in VALUED)
+                ]
                 exists = [p for p in paths if (ROOT / p).exists()]
                 return f"pytest {' '.join(exists)}" if exists and exists == paths else None
             base = ROOT / Path(*module.split("."))
@@ -154,6 +163,11 @@ def test_checker_rejects_a_bad_sample(text, problem):
             "pytest tests/kiln/test_schemathesis.py",
         ),
         (
+            "python -m pytest -p no:cacheprovider -q tests/kiln/test_docs.py",
+            "pytest tests/kiln/test_docs.py",
+        ),
+        ("python -m pytest -p no:cacheprovider tests/kiln/test_gone.py", None),
+        (
             "python -m audit.export.verify export.jsonl --public-key k",
             "python -m audit.export.verify",
         ),
@@ -161,7 +175,16 @@ def test_checker_rejects_a_bad_sample(text, problem):
         ("python -m no.such.module", None),
         ("sh -c 'echo {}'", None),
     ],
-    ids=["manage-py", "pytest", "module", "this-runner", "unknown-module", "no-program"],
+    ids=[
+        "manage-py",
+        "pytest",
+        "pytest-option-values",
+        "pytest-file-gone",
+        "module",
+        "this-runner",
+        "unknown-module",
+        "no-program",
+    ],
 )
 def test_named_target(command, target):
     assert named_target(command) == target
