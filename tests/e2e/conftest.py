@@ -12,8 +12,8 @@ The server is a real `manage.py standalone` subprocess (SQLite and in-process
 transports in a fresh KILN_VAR_DIR); `kiln.tokens[role]` and `kiln.logins[user]`
 hold what it printed. The pages run in Debian's `chromium-headless-shell`, Chromium's
 headless build from the same source and version as `chromium` and the one Playwright
-itself runs headless: the full browser used more than twice its CPU for the same
-tests (docs/operations.md). The navigation walk runs in the full `chromium` as well
+itself runs headless: in the full browser the same tests cost half as much CPU
+again (docs/operations.md). The navigation walk runs in the full `chromium` as well
 (`each_browser_page`), and `make screenshots` takes the tour's pictures in it
 (KILN_E2E_BROWSER). One browser serves the whole package (a launch per module
 started a browser and Playwright's driver again each time) and ends with its last
