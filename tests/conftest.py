@@ -297,9 +297,9 @@ def _test_databases_dropped_at_once():
 @pytest.fixture(scope="session", autouse=True)
 def _spans_in_memory() -> None:
     """Tests read finished spans from the in-memory exporter: the request, task and Kiln spans.
-    Not a span per SQL statement and Redis command: no test reads them, and making them cost a
-    tenth of the CPU of the tests that use the database (docs/operations.md). A test of their
-    own makes and reads them (tests/kiln/test_observability.py)."""
+    Not a span per SQL statement and Redis command: no test reads them, and making them cost
+    about 5 % of the portal tests' CPU (docs/operations.md). A test of their own makes and reads
+    them (tests/kiln/test_observability.py)."""
     observability.keep_spans_in_memory()
 
 
