@@ -84,7 +84,12 @@ def run_accounted(command: list[str]) -> dict:
         wall = time.monotonic() - start
     finally:
         subprocess.run(["accton", "off"], check=True, capture_output=True)
-    return {"acct_file": path, "command": command, "returncode": code, "wall_seconds": wall}
+    return {
+        "acct_file": path,
+        "command": command,
+        "returncode": code,
+        "wall_seconds": round(wall, 1),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,7 +103,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.run and command:
         result = run_accounted(command)
-        result["wall_seconds"] = round(result["wall_seconds"], 1)
     elif args.acct_file and not args.run:
         result = {"acct_file": args.acct_file}
     else:
