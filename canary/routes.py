@@ -35,6 +35,7 @@ from canary.faults import (
 )
 from canary.traffic import ANNOTATION_INTENT, ISTIO_API
 from kiln.cluster import AppliedRef, Conflict
+from kiln.cluster.nodes import annotations_of
 
 MERGE_FIELD_MANAGER = "kiln"  # the rollout's field manager: both writers own the same fields
 
@@ -91,8 +92,7 @@ __all__ = [
 
 def intent_of(obj: dict[str, Any] | None) -> int:
     """The route intent a VirtualService was written for; -1 when none is recorded."""
-    annotations = ((obj or {}).get("metadata") or {}).get("annotations") or {}
-    return as_int(annotations.get(ANNOTATION_INTENT))
+    return as_int(annotations_of(obj).get(ANNOTATION_INTENT))
 
 
 def rollout_routes_write(backend: Any, manifests: list[dict[str, Any]]) -> list[Any]:

@@ -14,9 +14,10 @@ The simulated cluster applies them to each pod it creates (`simulated.SimulatedB
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Mapping
 from typing import Any
+
+from kiln.cluster.nodes import dicts_in, json_annotation
 
 A_NODE_SELECTOR = "scheduler.alpha.kubernetes.io/node-selector"
 A_DEFAULT_TOLERATIONS = "scheduler.alpha.kubernetes.io/defaultTolerations"
@@ -34,14 +35,7 @@ def node_selector(annotations: Mapping[str, str]) -> dict[str, str]:
 
 def default_tolerations(annotations: Mapping[str, str]) -> list[dict[str, Any]]:
     """The namespace's default tolerations (a JSON list; anything else reads as none)."""
-    raw = annotations.get(A_DEFAULT_TOLERATIONS)
-    if not raw:
-        return []
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return []
-    return [t for t in value if isinstance(t, dict)] if isinstance(value, list) else []
+    return dicts_in(json_annotation(annotations, A_DEFAULT_TOLERATIONS))
 
 
 def admit_pod(pod: dict[str, Any], namespace_annotations: Mapping[str, str]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ docs/cluster.md ("Nodes and pods") has the contract with examples.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -194,9 +195,25 @@ def is_disrupting(node: dict[str, Any]) -> bool:
     return any(t.get("key") == DISRUPTED_TAINT["key"] for t in taints)
 
 
-def annotations_of(obj: dict[str, Any]) -> dict[str, str]:
+def annotations_of(obj: dict[str, Any] | None) -> dict[str, str]:
     """An object's annotations ({} when absent)."""
-    return (obj.get("metadata") or {}).get("annotations") or {}
+    return ((obj or {}).get("metadata") or {}).get("annotations") or {}
+
+
+def json_annotation(annotations: Mapping[str, str], key: str) -> Any:
+    """The JSON value of one annotation; None when it is absent or is not JSON."""
+    raw = annotations.get(key)
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except (TypeError, ValueError):
+        return None
+
+
+def dicts_in(value: Any) -> list[dict[str, Any]]:
+    """The objects of a JSON list; none when the value is not a list."""
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
 
 
 def is_frozen(node: dict[str, Any]) -> bool:
@@ -242,11 +259,7 @@ def pod_scheduled_condition(pod: dict[str, Any]) -> dict[str, Any] | None:
 
 def score_explanation(pod: dict[str, Any]) -> dict[str, Any] | None:
     """The extender's explanation of the pod's placement (None if it has none or it is unreadable)."""
-    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(A_SCORE_EXPLANATION)
-    try:
-        value = json.loads(raw) if raw else None
-    except ValueError:
-        return None
+    value = json_annotation(annotations_of(pod), A_SCORE_EXPLANATION)
     return value if isinstance(value, dict) else None
 
 
