@@ -8,7 +8,7 @@ import base64
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, QueryDict
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import serializers
 from rest_framework.permissions import AllowAny, BasePermission
 from rest_framework.renderers import JSONRenderer
@@ -88,38 +88,52 @@ class PublicTlogRead(APIView):
             response.status_code = exc.http_status
             return response
 
+    def get(self, request: Request, **kwargs) -> HttpResponse:
+        return self.answer(request.query_params, **kwargs)
+
     def answer(self, query: QueryDict, **kwargs) -> HttpResponse:
         """The route's response from its query; each subclass below defines it."""
         raise NotImplementedError
 
 
-class AuditInclusionProofApi(PublicTlogRead):
-    """GET /api/v1/audit/proofs/inclusion?seq=N[&size=M]: RFC 9162 inclusion proof of entry N."""
+class InclusionProofOutput(serializers.Serializer):
+    seq = serializers.IntegerField()
+    index = serializers.IntegerField(help_text="Leaf index: seq - 1.")
+    size = serializers.IntegerField()
+    root = serializers.CharField(help_text="Merkle root at `size`, base64.")
+    leaf_hash = serializers.CharField(help_text="SHA-256(0x00 || entry), base64.")
+    proof = serializers.ListField(child=serializers.CharField(), help_text="base64 hashes.")
+    checkpoint = serializers.CharField(
+        allow_null=True, help_text="Signed note at `size`, with its witness cosignatures."
+    )
 
-    class OutputSerializer(serializers.Serializer):
-        seq = serializers.IntegerField()
-        index = serializers.IntegerField(help_text="Leaf index: seq - 1.")
-        size = serializers.IntegerField()
-        root = serializers.CharField(help_text="Merkle root at `size`, base64.")
-        leaf_hash = serializers.CharField(help_text="SHA-256(0x00 || entry), base64.")
-        proof = serializers.ListField(child=serializers.CharField(), help_text="base64 hashes.")
-        checkpoint = serializers.CharField(
-            allow_null=True, help_text="Signed note at `size`, with its witness cosignatures."
-        )
+    class Meta:
+        ref_name = "AuditInclusionProof"
 
-        class Meta:
-            ref_name = "AuditInclusionProof"
 
-    @extend_schema(
+class ConsistencyProofOutput(serializers.Serializer):
+    old_size = serializers.IntegerField()
+    new_size = serializers.IntegerField()
+    old_root = serializers.CharField()
+    new_root = serializers.CharField()
+    proof = serializers.ListField(child=serializers.CharField())
+
+    class Meta:
+        ref_name = "AuditConsistencyProof"
+
+
+@extend_schema_view(
+    get=extend_schema(
         operation_id="audit_proof_inclusion",
         parameters=[
             OpenApiParameter("seq", SEQ, required=True, description="Chain seq (from 1)."),
             OpenApiParameter("size", SEQ, description="Tree size (default: the whole tree)."),
         ],
-        responses={200: OutputSerializer, **errors(400)},
+        responses={200: InclusionProofOutput, **errors(400)},
     )
-    def get(self, request: Request) -> HttpResponse:
-        return self.answer(request.query_params)
+)
+class AuditInclusionProofApi(PublicTlogRead):
+    """GET /api/v1/audit/proofs/inclusion?seq=N[&size=M]: RFC 9162 inclusion proof of entry N."""
 
     def answer(self, query: QueryDict) -> HttpResponse:
         seq = _seq_param(query, "seq", required=True)
@@ -128,29 +142,18 @@ class AuditInclusionProofApi(PublicTlogRead):
         return _json(serving.event_inclusion(seq=seq, size=size))
 
 
-class AuditConsistencyProofApi(PublicTlogRead):
-    """GET /api/v1/audit/proofs/consistency?from=A[&to=B]: RFC 9162 consistency proof A -> B."""
-
-    class OutputSerializer(serializers.Serializer):
-        old_size = serializers.IntegerField()
-        new_size = serializers.IntegerField()
-        old_root = serializers.CharField()
-        new_root = serializers.CharField()
-        proof = serializers.ListField(child=serializers.CharField())
-
-        class Meta:
-            ref_name = "AuditConsistencyProof"
-
-    @extend_schema(
+@extend_schema_view(
+    get=extend_schema(
         operation_id="audit_proof_consistency",
         parameters=[
             OpenApiParameter("from", SEQ, required=True, description="Older tree size."),
             OpenApiParameter("to", SEQ, description="Newer tree size (default: the whole tree)."),
         ],
-        responses={200: OutputSerializer, **errors(400)},
+        responses={200: ConsistencyProofOutput, **errors(400)},
     )
-    def get(self, request: Request) -> HttpResponse:
-        return self.answer(request.query_params)
+)
+class AuditConsistencyProofApi(PublicTlogRead):
+    """GET /api/v1/audit/proofs/consistency?from=A[&to=B]: RFC 9162 consistency proof A -> B."""
 
     def answer(self, query: QueryDict) -> HttpResponse:
         old = _seq_param(query, "from", required=True)
@@ -166,7 +169,7 @@ class AuditEventProofApi(APIView):
 
     permission_classes = [TlogReader]
 
-    class OutputSerializer(AuditInclusionProofApi.OutputSerializer):
+    class OutputSerializer(InclusionProofOutput):
         entry = serializers.CharField(help_text="The canonical entry (RFC 8785 JSON) as hashed.")
 
         class Meta:
@@ -235,12 +238,9 @@ class TlogCosignatureApi(APIView):
         )
 
 
+@extend_schema_view(get=extend_schema(exclude=True))
 class TlogTileApi(PublicTlogRead):
     """GET /audit/tlog/tile/<L>/<N>[.p/<W>] and /audit/tlog/tile/entries/<N>[.p/<W>] (C2SP tlog-tiles)."""
-
-    @extend_schema(exclude=True)
-    def get(self, request: Request, rest: str, level: int | None = None) -> HttpResponse:
-        return self.answer(request.query_params, rest=rest, level=level)
 
     def answer(self, query: QueryDict, rest: str, level: int | None = None) -> HttpResponse:
         try:
