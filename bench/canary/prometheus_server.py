@@ -188,10 +188,14 @@ class PrometheusServer:
         self.process = None
 
     def pause(self) -> None:
-        """Freeze the process (SIGSTOP): it holds its port but answers nothing, as a hung server does."""
+        """Freeze the process (SIGSTOP): it holds its port but answers nothing, as a hung server does.
+
+        Returns once every thread of it has stopped. The signal is delivered asynchronously: a
+        thread still running just after `kill` returns could answer a request sent at once."""
         if self.running:
             assert self.process is not None
             self.process.send_signal(signal.SIGSTOP)
+            _wait_stopped(self.process.pid)
 
     def resume(self) -> None:
         """Thaw a paused process (SIGCONT)."""
@@ -310,3 +314,27 @@ class PrometheusServer:
 def prometheus_available() -> bool:
     """True if Debian's prometheus and promtool binaries are installed."""
     return os.access(PROMETHEUS, os.X_OK) and os.access(PROMTOOL, os.X_OK)
+
+
+def thread_states(pid: int) -> list[str]:
+    """The scheduler state of each thread of a process (`T` once stopped by a signal)."""
+    states = []
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        try:
+            # "tid (comm) S ...": the state follows the command name's closing parenthesis.
+            states.append(stat.read_text().rpartition(")")[2].split()[0])
+        except (OSError, IndexError):
+            continue  # a thread that ended meanwhile
+    return states
+
+
+def _wait_stopped(pid: int, timeout: float = 10.0) -> None:
+    """Wait until every thread of `pid` is stopped; fail loudly past `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        states = thread_states(pid)
+        if states and all(state in ("T", "t") for state in states):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"prometheus (pid {pid}) did not stop: thread states {states}")
+        time.sleep(0.001)

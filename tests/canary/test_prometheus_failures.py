@@ -7,6 +7,7 @@ answers a real Prometheus never gives (a redirect, an HTML page), a stand-in on 
 from __future__ import annotations
 
 import time
+import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -15,6 +16,7 @@ import pytest
 
 from audit.models import OutboxEvent
 from bench.canary.istio_source import History, IstioSource
+from bench.canary.prometheus_server import thread_states
 from canary import services
 from canary.models import MetricsSource, RolloutDecision, RolloutStatus
 from kiln.identity.models import Team
@@ -132,6 +134,23 @@ def test_a_server_slower_than_the_query_timeout_is_a_tick_without_evidence(
     finally:
         server.resume()
     _assert_no_evidence(rollout, data, "timed out")
+
+
+def test_a_paused_server_answers_nothing_from_the_moment_pause_returns(prometheus_factory):
+    """The frozen-server tests read at once after `pause`: SIGSTOP is delivered asynchronously,
+    so `pause` returns only when every thread of the server has stopped."""
+    server = prometheus_factory()
+    for _ in range(5):
+        server.pause()
+        try:
+            states = thread_states(server.process.pid)
+            assert states and set(states) <= {"T", "t"}, states
+            with pytest.raises(OSError):  # the read times out: nothing answers
+                urllib.request.urlopen(f"{server.url}/-/ready", timeout=0.3)  # noqa: S310
+        finally:
+            server.resume()
+        with urllib.request.urlopen(f"{server.url}/-/ready", timeout=10) as answer:  # noqa: S310
+            assert answer.status == 200
 
 
 class _Odd(BaseHTTPRequestHandler):
