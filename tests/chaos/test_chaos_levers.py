@@ -170,10 +170,11 @@ def test_who_may_move_which_lever_and_a_reason_is_required(engineer, admin, shop
 def test_a_live_controller_reverts_its_fault_as_soon_as_the_lever_is_engaged(
     engineer, admin, shop, backend, chaos_settings
 ):
-    # Renewals 1 s apart: a revert well inside that comes from the notice, not the next renewal.
+    # Renewals 3 s apart: a revert within half of that comes from the notice, not the next
+    # renewal (due about 2.9 s after the lever), with room for a loaded machine on both sides.
     chaos_settings.KILN_CHAOS_LEASE_DURATION = 10.0
     chaos_settings.KILN_CHAOS_RENEW_DEADLINE = 5.0
-    chaos_settings.KILN_CHAOS_RETRY_PERIOD = 1.0
+    chaos_settings.KILN_CHAOS_RETRY_PERIOD = 3.0
     chaos_settings.KILN_CHAOS_MAX_CLOCK_SKEW = 0.5
     chaos_settings.KILN_CHAOS_REVERT_BUDGET = 1.0
     exp = experiment_create(actor=engineer, data=abort_data(), backend=backend)
@@ -203,7 +204,7 @@ def test_a_live_controller_reverts_its_fault_as_soon_as_the_lever_is_engaged(
     injection.refresh_from_db()
     assert injection.reverted_by == "system:chaos-controller"
     assert not actuators.in_effect(backend, injection.applied)
-    assert took < 0.9, f"reverted {took:.2f} s after the lever: it waited for a renewal"
+    assert took < 1.5, f"reverted {took:.2f} s after the lever: it waited for a renewal"
 
 
 @pytest.fixture
