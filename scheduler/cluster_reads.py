@@ -19,7 +19,7 @@ from typing import Any
 from django.db.models import QuerySet
 
 from kiln.cluster import DeliveryBackend, DeliveryError
-from kiln.cluster.nodes import L_TENANT_CONTROL_PLANE
+from kiln.cluster.nodes import A_SCORE_EXPLANATION, L_TENANT_CONTROL_PLANE, annotations_of
 from kiln.identity.permissions import Actor, can_view_node, can_view_pod
 from scheduler import commitment, nodesync, scoring
 from scheduler.models import (
@@ -35,7 +35,6 @@ from scheduler.placement_reads import WorkloadSpread, workload_spreads
 from scheduler.reclaim_reads import ReclaimView, reclaim_list
 
 TEAM_LABEL = "kiln.dev/team"
-EXPLANATION_ANNOTATION = "kiln.dev/score-explanation"
 CAPACITY_TYPES = tuple(v for v in CapacityType.values if v != CapacityType.UNKNOWN)
 
 
@@ -93,7 +92,8 @@ class NodeView:
 
 
 def _explanation(pod: dict[str, Any]) -> Any:
-    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(EXPLANATION_ANNOTATION)
+    """The pod's score explanation, or its text marked unreadable (the page shows either)."""
+    raw = annotations_of(pod).get(A_SCORE_EXPLANATION)
     if not raw:
         return None
     try:

@@ -89,6 +89,7 @@ class PublicTlogRead(APIView):
             return response
 
     def get(self, request: Request, **kwargs) -> HttpResponse:
+        """The auditors' path (or a public GET that reached DRF): `answer` from the query."""
         return self.answer(request.query_params, **kwargs)
 
     def answer(self, query: QueryDict, **kwargs) -> HttpResponse:

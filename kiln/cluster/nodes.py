@@ -207,7 +207,7 @@ def json_annotation(annotations: Mapping[str, str], key: str) -> Any:
         return None
     try:
         return json.loads(raw)
-    except (TypeError, ValueError):
+    except ValueError:
         return None
 
 

@@ -58,7 +58,7 @@ def nodes_disrupt(
     pools = pools_list(backend=backend, nodes=nodes)
     by_pool = {p.name: p for p in pools}
     for node in nodes:
-        since = ((node.get("metadata") or {}).get("annotations") or {}).get(A_EMPTY_SINCE)
+        since = annotations_of(node).get(A_EMPTY_SINCE)
         empty = name_of(node) not in busy
         if empty and since is None:
             marks.append(

@@ -35,6 +35,7 @@ from kiln.cluster.nodes import (
     L_NODEPOOL,
     L_ZONE,
     SPOT,
+    annotations_of,
     labels_of,
     name_of,
     node_list,
@@ -159,7 +160,7 @@ def spot_reclaims(
     scale = float(settings.KILN_SIM_SPOT_RECLAIM_SCALE)
     noticed, reclaimed = [], []
     for node in node_list(backend, capacity_type=SPOT):
-        annotations = (node.get("metadata") or {}).get("annotations") or {}
+        annotations = annotations_of(node)
         due = parse_datetime(annotations.get(A_RECLAIM_AT) or "")
         if due is not None:
             if now >= due:

@@ -38,6 +38,7 @@ from kiln.cluster import AppliedRef, DeliveryBackend, DeliveryError, ref_of
 from kiln.cluster.nodes import (
     SUCCEEDED,
     PodBinding,
+    annotations_of,
     is_disrupting,
     labels_of,
     name_of,
@@ -114,7 +115,7 @@ def _replica_set(deployment: dict[str, Any]) -> dict[str, Any]:
 
 def _finished(pod: dict[str, Any], now: datetime) -> bool:
     """A running Job pod whose template asks to finish after kiln.dev/run-seconds has done so."""
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    annotations = annotations_of(pod)
     try:
         seconds = float(annotations.get(A_RUN_SECONDS, ""))
     except ValueError:
