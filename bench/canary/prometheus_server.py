@@ -190,12 +190,12 @@ class PrometheusServer:
     def pause(self) -> None:
         """Freeze the process (SIGSTOP): it holds its port but answers nothing, as a hung server does.
 
-        Returns once every thread of it has stopped. The signal is delivered asynchronously: a
-        thread still running just after `kill` returns could answer a request sent at once."""
+        Returns once every thread of it has stopped: the signal is delivered asynchronously, and
+        just after `kill` returns some thread of the server is often still running."""
         if self.running:
             assert self.process is not None
             self.process.send_signal(signal.SIGSTOP)
-            _wait_stopped(self.process.pid)
+            wait_stopped(self.process.pid)
 
     def resume(self) -> None:
         """Thaw a paused process (SIGCONT)."""
@@ -328,7 +328,7 @@ def thread_states(pid: int) -> list[str]:
     return states
 
 
-def _wait_stopped(pid: int, timeout: float = 10.0) -> None:
+def wait_stopped(pid: int, timeout: float = 10.0) -> None:
     """Wait until every thread of `pid` is stopped; fail loudly past `timeout`."""
     deadline = time.monotonic() + timeout
     while True:
@@ -336,5 +336,6 @@ def _wait_stopped(pid: int, timeout: float = 10.0) -> None:
         if states and all(state in ("T", "t") for state in states):
             return
         if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGCONT)  # not left frozen: stopping it would wait on it
             raise RuntimeError(f"prometheus (pid {pid}) did not stop: thread states {states}")
         time.sleep(0.001)

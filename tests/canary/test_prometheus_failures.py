@@ -6,17 +6,19 @@ answers a real Prometheus never gives (a redirect, an HTML page), a stand-in on 
 
 from __future__ import annotations
 
+import signal
 import time
 import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
 
 import pytest
 
 from audit.models import OutboxEvent
+from bench.canary import prometheus_server
 from bench.canary.istio_source import History, IstioSource
-from bench.canary.prometheus_server import thread_states
 from canary import services
 from canary.models import MetricsSource, RolloutDecision, RolloutStatus
 from kiln.identity.models import Team
@@ -136,14 +138,35 @@ def test_a_server_slower_than_the_query_timeout_is_a_tick_without_evidence(
     _assert_no_evidence(rollout, data, "timed out")
 
 
+def test_pause_waits_until_every_thread_has_stopped(monkeypatch):
+    """SIGSTOP is delivered asynchronously, and the frozen-server tests read at once after
+    `pause`: it returns only once every thread reads as stopped, and fails past its timeout."""
+    seen = iter([["S", "T"], ["R", "T", "T"], ["T", "t", "T"]])
+    asked: list[int] = []
+
+    def states(pid: int) -> list[str]:
+        asked.append(pid)
+        return next(seen)
+
+    monkeypatch.setattr(prometheus_server, "thread_states", states)
+    prometheus_server.wait_stopped(4242)
+    assert asked == [4242] * 3
+    # A server that never stops is resumed (not left frozen) and named.
+    monkeypatch.setattr(prometheus_server, "thread_states", lambda pid: ["S"])
+    resumed: list[tuple[int, int]] = []
+    kill = SimpleNamespace(kill=lambda pid, sig: resumed.append((pid, sig)))
+    monkeypatch.setattr(prometheus_server, "os", kill)  # this module's os only
+    with pytest.raises(RuntimeError, match="did not stop"):
+        prometheus_server.wait_stopped(4242, timeout=0.05)
+    assert resumed == [(4242, signal.SIGCONT)]
+
+
 def test_a_paused_server_answers_nothing_from_the_moment_pause_returns(prometheus_factory):
-    """The frozen-server tests read at once after `pause`: SIGSTOP is delivered asynchronously,
-    so `pause` returns only when every thread of the server has stopped."""
     server = prometheus_factory()
     for _ in range(5):
-        server.pause()
         try:
-            states = thread_states(server.process.pid)
+            server.pause()
+            states = prometheus_server.thread_states(server.process.pid)
             assert states and set(states) <= {"T", "t"}, states
             with pytest.raises(OSError):  # the read times out: nothing answers
                 urllib.request.urlopen(f"{server.url}/-/ready", timeout=0.3)  # noqa: S310

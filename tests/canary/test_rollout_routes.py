@@ -65,7 +65,8 @@ def _route_actions(rollout: Rollout) -> list[tuple[str, int]]:
 
 
 class _Slow(BaseHTTPRequestHandler):
-    """A metrics server that, once armed, holds each request until released (at most 10 s)."""
+    """A metrics server that, once armed, holds each request until released (at most 30 s,
+    past the client's 20 s timeout)."""
 
     armed = threading.Event()
     arrived = threading.Event()
@@ -74,7 +75,7 @@ class _Slow(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         if self.armed.is_set():
             self.arrived.set()
-            self.release.wait(timeout=10)
+            self.release.wait(timeout=30)
         body = b"<html>busy</html>"
         self.send_response(200)
         self.send_header("Content-Type", "text/html")
