@@ -13,6 +13,7 @@ from drf_spectacular.utils import (
     OpenApiResponse,
     extend_schema,
     extend_schema_field,
+    extend_schema_serializer,
 )
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -125,12 +126,10 @@ class AuditEventListApi(APIView):
 
     permission_classes = [IsAuditor]
 
+    @extend_schema_serializer(component_name="ChainEventPage")
     class OutputSerializer(serializers.Serializer):
         results = ChainEventSerializer(many=True)
         next_cursor = serializers.CharField(allow_null=True)
-
-        class Meta:
-            ref_name = "ChainEventPage"
 
     @extend_schema(
         operation_id="audit_events_list",

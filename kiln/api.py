@@ -6,7 +6,7 @@ render with an OutputSerializer. Permissions come from kiln.identity.permissions
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_serializer
 from rest_framework import serializers, status
 from rest_framework.permissions import BasePermission, IsAuthenticated
 from rest_framework.response import Response
@@ -32,11 +32,9 @@ class CanManageTeams(BasePermission):
         return permissions.can_manage_teams(permissions.actor_from_request(request))
 
 
+@extend_schema_serializer(component_name="Team")
 class TeamOutputSerializer(serializers.Serializer):
     """A team with its members' user names."""
-
-    class Meta:
-        ref_name = "Team"
 
     slug = serializers.CharField()
     name = serializers.CharField()
@@ -57,14 +55,12 @@ class MeApi(APIView):
 
     permission_classes = [IsAuthenticated]
 
+    @extend_schema_serializer(component_name="Me")
     class OutputSerializer(serializers.Serializer):
         sub = serializers.CharField()
         roles = serializers.ListField(child=serializers.CharField())
         teams = serializers.ListField(child=serializers.CharField())
         authenticated_by = serializers.ChoiceField(choices=["token", "session"])
-
-        class Meta:
-            ref_name = "Me"
 
     @extend_schema(operation_id="me_retrieve", responses=OutputSerializer)
     def get(self, request):
@@ -81,12 +77,10 @@ class MeApi(APIView):
 class TeamListCreateApi(APIView):
     """GET: the teams the caller may see. POST: create a team (platform admins)."""
 
+    @extend_schema_serializer(component_name="TeamCreate")
     class InputSerializer(StrictSerializer):
         slug = StrictCharField(max_length=63, validators=[DNS_LABEL])
         name = StrictCharField(max_length=200)
-
-        class Meta:
-            ref_name = "TeamCreate"
 
     def get_permissions(self):
         if self.request.method == "POST":
@@ -117,11 +111,9 @@ class TeamMemberAddApi(APIView):
 
     permission_classes = [CanManageTeams]
 
+    @extend_schema_serializer(component_name="TeamMemberAdd")
     class InputSerializer(StrictSerializer):
         username = StrictCharField(max_length=150)
-
-        class Meta:
-            ref_name = "TeamMemberAdd"
 
     @extend_schema(
         operation_id="teams_members_create",

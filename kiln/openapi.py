@@ -22,7 +22,12 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema_field
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema_field,
+    extend_schema_serializer,
+)
 from rest_framework import serializers
 
 from kiln import params
@@ -42,6 +47,7 @@ ERROR_DESCRIPTIONS = {
 }
 
 
+@extend_schema_serializer(component_name="Error")
 class ErrorSerializer(serializers.Serializer):
     """The one error body: a stable code, a human message and structured details."""
 
@@ -51,9 +57,6 @@ class ErrorSerializer(serializers.Serializer):
         child=serializers.JSONField(),
         help_text="Details; `fields` maps each invalid field or parameter to its messages.",
     )
-
-    class Meta:
-        ref_name = "Error"
 
 
 def errors(*statuses: int) -> dict[int, OpenApiResponse]:
@@ -131,14 +134,12 @@ def text_parameter(
 def paginated(item: type[serializers.Serializer], name: str) -> type[serializers.Serializer]:
     """The page shape of `kiln.pagination.LimitOffsetPagination` around `item` rows."""
 
+    @extend_schema_serializer(component_name=name)
     class Page(serializers.Serializer):
         count = serializers.IntegerField(min_value=0, help_text="Rows across all pages.")
         next = serializers.URLField(allow_null=True, help_text="The next page, or null.")
         previous = serializers.URLField(allow_null=True, help_text="The previous page, or null.")
         results = item(many=True)
-
-        class Meta:
-            ref_name = name
 
     Page.__name__ = name
     return Page

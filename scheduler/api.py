@@ -12,7 +12,7 @@ import re
 from dataclasses import replace
 
 from django.http import QueryDict
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -68,6 +68,7 @@ def node_filter_from(query: QueryDict) -> NodeFilter:
     return NodeFilter(nodepool=pool, environment=env, capacity_type=capacity)
 
 
+@extend_schema_serializer(component_name="SchedulerResources")
 class ResourcesSerializer(serializers.Serializer):
     """Millicores, bytes and GPUs."""
 
@@ -75,10 +76,8 @@ class ResourcesSerializer(serializers.Serializer):
     memory_bytes = serializers.IntegerField()
     gpus = serializers.IntegerField()
 
-    class Meta:
-        ref_name = "SchedulerResources"
 
-
+@extend_schema_serializer(component_name="SchedulerPod")
 class PodSerializer(serializers.Serializer):
     """A pod bound to the node (only pods the caller may see)."""
 
@@ -98,10 +97,8 @@ class PodSerializer(serializers.Serializer):
         allow_null=True, help_text="The extender's `kiln.dev/score-explanation`."
     )
 
-    class Meta:
-        ref_name = "SchedulerPod"
 
-
+@extend_schema_serializer(component_name="SchedulerNode")
 class NodeSerializer(serializers.Serializer):
     """A node of the cluster with its NodePool, environment and pods."""
 
@@ -126,21 +123,16 @@ class NodeSerializer(serializers.Serializer):
         "not named.",
     )
 
-    class Meta:
-        ref_name = "SchedulerNode"
-
 
 class NodeListApi(APIView):
     """GET /api/v1/scheduler/nodes/: the cluster's nodes the caller may see."""
 
     permission_classes = [HasKilnRole]
 
+    @extend_schema_serializer(component_name="SchedulerNodeList")
     class OutputSerializer(serializers.Serializer):
         results = NodeSerializer(many=True)
         count = serializers.IntegerField()
-
-        class Meta:
-            ref_name = "SchedulerNodeList"
 
     @extend_schema(
         operation_id="scheduler_nodes_list",
@@ -181,6 +173,7 @@ class NodeListApi(APIView):
         )
 
 
+@extend_schema_serializer(component_name="SchedulerSpread")
 class SpreadSerializer(serializers.Serializer):
     """Node ratios of one resource: min, p50, p90, max (null when no node has it)."""
 
@@ -189,10 +182,8 @@ class SpreadSerializer(serializers.Serializer):
     p90 = serializers.FloatField(allow_null=True)
     max = serializers.FloatField(allow_null=True)
 
-    class Meta:
-        ref_name = "SchedulerSpread"
 
-
+@extend_schema_serializer(component_name="SchedulerResourceCommitment")
 class ResourceCommitmentSerializer(serializers.Serializer):
     """One resource's cluster figure (units: millicores, bytes, GPUs)."""
 
@@ -210,10 +201,8 @@ class ResourceCommitmentSerializer(serializers.Serializer):
     )
     spread = SpreadSerializer()
 
-    class Meta:
-        ref_name = "SchedulerResourceCommitment"
 
-
+@extend_schema_serializer(component_name="SchedulerNodeResource")
 class NodeResourceSerializer(serializers.Serializer):
     """One node's figure for one resource."""
 
@@ -221,10 +210,8 @@ class NodeResourceSerializer(serializers.Serializer):
     capacity = serializers.FloatField()
     ratio = serializers.FloatField(allow_null=True)
 
-    class Meta:
-        ref_name = "SchedulerNodeResource"
 
-
+@extend_schema_serializer(component_name="SchedulerNodeCommitment")
 class NodeCommitmentSerializer(serializers.Serializer):
     """One node's Workload Commitment per resource."""
 
@@ -233,23 +220,18 @@ class NodeCommitmentSerializer(serializers.Serializer):
     memory = NodeResourceSerializer()
     gpu = NodeResourceSerializer()
 
-    class Meta:
-        ref_name = "SchedulerNodeCommitment"
-
 
 class CommitmentApi(APIView):
     """GET /api/v1/scheduler/commitment/: Workload Commitment now, cluster and per visible node."""
 
     permission_classes = [HasKilnRole]
 
+    @extend_schema_serializer(component_name="SchedulerCommitment")
     class OutputSerializer(serializers.Serializer):
         resources = serializers.DictField(child=ResourceCommitmentSerializer())
         pending_pods = serializers.IntegerField()
         daemonset_pods = serializers.IntegerField()
         nodes = NodeCommitmentSerializer(many=True)
-
-        class Meta:
-            ref_name = "SchedulerCommitment"
 
     @extend_schema(
         operation_id="scheduler_commitment",

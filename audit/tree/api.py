@@ -8,7 +8,12 @@ import base64
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, QueryDict
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    extend_schema,
+    extend_schema_serializer,
+    extend_schema_view,
+)
 from rest_framework import serializers
 from rest_framework.permissions import AllowAny, BasePermission
 from rest_framework.renderers import JSONRenderer
@@ -97,6 +102,7 @@ class PublicTlogRead(APIView):
         raise NotImplementedError
 
 
+@extend_schema_serializer(component_name="AuditInclusionProof")
 class InclusionProofOutput(serializers.Serializer):
     seq = serializers.IntegerField()
     index = serializers.IntegerField(help_text="Leaf index: seq - 1.")
@@ -108,19 +114,14 @@ class InclusionProofOutput(serializers.Serializer):
         allow_null=True, help_text="Signed note at `size`, with its witness cosignatures."
     )
 
-    class Meta:
-        ref_name = "AuditInclusionProof"
 
-
+@extend_schema_serializer(component_name="AuditConsistencyProof")
 class ConsistencyProofOutput(serializers.Serializer):
     old_size = serializers.IntegerField()
     new_size = serializers.IntegerField()
     old_root = serializers.CharField()
     new_root = serializers.CharField()
     proof = serializers.ListField(child=serializers.CharField())
-
-    class Meta:
-        ref_name = "AuditConsistencyProof"
 
 
 @extend_schema_view(
@@ -170,11 +171,9 @@ class AuditEventProofApi(APIView):
 
     permission_classes = [TlogReader]
 
+    @extend_schema_serializer(component_name="AuditEventProofBundle")
     class OutputSerializer(InclusionProofOutput):
         entry = serializers.CharField(help_text="The canonical entry (RFC 8785 JSON) as hashed.")
-
-        class Meta:
-            ref_name = "AuditEventProofBundle"
 
     @extend_schema(
         operation_id="audit_event_proof", responses={200: OutputSerializer, **errors(404)}

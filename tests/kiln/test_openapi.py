@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
+from django.conf import settings
 from drf_spectacular.validation import validate_schema
 
 pytestmark = pytest.mark.django_db
@@ -217,6 +219,18 @@ GENERIC_NAME = re.compile(
 def test_no_component_has_a_generic_name(document):
     generic = [n for n in document["components"]["schemas"] if GENERIC_NAME.search(n)]
     assert generic == []
+
+
+def test_every_component_is_named_by_the_decorator_not_meta_ref_name():
+    # One way to name a component: a serializer with Meta.ref_name is named another way,
+    # and a reader grepping for `component_name=` would miss it.
+    named_by_meta = [
+        str(path.relative_to(settings.BASE_DIR))
+        for app in ("kiln", "portal", "canary", "scheduler", "audit")
+        for path in (Path(settings.BASE_DIR) / app).rglob("*.py")
+        if re.search(r"^\s*ref_name\s*=", path.read_text(), re.MULTILINE)
+    ]
+    assert named_by_meta == []
 
 
 def test_the_rollout_list_answers_a_typed_page_of_rollouts(document):
