@@ -1,4 +1,5 @@
-"""Bounded waits for management commands: poll until done, or fail naming what never arrived.
+"""Bounded waits for management commands and tests: poll until done, or fail naming what never
+arrived; and a wait until a signalled process has really stopped.
 
 A command that waits on another process (an audit writer chaining events, a worker finishing
 rollouts) must not wait forever when that process cannot see its work (a misconfigured topic,
@@ -8,8 +9,11 @@ raises CommandError, so the command exits non-zero with the reason.
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from django.core.management.base import CommandError
 
@@ -50,3 +54,28 @@ def process_gone(proc, name: str) -> Callable[[], str | None]:
         return None if code is None else f"the {name} exited with status {code}"
 
     return check
+
+
+def thread_states(pid: int) -> list[str]:
+    """The scheduler state of each thread of a process (`T` once stopped by a signal)."""
+    states = []
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        try:
+            # "tid (comm) S ...": the state follows the command name's closing parenthesis.
+            states.append(stat.read_text().rpartition(")")[2].split()[0])
+        except (OSError, IndexError):
+            continue  # a thread that ended meanwhile
+    return states
+
+
+def wait_stopped(pid: int, timeout: float = 10.0) -> None:
+    """Wait until every thread of `pid` is stopped; fail loudly past `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        states = thread_states(pid)
+        if states and all(state in ("T", "t") for state in states):
+            return
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGCONT)  # not left frozen: whoever stops it next would wait
+            raise RuntimeError(f"process {pid} did not stop: thread states {states}")
+        time.sleep(0.001)

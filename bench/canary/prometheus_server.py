@@ -28,6 +28,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from bench.waiting import wait_stopped
+
 PROMETHEUS = "/usr/bin/prometheus"
 PROMTOOL = "/usr/bin/promtool"
 READY_TIMEOUT = 30.0
@@ -314,28 +316,3 @@ class PrometheusServer:
 def prometheus_available() -> bool:
     """True if Debian's prometheus and promtool binaries are installed."""
     return os.access(PROMETHEUS, os.X_OK) and os.access(PROMTOOL, os.X_OK)
-
-
-def thread_states(pid: int) -> list[str]:
-    """The scheduler state of each thread of a process (`T` once stopped by a signal)."""
-    states = []
-    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
-        try:
-            # "tid (comm) S ...": the state follows the command name's closing parenthesis.
-            states.append(stat.read_text().rpartition(")")[2].split()[0])
-        except (OSError, IndexError):
-            continue  # a thread that ended meanwhile
-    return states
-
-
-def wait_stopped(pid: int, timeout: float = 10.0) -> None:
-    """Wait until every thread of `pid` is stopped; fail loudly past `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        states = thread_states(pid)
-        if states and all(state in ("T", "t") for state in states):
-            return
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGCONT)  # not left frozen: stopping it would wait on it
-            raise RuntimeError(f"prometheus (pid {pid}) did not stop: thread states {states}")
-        time.sleep(0.001)

@@ -81,7 +81,7 @@ def test_writer_killed_mid_batch_restarts_with_no_gap_and_no_duplicate(settings,
             "--batch-size",
             "100",
             "--batch-pause",
-            "0.3",
+            "1.0",  # 8 s for the remaining batches: a stalled test still kills it mid-way
         ],
         cwd=ROOT,
         env=subprocess_env(settings, KILN_TRACING="0"),

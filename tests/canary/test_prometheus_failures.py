@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 
 from audit.models import OutboxEvent
-from bench.canary import prometheus_server
+from bench import waiting
 from bench.canary.istio_source import History, IstioSource
 from canary import services
 from canary.models import MetricsSource, RolloutDecision, RolloutStatus
@@ -148,16 +148,16 @@ def test_pause_waits_until_every_thread_has_stopped(monkeypatch):
         asked.append(pid)
         return next(seen)
 
-    monkeypatch.setattr(prometheus_server, "thread_states", states)
-    prometheus_server.wait_stopped(4242)
+    monkeypatch.setattr(waiting, "thread_states", states)
+    waiting.wait_stopped(4242)
     assert asked == [4242] * 3
     # A server that never stops is resumed (not left frozen) and named.
-    monkeypatch.setattr(prometheus_server, "thread_states", lambda pid: ["S"])
+    monkeypatch.setattr(waiting, "thread_states", lambda pid: ["S"])
     resumed: list[tuple[int, int]] = []
     kill = SimpleNamespace(kill=lambda pid, sig: resumed.append((pid, sig)))
-    monkeypatch.setattr(prometheus_server, "os", kill)  # this module's os only
+    monkeypatch.setattr(waiting, "os", kill)  # this module's os only
     with pytest.raises(RuntimeError, match="did not stop"):
-        prometheus_server.wait_stopped(4242, timeout=0.05)
+        waiting.wait_stopped(4242, timeout=0.05)
     assert resumed == [(4242, signal.SIGCONT)]
 
 
@@ -166,7 +166,7 @@ def test_a_paused_server_answers_nothing_from_the_moment_pause_returns(prometheu
     for _ in range(5):
         try:
             server.pause()
-            states = prometheus_server.thread_states(server.process.pid)
+            states = waiting.thread_states(server.process.pid)
             assert states and set(states) <= {"T", "t"}, states
             with pytest.raises(OSError):  # the read times out: nothing answers
                 urllib.request.urlopen(f"{server.url}/-/ready", timeout=0.3)  # noqa: S310

@@ -201,8 +201,9 @@ def test_reaper_reverts_lapsed_lease_and_is_idempotent(engineer, shop, backend):
     exp = experiment_create(actor=engineer, data=abort_data(), backend=backend)
     fault_lease_acquire(experiment_id=exp.pk, holder="a")
     inj = fault_inject(experiment_id=exp.pk, holder="a", term=1, backend=backend)
-    assert chaos_reap(backend=backend).reverted == []  # lease still held
     lease = ChaosLease.objects.get(pk=exp.pk)
+    # At the renewal's own instant, not the wall clock's: the test timings lapse in 0.6 s.
+    assert chaos_reap(backend=backend, now=lease.renewed_at).reverted == []  # still held
     later = lease.renewed_at + timedelta(seconds=1.0)
     assert chaos_reap(backend=backend, now=later).reverted == [inj.pk]
     assert chaos_reap(backend=backend, now=later).reverted == []

@@ -9,10 +9,11 @@ import threading
 import time
 
 import pytest
-from django.db import connections
+from django.db import connection, connections
 
 from audit.models import OutboxEvent
 from bench.chaos.crash import fork_controller
+from bench.waiting import wait_stopped
 from canary.chaos.controller import ControllerHooks, chaos_controller_run
 from canary.chaos.models import ChaosInjection, ChaosLease
 from canary.chaos.reaper import chaos_reap
@@ -115,14 +116,41 @@ def test_partitioned_holder_reverts_before_the_new_holder_injects(admin, shop, b
     _assert_never_overlapping()
 
 
-def test_paused_holder_never_injects_again_after_a_takeover(admin, shop, backend):
+def _in_transaction_elsewhere() -> bool:
+    """Whether another session of this test database has a transaction open."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid() AND xact_start IS NOT NULL"
+        )
+        return cursor.fetchone()[0] > 0
+
+
+def _pause_between_transactions(pid: int, tries: int = 50) -> None:
+    """SIGSTOP the process at a moment it holds no transaction open: one stopped mid-write
+    holds its row locks, and the takeover would wait on a frozen process, not on the lease."""
+    for _ in range(tries):
+        os.kill(pid, signal.SIGSTOP)
+        wait_stopped(pid)
+        if not _in_transaction_elsewhere():
+            return
+        os.kill(pid, signal.SIGCONT)
+        time.sleep(0.05)
+    raise AssertionError(f"the controller (pid {pid}) was in a transaction at every stop")
+
+
+def test_paused_holder_never_injects_again_after_a_takeover(admin, shop, backend, settings):
+    # Timings a loaded two-core machine keeps: controller-b renews within 1.5 s or reverts its
+    # own fault (safe, but not this test); the old holder is resumed for over a lease.
+    settings.KILN_CHAOS_LEASE_DURATION = 3.0
+    settings.KILN_CHAOS_RENEW_DEADLINE = 1.5
     exp = experiment_create(actor=admin, data=abort_data(), backend=backend)
     pid = fork_controller(str(exp.pk))
     stop = threading.Event()
     try:
         _wait(lambda: ChaosInjection.objects.filter(experiment=exp, state="active").exists())
         old_holder = ChaosInjection.objects.get(experiment=exp).holder
-        os.kill(pid, signal.SIGSTOP)  # a long pause: GC, a frozen VM
+        _pause_between_transactions(pid)  # a long pause: GC, a frozen VM
         b = _run(exp.pk, "controller-b", stop, ControllerHooks(), backend)
         # Nobody reverts for the paused holder but the reaper; b waits for it.
         _wait(
@@ -133,7 +161,7 @@ def test_paused_holder_never_injects_again_after_a_takeover(admin, shop, backend
         )
         _wait(lambda: ChaosInjection.objects.filter(holder="controller-b", state="active").exists())
         os.kill(pid, signal.SIGCONT)
-        time.sleep(1.5)  # the old holder runs again for over a lease duration
+        time.sleep(3.5)  # the old holder runs again for over a lease duration
         assert ChaosInjection.objects.filter(holder=old_holder).count() == 1
         assert (
             ChaosInjection.objects.filter(reverted_at__isnull=True).get().holder == "controller-b"

@@ -13,8 +13,9 @@ SHORT = {
     "fault": "http-abort",
     "abort_http_status": 503,
     "percent": 10.0,
-    "duration_seconds": 12,
-    "max_duration_seconds": 30,
+    # Long enough that a page load on a loaded machine still finds it running.
+    "duration_seconds": 20,
+    "max_duration_seconds": 40,
     "max_pods": 1,
     "max_percent": 25.0,
     "stop_conditions": [],
@@ -30,12 +31,13 @@ def test_detail_shows_the_end_and_stops_polling(browser_page: WatchedPage, kiln)
     browser_page.login("alice")
     status, exp = call(kiln, "POST", "/api/v1/chaos/experiments/", "engineer", SHORT)
     assert status == 201, exp
-    with page.expect_request(lambda r: "/lease/" in r.url, timeout=5000):
+    # The timer starts before the page loads: the suite's page-load bound, not the poll's 1 s.
+    with page.expect_request(lambda r: "/lease/" in r.url, timeout=90_000):
         browser_page.goto(f"/chaos/{exp['id']}/")
         assert "Running" in page.locator("h1").inner_text()
         assert page.locator("text=Abort and revert").count() == 1
     page.wait_for_function(
-        "() => document.querySelector('h1').innerText.includes('Completed')", timeout=40000
+        "() => document.querySelector('h1').innerText.includes('Completed')", timeout=60_000
     )
     page.wait_for_load_state("networkidle")
     ended = page.locator("dt:text-is('Ended') + dd").inner_text()

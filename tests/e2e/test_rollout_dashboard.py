@@ -12,8 +12,6 @@ from tests.e2e import api
 pytestmark = pytest.mark.e2e
 
 
-
-
 def _wait_until(check, timeout: float = 90.0) -> None:
     """Poll the page from Python (the CSP forbids the eval that wait_for_function needs).
 
@@ -43,11 +41,12 @@ def test_rollout_page_streams_ticks_and_decisions(kiln, browser_page):
             "canary_version": "v2",
             "steps": [5, 25, 50, 100],
             "ticks_per_step": 8,
-            "tick_seconds": 1.0,
+            # Five warm-up ticks come before any evidence: at 1.5 s the page (opened straight,
+            # one load) has at least 7.5 s to connect while the rollout is still live.
+            "tick_seconds": 1.5,
         },
     )
-    browser_page.goto("/rollouts/")
-    page.click(f"a[href='/rollouts/{rollout['id']}/']")
+    browser_page.goto(f"/rollouts/{rollout['id']}/")
     page.wait_for_selector("#stream-state.ok", timeout=15_000)
     # The chart grows tick by tick and the step-ups arrive as decisions, all over the websocket.
     _wait_until(lambda: int(page.get_attribute("#rollout", "data-points") or 0) >= 4)
@@ -67,7 +66,7 @@ def test_rollout_page_streams_ticks_and_decisions(kiln, browser_page):
     # Started, then step-ups until promoted: on a slow machine a tick covers more traffic, and
     # the evidence can promote it from its first step, so no step-up is guaranteed.
     assert kinds[0] == "started" and set(kinds[1:]) <= {"step_advanced", "promoted"}, kinds
-    page.wait_for_selector("#rollout-status .badge[data-status='promoted']", timeout=40_000)
+    page.wait_for_selector("#rollout-status .badge[data-status='promoted']", timeout=60_000)
     assert page.locator("#rollout-weight").inner_text() == "100%"
     # The traffic chart ends at the promotion's 100%, not at the last analysed step.
     _wait_until(lambda: page.get_attribute("#rollout", "data-drawn-weight") == "100")

@@ -17,8 +17,6 @@ ROWS = "rows => rows.map(r => [...r.cells].map(c => c.textContent.trim()))"
 pytestmark = pytest.mark.e2e
 
 
-
-
 def _wait_for(page, selector: str, timeout: float = 40.0) -> None:
     """Poll (the page reloads itself when the rollout changes state)."""
     deadline = time.monotonic() + timeout
@@ -39,7 +37,9 @@ def _decision_kinds(page, *, until: str, timeout: float = 40.0) -> list[str]:
     kinds: list[str] = []
     while until not in kinds and time.monotonic() < deadline:
         try:
-            kinds = page.locator("#decisions tr[data-decision-id] td:nth-child(2)").all_inner_texts()
+            kinds = page.locator(
+                "#decisions tr[data-decision-id] td:nth-child(2)"
+            ).all_inner_texts()
         except PlaywrightError:
             kinds = []
         if until not in kinds:
@@ -56,7 +56,9 @@ def test_start_from_the_form_see_it_held_and_extend_it(kiln, browser_page):
     page.select_option("#id_service", service["id"])
     page.fill("#id_steps", "10, 100")
     page.fill("#id_ticks_per_step", "3")
-    page.fill("#id_tick_seconds", "0.5")
+    # 1 s ticks: the page reloads itself when the status changes, and the one-time message
+    # after a decision must be read before the rollout is held again (ticks later).
+    page.fill("#id_tick_seconds", "1")
     page.fill("#id_max_ticks", "3")
     page.get_by_role("button", name="Start rollout").click()
     page.wait_for_url(lambda url: "/rollouts/new" not in url, timeout=30_000)
@@ -80,7 +82,7 @@ def test_start_from_the_form_see_it_held_and_extend_it(kiln, browser_page):
     # alice (engineer of the team) may extend, retry or abort; promoting anyway is an approver's.
     assert page.locator("button[value=promote]").count() == 0
     page.fill("#id_reason", "more traffic after the lunch peak")
-    page.fill("#id_ticks", "2")
+    page.fill("#id_ticks", "3")
     _press(page, "button[value=extend]")
     assert "extend: done" in page.inner_text(".messages")
     assert "extended" in _decision_kinds(page, until="extended")
@@ -114,7 +116,7 @@ def test_retry_by_the_team_then_promote_anyway_by_an_approver(kiln, browser_page
         kiln,
         "/api/v1/rollouts/",
         {"service": service["id"], "baseline_version": "v1", "canary_version": "v2",
-         "steps": [10, 100], "ticks_per_step": 3, "tick_seconds": 0.5,
+         "steps": [10, 100], "ticks_per_step": 3, "tick_seconds": 1.0,
          "config": {"max_ticks": 3}},
     )  # fmt: skip
     page = browser_page.page

@@ -14,9 +14,11 @@ def test_the_owner_puts_it_to_sleep_and_wakes_it_from_its_page(browser_page: Wat
     # weekend, say) would put the other tests' READY environments to sleep. This one wants them
     # awake for the next three hours, asleep the rest of each day, and is removed at the end.
     now = datetime.now(UTC)
-    window = {"days": ["mon", "tue", "wed", "thu", "fri", "sat", "sun"],
-              "start": (now - timedelta(hours=1)).strftime("%H:%M"),
-              "end": (now + timedelta(hours=3)).strftime("%H:%M")}
+    window = {
+        "days": ["mon", "tue", "wed", "thu", "fri", "sat", "sun"],
+        "start": (now - timedelta(hours=1)).strftime("%H:%M"),
+        "end": (now + timedelta(hours=3)).strftime("%H:%M"),
+    }
     status, body = call(
         kiln, "PUT", "/api/v1/teams/payments/sleep-schedule/", "engineer",
         {"time_zone": "UTC", "wake_windows": [window]},
