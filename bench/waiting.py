@@ -3,8 +3,9 @@ arrived; and a wait until a signalled process has really stopped.
 
 A command that waits on another process (an audit writer chaining events, a worker finishing
 rollouts) must not wait forever when that process cannot see its work (a misconfigured topic,
-a dead worker): after `timeout` seconds, or as soon as the process it waits on has exited, it
-raises CommandError, so the command exits non-zero with the reason.
+a dead worker): after `timeout` seconds, or as soon as the process it waits on has exited,
+`wait_until` raises CommandError, so the command exits non-zero with the reason.
+`wait_stopped` raises RuntimeError when a process sent SIGSTOP does not stop.
 """
 
 from __future__ import annotations
@@ -76,6 +77,6 @@ def wait_stopped(pid: int, timeout: float = 10.0) -> None:
         if states and all(state in ("T", "t") for state in states):
             return
         if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGCONT)  # not left frozen: whoever stops it next would wait
+            os.kill(pid, signal.SIGCONT)  # not left frozen: a SIGTERM and a wait would hang on it
             raise RuntimeError(f"process {pid} did not stop: thread states {states}")
         time.sleep(0.001)

@@ -52,14 +52,15 @@ def reaper(reaper_process, backend):
 
 
 def _trial(fault: str, **kwargs):
-    """A crash trial whose fault was still held when the kill landed. A controller starved past
-    its deadline can commit its own revert between the trial's last look and the SIGKILL (the
-    trial marks it `held_at_kill` false): nothing was left for the reaper, so it runs again."""
+    """A crash trial whose fault was still held when the kill landed. The fault can be reverted
+    between the trial's last look and the SIGKILL, by a controller starved past its deadline or
+    by the reaper once that lease lapsed (the trial marks it `held_at_kill` false): the kill
+    then left nothing to revert, so the trial runs again."""
     for _ in range(3):
         result = crash_trial(fault, **kwargs)
         if result.held_at_kill:
             return result
-    raise AssertionError(f"three trials of {fault} reverted by the controller at the kill")
+    raise AssertionError(f"three trials of {fault}: each fault was reverted before the kill")
 
 
 def _assert_reverted(result) -> None:

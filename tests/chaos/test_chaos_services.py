@@ -202,8 +202,11 @@ def test_reaper_reverts_lapsed_lease_and_is_idempotent(engineer, shop, backend):
     fault_lease_acquire(experiment_id=exp.pk, holder="a")
     inj = fault_inject(experiment_id=exp.pk, holder="a", term=1, backend=backend)
     lease = ChaosLease.objects.get(pk=exp.pk)
-    # At the renewal's own instant, not the wall clock's: the test timings lapse in 0.6 s.
-    assert chaos_reap(backend=backend, now=lease.renewed_at).reverted == []  # still held
+    # Half a second after the renewal, not the wall clock's now: with the test's timings the
+    # reaper reverts 0.6 s after a renewal (reap_after), which a loaded machine could pass
+    # before this line.
+    held = lease.renewed_at + timedelta(seconds=0.5)
+    assert chaos_reap(backend=backend, now=held).reverted == []  # still held
     later = lease.renewed_at + timedelta(seconds=1.0)
     assert chaos_reap(backend=backend, now=later).reverted == [inj.pk]
     assert chaos_reap(backend=backend, now=later).reverted == []

@@ -116,36 +116,52 @@ def test_partitioned_holder_reverts_before_the_new_holder_injects(admin, shop, b
     _assert_never_overlapping()
 
 
-def _in_transaction_elsewhere() -> bool:
-    """Whether another session of this test database has a transaction open."""
+CONTROLLER_APP = "split-brain-paused-holder"  # the forked controller's sessions' name
+
+
+def _controller_in_transaction() -> bool:
+    """Whether a session of the forked controller has a transaction open."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND pid <> pg_backend_pid() AND xact_start IS NOT NULL"
+            "SELECT count(*), count(xact_start) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND application_name = %s",
+            [CONTROLLER_APP],
         )
-        return cursor.fetchone()[0] > 0
+        sessions, in_transaction = cursor.fetchone()
+    assert sessions > 0, "no session of the controller is seen: the look would prove nothing"
+    return in_transaction > 0
 
 
 def _pause_between_transactions(pid: int, tries: int = 50) -> None:
     """SIGSTOP the process at a moment it holds no transaction open: one stopped mid-write
-    holds its row locks, and the takeover would wait on a frozen process, not on the lease."""
+    holds its row locks, and the takeover would wait on a frozen process, not on the lease.
+    Looked at twice, 50 ms apart: a statement the process sent just before it stopped may not
+    have reached its server yet at the first look."""
     for _ in range(tries):
         os.kill(pid, signal.SIGSTOP)
         wait_stopped(pid)
-        if not _in_transaction_elsewhere():
-            return
+        if not _controller_in_transaction():
+            time.sleep(0.05)
+            if not _controller_in_transaction():
+                return
         os.kill(pid, signal.SIGCONT)
         time.sleep(0.05)
     raise AssertionError(f"the controller (pid {pid}) was in a transaction at every stop")
 
 
-def test_paused_holder_never_injects_again_after_a_takeover(admin, shop, backend, settings):
+def test_paused_holder_never_injects_again_after_a_takeover(
+    admin, shop, backend, settings, monkeypatch
+):
     # Timings a loaded two-core machine keeps: controller-b renews within 1.5 s or reverts its
     # own fault (safe, but not this test); the old holder is resumed for over a lease.
     settings.KILN_CHAOS_LEASE_DURATION = 3.0
     settings.KILN_CHAOS_RENEW_DEADLINE = 1.5
     exp = experiment_create(actor=admin, data=abort_data(), backend=backend)
+    # The child's sessions carry a name of their own (libpq reads PGAPPNAME when it connects);
+    # this process's next connection, opened after the fork, does not.
+    monkeypatch.setenv("PGAPPNAME", CONTROLLER_APP)
     pid = fork_controller(str(exp.pk))
+    monkeypatch.delenv("PGAPPNAME")
     stop = threading.Event()
     try:
         _wait(lambda: ChaosInjection.objects.filter(experiment=exp, state="active").exists())

@@ -49,6 +49,7 @@ class SimulatedArgoCD:
         self.revision = ""
         self.reconciled_at = 0.0
         self.synced_at: dict[str, float] = {}  # revision -> time.time() it was first synced
+        self.synced_by: dict[str, str] = {}  # revision -> what synced it: start, poll or refresh
         self.refreshes = 0
         self.polls = 0
         self._wake = threading.Event()
@@ -76,7 +77,7 @@ class SimulatedArgoCD:
         )
         return result.stdout.strip() if result.returncode == 0 else ""
 
-    def _sync(self) -> None:
+    def _sync(self, by: str) -> None:
         head = self._head()
         if head and head != self.revision:
             if self.sync_seconds:
@@ -84,6 +85,7 @@ class SimulatedArgoCD:
             with self._lock:
                 self.revision = head
                 self.synced_at.setdefault(head, time.time())
+                self.synced_by.setdefault(head, by)
         with self._lock:
             self.reconciled_at = time.time()
 
@@ -97,7 +99,7 @@ class SimulatedArgoCD:
             if not woken:
                 self.polls += 1
                 next_poll = time.monotonic() + self.poll_seconds
-            self._sync()
+            self._sync("refresh" if woken else "poll")
 
     def refresh(self) -> None:
         """What `?refresh=` does: the controller reconciles now (asynchronously, as Argo CD)."""
@@ -157,7 +159,7 @@ class SimulatedArgoCD:
     def start(self) -> SimulatedArgoCD:
         """Serve the API and run the controller (the first sync happens at once)."""
         self._server = ThreadingHTTPServer(("127.0.0.1", self.port), self._handler())
-        self._sync()
+        self._sync("start")
         self._threads = [
             serve_in_thread(self._server, name="argocd-api", start=False),
             threading.Thread(target=self._controller, name="argocd-controller", daemon=True),
