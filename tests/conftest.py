@@ -13,6 +13,7 @@ import pytest
 from django.db.backends.postgresql.creation import DatabaseCreation
 from django.db.backends.postgresql.operations import DatabaseOperations
 from django.utils import timezone
+from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 from rest_framework.test import APIClient
 from whitenoise.middleware import WhiteNoiseMiddleware
@@ -67,8 +68,11 @@ SLOW = (
 
 # Property tests check what a function answers, not how fast: with the whole suite on two cores
 # a case can take longer than Hypothesis's 200 ms deadline once and not when replayed, which it
-# reports as a flaky failure. Tests that need a bound on time measure it themselves.
-hypothesis_settings.register_profile("kiln", deadline=None)
+# reports as a flaky failure, and drawing examples can pass its too_slow health check's bound.
+# Tests that need a bound on time measure it themselves.
+hypothesis_settings.register_profile(
+    "kiln", deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 hypothesis_settings.load_profile("kiln")
 
 

@@ -127,7 +127,7 @@ STEP = st.sampled_from(["record", "record", "record", "open", "release", "undo",
 @settings(
     max_examples=40,
     deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(program=st.lists(STEP, max_size=25), commit=st.booleans())
 def test_any_mix_of_records_savepoints_and_reads_keeps_exactly_the_surviving_events(

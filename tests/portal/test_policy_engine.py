@@ -99,7 +99,9 @@ HOW = st.sampled_from(["drop", "empty", "string", "number", "true"])
 
 
 @settings(
-    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=120,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
     env_class=st.sampled_from(["ephemeral", "dev", "staging", "prod"]),
@@ -123,7 +125,9 @@ def test_manifest_verdicts_match_the_interpreter(monkeypatch, env_class, flags, 
 
 
 @settings(
-    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=120,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
     env_class=st.sampled_from(["ephemeral", "dev", "staging", "prod", "qa"]),
