@@ -168,7 +168,9 @@ def test_spend_is_what_ran_this_month_priced_and_forecast_adds_what_runs(people,
 # --- requests -----------------------------------------------------------------------------
 
 
-def test_request_over_the_forecast_waits_for_an_approver_with_the_cost_shown(people, teams):
+def test_request_over_the_forecast_waits_for_an_approver_with_the_cost_shown(people, teams, clock):
+    # Mid-month: in a month's last minutes a request's cost for the month is a cent or less.
+    clock.current = datetime(2026, 11, 16, 12, 0, tzinfo=UTC)
     _budget(teams["payments"], "0.01")  # any request's cost takes the forecast over
     env, created = environment_request_submit(actor=people["alice"], data=request_data(name="a"))
     assert created and env.status == Status.PENDING_APPROVAL  # dev, yet not approved automatically

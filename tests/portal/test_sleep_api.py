@@ -3,6 +3,8 @@ what a refusal says, and that a refusal changes nothing."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from django.urls import reverse
 
@@ -104,7 +106,10 @@ def test_an_unknown_field_is_a_400(api, env):
 # --- schedules ----------------------------------------------------------------------------
 
 
-def test_the_team_sets_reads_and_removes_its_schedule(api):
+def test_the_team_sets_reads_and_removes_its_schedule(api, clock):
+    # The coming week, as 168 real hours, holds one awake hour more or less when Berlin changes
+    # its clocks inside it: a week with no change.
+    clock.current = datetime(2026, 11, 16, 10, 0, tzinfo=UTC)
     alice = api("engineer", sub="alice", team="payments")
     body = {"time_zone": "Europe/Berlin", "wake_windows": OFFICE}
     answer = alice.put("/api/v1/teams/payments/sleep-schedule/", body, format="json")
