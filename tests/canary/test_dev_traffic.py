@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import signal
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -168,8 +169,11 @@ def test_the_command_serves_until_its_seconds_are_up_and_says_how_traffic_is_spl
         metrics_source=MetricsSource.PROMETHEUS,
     )
     out = io.StringIO()
+    before = signal.getsignal(signal.SIGTERM)
     call_command("canary_dev_traffic", port=free_port(), seconds=2, stdout=out)
     assert "shop/search: v1 100% (steady)" in out.getvalue()
+    # Run in this process, it leaves SIGTERM as it found it: the worker stays stoppable.
+    assert signal.getsignal(signal.SIGTERM) is before
 
 
 @pytest.mark.parametrize(

@@ -101,17 +101,18 @@ def test_an_existing_database_keeps_every_chaos_row_through_the_move():
         for m in ("chaosexperiment", "chaoslease", "chaosinjection")
     }
     executor = _migrate(BEFORE_THE_MOVE)
-    old_apps = executor.loader.project_state(BEFORE_THE_MOVE).apps
-    with pytest.raises(LookupError):
-        old_apps.get_model("chaos", "ChaosExperiment")  # before the move: canary's models
-    # Going back moved the content types back to canary, under the same ids.
-    assert {
-        ct.model: ct.pk
-        for ct in ContentType.objects.filter(app_label="canary", model__startswith="chaos")
-    } == content_types
-    written = _old_rows(old_apps)
-
-    _migrate(_latest())
+    try:
+        old_apps = executor.loader.project_state(BEFORE_THE_MOVE).apps
+        with pytest.raises(LookupError):
+            old_apps.get_model("chaos", "ChaosExperiment")  # before the move: canary's models
+        # Going back moved the content types back to canary, under the same ids.
+        assert {
+            ct.model: ct.pk
+            for ct in ContentType.objects.filter(app_label="canary", model__startswith="chaos")
+        } == content_types
+        written = _old_rows(old_apps)
+    finally:  # forward again whatever happened: the worker's later tests need the schema
+        _migrate(_latest())
 
     ContentType.objects.clear_cache()
     assert ChaosExperiment._meta.app_label == "chaos"

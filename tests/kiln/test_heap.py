@@ -12,6 +12,7 @@ from pathlib import Path
 from celery.signals import worker_process_init
 
 from kiln import heap
+from kiln.apps import freeze_worker_heap
 
 ROOT = Path(__file__).resolve().parents[2]
 # In a fresh process: load the web application, answer a few requests, then see what a full
@@ -77,9 +78,13 @@ def test_import_views_counts_every_pattern():
 
 
 def test_each_worker_pool_process_freezes_its_heap_when_it_starts():
+    # Kiln's receiver is connected and freezes the heap. It is called alone: sending the signal
+    # to this whole process would run every receiver an in-process worker left connected, among
+    # them Celery's Django fixup, which closes the descriptors of this thread's connections.
+    assert freeze_worker_heap in worker_process_init._live_receivers(None)
     gc.unfreeze()
     try:
-        worker_process_init.send(sender=None)
+        freeze_worker_heap()
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()

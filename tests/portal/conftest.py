@@ -11,12 +11,11 @@ from django.contrib.auth import get_user_model
 from kiln.identity.models import Membership, Team
 from kiln.identity.permissions import APPROVER, ENGINEER, PLATFORM_ADMIN, Actor
 from tests.audit.conftest import wipe_chain
+from tests.support.celery_conf import celery_conf
 
 
 @pytest.fixture(autouse=True)
 def portal_settings(settings, tmp_path: Path):
-    from kiln.celery import app
-
     tag = uuid.uuid4().hex[:10]
     settings.KILN_AUDIT_STREAM = f"kiln:audit:test:{tag}"
     settings.KILN_AUDIT_GROUP = f"writers-{tag}"
@@ -27,10 +26,8 @@ def portal_settings(settings, tmp_path: Path):
     settings.KILN_DELIVERY_BACKEND = "simulated"
     settings.KILN_SIM_DELAY_PROFILE = "zero"
     settings.KILN_GITOPS_REPO = str(tmp_path / "gitops.git")
-    previous = app.conf.task_always_eager
-    app.conf.task_always_eager = True
-    yield settings
-    app.conf.task_always_eager = previous
+    with celery_conf(task_always_eager=True):
+        yield settings
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from kiln.celery import app
+from tests.support.celery_conf import celery_conf
 
 pytestmark = pytest.mark.django_db
 
@@ -18,10 +18,8 @@ BODY = {"team": "payments", "name": "checkout", "env_class": "dev", "ttl_hours":
 @pytest.fixture
 def queued_not_run(settings):
     """Provisioning is queued on an in-memory broker and no worker takes it."""
-    eager, broker = app.conf.task_always_eager, app.conf.broker_url
-    app.conf.task_always_eager, app.conf.broker_url = False, "memory://localhost/"
-    yield
-    app.conf.task_always_eager, app.conf.broker_url = eager, broker
+    with celery_conf(task_always_eager=False, broker_url="memory://localhost/"):
+        yield
 
 
 @pytest.mark.parametrize("env_class", ["dev", "staging"])
@@ -59,7 +57,12 @@ def test_a_replayed_create_reads_the_environment_as_it_is_now(api, queued_not_ru
         HTTP_IDEMPOTENCY_KEY="k2",
     )  # fmt: skip
     env_id = first.json()["id"]
-    assert approver.post(f"/api/v1/environments/{env_id}/approve/", {"reason": "ok"}, format="json").status_code == 200
+    assert (
+        approver.post(
+            f"/api/v1/environments/{env_id}/approve/", {"reason": "ok"}, format="json"
+        ).status_code
+        == 200
+    )
     again = engineer.post(
         "/api/v1/environments/", {**BODY, "env_class": "staging"}, format="json",
         HTTP_IDEMPOTENCY_KEY="k2",

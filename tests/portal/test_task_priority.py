@@ -9,16 +9,15 @@ import pytest
 
 from kiln.celery import app
 from portal import tasks
+from tests.support.celery_conf import celery_conf
 
 
 @pytest.fixture
 def queue(settings):
     assert str(app.conf.broker_url).startswith("redis://"), "the production broker is Redis"
     name = f"kiln-test-priority-{uuid.uuid4().hex[:8]}"
-    previous = app.conf.task_always_eager
-    app.conf.task_always_eager = False
-    yield name
-    app.conf.task_always_eager = previous
+    with celery_conf(task_always_eager=False):
+        yield name
     with app.connection_for_write() as conn:
         conn.default_channel.queue_purge(name)
 

@@ -57,7 +57,7 @@ class Command(BaseCommand):
             port=options["port"],
         )
         stopping = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+        previous = signal.signal(signal.SIGTERM, lambda *_: stopping.set())
         try:
             try:
                 server.start()
@@ -83,6 +83,7 @@ class Command(BaseCommand):
             pass
         finally:
             server.stop()
+            signal.signal(signal.SIGTERM, previous)  # called in-process (tests): leave it as found
 
     def _seed(self) -> None:
         """Register the demo service read from Prometheus; a refusal is reported, not fatal."""

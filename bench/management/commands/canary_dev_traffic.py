@@ -85,7 +85,7 @@ class Command(BaseCommand):
         self.stdout.write(f"Istio traffic source on http://{source.address}/metrics")
         self.stdout.flush()
         stopping = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+        previous = signal.signal(signal.SIGTERM, lambda *_: stopping.set())
         limit = options["seconds"]
         reads = 0
         last: list[Route] = []
@@ -109,6 +109,7 @@ class Command(BaseCommand):
             pass
         finally:
             source.stop()
+            signal.signal(signal.SIGTERM, previous)  # called in-process (tests): leave it as found
 
     def _show(self, routes: list[Route]) -> None:
         """Say how each service's traffic is split now."""
