@@ -78,7 +78,10 @@ def events_of(obj: dict[str, Any] | None, limit: int = RECENT_EVENTS) -> tuple[O
         found.append(
             ObjectEvent(str(metadata["deletionTimestamp"]), "Deleting", "deletion requested")
         )
-    found.sort(key=lambda e: e.at, reverse=True)
+    # Newest first; events stamped in the same second keep the order they happen in, so an
+    # object's creation is always the oldest entry.
+    order = {id(event): index for index, event in enumerate(found)}
+    found.sort(key=lambda e: (e.at, order[id(e)]), reverse=True)
     return tuple(found[:limit])
 
 
