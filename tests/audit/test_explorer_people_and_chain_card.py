@@ -146,10 +146,11 @@ def test_an_old_verification_and_long_unsigned_entries_need_the_auditor(mixed, s
     size = ChainEvent.objects.count()  # seven entries
     then = timezone.now() - VERIFY_EVERY - timedelta(minutes=5)
     verified = VerificationRun(started_at=then, finished_at=then, ok=True, checked=2)
-    # The last checkpoint signed the first two entries; ten minutes later (three periods of one
-    # second are long past) the five after them are still unsigned.
-    signed = Checkpoint(size=2, signed_at=timezone.now())
-    later = timezone.now() + timedelta(minutes=10)
+    # The last checkpoint signed the first two entries, as the third was recorded; ten minutes
+    # later (three periods of one second are long past) the five after them are still unsigned.
+    oldest = ChainEvent.objects.get(seq=3).recorded_at
+    signed = Checkpoint(size=2, signed_at=oldest)
+    later = oldest + timedelta(minutes=10)
     concerns = chain_concerns(now=later, size=size, checkpoint=signed, verification=verified)
     by_kind = {c.key.split(":")[0]: c for c in concerns}
     assert by_kind["audit.verification.due"].title == "Verify the audit chain"
@@ -157,9 +158,13 @@ def test_an_old_verification_and_long_unsigned_entries_need_the_auditor(mixed, s
     stale = by_kind["audit.checkpoint.stale"]
     assert stale.title == "No checkpoint signs the newest audit entries"
     assert stale.detail.startswith(f"{size - 2} entries unsigned since ")
-    # Within the periods, nothing is late.
-    assert chain_concerns(now=timezone.now(), size=size, checkpoint=signed,
-                          verification=verified)[1:] == []  # fmt: skip
+    # Within the three periods, nothing is late; just past them, the unsigned entries are.
+    within = chain_concerns(now=oldest + timedelta(seconds=2), size=size, checkpoint=signed,
+                            verification=verified)  # fmt: skip
+    assert [c.key.split(":")[0] for c in within] == ["audit.verification.due"]
+    past = chain_concerns(now=oldest + timedelta(seconds=3.1), size=size, checkpoint=signed,
+                          verification=verified)  # fmt: skip
+    assert "audit.checkpoint.stale" in {c.key.split(":")[0] for c in past}
 
 
 def test_a_witness_that_stopped_cosigning_needs_the_auditor(mixed, settings):

@@ -300,10 +300,11 @@ def test_at_the_budget_idle_environments_are_put_to_sleep_first(
     assert again == {"told": {}, "slept": {}}
 
 
-def test_the_teams_members_see_the_highest_threshold_on_their_attention_list(people, teams):
+def test_the_teams_members_see_the_highest_threshold_on_their_attention_list(people, teams, clock):
     from portal.attention import my_teams_budgets
 
-    now = timezone.now()
+    clock.current = datetime(2026, 11, 16, 12, 0, tzinfo=UTC)  # not across a month's end
+    now = clock.current
     month = bm.month_bounds(now)[0].date()
     for threshold in (80, 100):
         BudgetNotice.objects.create(

@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from audit.models import OutboxEvent
 from canary import services as canary_services
+from canary.chaos.models import ChaosLease
 from canary.chaos.reaper import chaos_reap
 from canary.chaos.services import experiment_create, fault_lease_acquire, fault_lease_renew
 from canary.models import RolloutStatus
@@ -258,9 +259,16 @@ def test_a_dead_controllers_freeze_is_reaped_with_its_lease(backend, shop, engin
     assert term is not None
     assert is_frozen(node(backend, "n-target")) and not is_frozen(node(backend, "n-other"))
     [row] = DisruptionFreeze.objects.filter(holder_kind="experiment", holder_id=str(exp.pk))
-    # The lease is 1 s, the clock skew 0.1 s: a renewal keeps the freeze past a reaper pass.
+    # The lease is 1 s, the clock skew 0.1 s: a renewal keeps the freeze past a reaper pass
+    # half a second after it (timed from the renewal itself, the earlier of the lease's and the
+    # freeze's, so a slow machine does not stretch the half second).
+    before = row.renewed_at
     assert fault_lease_renew(experiment_id=exp.pk, holder="controller-1", term=term)
-    chaos_reap(backend=backend, now=timezone.now() + timedelta(seconds=0.5))
+    row.refresh_from_db()
+    assert row.renewed_at > before  # the renewal reached the freeze
+    renewed = ChaosLease.objects.get(experiment_id=exp.pk).renewed_at
+    assert renewed <= row.renewed_at
+    chaos_reap(backend=backend, now=renewed + timedelta(seconds=0.5))
     assert is_frozen(node(backend, "n-target"))
 
     # The controller is killed: nothing renews. Once its lease would have lapsed the reaper
