@@ -159,6 +159,35 @@ def test_top_bar_keeps_its_height_on_a_long_page(browser_page: WatchedPage):
     browser_page.assert_clean()
 
 
+# Every link of the navigation inside the top bar, and the bar's height.
+NAV_INSIDE_BAR = """() => {
+    const bar = document.querySelector("header.topbar").getBoundingClientRect();
+    const links = [...document.querySelectorAll("nav.mainnav a")].map(a => a.getBoundingClientRect());
+    return {height: bar.height, inside: links.every(r => r.top >= bar.top && r.bottom <= bar.bottom
+        && r.right <= bar.right), rows: new Set(links.map(r => Math.round(r.top))).size};
+}"""
+
+
+@pytest.mark.parametrize("user", ["root", "alice"])
+def test_the_top_bar_grows_rather_than_clip_its_links_between_phone_and_desktop(
+    browser_page: WatchedPage, user
+):
+    """The bar was 56 px high whatever its width: between 761 and 1,365 px the links wrapped
+    above and below it, out of sight (a platform admin's six even at 1,366 px). Now they sit on
+    one row, beside the rest on a wide screen or on a row of their own under it."""
+    page = browser_page.page
+    browser_page.login(user)
+    for width in (1440, 1366, 1280, 1024, 900, 768):
+        page.set_viewport_size({"width": width, "height": 800})
+        browser_page.goto("/")
+        bar = page.evaluate(NAV_INSIDE_BAR)
+        assert bar["inside"] and bar["rows"] == 1, (user, width, bar)
+        assert page.evaluate("document.documentElement.scrollWidth") <= width
+        if width >= 1366:
+            assert bar["height"] == 56, (user, width, bar)  # one row where there is room
+    browser_page.assert_clean()
+
+
 def test_skip_link_is_the_first_stop_and_jumps_to_the_content(browser_page: WatchedPage):
     """Keyboard: the first Tab reaches "Skip to content", which moves focus to the main content."""
     page = browser_page.page
