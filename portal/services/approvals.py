@@ -8,7 +8,7 @@ import audit
 from kiln.errors import Conflict, Forbidden, IllegalTransition, InvalidInput
 from kiln.identity.permissions import APPROVER, Actor, approval_basis, can_approve, has_role
 from kiln.observability import continue_trace
-from portal.lifecycle import Status
+from portal.lifecycle import Status, label
 from portal.models import ApprovalDecision, Environment
 from portal.selectors import approvals_needed
 from portal.services.lifecycle import audit_target, environment_transition
@@ -47,7 +47,8 @@ def _check(*, actor: Actor, env: Environment, verb: str) -> None:
         raise SelfApprovalForbidden(f"you cannot {verb} your own request")
     if env.status != Status.PENDING_APPROVAL:
         raise IllegalTransition(
-            f"cannot {verb} an environment in {env.status}",
+            f"cannot {verb} {env.namespace}: its status is {label(env.status, env.status_reason)}, "
+            "and only a request waiting for approval can be decided",
             extra={"from": env.status, "environment": env.public_id},
         )
     if ApprovalDecision.objects.filter(environment=env, approver_name=actor.username).exists():

@@ -22,6 +22,8 @@ from kiln.identity.permissions import (
 )
 from portal import budget_reads, selectors, services
 from portal.forms import ReasonForm
+from portal.lifecycle import Status
+from portal.models import Environment
 from portal.services.plan import environment_plan
 from portal.views.common import env_or_404
 from portal.words import approval_basis_words
@@ -80,8 +82,8 @@ def environment_decide(request: HttpRequest, public_id: str) -> HttpResponse:
             services.environment_reject(actor=actor, environment=env, reason=reason)
             messages.success(request, f"Rejected {env.namespace}.")
         else:
-            services.environment_approve(actor=actor, environment=env, reason=reason)
-            messages.success(request, f"Approved {env.namespace}.")
+            env = services.environment_approve(actor=actor, environment=env, reason=reason)
+            messages.success(request, _approval_words(env))
     except KilnError as exc:
         from_queue = not request.POST.get("next")
         if from_queue:  # shown on the request's own row, not at the top of the page
@@ -94,3 +96,15 @@ def environment_decide(request: HttpRequest, public_id: str) -> HttpResponse:
     ):
         target = reverse("portal:approval-queue") + f"#row-{env.public_id}"
     return redirect(target)
+
+
+def _approval_words(env: Environment) -> str:
+    """What one approval did: approved the request, or counted towards the approvals it needs."""
+    if env.status != Status.PENDING_APPROVAL:
+        return f"Approved {env.namespace}."
+    given = sum(1 for count in selectors.approval_tally(env) if count.place is not None)
+    needed = selectors.approvals_needed(environment=env)
+    return (
+        f"Your approval of {env.namespace} is recorded: {given} of {needed}. "
+        f"It waits for {needed - given} more approver{'s' if needed - given > 1 else ''}."
+    )

@@ -12,6 +12,7 @@ from django.test import Client
 from django.urls import reverse
 
 from audit.models import OutboxEvent
+from kiln.errors import IllegalTransition
 from kiln.identity.models import Membership, Team
 from kiln.identity.permissions import APPROVER, AUDITOR, Actor
 from portal.lifecycle import Status
@@ -97,6 +98,18 @@ def test_prod_needs_two_approvers_who_act_for_its_team(scoped, django_capture_on
         ("carol", "payments", "member", 1),
         ("pat", "payments", "member", 2),
     ]
+
+
+def test_a_request_no_longer_waiting_is_refused_in_words_with_its_status_in_extra(scoped):
+    env = _pending(scoped)
+    environment_reject(actor=scoped["carol"], environment=env, reason="too big")
+    with pytest.raises(IllegalTransition) as refused:
+        environment_approve(actor=scoped["pat"], environment=env, reason="fine")
+    assert refused.value.message == (
+        f"cannot approve {env.namespace}: its status is Rejected, and only a request waiting "
+        "for approval can be decided"
+    )
+    assert refused.value.extra == {"from": "REJECTED", "environment": env.public_id}
 
 
 def test_the_central_change_board_is_an_explicit_grant(scoped, settings):

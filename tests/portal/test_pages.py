@@ -298,3 +298,21 @@ def test_showback_period_counts_only_hours_inside_it_and_lists_teams_at_zero(
     assert lines[0].startswith("team,environment") and lines[1].startswith("payments,")
     assert len(lines) == 2
     assert alice.get(reverse("portal:showback"), {"period": "forever"}).status_code == 400
+
+
+def test_an_approval_that_is_not_yet_enough_says_how_many_more_it_waits_for(team):
+    alice = login("alice", "engineer", team)
+    prod = {"env_class": "prod", "ttl_hours": "1000", "justification": "launch of the checkout"}
+    alice.post(reverse("portal:environment-request"), {**FORM, **prod})
+    env = Environment.objects.get()
+    assert env.status == "PENDING_APPROVAL"
+    decide = reverse("portal:environment-decide", args=[env.public_id])
+    carol = login("carol", "approver", team)
+    page = carol.post(decide, {"decision": "approve"}, follow=True).content.decode()
+    assert f"Your approval of {env.namespace} is recorded: 1 of 2." in page
+    assert "It waits for 1 more approver." in page and f"Approved {env.namespace}." not in page
+    env.refresh_from_db()
+    assert env.status == "PENDING_APPROVAL"
+    frank = login("frank", "approver", team)
+    page = frank.post(decide, {"decision": "approve"}, follow=True).content.decode()
+    assert f"Approved {env.namespace}." in page
