@@ -279,6 +279,8 @@ def test_the_form_offers_the_kinds_and_names_the_field_it_refuses(client, shop, 
     for fault in kinds.KINDS:
         assert f'value="{fault}"' in html
     assert 'data-kinds="clock-skew"' in html and 'name="time_offset_seconds"' in html
+    # The idempotency key travels hidden, without a label beside nothing.
+    assert 'type="hidden" name="idempotency_key"' in html and "Idempotency key" not in html
     form = {
         "name": "skew",
         "namespace": "shop",
