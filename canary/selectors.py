@@ -10,7 +10,7 @@ from django.db.models import QuerySet
 from canary.models import Rollout, Service
 from kiln.errors import NotFound
 from kiln.identity import visibility
-from kiln.identity.permissions import Actor
+from kiln.identity.permissions import Actor, can_manage_rollout
 
 
 def _one(rows: QuerySet, key: Any, what: str) -> Any:
@@ -48,6 +48,14 @@ def service_list(*, viewer: Actor) -> QuerySet[Service]:
     return visibility.restrict(
         Service.objects.select_related("team"), viewer, visibility.ROLLOUTS, team_field="team__slug"
     )
+
+
+def startable_services(*, viewer: Actor) -> QuerySet[Service]:
+    """Services the viewer may start a rollout of: those it sees that `can_manage_rollout` lets
+    it manage (an auditor or an approver sees services but starts none)."""
+    visible = service_list(viewer=viewer)
+    teams = {service.team.slug for service in visible}
+    return visible.filter(team__slug__in=[t for t in teams if can_manage_rollout(viewer, t)])
 
 
 def service_get(*, viewer: Actor, service_id: Any) -> Service:

@@ -38,12 +38,14 @@ def rollout_list_context(*, viewer, query) -> dict:
 @login_required
 def rollout_list(request):
     """Every rollout the viewer may see, newest first, 25 a page; live."""
+    actor = actor_from_request(request)
     return render(
         request,
         "canary/rollouts/list.html",
         {
-            **rollout_list_context(viewer=actor_from_request(request), query=request.GET),
+            **rollout_list_context(viewer=actor, query=request.GET),
             "statuses": RolloutStatus.choices,
+            "can_start": selectors.startable_services(viewer=actor).exists(),
         },
     )
 
@@ -53,7 +55,8 @@ def rollout_list(request):
 def rollout_new(request):
     """Start a rollout of a service the viewer's team owns."""
     actor = actor_from_request(request)
-    form = RolloutStartForm(request.POST or None, services=selectors.service_list(viewer=actor))
+    startable = selectors.startable_services(viewer=actor)
+    form = RolloutStartForm(request.POST or None, services=startable)
     if request.method == "POST":
         kwargs = form.rollout_kwargs()
         # The service's checks run on every field Django accepted: all problems in one round.
@@ -72,7 +75,10 @@ def rollout_new(request):
                 messages.success(request, f"Rollout of {rollout.canary_version} started.")
                 return redirect("canary:rollout-detail", rollout_id=rollout.pk)
     return render(
-        request, "canary/rollouts/new.html", {"form": form}, status=400 if form.errors else 200
+        request,
+        "canary/rollouts/new.html",
+        {"form": form, "can_start": startable.exists()},
+        status=400 if form.errors else 200,
     )
 
 

@@ -11,7 +11,7 @@ from audit.models import OutboxEvent
 from canary import selectors, services
 from canary.models import Rollout, RolloutStatus
 from kiln.identity.models import Membership, Team
-from kiln.identity.permissions import PLATFORM_ADMIN, Actor
+from kiln.identity.permissions import PLATFORM_ADMIN, Actor, actor_for_user
 from tests.canary.test_ownership_support import own_namespace
 from tests.kiln.pages import tables
 
@@ -60,6 +60,31 @@ def _start_form(service, **kw):
     }
     form.update(kw)
     return form
+
+
+@pytest.mark.parametrize("role", ["auditor", "approver"])
+def test_who_may_not_start_a_rollout_is_not_offered_the_form(client, service, role):
+    """An auditor sees every service and an approver its team's, but only engineers of the owning
+    team start rollouts: neither is offered the button or the form only to be refused."""
+    who = _login(client, "vic", role, "payments" if role == "approver" else None)
+    assert selectors.service_list(viewer=_actor_of(who)).exists()
+    listing = who.get(reverse("canary:rollout-list")).content.decode()
+    assert "Start a rollout</a>" not in listing
+    page = who.get(reverse("canary:rollout-new")).content.decode()
+    assert 'id="rollout-new-none"' in page and 'id="rollout-new"' not in page
+    refused = who.post(reverse("canary:rollout-new"), _start_form(service))
+    assert refused.status_code == 400 and not Rollout.objects.exists()
+
+
+def test_an_engineer_of_the_team_is_offered_its_services(alice, service):
+    listing = alice.get(reverse("canary:rollout-list")).content.decode()
+    assert "Start a rollout</a>" in listing
+    page = alice.get(reverse("canary:rollout-new")).content.decode()
+    assert 'id="rollout-new"' in page and f'value="{service.pk}"' in page
+
+
+def _actor_of(client) -> Actor:
+    return actor_for_user(get_user_model().objects.get(pk=client.session["_auth_user_id"]))
 
 
 def _held(rollout: Rollout) -> Rollout:
