@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from django.contrib.auth.decorators import login_required
@@ -36,35 +37,52 @@ def _require_auditor(request: HttpRequest) -> None:
         raise PermissionDenied("Only auditors can read the audit chain.")
 
 
+# The explorer's filters: their query names and what the form calls them.
+FILTER_FIELDS = {
+    "from": "From",
+    "since": "From",
+    "to": "To",
+    "until": "To",
+    "who": "Who",
+    "actor": "Actor",
+    "action": "Action",
+    "target": "Target",
+}
+
+
+def filter_error_words(message: str) -> str:
+    """An API's refusal of a filter in the form's words: "Query parameter `target` is longer
+    than 300 characters." reads "Target is longer than 300 characters.", and nothing is listed."""
+    words = re.sub(
+        r"(?:Query parameter )?`(\w+)`", lambda m: FILTER_FIELDS.get(m[1], m[1]), message
+    )
+    return f"{words.rstrip('.')}. Nothing is listed until the filter is corrected."
+
+
 @login_required
 def explorer(request: HttpRequest) -> HttpResponse:
     """The chain explorer: filters, a page of entries, the status panel and the export buttons."""
     _require_auditor(request)
     error = ""
+    rows, next_seq, before = [], None, None
     try:
         filters = filters_from(request.GET)
         before = selectors.decode_cursor(request.GET.get("cursor"))
     except ParamError as exc:
-        error = InvalidParameter.from_param(exc).message
-        filters, before = selectors.EventFilter(), None
+        error = filter_error_words(InvalidParameter.from_param(exc).message)
     except InvalidInput as exc:
-        error, filters, before = exc.message, selectors.EventFilter(), None
-    rows, next_seq = selectors.event_page(filters, before=before, limit=PAGE_SIZE)
-    keep = (
-        {}
-        if error
-        else {
-            k: v
-            for k, v in request.GET.items()
-            if k in ("from", "to", "actor", "action", "target", "who") and v
-        }
-    )
+        error = filter_error_words(exc.message)
+    else:
+        rows, next_seq = selectors.event_page(filters, before=before, limit=PAGE_SIZE)
+    # What the person typed stays in the form, a bad value too, for them to correct; with a bad
+    # one nothing is listed (not the whole chain under a filter that was not applied).
+    keep = {k: v for k, v in request.GET.items() if k in FILTER_FIELDS and v}
     next_url = (
         f"{reverse('audit:explorer')}?{urlencode({**keep, 'cursor': selectors.encode_cursor(next_seq)})}"
         if next_seq
         else None
     )
-    export_params = {k: v for k, v in keep.items() if k in ("from", "to")}
+    export_params = {} if error else {k: v for k, v in keep.items() if k in ("from", "to")}
     export_query = urlencode(export_params)
     return render(
         request,

@@ -61,9 +61,23 @@ def test_a_bad_who_is_a_400_naming_the_field_in_the_api_and_the_page(mixed, api_
     assert answer.json()["extra"]["fields"]["who"] == ["must be one of: people, system, all"]
     _login(client, "auditor")
     page = client.get("/audit/", {"who": "robots"})
-    assert (
-        page.status_code == 400 and "`who` must be people, system or all" in page.content.decode()
-    )
+    assert page.status_code == 400 and "Who must be people, system or all." in page.content.decode()
+
+
+def test_a_bad_filter_keeps_what_was_typed_and_lists_nothing_rather_than_everything(mixed, client):
+    _login(client, "auditor")
+    page = client.get("/audit/", {"from": "2026-12-07T10:00", "to": "2026-12-07T09:00",
+                                  "actor": "alice"})  # fmt: skip
+    html = page.content.decode()
+    assert page.status_code == 400
+    assert "From must be before To. Nothing is listed until the filter is corrected." in html
+    assert 'name="actor" value="alice"' in html and 'value="2026-12-07T10:00"' in html
+    assert "<table" not in html and "No audit entries match" not in html
+    long = client.get("/audit/", {"target": "t" * 301}).content.decode()
+    assert "Target is longer than 300 characters. Nothing is listed" in long
+    assert "<table" not in long
+    # The same filter within bounds lists what it matches.
+    assert "<table" in client.get("/audit/", {"actor": "alice"}).content.decode()
 
 
 def test_the_explorer_shows_people_only_and_folds_ticks_under_their_rollout(mixed, client):
