@@ -46,13 +46,13 @@ def action_view(
     *,
     done: str,
     form: type[forms.Form] | None = None,
-    invalid: str = "",
+    invalid: str | Callable[[Any], str] = "",
     **fixed: Any,
 ) -> Callable[[HttpRequest, str], HttpResponse]:
     """The view of a POST from the environment page: `act(actor=, environment=, **the form's
     data, **fixed)`, then `done` (formatted with the form's data) or the refusal's text as the
-    page's message, and back to the page. A `form` that does not validate says `invalid` and
-    changes nothing."""
+    page's message, and back to the page. A `form` that does not validate says `invalid` (or
+    what `invalid(environment)` says, to name the environment's own limits) and changes nothing."""
 
     @login_required
     @require_POST
@@ -60,7 +60,7 @@ def action_view(
         env = env_or_404(request, public_id)
         bound = form(request.POST) if form is not None else None
         if bound is not None and not bound.is_valid():
-            messages.error(request, invalid)
+            messages.error(request, invalid(env) if callable(invalid) else invalid)
         else:
             data = bound.cleaned_data if bound is not None else {}
             try:

@@ -165,7 +165,10 @@ environment_extend = action_view(
     services.environment_extend,
     done="Extended by {hours} h.",
     form=ExtendForm,
-    invalid="Give the extension as a whole number of hours.",
+    invalid=lambda env: (
+        "Nothing was extended: give a whole number of hours, at least 1; a "
+        f"{env.env_class} environment lives at most {conf.MAX_TTL_HOURS[env.env_class]} h in all."
+    ),
 )
 
 

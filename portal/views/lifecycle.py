@@ -23,7 +23,11 @@ environment_defer = action_view(
     services.environment_defer_teardown,
     done="Teardown deferred by {minutes} min.",
     form=DeferForm,
-    invalid="Give whole minutes and a reason to defer teardown.",
+    invalid=lambda env: (
+        "Teardown was not deferred: give whole minutes, at least 1, and a reason; a "
+        f"{env.env_class} environment's teardown may wait at most "
+        f"{int(conf.class_lifecycle(env.env_class).max_deferral // 60)} minutes past its expiry."
+    ),
 )
 environment_keep = action_view(
     services.environment_keep, done="Kept: it is no longer proposed for early teardown."

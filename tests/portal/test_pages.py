@@ -178,6 +178,34 @@ def test_progress_partial_polls_while_active_and_detail_shows_manifests(
     assert b'hx-trigger="every 2s"' in live.content
 
 
+@pytest.mark.parametrize(
+    ("action", "data", "words"),
+    [
+        ("extend", {"hours": "999999999999"}, "a dev environment lives at most 336 h in all."),
+        ("extend", {"hours": "soon"}, "give a whole number of hours, at least 1"),
+        (
+            "defer",
+            {"minutes": "99999999999999", "reason": "demo"},
+            "teardown may wait at most 240 minutes past its expiry.",
+        ),
+    ],
+)
+def test_an_out_of_range_extension_or_deferral_names_the_classs_limit(
+    team, django_capture_on_commit_callbacks, action, data, words
+):
+    alice = login("alice", "engineer", team)
+    with django_capture_on_commit_callbacks(execute=True):
+        alice.post(reverse("portal:environment-request"), {**FORM, "env_class": "dev"})
+    env = Environment.objects.get()
+    before = (env.expires_at, env.deferred_until)
+    page = alice.post(
+        reverse(f"portal:environment-{action}", args=[env.public_id]), data, follow=True
+    )
+    assert words in page.content.decode()
+    env.refresh_from_db()
+    assert (env.expires_at, env.deferred_until) == before
+
+
 def test_extend_and_teardown_from_the_detail_page(team, django_capture_on_commit_callbacks):
     alice = login("alice", "engineer", team)
     with django_capture_on_commit_callbacks(execute=True):
