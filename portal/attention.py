@@ -3,8 +3,6 @@ approver, and the viewer's environments that are expiring or proposed idle."""
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from django.urls import reverse
 from django.utils import timezone
 
@@ -12,6 +10,7 @@ from kiln.attention import Item, register
 from kiln.identity.permissions import Actor, can_approve
 from portal import budget_reads, conf, selectors
 from portal.budget_math import REACHED
+from portal.disruption import expiry_warning_at
 from portal.lifecycle import Status
 
 
@@ -65,11 +64,15 @@ def my_environments_ending(actor: Actor) -> list[Item]:
                 _about(env, "expiring", "expiring", title=title, detail=detail, at=env.expires_at)
             )
             continue
-        warn_before = timedelta(seconds=conf.class_lifecycle(env.env_class).warn_before)
-        if env.expires_at and env.expires_at - warn_before <= now:
+        warn_at = env.expires_at and expiry_warning_at(
+            expires_at=env.expires_at,
+            began_at=env.ready_at or env.created_at,
+            lifecycle=conf.class_lifecycle(env.env_class),
+        )
+        if warn_at and warn_at <= now:
             left = max(0, int((env.expires_at - now).total_seconds() // 60))
             title = f"{env.name} expires in {left // 60} h {left % 60} min"
-            tag, at = env.expires_at.isoformat(), env.expires_at - warn_before
+            tag, at = env.expires_at.isoformat(), warn_at
             detail = "extend its TTL or let it go"
             items.append(_about(env, "expiring", tag, title=title, detail=detail, at=at))
         if env.idle_proposed_at:

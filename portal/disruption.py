@@ -133,6 +133,18 @@ def hard_deadline(*, expires_at: datetime, lifecycle: ClassLifecycle) -> datetim
     return expires_at + timedelta(seconds=lifecycle.max_deferral)
 
 
+def expiry_warning_at(
+    *, expires_at: datetime, began_at: datetime | None, lifecycle: ClassLifecycle
+) -> datetime:
+    """When the owner is first warned of the expiry: the class's `warn_before` ahead of it, but
+    never in the first half of the environment's life (from `began_at`, when it became ready), so
+    a TTL no longer than the window is not "expiring" from its first minute."""
+    window = expires_at - timedelta(seconds=lifecycle.warn_before)
+    if began_at is None:
+        return window
+    return max(window, began_at + (expires_at - began_at) / 2)
+
+
 def decide(
     *, now: datetime, expires_at: datetime, answers: list[Answer], lifecycle: ClassLifecycle
 ) -> Decision:

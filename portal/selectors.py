@@ -21,7 +21,7 @@ from kiln.identity import visibility
 from kiln.identity.models import Team
 from kiln.identity.permissions import Actor, approver_teams_filter
 from portal import conf
-from portal.disruption import hard_deadline
+from portal.disruption import expiry_warning_at, hard_deadline
 from portal.lifecycle import Status
 from portal.models import Environment, ProvisioningStep
 from scheduler.showback import Window, environment_ran_cost
@@ -372,7 +372,12 @@ def environment_expiry(*, environment: Environment, now: datetime | None = None)
             "deferral_reason": env.deferral_reason,
             "deferrals": env.deferrals,
             "max_deferral_minutes": int(lifecycle.max_deferral // 60),
-            "warn": env.expires_at - timedelta(seconds=lifecycle.warn_before) <= now,
+            "warn": expiry_warning_at(
+                expires_at=env.expires_at,
+                began_at=env.ready_at or env.created_at,
+                lifecycle=lifecycle,
+            )
+            <= now,
             "expired": env.expires_at <= now,
             "idle_proposed_at": env.idle_proposed_at,
             "idle_teardown_at": idle_at,

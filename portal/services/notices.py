@@ -37,6 +37,7 @@ from kiln.identity.models import Team
 from kiln.identity.permissions import Actor, system_actor
 from portal import activity, conf
 from portal import compose as c
+from portal.disruption import expiry_warning_at
 from portal.lifecycle import Status
 from portal.models import Environment, Notification, TeamWebhook
 from portal.services.lifecycle import audit_target, environment_update
@@ -168,7 +169,12 @@ def environments_warn_and_propose(*, now: datetime, dry_run: bool) -> dict[str, 
         warn = (
             env.expiry_warned_at is None
             and env.expires_at is not None
-            and env.expires_at - timedelta(seconds=lifecycle.warn_before) <= now
+            and expiry_warning_at(
+                expires_at=env.expires_at,
+                began_at=env.ready_at or env.created_at,
+                lifecycle=lifecycle,
+            )
+            <= now
         )
         idle_from = _idle_since(env)
         propose = (

@@ -60,11 +60,12 @@ def world():
     dave, dave_client = person("dave", "approver", payments)
     erin, _ = person("erin", "engineer", search_team)
     soon = timezone.now() + timedelta(minutes=30)
-    environment(payments, "web", "alice", "READY", expires_at=soon)
+    up = timezone.now() - timedelta(hours=23, minutes=30)  # a 24 h TTL's last half hour
+    environment(payments, "web", "alice", "READY", expires_at=soon, ready_at=up)
     environment(payments, "idle", "alice", "READY",
                 expires_at=timezone.now() + timedelta(days=5), idle_proposed_at=timezone.now())  # fmt: skip
     environment(payments, "asks", "alice", "PENDING_APPROVAL")
-    environment(search_team, "hidden-env", "erin", "READY", expires_at=soon)
+    environment(search_team, "hidden-env", "erin", "READY", expires_at=soon, ready_at=up)
     own_namespace("shop", "payments")
     service = canary_services.service_create(
         actor=ADMIN, team=payments, name="checkout", namespace="shop"

@@ -3,6 +3,7 @@ deadline forces; owners defer with a reason; every deferral and forced disruptio
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -283,8 +284,14 @@ def test_defer_api_answers_400_with_reasons_and_200_when_valid(
 def test_page_shows_the_countdown_and_the_warning_banner(
     people, django_capture_on_commit_callbacks, client, settings
 ):
-    settings.KILN_LIFECYCLE_CLASSES = {"dev": {"warn_before": 49 * 3600}}  # TTL 48 h: warned now
+    settings.KILN_LIFECYCLE_CLASSES = {"dev": {"warn_before": 49 * 3600}}
     env = ready_env(people, django_capture_on_commit_callbacks)
+    # Past the first half of its life (60 h up, 48 h to go): warned 49 h ahead, not 4 h ahead.
+    now = timezone.now()
+    Environment.objects.filter(pk=env.pk).update(
+        ready_at=now - timedelta(hours=60), expires_at=now + timedelta(hours=48)
+    )
+    env.refresh_from_db()
     from django.contrib.auth import get_user_model
     from django.contrib.auth.models import Group
 
@@ -298,3 +305,25 @@ def test_page_shows_the_countdown_and_the_warning_banner(
     page = client.get(f"/environments/{env.public_id}/").content.decode()
     assert "Expires in" not in page and "Hard deadline" in page
     assert timezone.now() < env.expires_at
+
+
+def test_the_expiry_warning_starts_its_window_ahead_but_never_in_the_first_half_of_a_life():
+    began = T0
+    lifecycle = DEV  # warned an hour ahead
+    long = d.expiry_warning_at(
+        expires_at=began + timedelta(hours=48), began_at=began, lifecycle=lifecycle
+    )
+    assert long == began + timedelta(hours=47)
+    # A TTL no longer than the window: warned from half-way, not from its first minute.
+    staging = replace(lifecycle, warn_before=24 * 3600)
+    short = d.expiry_warning_at(
+        expires_at=began + timedelta(hours=24), began_at=began, lifecycle=staging
+    )
+    assert short == began + timedelta(hours=12)
+    # Unknown start: the window alone.
+    assert (
+        d.expiry_warning_at(
+            expires_at=began + timedelta(hours=24), began_at=None, lifecycle=staging
+        )
+        == began
+    )
