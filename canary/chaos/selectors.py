@@ -17,6 +17,7 @@ from canary.chaos.leases import TIMING_FIELDS, LeaseTimings, expires_at
 from canary.chaos.models import ChaosExperiment, ChaosInjection, ChaosLease, ChaosLever, LeverScope
 from kiln.errors import NotFound
 from kiln.identity import visibility
+from kiln.identity.models import Team
 from kiln.identity.permissions import Actor
 
 
@@ -119,6 +120,15 @@ def levers_for(*, viewer: Actor) -> list[ChaosLever]:
     )
     rows = list(ChaosLever.objects.filter(scope=LeverScope.PLATFORM)) + list(team_levers)
     return sorted(rows, key=lambda lever: (not lever.engaged, lever.scope != "platform"))
+
+
+def lever_teams(*, viewer: Actor) -> list[str]:
+    """The teams whose lever the viewer may see (visibility.EXPERIMENTS): a platform admin's or
+    an auditor's every team, whether or not its lever was ever moved; otherwise its own."""
+    teams = visibility.restrict(
+        Team.objects.all(), viewer, visibility.EXPERIMENTS, team_field="slug"
+    )
+    return sorted(teams.values_list("slug", flat=True))
 
 
 def levers_engaged(*, viewer: Actor) -> list[ChaosLever]:

@@ -312,7 +312,7 @@ def _lever_context(actor: Any) -> dict[str, Any]:
     levers = chaos_selectors.levers_for(viewer=actor)
     platform = next((lever for lever in levers if lever.scope == LeverScope.PLATFORM), None)
     by_team = {lever.team.slug: lever for lever in levers if lever.scope == LeverScope.TEAM}
-    teams = sorted(set(by_team) | set(actor.teams))
+    teams = sorted(set(by_team) | set(chaos_selectors.lever_teams(viewer=actor)))
     return {
         "platform": {
             "lever": platform,

@@ -274,3 +274,17 @@ def test_pages_show_the_lever_on_every_chaos_page_and_the_home_page(client, peop
     assert refused.status_code == 403
     assert "Only platform admins release the platform lever" in refused.content.decode()
     assert ChaosLever.objects.get(scope="platform").engaged
+
+
+@pytest.mark.django_db
+def test_a_platform_admin_is_offered_every_teams_lever_a_member_its_own(client, people):
+    Team.objects.get_or_create(slug="search", defaults={"name": "Search"})
+    engage = "/chaos/levers/teams/{}/engage/"
+    client.force_login(people["root"])
+    page = client.get(reverse("chaos:lever-list")).content.decode()
+    # Neither lever was ever moved: the admin may still engage both.
+    assert not ChaosLever.objects.filter(scope="team").exists()
+    assert engage.format("payments") in page and engage.format("search") in page
+    client.force_login(people["alice"])
+    page = client.get(reverse("chaos:lever-list")).content.decode()
+    assert engage.format("payments") in page and engage.format("search") not in page
