@@ -197,6 +197,11 @@ class RolloutDecision(models.Model):
     def __str__(self) -> str:
         return f"{self.rollout_id} {self.kind} at tick {self.tick}"
 
+    @property
+    def kind_words(self) -> str:
+        """The decision in words, as the dashboard shows it: "step advanced" (the API keeps `kind`)."""
+        return self.kind.replace("_", " ")
+
 
 class RolloutRoute(models.Model):
     """The traffic a decision ordered (an intent): committed with it, applied after, then marked.
@@ -208,9 +213,7 @@ class RolloutRoute(models.Model):
     """
 
     rollout = models.ForeignKey(Rollout, on_delete=models.CASCADE, related_name="routes")
-    decision = models.OneToOneField(
-        RolloutDecision, on_delete=models.CASCADE, related_name="route"
-    )
+    decision = models.OneToOneField(RolloutDecision, on_delete=models.CASCADE, related_name="route")
     weight = models.PositiveSmallIntegerField()
     subsets = models.BooleanField(default=False, help_text="Apply the DestinationRule too")
     created_at = models.DateTimeField(auto_now_add=True)

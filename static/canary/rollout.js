@@ -196,7 +196,7 @@
       var tr = document.createElement("tr");
       tr.setAttribute("data-decision-id", String(d.id));
       tr.className = "fresh";
-      td(tr, String(d.tick)); td(tr, d.kind); td(tr, d.from_weight + "% → " + d.to_weight + "%");
+      td(tr, String(d.tick)); td(tr, String(d.kind).replace(/_/g, " ")); td(tr, d.from_weight + "% → " + d.to_weight + "%");
       td(tr, d.actor); td(tr, d.reason);
       body.appendChild(tr);
     });

@@ -204,9 +204,18 @@ def test_a_finished_rollout_is_marked_finished_not_live(alice, service):
         services.rollout_create(actor=ADMIN, service=service, **_rollout_kwargs(service))
     )
     services.rollout_abort(actor=ADMIN, rollout=rollout, reason="done")
+    rollout.decisions.create(  # as the analyzer words a step-up, to see it read in words
+        tick=9, kind="step_advanced", actor="system:canary-analyzer", from_weight=10,
+        to_weight=100, reason="no regression",
+    )  # fmt: skip
     page = alice.get(reverse("canary:rollout-detail", args=[rollout.pk])).content.decode()
     assert 'data-finished="true"' in page and ">finished " in page
     assert ">connecting<" not in page and 'id="steer"' not in page
+    # Decisions in words ("step advanced", not the API's `step_advanced`), and the resolution
+    # rule points at the rollout's own design ratios rather than the defaults'.
+    kinds = [row[1] for row in tables(page)["decisions"][1:]]
+    assert kinds == ["started", "inconclusive", "aborted", "step advanced"]
+    assert "+25% median" not in page and "Design ratio</em> in the table below" in page
     listing = alice.get(reverse("canary:rollout-list") + "?status=aborted").content.decode()
     assert "checkout" in listing
 

@@ -65,7 +65,7 @@ def test_rollout_page_streams_ticks_and_decisions(kiln, browser_page):
     kinds = page.locator("#decisions tr[data-decision-id] td:nth-child(2)").all_inner_texts()
     # Started, then step-ups until promoted: on a slow machine a tick covers more traffic, and
     # the evidence can promote it from its first step, so no step-up is guaranteed.
-    assert kinds[0] == "started" and set(kinds[1:]) <= {"step_advanced", "promoted"}, kinds
+    assert kinds[0] == "started" and set(kinds[1:]) <= {"step advanced", "promoted"}, kinds
     page.wait_for_selector("#rollout-status .badge[data-status='promoted']", timeout=60_000)
     assert page.locator("#rollout-weight").inner_text() == "100%"
     # The traffic chart ends at the promotion's 100%, not at the last analysed step.
