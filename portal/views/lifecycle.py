@@ -9,7 +9,7 @@ from portal import conf, services
 from portal.services import sleep, sleep_triggers
 from portal.views.common import action_view
 
-ON_ITS_PAGE = "asked for on its page"  # the reason a sleep or wake from the page is recorded with
+ON_ITS_PAGE = "asked for on the environment's page"  # the reason a page's sleep or wake records
 
 
 class DeferForm(forms.Form):

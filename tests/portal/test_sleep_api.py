@@ -194,6 +194,10 @@ def test_the_page_shows_the_savings_and_the_buttons_with_the_state(
     assert Environment.objects.get().status == Status.SLEEPING
     page = alice.get(reverse("portal:environment-detail", args=[env.public_id])).content.decode()
     assert "Asleep" in page and "Wake it" in page and "Put it to sleep" not in page
+    # No tenant control plane here: the card speaks of what this one has, and how to extend it.
+    assert "Its workloads and nodes are at zero" in page and "wake it to extend it" in page
+    slept = OutboxEvent.objects.get(action="portal.environment.sleep_started")
+    assert slept.data["reason"] == "asked for on the environment's page"
     other = login("bob", "engineer", Team.objects.create(slug="search", name="Search"))
     assert other.post(reverse("portal:environment-wake", args=[env.public_id])).status_code == 404
     approver = login("carol", "approver", team)
