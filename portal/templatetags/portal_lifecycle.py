@@ -1,10 +1,12 @@
-"""`{% environment_expiry env %}`: the expiry countdown, warning banner and idle proposal of one environment."""
+"""`{% environment_expiry env %}`: the expiry countdown, warning banner and idle proposal of one
+environment; `env|status_words`: its status as every page words it."""
 
 from __future__ import annotations
 
 from django import template
 
 from portal import selectors
+from portal.lifecycle import label
 
 register = template.Library()
 
@@ -17,3 +19,9 @@ def environment_expiry(context, env) -> dict:
         "can_act": context.get("can_act", False),
         "csrf_token": context.get("csrf_token"),
     }
+
+
+@register.filter
+def status_words(env) -> str:
+    """The environment's status in words ("Waiting for approval", "Teardown requested")."""
+    return label(env.status, env.status_reason)

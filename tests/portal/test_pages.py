@@ -287,6 +287,8 @@ def test_showback_prices_the_node_hours_the_environments_pool_ran_beside_the_est
     assert row["ran_total"] == Decimal("0.52")
     page = alice.get(reverse("portal:showback")).content.decode()
     assert "Spend from what ran" in page and "$0.52" in page and "3.50" in page
+    # Its status in the words every page uses, not the stored constant.
+    assert "<td>Ready</td>" in page and "<td>READY</td>" not in page
 
 
 def system_view():
