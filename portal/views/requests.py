@@ -17,7 +17,7 @@ from kiln.identity.permissions import (
 )
 from portal import budget_reads, selectors, services
 from portal.forms import EnvironmentRequestForm, class_limits
-from portal.lifecycle import TTL_EXPIRED_PREFIX, Status, badge, label
+from portal.lifecycle import TERMINAL, TTL_EXPIRED_PREFIX, Status, badge, label
 from portal.services import cost, gate
 from portal.validation import field_errors
 from portal.views.common import env_or_404
@@ -37,7 +37,12 @@ def environment_list_context(*, viewer, query) -> dict:
         query.get("page")
     )
     rows = [
-        {"env": e, "badge": badge(e.status), "label": label(e.status, e.status_reason)}
+        {
+            "env": e,
+            "badge": badge(e.status),
+            "label": label(e.status, e.status_reason),
+            "ended": e.status in TERMINAL,  # no expiry or price to show any more
+        }
         for e in page
     ]
     return {

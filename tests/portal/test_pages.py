@@ -19,6 +19,7 @@ from portal import selectors
 from portal.conf import MAX_CPU
 from portal.models import Environment
 from scheduler.models import InstanceType, NodeLifetime, SpotPrice
+from tests.kiln.pages import tables
 
 pytestmark = pytest.mark.django_db
 
@@ -346,3 +347,21 @@ def test_an_approval_that_is_not_yet_enough_says_how_many_more_it_waits_for(team
     frank = login("frank", "approver", team)
     page = frank.post(decide, {"decision": "approve"}, follow=True).content.decode()
     assert f"Approved {env.namespace}." in page
+
+
+def test_the_list_shows_no_expiry_or_price_for_an_environment_that_has_ended(
+    team, django_capture_on_commit_callbacks
+):
+    alice = login("alice", "engineer", team)
+    with django_capture_on_commit_callbacks(execute=True):
+        alice.post(reverse("portal:environment-request"), {**FORM, "env_class": "dev"})
+        alice.post(
+            reverse("portal:environment-request"), {**FORM, "name": "gone", "env_class": "dev"}
+        )
+    Environment.objects.filter(name="gone").update(status="DELETED")
+    rows = {
+        row[0].split()[0]: row
+        for row in tables(alice.get(reverse("portal:environment-list")).content.decode())[""][1:]
+    }
+    assert rows["gone"][5:] == ["—", "—"]
+    assert rows["web"][5] != "—" and rows["web"][6] != "—"
