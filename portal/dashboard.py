@@ -4,6 +4,7 @@ me, and this month's spend."""
 from __future__ import annotations
 
 from kiln.dashboard import Panel, register
+from kiln.identity import visibility
 from kiln.identity.permissions import ENGINEER, Actor, can_approve, has_role
 from portal import selectors
 from portal.lifecycle import LIVE, badge, label
@@ -49,6 +50,9 @@ def spend_this_month(actor: Actor) -> Panel | None:
         return None
     return Panel(
         "portal/_dashboard_spend.html",
-        {"spend": selectors.spend_this_month(viewer=actor)},
+        {
+            "spend": selectors.spend_this_month(viewer=actor),
+            "every_team": visibility.scope(actor, visibility.ENVIRONMENTS).every,
+        },
         order=40,
     )

@@ -143,6 +143,15 @@ def test_the_home_page_lists_items_with_dismiss_and_the_feed_sends_them(world):
     assert {i["kind"] for i in feed["items"]} == {"expiring", "idle", "inconclusive", "experiment"}
 
 
+def test_the_home_pages_spend_says_whose_it_is(world):
+    assert b"for your teams, since the 1st" in world["alice_client"].get(reverse("home")).content
+    root = get_user_model().objects.create_user("root", is_superuser=True, is_staff=True)
+    client = Client()
+    client.force_login(root)
+    home = client.get(reverse("home")).content
+    assert b"for every team, since the 1st" in home and b"for your teams" not in home
+
+
 def test_search_finds_each_kind_by_name_or_id_among_what_the_viewer_may_see(world):
     alice = world["alice"]
     assert [h.title for h in search(alice, "web")] == ["payments/web"]
