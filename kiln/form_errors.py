@@ -8,10 +8,12 @@ Django accepted, and show each field's problem once.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from django import forms
+from django.forms.utils import pretty_name
 
 
 def values_for_service(form: forms.Form) -> dict[str, Any]:
@@ -45,4 +47,21 @@ def add_service_errors(
         if field is not None and field in refused:
             continue
         for message in [messages] if isinstance(messages, str) else messages:
-            form.add_error(field, message)
+            form.add_error(field, in_form_words(form, message))
+
+
+def in_form_words(form: forms.Form, message: str) -> str:
+    """`message` with each field it names as the API does (`duration_seconds`) named as the
+    form labels it ("Duration seconds"): a person reads the page's words, not the API's."""
+
+    def label(match: re.Match[str]) -> str:
+        field = form.fields.get(match[0])
+        if field is None:
+            return match[0]
+        return str(field.label) if field.label else pretty_name(match[0])
+
+    return SNAKE_NAME.sub(label, message)
+
+
+# A name with an underscore: only such names are replaced, never a plain word ("name").
+SNAKE_NAME = re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b")

@@ -229,8 +229,9 @@ def test_create_page_offers_the_teams_namespaces_and_puts_the_blast_radius_on_it
     assert resp.status_code == 400
     form = resp.context["form"]
     assert form.non_field_errors() == []
+    # The API's field names read as the form's labels.
     assert form.errors["max_pods"] == [
-        "give a blast radius: a maximum number of pods (max_pods), a maximum percentage of "
-        "the matching pods (max_percent), or both"
+        "give a blast radius: a maximum number of pods (Blast radius: max pods), a maximum "
+        "percentage of the matching pods (Blast radius: max %), or both"
     ]
     assert ChaosExperiment.objects.count() == 0
