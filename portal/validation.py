@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from portal.conf import MAX_CPU, MAX_GPU, MAX_MEMORY_GIB, MAX_TTL_HOURS
+from portal.conf import MAX_CPU, MAX_GPU, MAX_GPU_PER_CLASS, MAX_MEMORY_GIB, MAX_TTL_HOURS
 
 DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 ENV_CLASSES = ("ephemeral", "dev", "staging", "prod")
@@ -66,7 +66,17 @@ def field_errors(data: dict[str, Any]) -> dict[str, list[str]]:
     ):
         value = data.get(field)
         if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-            add(field, f"Must be a whole number from {low} to {high}.")
+            add(
+                field,
+                f"Must be a whole number from {low} to {high}{_class_gpus(field, env_class)}.",
+            )
     if len(data.get("justification", "") or "") > 2000:
         add("justification", "At most 2000 characters.")
     return errors
+
+
+def _class_gpus(field: str, env_class: Any) -> str:
+    """For GPUs, the class's own lower limit beside the platform's (the policy refuses more)."""
+    if field != "gpu" or env_class not in MAX_GPU_PER_CLASS:
+        return ""
+    return f"; a {env_class} environment may have at most {MAX_GPU_PER_CLASS[env_class]}"

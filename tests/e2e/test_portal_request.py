@@ -31,7 +31,7 @@ def test_estimate_follows_the_fields_while_the_name_is_empty(browser_page: Watch
     page.wait_for_function(
         "() => document.querySelector('#estimate').innerText.includes('No estimate')", timeout=5000
     )
-    assert "GPUs: Must be a whole number from 0 to 16." in _estimate_text(page)
+    assert "GPUs: Must be a whole number from 0 to 16; a " in _estimate_text(page)
     assert "/ hour" not in _estimate_text(page)
     page.fill("#id_gpu", "0")
     with page.expect_response(lambda r: "/environments/estimate/" in r.url):

@@ -9,7 +9,7 @@ import pytest
 from django.urls import reverse
 
 from kiln.identity.models import Membership, Team
-from portal.conf import MAX_CPU, MAX_GPU, MAX_MEMORY_GIB, MAX_TTL_HOURS
+from portal.conf import MAX_CPU, MAX_GPU, MAX_GPU_PER_CLASS, MAX_MEMORY_GIB, MAX_TTL_HOURS
 from portal.forms import EnvironmentRequestForm
 from tests.portal.test_pages import FORM, login
 
@@ -22,7 +22,8 @@ pytestmark = pytest.mark.django_db
         ("cpu", MAX_CPU + 1, f"Must be a whole number from 1 to {MAX_CPU}."),
         ("cpu", 0, f"Must be a whole number from 1 to {MAX_CPU}."),
         ("memory_gib", MAX_MEMORY_GIB + 1, f"Must be a whole number from 1 to {MAX_MEMORY_GIB}."),
-        ("gpu", MAX_GPU + 1, f"Must be a whole number from 0 to {MAX_GPU}."),
+        ("gpu", MAX_GPU + 1, f"Must be a whole number from 0 to {MAX_GPU}; a dev environment "
+         f"may have at most {MAX_GPU_PER_CLASS['dev']}."),
         ("ttl_hours", 0, "TTL must be a whole number of hours, at least 1."),
         ("ttl_hours", MAX_TTL_HOURS["dev"] + 1,
          f"TTL {MAX_TTL_HOURS['dev'] + 1}h exceeds the dev limit of {MAX_TTL_HOURS['dev']}h."),
