@@ -129,7 +129,7 @@ class EnvironmentAdmin(KilnModelAdmin):
                 )
                 done += 1
             except KilnError as exc:
-                self.message_user(request, f"{env.namespace}: {exc.message}", messages.ERROR)
+                self.message_user(request, _refusal(env, exc), messages.ERROR)
         if done:
             self.message_user(request, f"Recorded {done} approval(s).", messages.SUCCESS)
 
@@ -146,7 +146,7 @@ class EnvironmentAdmin(KilnModelAdmin):
                     )
                     done += 1
                 except KilnError as exc:
-                    self.message_user(request, f"{env.namespace}: {exc.message}", messages.ERROR)
+                    self.message_user(request, _refusal(env, exc), messages.ERROR)
             if done:
                 self.message_user(request, f"Rejected {done} request(s).", messages.SUCCESS)
             return None
@@ -188,3 +188,11 @@ class NotificationAdmin(KilnModelAdmin):
 
 # Team budgets (their own module; registered when this one is imported).
 from portal import admin_budget  # noqa: E402, F401
+
+
+def _refusal(env, exc: KilnError) -> str:
+    """A refused decision as the admin's message: the reason, naming the request once (the
+    admin capitalises a message's first letter, which must not be a namespace's)."""
+    if env.namespace in exc.message:
+        return exc.message
+    return f"{exc.message} ({env.namespace})"

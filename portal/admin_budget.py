@@ -33,6 +33,12 @@ class TeamBudgetForm(forms.ModelForm):
             )
         return value
 
+    def clean_warn_percent(self):
+        value = self.cleaned_data.get("warn_percent")
+        if value is not None and not 1 <= value <= 100:
+            raise forms.ValidationError("The warning percentage is from 1 to 100.")
+        return value
+
     def clean_monthly_amount(self):
         value = self.cleaned_data.get("monthly_amount")
         if value is not None and value < 0:

@@ -40,6 +40,19 @@ def test_approve_action_calls_the_service(people):
     assert ApprovalDecision.objects.get().approver_name == "zoe"
 
 
+def test_an_approval_refused_in_admin_says_why_naming_the_request_once(people):
+    env, _ = environment_request_submit(
+        actor=people["alice"], data=request_data(env_class="staging")
+    )
+    client = staff("zoe", "approver", "payments")
+    client.post(URL, {"action": "approve_selected", "_selected_action": [env.pk]})
+    again = client.post(
+        URL, {"action": "approve_selected", "_selected_action": [env.pk]}, follow=True
+    ).content.decode()
+    assert f"Cannot approve {env.namespace}: its status is " in again
+    assert f"{env.namespace.capitalize()}:" not in again
+
+
 def test_reject_action_asks_for_a_reason_first(people):
     env, _ = environment_request_submit(
         actor=people["alice"], data=request_data(env_class="staging")

@@ -39,8 +39,12 @@ def test_platform_admin_sets_and_raises_a_budget_in_admin(teams):
     [
         ({"monthly_amount": "300.00", "currency": "EUR"}, "platform&#x27;s currency, USD"),
         ({"monthly_amount": "-1", "currency": "USD"}, "cannot be negative"),
+        (
+            {"monthly_amount": "300.00", "currency": "USD", "warn_percent": "150"},
+            "The warning percentage is from 1 to 100.",
+        ),
     ],
-    ids=["other-currency", "negative"],
+    ids=["other-currency", "negative", "warn-percent"],
 )
 def test_bad_budget_in_admin_is_a_form_error_and_changes_nothing(teams, form, message):
     root = staff("root", "platform-admin")
@@ -48,6 +52,7 @@ def test_bad_budget_in_admin_is_a_form_error_and_changes_nothing(teams, form, me
         f"{BUDGETS}add/", {"team": teams["payments"].pk, "warn_percent": "80", **form}
     )
     assert response.status_code == 200 and message in response.content.decode()
+    assert "Constraint" not in response.content.decode()
     assert not TeamBudget.objects.exists()
     assert not OutboxEvent.objects.filter(action__startswith="portal.budget.").exists()
 
