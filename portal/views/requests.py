@@ -194,10 +194,16 @@ def environment_policy_check(request: HttpRequest) -> HttpResponse:
     form = EnvironmentRequestForm(request.GET, teams=teams)
     draft, problems = _draft_from(form)
     evaluation = gate.request_dry_run(actor=actor, data=draft) if draft is not None else None
+    # The team's budget is a gate of its own, after the policies: say so where they allow it.
+    budget = _estimate_from(request.GET, actor).get("budget") if evaluation else None
     return render(
         request,
         "portal/_policy_check.html",
-        {"evaluation": evaluation, "problems": problems},
+        {
+            "evaluation": evaluation,
+            "problems": problems,
+            "budget_refuses": bool(budget and budget["outcome"] == "refused"),
+        },
     )
 
 

@@ -53,6 +53,14 @@ def test_the_estimate_meets_the_teams_remaining_budget(team, clock):
     TeamBudget.objects.filter(team=team).update(monthly_amount=Decimal("0.00"))
     refused = _estimate(alice)
     assert 'data-budget-outcome="refused"' in refused and "refused" in refused
+    # The policy line beside it no longer reads a plain "allowed": the budget refuses it.
+    query = {**FORM, "env_class": "dev"}
+    check = alice.get(reverse("portal:environment-policy-check"), query).content.decode()
+    assert "refused by the budget" in check and 'class="badge ok"' not in check
+    TeamBudget.objects.filter(team=team).update(monthly_amount=Decimal("100000.00"))
+    check = alice.get(reverse("portal:environment-policy-check"), query).content.decode()
+    assert "refused by the budget" not in check and 'class="badge ok">allowed' in check
+    TeamBudget.objects.filter(team=team).update(monthly_amount=Decimal("0.00"))
     # The full form carries the same line.
     page = alice.get(reverse("portal:environment-request")).content.decode()
     assert "portal/budget.css" in page
