@@ -67,9 +67,18 @@ def namespace_owner(namespace: str, backend: Any = None) -> str | None:
     return slugs.pop() if len(slugs) == 1 else None
 
 
-def namespaces_of(teams: Callable[[str], bool], backend: Any = None) -> list[str]:
+def namespace_in_cluster(namespace: str, backend: Any = None) -> bool:
+    """True if the cluster has the Namespace: an environment's is owned from its request, but
+    exists only once provisioned (a fault needs the pods in it)."""
+    return _backend(backend).get("v1", "Namespace", "", namespace) is not None
+
+
+def namespaces_of(
+    teams: Callable[[str], bool], backend: Any = None, *, in_cluster_only: bool = False
+) -> list[str]:
     """Every namespace owned by a team `teams(slug)` accepts, by `namespace_owner`'s rule: the
-    cluster's Namespaces by their label, and live environments' namespaces not in it yet."""
+    cluster's Namespaces by their label, and (unless `in_cluster_only`) live environments'
+    namespaces not in it yet."""
     owned: set[str] = set()
     in_cluster: set[str] = set()
     for obj in _backend(backend).list("v1", "Namespace"):
@@ -79,6 +88,8 @@ def namespaces_of(teams: Callable[[str], bool], backend: Any = None) -> list[str
         team = (metadata.get("labels") or {}).get(TEAM_LABEL)
         if isinstance(team, str) and team and teams(team):
             owned.add(name)
+    if in_cluster_only:
+        return sorted(owned)
     for namespace, team in Environment.objects.filter(
         status__in=[s.value for s in LIVE]
     ).values_list("namespace", "team__slug"):

@@ -195,7 +195,7 @@ def experiment_create(request: HttpRequest) -> HttpResponse:
     if not has_role(actor, ENGINEER):
         raise PermissionDenied("Only engineers and platform admins run chaos experiments.")
     try:
-        namespaces = namespaces_of(lambda team: can_run_chaos(actor, team))
+        namespaces = namespaces_of(lambda team: can_run_chaos(actor, team), in_cluster_only=True)
     except DeliveryError:  # the cluster is away: no namespace can be checked, none offered
         namespaces = []
     form = ExperimentForm(request.POST or None, namespaces=namespaces)

@@ -210,8 +210,13 @@ def test_create_page_names_every_problem_in_one_round_and_creates_nothing(alice_
 def test_create_page_offers_the_teams_namespaces_and_puts_the_blast_radius_on_its_field(
     alice_browser,
 ):
+    from tests.canary.test_ownership_support import environment_in
+
+    # A namespace of the team's environment still being provisioned is not offered: no pods.
+    environment_in("payments-next", "payments", status="PROVISIONING")
     page = alice_browser.get(reverse("chaos:experiment-create")).content.decode()
     assert '<option value="shop">shop</option>' in page and 'value="lab"' not in page
+    assert 'value="payments-next"' not in page
     assert "25 means about 1 request in 4" in page  # the percentages explained by example
     assert "with 8 matching pods, 25 means at most 2" in page
     resp = alice_browser.post(

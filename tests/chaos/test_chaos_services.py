@@ -17,12 +17,14 @@ from canary.chaos.services import (
     LeaseNotHeld,
     experiment_abort,
     experiment_create,
+    experiment_errors,
     fault_inject,
     fault_lease_acquire,
     fault_lease_release,
     fault_lease_renew,
     fault_revert,
 )
+from canary.chaos.services.experiments import NOT_IN_CLUSTER
 from kiln.errors import Conflict, Forbidden, IllegalTransition
 from kiln.identity.permissions import ENGINEER, Actor, system_actor
 from tests.chaos.test_chaos_support import (  # noqa: F401
@@ -264,15 +266,24 @@ def test_a_namespace_unknown_to_the_cluster_is_owned_by_its_live_environments_te
     engineer, shop, backend
 ):
     from canary.models import Service
+    from canary.ownership import namespace_owner
     from kiln.identity.models import Team
-    from tests.canary.test_ownership_support import environment_in
+    from tests.canary.test_ownership_support import environment_in, own_namespace
 
     environment_in("payments-prod", "payments", status="PROVISIONING")
-    exp = experiment_create(
-        actor=engineer,
-        data=abort_data(namespace="payments-prod", service="checkout"),
-        backend=backend,
+    data = abort_data(namespace="payments-prod", service="checkout")
+    # The team owns it from the request on, but a fault needs the pods of a namespace the
+    # cluster has: refused, naming why, until the environment is provisioned.
+    assert namespace_owner("payments-prod", backend) == "payments"
+    with pytest.raises(ChaosInvalid, match="not in the cluster yet") as refused:
+        experiment_create(actor=engineer, data=data, backend=backend)
+    assert "namespace" in refused.value.extra["fields"]
+    assert experiment_errors(actor=engineer, data=data, backend=backend)["namespace"] == (
+        NOT_IN_CLUSTER
     )
+    assert not ChaosExperiment.objects.filter(namespace="payments-prod").exists()
+    own_namespace("payments-prod", "payments", backend)
+    exp = experiment_create(actor=engineer, data=data, backend=backend)
     assert exp.team.slug == "payments"
     assert exp.service == "checkout.payments-prod.svc.cluster.local"
     # A canary service row confers no ownership (it is what ownership guards), nor does a

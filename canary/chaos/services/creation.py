@@ -18,13 +18,19 @@ from canary.chaos.services import admission
 from canary.chaos.services.backend import delivery_backend
 from canary.chaos.services.experiments import (
     NO_OWNER,
+    NOT_IN_CLUSTER,
     ChaosInvalid,
     _transition,
     _validate,
     current_timings,
 )
 from canary.chaos.services.levers import lever_require_released
-from canary.ownership import InvalidHost, namespace_owner, require_service_host
+from canary.ownership import (
+    InvalidHost,
+    namespace_in_cluster,
+    namespace_owner,
+    require_service_host,
+)
 from kiln.columns import column_errors
 from kiln.errors import Forbidden
 from kiln.identity.models import Team
@@ -72,6 +78,11 @@ def experiment_submit(
         )
     if not can_run_chaos(actor, team_slug):
         raise Forbidden("Only engineers of the owning team or platform admins run chaos here.")
+    if not namespace_in_cluster(data["namespace"], delivery_backend(backend)):
+        raise ChaosInvalid(
+            f"namespace {data['namespace']} is {NOT_IN_CLUSTER}",
+            extra={"fields": {"namespace": NOT_IN_CLUSTER}},
+        )
     team = Team.objects.filter(slug=team_slug).first()
     if team is None:
         raise ChaosInvalid(f"team {team_slug} owning {data['namespace']} does not exist")

@@ -32,7 +32,12 @@ from canary.chaos.services.backend import delivery_backend
 from canary.chaos.services.injection import fault_revert
 from canary.chaos.services.leases import ExperimentId
 from canary.chaos.services.levers import experiment_notice
-from canary.ownership import InvalidHost, namespace_owner, require_service_host
+from canary.ownership import (
+    InvalidHost,
+    namespace_in_cluster,
+    namespace_owner,
+    require_service_host,
+)
 from kiln import changes
 from kiln.celery import app
 from kiln.columns import check_columns, column_errors
@@ -44,6 +49,8 @@ log = logging.getLogger("kiln.chaos")
 STOP_CONDITION_KINDS = stops.KINDS  # judged by canary/chaos/stops.py
 MAX_HARD_SECONDS = 24 * 3600
 NO_OWNER = "no Namespace with a kiln.dev/team label"
+# An environment's namespace is its team's from the request on, but a fault needs its pods.
+NOT_IN_CLUSTER = "not in the cluster yet: its environment is waiting for approval or provisioning"
 # One wording for the API (field `blast_radius`) and the form (on its blast radius fields).
 BLAST_RADIUS_REQUIRED = (
     "give a blast radius: a maximum number of pods (max_pods), a maximum percentage of the "
@@ -168,6 +175,8 @@ def experiment_errors(*, actor: Actor, data: dict[str, Any], backend: Any = None
             errors["namespace"] = NO_OWNER
         elif not can_run_chaos(actor, team_slug):
             errors["namespace"] = "not a namespace your team owns"
+        elif not namespace_in_cluster(data["namespace"], delivery_backend(backend)):
+            errors["namespace"] = NOT_IN_CLUSTER
     if data.get("service") and "namespace" not in errors and "service" not in errors:
         try:
             require_service_host(data["service"], data["namespace"], field="service")
