@@ -46,6 +46,9 @@ SLEEP_CARD = {Status.READY, Status.SLEEPING, Status.WAKING}
 
 def _detail_context(request: HttpRequest, env) -> dict:
     actor = actor_from_request(request)
+    pending = env.status == Status.PENDING_APPROVAL
+    # A request still waiting after this person's decision: their approval, the first of two.
+    decided = pending and env.decisions.filter(approver_name=actor.username).exists()
     return {
         "env": env,
         "badge": badge(env.status),
@@ -55,7 +58,9 @@ def _detail_context(request: HttpRequest, env) -> dict:
         "resources": selectors.environment_resources(env),
         "can_act": can_act_on_environment(actor, env.team.slug),
         "can_decide": can_approve(actor, env.team.slug, env.request.requested_by.get_username())
-        and env.status == Status.PENDING_APPROVAL,
+        and pending
+        and not decided,
+        "decided": decided,
         "waiting": WAITING.get(Status(env.status), ""),
     }
 

@@ -344,6 +344,9 @@ def test_an_approval_that_is_not_yet_enough_says_how_many_more_it_waits_for(team
     assert "It waits for 1 more approver." in page and f"Approved {env.namespace}." not in page
     env.refresh_from_db()
     assert env.status == "PENDING_APPROVAL"
+    # The request's page no longer offers carol a decision she has made.
+    detail = carol.get(reverse("portal:environment-detail", args=[env.public_id])).content.decode()
+    assert 'id="actions-decided"' in detail and 'value="approve"' not in detail
     frank = login("frank", "approver", team)
     page = frank.post(decide, {"decision": "approve"}, follow=True).content.decode()
     assert f"Approved {env.namespace}." in page
