@@ -143,6 +143,13 @@ def test_approval_queue_stays_inside_its_card_on_a_desktop(browser_page: Watched
     assert max(rights) <= edge["x"] + edge["width"] + 1, max(rights)
     assert page.evaluate("document.documentElement.scrollWidth") <= 1366
     browser_page.screenshot("approval-queue-plan-open")
+    # On a small laptop the ten columns did not fit: the Decide column was scrolled out of the
+    # card. Class, requester and quota now go under the name, and the buttons stay in sight.
+    page.set_viewport_size({"width": 1024, "height": 768})
+    edge = card.bounding_box()
+    approve = page.locator(f"#row-{waiting['id']} button[value=approve]").bounding_box()
+    assert approve["x"] + approve["width"] <= edge["x"] + edge["width"] + 1, (approve, edge)
+    assert page.locator(f"#row-{waiting['id']} .q-narrow").is_visible()
     browser_page.assert_clean()
 
 
