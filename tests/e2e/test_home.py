@@ -37,6 +37,13 @@ def test_alice_logs_in_and_sees_home_with_nav_and_roles(browser_page: WatchedPag
     assert nav.count() == 1
     assert header.locator(".who .user").inner_text() == "alice"
     assert header.locator(".who .badge.role").all_inner_texts() == ["engineer"]
+    # The bell's count, a badge, is hidden when nothing waits (it showed "0" in amber).
+    shown = page.evaluate(
+        "() => { const b = document.getElementById('attention-bell-count'); const before ="
+        " b.hidden; b.hidden = true; const display = getComputedStyle(b).display;"
+        " b.hidden = before; return display; }"
+    )
+    assert shown == "none"
     facts = page.locator("dl.facts")
     assert facts.locator(".badge.role").all_inner_texts() == ["engineer"]
     assert "payments" in facts.inner_text()
