@@ -228,7 +228,7 @@
     if (r.finished) { finished = true; setStream("finished", "muted"); }
     showChannels(r.analysis);
     var needed = document.getElementById("rollout-needed");
-    if (needed && r.requests_needed) {
+    if (needed && r.requests_needed && !r.finished) {
       needed.className = "small";
       needed.textContent = "Requests still needed to promote: about " + Math.round(r.requests_needed) +
         " canary requests (~" + r.minutes_needed + " min at current traffic).";

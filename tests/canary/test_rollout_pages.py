@@ -216,6 +216,8 @@ def test_a_finished_rollout_is_marked_finished_not_live(alice, service):
     kinds = [row[1] for row in tables(page)["decisions"][1:]]
     assert kinds == ["started", "inconclusive", "aborted", "step advanced"]
     assert "+25% median" not in page and "Design ratio</em> in the table below" in page
+    # Finished: the evidence it ended on, and no talk of what promoting would still need.
+    assert "The evidence it ended on" in page and "still needed to promote" not in page
     listing = alice.get(reverse("canary:rollout-list") + "?status=aborted").content.decode()
     assert "checkout" in listing
 
