@@ -8,9 +8,8 @@ from django.utils import timezone
 
 from kiln.attention import Item, register
 from kiln.identity.permissions import Actor, can_approve
-from portal import budget_reads, conf, selectors
+from portal import budget_reads, selectors
 from portal.budget_math import REACHED
-from portal.disruption import expiry_warning_at
 from portal.lifecycle import Status
 
 
@@ -64,11 +63,7 @@ def my_environments_ending(actor: Actor) -> list[Item]:
                 _about(env, "expiring", "expiring", title=title, detail=detail, at=env.expires_at)
             )
             continue
-        warn_at = env.expires_at and expiry_warning_at(
-            expires_at=env.expires_at,
-            began_at=env.ready_at or env.created_at,
-            lifecycle=conf.class_lifecycle(env.env_class),
-        )
+        warn_at = selectors.expiry_warns_at(env)
         if warn_at and warn_at <= now:
             left = max(0, int((env.expires_at - now).total_seconds() // 60))
             title = f"{env.name} expires in {left // 60} h {left % 60} min"

@@ -27,6 +27,23 @@ from portal.models import Environment, ProvisioningStep
 from scheduler.showback import Window, environment_ran_cost
 
 
+def expiry_warns_at(env: Environment) -> datetime | None:
+    """When the owner is first warned of `env`'s expiry (portal.disruption.expiry_warning_at,
+    its life counted from when it became ready); None when it has no expiry."""
+    if env.expires_at is None:
+        return None
+    return expiry_warning_at(
+        expires_at=env.expires_at,
+        began_at=env.ready_at or env.created_at,
+        lifecycle=conf.class_lifecycle(env.env_class),
+    )
+
+
+def has_decided(env: Environment, username: str) -> bool:
+    """True if `username` approved or rejected the request (reads prefetched decisions)."""
+    return any(d.approver_name == username for d in env.decisions.all())
+
+
 def environment_queryset(viewer: Actor) -> QuerySet[Environment]:
     """Environments (and their requests) the viewer may see (kiln.identity.visibility.ENVIRONMENTS)."""
     qs = Environment.objects.select_related("team", "request", "request__requested_by")
@@ -372,12 +389,7 @@ def environment_expiry(*, environment: Environment, now: datetime | None = None)
             "deferral_reason": env.deferral_reason,
             "deferrals": env.deferrals,
             "max_deferral_minutes": int(lifecycle.max_deferral // 60),
-            "warn": expiry_warning_at(
-                expires_at=env.expires_at,
-                began_at=env.ready_at or env.created_at,
-                lifecycle=lifecycle,
-            )
-            <= now,
+            "warn": expiry_warns_at(env) <= now,
             "expired": env.expires_at <= now,
             "idle_proposed_at": env.idle_proposed_at,
             "idle_teardown_at": idle_at,

@@ -35,9 +35,8 @@ from kiln.cluster.backends import get_backend
 from kiln.errors import InvalidInput, KilnError
 from kiln.identity.models import Team
 from kiln.identity.permissions import Actor, system_actor
-from portal import activity, conf
+from portal import activity, conf, selectors
 from portal import compose as c
-from portal.disruption import expiry_warning_at
 from portal.lifecycle import Status
 from portal.models import Environment, Notification, TeamWebhook
 from portal.services.lifecycle import audit_target, environment_update
@@ -169,12 +168,7 @@ def environments_warn_and_propose(*, now: datetime, dry_run: bool) -> dict[str, 
         warn = (
             env.expiry_warned_at is None
             and env.expires_at is not None
-            and expiry_warning_at(
-                expires_at=env.expires_at,
-                began_at=env.ready_at or env.created_at,
-                lifecycle=lifecycle,
-            )
-            <= now
+            and selectors.expiry_warns_at(env) <= now
         )
         idle_from = _idle_since(env)
         propose = (

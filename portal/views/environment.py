@@ -48,7 +48,7 @@ def _detail_context(request: HttpRequest, env) -> dict:
     actor = actor_from_request(request)
     pending = env.status == Status.PENDING_APPROVAL
     # A request still waiting after this person's decision: their approval, the first of two.
-    decided = pending and env.decisions.filter(approver_name=actor.username).exists()
+    decided = pending and selectors.has_decided(env, actor.username)
     return {
         "env": env,
         "badge": badge(env.status),

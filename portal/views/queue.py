@@ -54,7 +54,7 @@ def approval_queue(request: HttpRequest) -> HttpResponse:
                 "next_place": min(len(approvals) + 1, needed),
                 "basis": approval_basis_words(approval_basis(actor, env.team.slug), env.team.slug),
                 "own": env.request.requested_by.get_username() == actor.username,
-                "decided": any(d.approver_name == actor.username for d in env.decisions.all()),
+                "decided": selectors.has_decided(env, actor.username),
                 "lifetime_cost": (env.hourly_cost * env.request.ttl_hours).quantize(
                     Decimal("0.01")
                 ),
