@@ -50,9 +50,27 @@ USERS = (
 )
 
 
-@transaction.atomic
 def seed_demo() -> list[str]:
-    """Create the demo teams, users and groups, then each app's demo data; return what was created."""
+    """Create the demo teams, users and groups, then each app's demo data; return what was created.
+
+    Idempotent: a run cut short is completed by the next. The people are made in one
+    transaction; each app's seed runs outside it, as its services open their own, and some
+    ask the cluster (who owns a namespace), which no open transaction may wait on.
+    """
+    with transaction.atomic():
+        created = _seed_people()
+    for app_seed in app_seeds():
+        created.extend(app_seed())
+    if created:
+        with transaction.atomic():
+            audit.record(
+                system_actor("seed"), "kiln.demo.seeded", "kiln:demo", {"created": created}
+            )
+    return created
+
+
+def _seed_people() -> list[str]:
+    """The demo's groups, teams, users and memberships: what was created."""
     created: list[str] = []
     for role in ROLES:
         _, made = Group.objects.get_or_create(name=role)
@@ -79,10 +97,6 @@ def seed_demo() -> list[str]:
         if demo.team and not Membership.objects.filter(user=user, team=teams[demo.team]).exists():
             Membership.objects.create(user=user, team=teams[demo.team])
             created.append(f"membership {demo.username}@{demo.team}")
-    for app_seed in app_seeds():
-        created.extend(app_seed())
-    if created:
-        audit.record(system_actor("seed"), "kiln.demo.seeded", "kiln:demo", {"created": created})
     return created
 
 

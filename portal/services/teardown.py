@@ -258,12 +258,13 @@ def _audit_confirmed(run: Run) -> Result:
     env = run.environment
     event_id = step_detail(environment=env, name="audit-confirmed")
     if not event_id.startswith("event:"):
+        workloads = [str(r) for r in _workloads(run)]  # may ask the cluster: before the transaction
         with transaction.atomic():
             recorded = audit.record(
                 run.actor,
                 "portal.environment.workloads_removed",
                 audit_target(env),
-                {"namespace": env.namespace, "workloads": [str(r) for r in _workloads(run)]},
+                {"namespace": env.namespace, "workloads": workloads},
             )
             ProvisioningStep.objects.filter(environment=env, name="audit-confirmed").update(
                 detail=f"event:{recorded}"

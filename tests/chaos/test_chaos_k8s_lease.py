@@ -15,17 +15,22 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from django.db import connection
 
 from canary.chaos.models import ChaosLease
 from canary.chaos.services import (
+    LeaseNotHeld,
     experiment_create,
+    fault_inject,
     fault_lease_acquire,
     fault_lease_release,
     fault_lease_renew,
 )
+from kiln.cluster.lease import KubernetesLease
 from tests.chaos.test_chaos_support import (  # noqa: F401
     abort_data,
     admin,
+    audit_actions,
     backend,
     chaos_settings,
     shop,
@@ -167,6 +172,23 @@ def api_server(settings):
 
 
 @pytest.fixture
+def outside_transactions(monkeypatch):
+    """Every call to the cluster's Lease fails its test when made inside a transaction (no
+    cluster call under a row lock); `calls` counts them. For transactional tests only."""
+    calls: list[str] = []
+    for name in ("read", "replace", "delete"):
+        method = getattr(KubernetesLease, name)
+
+        def guarded(self, *args, _method=method, _name=name, **kwargs):
+            assert not connection.in_atomic_block, f"Lease {_name} inside a transaction"
+            calls.append(_name)
+            return _method(self, *args, **kwargs)
+
+        monkeypatch.setattr(KubernetesLease, name, guarded)
+    return calls
+
+
+@pytest.fixture
 def exp_on_kubernetes(admin, shop, backend, chaos_settings, api_server):
     exp = experiment_create(actor=admin, data=abort_data(), backend=backend)
     chaos_settings.KILN_DELIVERY_BACKEND = "kubernetes"
@@ -199,25 +221,61 @@ def test_acquire_renew_release_mirror_a_coordination_lease(exp_on_kubernetes, ap
     assert _lease(api_server, exp) is None and ChaosLease.objects.get(pk=exp.pk).holder == ""
 
 
-def test_a_lease_held_by_someone_else_in_the_cluster_blocks_the_renewal(
-    exp_on_kubernetes, api_server
+@pytest.mark.django_db(transaction=True)
+def test_the_cluster_lease_is_written_outside_every_transaction(
+    exp_on_kubernetes, api_server, outside_transactions
 ):
+    exp = exp_on_kubernetes
+    assert fault_lease_acquire(experiment_id=exp.pk, holder="controller-a") == 1
+    assert fault_lease_renew(experiment_id=exp.pk, holder="controller-a", term=1)
+    _lease(api_server, exp)["spec"]["holderIdentity"] = "controller-elsewhere"
+    assert not fault_lease_renew(experiment_id=exp.pk, holder="controller-a", term=1)
+    assert fault_lease_acquire(experiment_id=exp.pk, holder="controller-b") == 2
+    assert fault_lease_release(experiment_id=exp.pk, holder="controller-b", term=2)
+    assert {"read", "replace", "delete"} <= set(outside_transactions)
+
+
+def test_a_lease_held_by_someone_else_in_the_cluster_ends_the_term(exp_on_kubernetes, api_server):
     exp = exp_on_kubernetes
     fault_lease_acquire(experiment_id=exp.pk, holder="controller-a")
     _lease(api_server, exp)["spec"]["holderIdentity"] = "controller-elsewhere"
-    before = ChaosLease.objects.get(pk=exp.pk)
     assert not fault_lease_renew(experiment_id=exp.pk, holder="controller-a", term=1)
     after = ChaosLease.objects.get(pk=exp.pk)
-    # The database write rolled back with the refused Kubernetes write.
-    assert (after.renewals, after.resource_version) == (before.renewals, before.resource_version)
+    # The renewal committed before the cluster was asked (no call under the row lock); the
+    # cluster's refusal then ends the term in the database too, audited, so the holder stops.
+    assert (after.holder, after.transitions, after.renewed_at) == ("", 1, None)
+    assert audit_actions()[-1] == "chaos.lease.revoked"
+    assert _lease(api_server, exp)["spec"]["holderIdentity"] == "controller-elsewhere"
 
 
-def test_a_stale_resource_version_is_a_conflict_and_changes_nothing(exp_on_kubernetes, api_server):
+def test_a_stale_resource_version_ends_the_term(exp_on_kubernetes, api_server):
     exp = exp_on_kubernetes
     fault_lease_acquire(experiment_id=exp.pk, holder="controller-a")
-    before = ChaosLease.objects.get(pk=exp.pk)
     api_server.bump_before_next_put = True
     assert not fault_lease_renew(experiment_id=exp.pk, holder="controller-a", term=1)
     after = ChaosLease.objects.get(pk=exp.pk)
-    assert (after.renewals, after.resource_version) == (before.renewals, before.resource_version)
+    assert (after.holder, after.transitions) == ("", 1)
+    assert audit_actions()[-1] == "chaos.lease.revoked"
     assert _lease(api_server, exp)["spec"]["holderIdentity"] == "controller-a"
+    # The next term starts cleanly, in the database and in the cluster.
+    assert fault_lease_acquire(experiment_id=exp.pk, holder="controller-b") == 2
+    assert _lease(api_server, exp)["spec"]["holderIdentity"] == "controller-b"
+
+
+def test_an_acquisition_the_cluster_refuses_holds_nothing(exp_on_kubernetes, api_server, backend):
+    exp = exp_on_kubernetes
+    fault_lease_acquire(experiment_id=exp.pk, holder="controller-a")
+    fault_lease_release(experiment_id=exp.pk, holder="controller-a", term=1)
+    assert _lease(api_server, exp) is None
+    # A Lease of the same name appears, and is written again between our read and our write.
+    api_server.leases[("kiln-system", f"kiln-chaos-{exp.pk}")] = {
+        "metadata": {"name": f"kiln-chaos-{exp.pk}", "resourceVersion": api_server.next_rv()},
+        "spec": {"holderIdentity": "controller-elsewhere"},
+    }
+    api_server.bump_before_next_put = True
+    assert fault_lease_acquire(experiment_id=exp.pk, holder="controller-b") is None
+    lease = ChaosLease.objects.get(pk=exp.pk)
+    assert (lease.holder, lease.transitions) == ("", 2)  # term 2 began and was ended at once
+    assert audit_actions()[-2:] == ["chaos.lease.acquired", "chaos.lease.revoked"]
+    with pytest.raises(LeaseNotHeld):
+        fault_inject(experiment_id=exp.pk, holder="controller-b", term=2, backend=backend)

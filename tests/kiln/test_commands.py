@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import time
+from collections import Counter
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
@@ -13,9 +14,13 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
 from audit.models import OutboxEvent
+from canary import ownership
+from canary import seed as canary_seed
+from kiln.cluster.simulated import SimulatedBackend
 from kiln.identity import keys, tokens
 from kiln.identity.models import Membership, Team
 from kiln.management.commands.standalone import Command as StandaloneCommand
+from tests.support.outside_transactions import OutsideTransactions
 from tests.support.serving import serve_in_thread
 
 
@@ -175,6 +180,17 @@ def test_seed_demo_creates_people_teams_and_roles_once():
     assert again.getvalue().strip() == "demo data already present; nothing to do"
     assert OutboxEvent.objects.count() == events_before
     assert User.objects.count() == users_before
+
+
+@pytest.mark.django_db(transaction=True)
+def test_seed_demo_asks_the_cluster_outside_every_transaction(monkeypatch):
+    calls: Counter[str] = Counter()
+    guarded = OutsideTransactions(SimulatedBackend(), calls)
+    for module in (canary_seed, ownership):  # who owns a namespace; the demo's Namespaces
+        monkeypatch.setattr(module, "get_backend", lambda: guarded)
+    call_command("seed_demo", stdout=io.StringIO())
+    assert calls["get"] > 0 and calls["apply"] > 0, calls
+    assert OutboxEvent.objects.filter(action="kiln.demo.seeded").count() == 1
 
 
 def test_dev_keys_are_generated_beside_the_default_jwks_once(settings, tmp_path):

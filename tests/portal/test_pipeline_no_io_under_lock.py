@@ -11,7 +11,6 @@ import random
 from collections import Counter
 
 import pytest
-from django.db import connection
 
 from kiln.cluster.simulated import SimulatedBackend
 from portal.lifecycle import Status
@@ -37,34 +36,12 @@ from scheduler.models import InstanceType
 from scheduler.simulation import cluster_tick
 from scheduler.simulation.demo import deployment
 from tests.portal.conftest import drain_audit, request_data
+from tests.support.outside_transactions import OutsideTransactions
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.usefixtures("chain_emptied_afterwards"),
 ]
-
-
-class OutsideTransactions:
-    """A delivery backend double: each call asserts no transaction is open, then goes to the
-    real backend. A tenant API server client it hands out is checked the same way."""
-
-    def __init__(self, inner, calls: Counter) -> None:
-        self._inner, self._calls = inner, calls
-
-    def __getattr__(self, name: str):
-        attr = getattr(self._inner, name)
-        if not callable(attr):
-            return attr
-
-        def call(*args, **kwargs):
-            assert not connection.in_atomic_block, f"{name} called inside a transaction"
-            self._calls[name] += 1
-            result = attr(*args, **kwargs)
-            if name == "tenant" and result is not None:
-                return OutsideTransactions(result, self._calls)
-            return result
-
-        return call
 
 
 def _advance_until(advance, env: Environment, wanted: str, *, rounds: int = 8) -> None:

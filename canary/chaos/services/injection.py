@@ -99,6 +99,10 @@ def fault_inject(
     """Apply the fault under the lease term `term`; idempotent for the same holder and term."""
     _require_control(actor)
     backend = delivery_backend(backend)
+    # Who owns the namespace is read from the cluster before the lease's row lock is taken
+    # (no I/O under a lock); an experiment's namespace and team never change.
+    defined = ChaosExperiment.objects.select_related("team").get(pk=experiment_id)
+    owner = namespace_owner(defined.namespace, backend)
     with transaction.atomic():
         lease = ChaosLease.objects.select_for_update().get(pk=experiment_id)
         exp = ChaosExperiment.objects.select_related("team").get(pk=experiment_id)
@@ -106,7 +110,7 @@ def fault_inject(
             raise LeaseNotHeld(f"{holder} does not hold term {term} of the lease")
         if exp.status != ExperimentStatus.RUNNING:
             raise IllegalTransition(f"the experiment is {exp.status}, not running")
-        if namespace_owner(exp.namespace, backend) != exp.team.slug:
+        if owner != exp.team.slug:
             # The namespace changed hands since the experiment was defined: inject nothing there.
             raise Conflict(
                 f"namespace {exp.namespace} no longer belongs to team {exp.team.slug}",

@@ -6,8 +6,10 @@ lease_duration + max_clock_skew. Each acquisition starts a new term
 (`ChaosLease.transitions`), the fencing token every injection carries;
 `fault_lease_renew` is a conditional update on (holder, term). On the kubernetes
 backend that keeps one (Kubernetes: a `coordination.k8s.io/v1` Lease) each write is
-mirrored to the cluster with optimistic concurrency, and a conflict there undoes the
-database write. After an acquisition or a renewal commits, the nodes of the experiment's
+mirrored to the cluster with optimistic concurrency after the database write commits (no
+cluster call under the row lock the update holds); a conflict or a failure there gives
+the term up (`chaos.lease.revoked`), so the holder stops and the reaper takes back any
+fault of that term. After an acquisition or a renewal commits, the nodes of the experiment's
 targets are frozen against disruption for as long as the lease holds
 (`canary.chaos.freeze`); a release thaws them.
 """
@@ -58,6 +60,59 @@ def _cluster_lease(exp_id: ExperimentId) -> LeaseMirror | None:
     )
 
 
+def _mirror(
+    experiment_id: ExperimentId,
+    *,
+    holder: str,
+    term: int,
+    lease_duration: float,
+    acquired_at: datetime,
+    now: datetime,
+    expected_holder: str | None,
+    actor: Actor,
+) -> bool:
+    """After the commit, write the cluster-side Lease where the backend keeps one; True if it
+    holds `holder`'s term (or there is none). A conflict gives the term up and answers False; any
+    other failure gives it up and is raised."""
+    kube = _cluster_lease(experiment_id)
+    if kube is None:
+        return True
+    try:
+        kube.write(
+            holder=holder,
+            lease_duration=lease_duration,
+            acquire_time=acquired_at,
+            renew_time=now,
+            transitions=term,
+            expected_holder=expected_holder,
+        )
+    except LeaseConflict as exc:
+        _give_up(experiment_id, holder=holder, term=term, why=str(exc), actor=actor)
+        return False
+    except Exception as exc:
+        _give_up(experiment_id, holder=holder, term=term, why=str(exc), actor=actor)
+        raise
+    return True
+
+
+def _give_up(
+    experiment_id: ExperimentId, *, holder: str, term: int, why: str, actor: Actor
+) -> None:
+    """The cluster's Lease refused `holder`'s term: end it in the database too (audited), so no
+    injection starts under it and the reaper reverts any fault it applied."""
+    with transaction.atomic():
+        ended = ChaosLease.objects.filter(pk=experiment_id, holder=holder, transitions=term).update(
+            holder="", renewed_at=None, resource_version=F("resource_version") + 1
+        )
+        if ended:
+            record(
+                actor,
+                "chaos.lease.revoked",
+                ChaosExperiment.objects.get(pk=experiment_id),
+                {"holder": holder, "term": term, "by": "the cluster's Lease", "reason": why[:300]},
+            )
+
+
 def fault_lease_acquire(
     *,
     experiment_id: ExperimentId,
@@ -89,26 +144,24 @@ def fault_lease_acquire(
         )
         if not won:
             return None
-        kube = _cluster_lease(experiment_id)
-        if kube is not None:
-            try:
-                kube.write(
-                    holder=holder,
-                    lease_duration=timings.lease_duration,
-                    acquire_time=now,
-                    renew_time=now,
-                    transitions=term,
-                    expected_holder=lease.holder or None,
-                )
-            except LeaseConflict:
-                transaction.set_rollback(True)
-                return None
         record(
             actor,
             "chaos.lease.acquired",
             exp,
             {"holder": holder, "previous_holder": lease.holder, "term": term},
         )
+    mirrored = _mirror(
+        experiment_id,
+        holder=holder,
+        term=term,
+        lease_duration=timings.lease_duration,
+        acquired_at=now,
+        now=now,
+        expected_holder=lease.holder or None,
+        actor=actor,
+    )
+    if not mirrored:
+        return None
     exp.refresh_from_db()
     experiment_freeze_sync(exp, backend=delivery_backend())
     return term
@@ -131,24 +184,21 @@ def fault_lease_renew(
         )
         if not won:
             return False
-        kube = _cluster_lease(experiment_id)
-        if kube is not None:
-            lease = ChaosLease.objects.get(pk=experiment_id)
-            exp = ChaosExperiment.objects.get(pk=experiment_id)
-            try:
-                kube.write(
-                    holder=holder,
-                    lease_duration=exp.lease_duration,
-                    acquire_time=lease.acquired_at or now,
-                    renew_time=now,
-                    transitions=term,
-                    expected_holder=holder,
-                )
-            except LeaseConflict:
-                transaction.set_rollback(True)
-                return False
-    # Renewed: the freeze of the targets' nodes is renewed with it, after the commit.
     experiment = ChaosExperiment.objects.select_related("team").get(pk=experiment_id)
+    acquired_at = ChaosLease.objects.values_list("acquired_at", flat=True).get(pk=experiment_id)
+    mirrored = _mirror(
+        experiment_id,
+        holder=holder,
+        term=term,
+        lease_duration=experiment.lease_duration,
+        acquired_at=acquired_at or now,
+        now=now,
+        expected_holder=holder,
+        actor=actor,
+    )
+    if not mirrored:
+        return False
+    # Renewed: the freeze of the targets' nodes is renewed with it, after the commit.
     experiment_freeze_sync(experiment, backend=delivery_backend())
     return True
 
@@ -164,12 +214,6 @@ def fault_lease_release(
         )
         if not won:
             return False
-        kube = _cluster_lease(experiment_id)
-        if kube is not None:
-            try:
-                kube.delete()
-            except Exception:  # noqa: BLE001 - an orphan Lease only delays the next acquire
-                log.warning("could not delete the Kubernetes Lease of %s", experiment_id)
         exp = ChaosExperiment.objects.get(pk=experiment_id)
         record(
             actor,
@@ -177,5 +221,11 @@ def fault_lease_release(
             exp,
             {"holder": holder, "term": term},
         )
+    kube = _cluster_lease(experiment_id)
+    if kube is not None:
+        try:
+            kube.delete()
+        except Exception:  # noqa: BLE001 - an orphan Lease only delays the next acquire
+            log.warning("could not delete the Kubernetes Lease of %s", experiment_id)
     experiment_freeze_release(experiment_id, reason="lease released", backend=delivery_backend())
     return True
