@@ -76,6 +76,21 @@ def describe(condition: Mapping[str, Any]) -> str:
     return condition["kind"] if threshold is None else f"{condition['kind']} {threshold:g}"
 
 
+def in_words(condition: Mapping[str, Any]) -> str:
+    """A condition as a page says it: `error rate above 0.2`, `p99 latency above 500 ms`,
+    `a rollout of the target rolled back` (`describe` is the API's and the audit's form)."""
+    kind, threshold = condition.get("kind"), condition.get("threshold")
+    if kind == ROLLED_BACK:
+        return "a rollout of the target rolled back"
+    if threshold is None:
+        return str(kind)
+    if kind == ERROR_RATE:
+        return f"error rate above {float(threshold):g}"
+    if kind == P99:
+        return f"p99 latency above {float(threshold):g} ms"
+    return describe(condition)
+
+
 def _shown(kind: str, value: float) -> str:
     if kind == ERROR_RATE:
         return f"error rate {value:.4f}"

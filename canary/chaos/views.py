@@ -14,7 +14,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
-from canary.chaos import actuators, chaos_mesh
+from canary.chaos import actuators, chaos_mesh, stops
 from canary.chaos import selectors as chaos_selectors
 from canary.chaos import services as chaos_services
 from canary.chaos.forms_faults import ChaosMeshFormFields
@@ -246,6 +246,7 @@ def _visible(request: HttpRequest, experiment_id: Any):
 def _detail_context(request: HttpRequest, experiment_id: Any) -> dict[str, Any]:
     actor = actor_from_request(request)
     exp = _visible(request, experiment_id)
+    stopped_by = (exp.end_evidence or {}).get("stop_condition")
     return {
         "exp": exp,
         "badge": _status_badge(exp.status),
@@ -257,7 +258,9 @@ def _detail_context(request: HttpRequest, experiment_id: Any) -> dict[str, Any]:
         "effective_percent": actuators.effective_percent(chaos_services.fault_spec(experiment=exp)),
         "now": timezone.now(),
         "levers": lever_strip(actor),
-        "stopped_by": (exp.end_evidence or {}).get("stop_condition"),
+        "stopped_by": stopped_by,
+        "stopped_by_words": stops.in_words(stopped_by) if stopped_by else "",
+        "condition_words": [stops.in_words(c) for c in exp.stop_conditions or []],
     }
 
 
