@@ -1,5 +1,5 @@
-"""The header's search: environments, rollouts, experiments, nodes and audit events by name or
-id, among what the viewer may see.
+"""The header's search: environments, rollouts, experiments and nodes by name or id, among
+what the viewer may see, and for auditors links into the audit chain's explorer.
 
 kiln imports no app, so each app registers a provider (in its AppConfig.ready, as the home
 page's panels do): it takes the viewer and the query and returns its `Hit`s, read through its
@@ -53,8 +53,11 @@ def clean_query(raw: str | None) -> str:
     return query
 
 
-def _audit_hits(actor: Actor, query: str) -> list[Hit]:
-    """Links into the audit explorer for auditors: the entry by seq, events by target and action."""
+def audit_links(actor: Actor, query: str) -> list[Hit]:
+    """Links into the audit explorer for auditors: the entry by seq, events by target and action.
+
+    Not results: each opens the explorer's filter for the query, which may find nothing, so a
+    page lists them apart from the hits and does not count them."""
     if not can_view_audit(actor):
         return []
     try:
@@ -81,9 +84,9 @@ def _audit_hits(actor: Actor, query: str) -> list[Hit]:
 
 
 def search(actor: Actor, raw: str | None) -> list[Hit]:
-    """Every provider's hits for the query (at most PER_KIND each), then the audit links."""
+    """Every provider's hits for the query (at most PER_KIND each); `audit_links` are apart."""
     query = clean_query(raw)
     hits: list[Hit] = []
     for provider in _PROVIDERS:
         hits.extend(provider(actor, query)[:PER_KIND])
-    return hits + _audit_hits(actor, query)
+    return hits

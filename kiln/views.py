@@ -59,10 +59,16 @@ def search_page(request: HttpRequest) -> HttpResponse:
     groups: dict[str, list[search.Hit]] = {}
     for hit in hits:
         groups.setdefault(hit.kind, []).append(hit)
+    query = search.clean_query(raw)
     return render(
         request,
         "kiln/search.html",
-        {"q": raw.strip(), "groups": list(groups.items()), "count": len(hits)},
+        {
+            "q": query,
+            "groups": list(groups.items()),
+            "count": len(hits),
+            "audit_links": search.audit_links(actor_from_request(request), query),
+        },
     )
 
 

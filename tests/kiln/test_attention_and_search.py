@@ -22,7 +22,7 @@ from kiln.attention.services import attention_dismiss
 from kiln.errors import InvalidInput, NotFound
 from kiln.identity.models import Membership, Team
 from kiln.identity.permissions import Actor, system_actor
-from kiln.search import search
+from kiln.search import audit_links, search
 from portal.models import Environment, EnvironmentRequest
 from tests.canary.test_ownership_support import own_namespace
 
@@ -166,9 +166,28 @@ def test_search_finds_each_kind_by_name_or_id_among_what_the_viewer_may_see(worl
 
 def test_search_links_auditors_into_the_audit_chain_only(world):
     auditor = Actor(username="ann", roles=frozenset({"auditor"}))
-    hits = search(auditor, "42")
-    assert [h.title for h in hits if h.kind == "audit event"][0] == "Audit event #42"
-    assert not [h for h in search(world["alice"], "42") if h.kind == "audit event"]
+    assert [h.title for h in audit_links(auditor, "42")] == ["Audit event #42", "Events on 42"]
+    assert [h.title for h in audit_links(auditor, "canary.rollout.promoted")] == [
+        "Events on canary.rollout.promoted",
+        "Events canary.rollout.promoted",
+    ]
+    assert audit_links(world["alice"], "42") == []
+    # Links to a filter are not results: the search itself finds nothing by that number.
+    assert search(auditor, "42") == []
+
+
+def test_the_search_page_counts_results_and_lists_audit_links_apart(world):
+    auditor = get_user_model().objects.create_user("ann")
+    auditor.groups.add(Group.objects.get_or_create(name="auditor")[0])
+    client = Client()
+    client.force_login(auditor)
+    page = client.get(reverse("search"), {"q": "hidden"}).content.decode()
+    assert "1 result for <strong>hidden</strong>" in page
+    assert "In the audit chain" in page and "Events on hidden" in page
+    page = client.get(reverse("search"), {"q": "nothing-by-this-name"}).content.decode()
+    assert "0 results" in page and 'id="search-none"' in page and "Events on" in page
+    page = world["alice_client"].get(reverse("search"), {"q": "web"}).content.decode()
+    assert "1 result for" in page and "In the audit chain" not in page
 
 
 def test_a_query_too_short_or_too_long_is_a_400_with_the_reason(world):
