@@ -13,6 +13,17 @@ from portal.models import BudgetNotice, BudgetRaise, TeamBudget
 from portal.services import budgets
 
 
+# An amount is typed as text: a browser's number field empties what it cannot read (1e400), so
+# the server would answer "required" instead of saying what is wrong with it.
+MONEY_WIDGET = forms.TextInput(attrs={"inputmode": "decimal", "autocomplete": "off"})
+MONEY_ERRORS = {
+    "invalid": "Type an amount such as 1200 or 1200.50.",
+    "max_digits": "At most 9999999999.99.",
+    "max_whole_digits": "At most 9999999999.99.",
+    "max_decimal_places": "At most two decimal places (cents).",
+}
+
+
 def _cleaned(form: forms.Form, fields: tuple[str, ...]) -> dict:
     """The form's cleaned values of `fields`: the service's keyword arguments."""
     return {name: form.cleaned_data[name] for name in fields}
@@ -24,6 +35,8 @@ class TeamBudgetForm(forms.ModelForm):
     class Meta:
         model = TeamBudget
         fields = ("team", "monthly_amount", "currency", "warn_percent")
+        widgets = {"monthly_amount": MONEY_WIDGET}
+        error_messages = {"monthly_amount": MONEY_ERRORS}
 
     def clean_currency(self) -> str:
         value = (self.cleaned_data.get("currency") or "").strip().upper()
@@ -71,6 +84,8 @@ class BudgetRaiseForm(forms.ModelForm):
     class Meta:
         model = BudgetRaise
         fields = ("team", "amount", "reason")
+        widgets = {"amount": MONEY_WIDGET}
+        error_messages = {"amount": MONEY_ERRORS}
 
     def clean(self):
         data = super().clean()

@@ -43,8 +43,11 @@ def test_platform_admin_sets_and_raises_a_budget_in_admin(teams):
             {"monthly_amount": "300.00", "currency": "USD", "warn_percent": "150"},
             "The warning percentage is from 1 to 100.",
         ),
+        ({"monthly_amount": "1e400", "currency": "USD"}, "At most 9999999999.99."),
+        ({"monthly_amount": "12.345", "currency": "USD"}, "At most two decimal places"),
+        ({"monthly_amount": "a lot", "currency": "USD"}, "Type an amount such as 1200"),
     ],
-    ids=["other-currency", "negative", "warn-percent"],
+    ids=["other-currency", "negative", "warn-percent", "too-large", "cents", "not-a-number"],
 )
 def test_bad_budget_in_admin_is_a_form_error_and_changes_nothing(teams, form, message):
     root = staff("root", "platform-admin")
@@ -82,3 +85,13 @@ def test_approvers_may_not_set_budgets_in_admin(teams):
     )
     assert response.status_code == 403
     assert not TeamBudget.objects.exists()
+
+
+def test_amounts_are_typed_as_text_so_the_server_says_what_is_wrong(teams):
+    # A browser's number field empties what it cannot read (1e400): the form would say
+    # "required" instead of why. The amount is text the server checks, typed on a decimal pad.
+    root = staff("root", "platform-admin")
+    for page in (f"{BUDGETS}add/", f"{RAISES}add/"):
+        html = root.get(page).content.decode()
+        assert 'inputmode="decimal"' in html and 'type="number" name="monthly_amount"' not in html
+        assert 'type="number" name="amount"' not in html
