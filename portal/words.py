@@ -65,7 +65,7 @@ def extended_hours(events: Sequence[tuple[str, str, dict[str, Any]]]) -> int:
 
 # On whose behalf an approver acts for a team (kiln.identity.permissions.approval_basis).
 _BASIS = {
-    "member": "as an approver of {team}",
+    "member": "as one of the team's approvers",
     "change-board": "for the central change board (KILN_APPROVERS_GLOBAL)",
     "platform-admin": "as a platform admin",
 }
