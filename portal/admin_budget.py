@@ -12,7 +12,6 @@ from portal import conf
 from portal.models import BudgetNotice, BudgetRaise, TeamBudget
 from portal.services import budgets
 
-
 # An amount is typed as text: a browser's number field empties what it cannot read (1e400), so
 # the server would answer "required" instead of saying what is wrong with it.
 MONEY_WIDGET = forms.TextInput(attrs={"inputmode": "decimal", "autocomplete": "off"})

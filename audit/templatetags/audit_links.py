@@ -1,9 +1,12 @@
-"""`{{ event.target|target_url }}`: the page of the object an audit target names, or ""."""
+"""`{{ event.target|target_url }}`: the page of the object an audit target names, or "";
+`{{ event.action|break_at_dots }}`: an action name that wraps between its parts."""
 
 from __future__ import annotations
 
 from django import template
 from django.urls import NoReverseMatch, reverse
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
 
 register = template.Library()
 
@@ -26,3 +29,11 @@ def target_url(target: str) -> str:
         return reverse(name, args=[key])
     except NoReverseMatch:
         return ""
+
+
+@register.filter
+def break_at_dots(name: str) -> SafeString:
+    """The name escaped, with a line-break opportunity after each dot
+    (`portal.environment.workloads_removed` wraps between its parts, not mid-word)."""
+    text = str(escape(name))
+    return mark_safe(text.replace(".", ".<wbr>"))  # noqa: S308 - escaped above

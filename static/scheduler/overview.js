@@ -25,12 +25,18 @@
     var palette = { cpu: "#2563eb", memory: "#16a34a", gpu: "#d97706" };
     var columns = [data.t];
     var series = [{ label: "time" }];
+    // Ratios, shown as percentages as the table above shows them.
+    var percent = function (u, v) { return v == null ? "–" : Math.round(v * 100) + "%"; };
     ["cpu", "memory", "gpu"].forEach(function (r) {
       columns.push(data[r]);
-      series.push({ label: r + " committed", stroke: palette[r], width: 2 });
+      series.push({ label: r + " committed", stroke: palette[r], width: 2, value: percent });
       columns.push(data[r + "_pending"]);
-      series.push({ label: r + " pending", stroke: palette[r], width: 1, dash: [6, 4] });
+      series.push({ label: r + " pending", stroke: palette[r], width: 1, dash: [6, 4], value: percent });
     });
+    // Away from the chart the legend shows the latest sample, not dashes.
+    var latest = function (u) {
+      if (u.cursor.idx == null) { u.setLegend({ idx: u.data[0].length - 1 }); }
+    };
     // One sample (a new cluster): uPlot pads a lone time by a thousand days, which drew the axis
     // over years with the point at its edge; show the hour around it instead.
     var span = function (u, min, max) {
@@ -38,7 +44,11 @@
       return lo === hi ? [lo - 1800, hi + 1800] : [min, max];
     };
     new uPlot({ width: Math.max(target.clientWidth, 300), height: 220, series: series,
-                scales: { x: { time: true, range: span } } }, columns, target);
+                scales: { x: { time: true, range: span } },
+                axes: [{}, { values: function (u, ticks) {
+                  return ticks.map(function (v) { return Math.round(v * 100) + "%"; });
+                } }],
+                hooks: { ready: [latest], setCursor: [latest] } }, columns, target);
   }
   document.addEventListener("DOMContentLoaded", function () {
     drawCommitment();

@@ -205,3 +205,35 @@ def test_skip_link_is_the_first_stop_and_jumps_to_the_content(browser_page: Watc
     page.keyboard.press("Enter")
     assert page.evaluate("document.activeElement.id") == "main"
     browser_page.assert_clean()
+
+
+def test_the_scheduler_page_keeps_its_tables_and_tags_inside_their_cards(
+    browser_page: WatchedPage,
+):
+    """The nodes table fits a small laptop's card (type and zone share a column); on a phone a
+    zone's spot quote wraps inside its cell; the commitment chart speaks in percentages and its
+    legend shows the latest sample rather than dashes."""
+    page = browser_page.page
+    page.set_viewport_size({"width": 1024, "height": 800})
+    browser_page.login("root")
+
+    def drawn() -> bool:  # the first nodes sync (every 15 s) stores the first sample
+        browser_page.goto("/scheduler/")
+        return page.locator("table#nodes").count() and page.locator(".u-legend").count()
+
+    api.wait_for(drawn, timeout=90, what="the scheduler page's nodes and commitment chart")
+    card = page.locator("#nodes-section").bounding_box()
+    table = page.locator("table#nodes").bounding_box()
+    assert table["x"] + table["width"] <= card["x"] + card["width"] + 1, (table, card)
+    legend = page.locator("#chart-commitment .u-legend")
+    assert "--" not in legend.inner_text() and "%" in legend.inner_text()
+
+    page.set_viewport_size({"width": 390, "height": 800})
+    browser_page.goto("/scheduler/")
+    page.locator("#pricing-section summary").click()
+    edge = page.locator("#pricing-section").bounding_box()
+    rights = page.eval_on_selector_all(
+        "#pricing .badge", "tags => tags.map(t => t.getBoundingClientRect().right)"
+    )
+    assert rights and max(rights) <= edge["x"] + edge["width"] + 1, (max(rights), edge)
+    browser_page.assert_clean()
