@@ -14,7 +14,10 @@ class ChaosConfig(AppConfig):
         # before the apps are ready, and ready() is where Django says to do such imports.
         from canary.chaos import attention, dashboard, search, tasks  # noqa: F401
         from canary.chaos.reaper import FaultsPastLeaseCollector, FaultsUnconfirmedCollector
-        from kiln import observability
+        from canary.chaos.standalone import controllers_service
+        from kiln import observability, standalone
+
+        standalone.add_service(controllers_service)
 
         observability.add_scrape_collector(FaultsPastLeaseCollector(), kind="chaos-reaper")
         observability.add_scrape_collector(FaultsUnconfirmedCollector(), kind="chaos-reaper")

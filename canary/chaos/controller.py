@@ -43,6 +43,26 @@ from kiln.identity.permissions import system_actor
 
 log = logging.getLogger("kiln.chaos")
 
+# Every controller of this process stops when the process does (standalone's in-process worker):
+# each reverts its fault and gives its lease up, rather than hold Kiln's stop until its
+# experiment ends. The experiment stays running; `controllers_resume` picks it up again.
+_STOPPING = threading.Event()
+_WAKES: set[threading.Event] = set()
+_WAKES_LOCK = threading.Lock()
+
+
+def stop_every_controller() -> None:
+    """Ask every controller of this process to revert, release and return "stopped" now."""
+    _STOPPING.set()
+    with _WAKES_LOCK:
+        for wake in _WAKES:
+            wake.set()
+
+
+def allow_controllers() -> None:
+    """Controllers may run again in this process (after `stop_every_controller`)."""
+    _STOPPING.clear()
+
 
 def controller_identity(prefix: str = "controller") -> str:
     """A holder identity unique to this process and call: `<prefix>:<host>:<pid>:<random>`."""
@@ -75,6 +95,8 @@ def chaos_controller_run(
     wake = threading.Event()
     changes.listen(experiment_notice(experiment_id), wake)
     changes.listen(LEVER_NOTICE, wake)  # one notice wakes every controller a lever stops
+    with _WAKES_LOCK:
+        _WAKES.add(wake)
     try:
         return _controller_loop(
             experiment_id=experiment_id,
@@ -86,6 +108,8 @@ def chaos_controller_run(
             clock=clock,
         )
     finally:
+        with _WAKES_LOCK:
+            _WAKES.discard(wake)
         changes.unlisten(experiment_notice(experiment_id), wake)
         changes.unlisten(LEVER_NOTICE, wake)
 
@@ -122,7 +146,7 @@ def _controller_loop(
 
     while True:
         close_old_connections()
-        if stop is not None and stop.is_set():
+        if (stop is not None and stop.is_set()) or _STOPPING.is_set():
             if term is not None:
                 held = term
                 give_up("controller stopped")
@@ -180,7 +204,7 @@ def _controller_loop(
 def _pause(stop: threading.Event | None, wake: threading.Event, seconds: float) -> None:
     """Sleep until the next renewal, or until `stop` is set or a notice sets `wake`."""
     deadline = time.monotonic() + seconds
-    while not wake.is_set() and (stop is None or not stop.is_set()):
+    while not wake.is_set() and (stop is None or not stop.is_set()) and not _STOPPING.is_set():
         left = deadline - time.monotonic()
         if left <= 0:
             break

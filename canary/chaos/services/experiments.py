@@ -256,6 +256,16 @@ def _abort_locked(
         record(actor, f"chaos.experiment.{_VERBS[ExperimentStatus.ABORTED]}", exp, data)
 
 
+def controllers_resume() -> int:
+    """Queue a controller for every running experiment (standalone's start: its controllers
+    stopped with it); returns how many. One that finds another holding the lease waits for it."""
+    running = ChaosExperiment.objects.filter(status=ExperimentStatus.RUNNING)
+    ids = [str(pk) for pk in running.order_by("created_at").values_list("pk", flat=True)]
+    for experiment_id in ids:
+        _enqueue_controller(experiment_id)
+    return len(ids)
+
+
 def _enqueue_controller(experiment_id: str) -> None:
     if not getattr(settings, "KILN_CHAOS_AUTORUN", True):
         return
