@@ -25,6 +25,7 @@ from portal import budget_reads, conf, resource_tree, selectors, services
 from portal.connect import connection, kubeconfig
 from portal.forms import ExtendForm, ReasonForm
 from portal.lifecycle import Status, badge, label
+from portal.models import PolicyDecision
 from portal.views.common import ACTIVE, action_view, env_or_404
 from portal.views.lifecycle import sleep_context
 from portal.words import extended_hours, phrases
@@ -102,6 +103,8 @@ def environment_detail(request: HttpRequest, public_id: str) -> HttpResponse:
             ],
             "decisions": decisions,
             "denials": [d for d in decisions if not d.allowed],
+            # The request form counts the request's checks, the plan its manifests': both here.
+            "decision_stages": _stage_counts(decisions),
             "approvals": selectors.approval_tally(env),
             "spent": _spent(env),
             "cost": budget_reads.environment_cost(environment=env),
@@ -199,3 +202,13 @@ def environment_teardown(request: HttpRequest, public_id: str) -> HttpResponse:
     except KilnError as exc:
         messages.error(request, exc.message)
     return redirect("portal:environment-detail", public_id=public_id)
+
+
+def _stage_counts(decisions) -> str:
+    """`5 on the request, 18 on the manifests`: the checks of each stage, in words."""
+    on_request = sum(1 for d in decisions if d.stage == PolicyDecision.REQUEST)
+    on_manifests = len(decisions) - on_request
+    parts = [f"{on_request} on the request"] if on_request else []
+    if on_manifests:
+        parts.append(f"{on_manifests} on the composed manifest{'s' if on_manifests != 1 else ''}")
+    return ", ".join(parts)

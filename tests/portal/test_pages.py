@@ -92,6 +92,24 @@ def test_a_denied_request_is_announced_as_an_error_with_the_policy_reason(team):
     assert '<li class="msg error">Requested payments-web: denied by policy.' in page
     assert "spot node pools are for ephemeral and dev" in page
     assert 'class="msg success"' not in page
+    # The policy tab says which stage its checks were at: the request form counts only these.
+    detail = alice.get(reverse("portal:environment-detail", kwargs={"public_id": env.public_id}))
+    checks = env.policy_decisions.count()
+    assert f"denied</span> of {checks} checks ({checks} on the request)." in detail.content.decode()
+
+
+def test_the_policy_tab_counts_the_checks_of_each_stage(team):
+    alice = login("alice", "engineer", team)
+    alice.post(reverse("portal:environment-request"), FORM)
+    env = Environment.objects.get()
+    on_request = env.policy_decisions.filter(stage="request").count()
+    on_manifests = env.policy_decisions.filter(stage="manifest").count()
+    assert on_request > 0 and on_manifests > 1
+    page = alice.get(reverse("portal:environment-detail", kwargs={"public_id": env.public_id}))
+    assert (
+        f"All {on_request + on_manifests} policy checks allowed ({on_request} on the request, "
+        f"{on_manifests} on the composed manifests)"
+    ) in page.content.decode()
 
 
 def test_the_actions_card_says_what_is_happening_while_there_is_nothing_to_do(team):
