@@ -144,6 +144,10 @@
     body.replaceChildren(rows);
   }
 
+  function latestTick(u) {
+    if (u.cursor.idx == null && u.data[0].length) { u.setLegend({ idx: u.data[0].length - 1 }); }
+  }
+
   function build() {
     Object.keys(defs).forEach(function (name) {
       var def = defs[name];
@@ -155,7 +159,9 @@
         axes: [{ label: "tick" }, {}],
         series: [{ label: "tick" }].concat(def.series.map(function (s) {
           return { label: s.label, stroke: s.stroke, width: 2, dash: s.dash, points: { show: false } };
-        }))
+        })),
+        // Away from the chart the legend shows the latest tick, not dashes.
+        hooks: { ready: [latestTick], setCursor: [latestTick], setData: [latestTick] }
       };
       charts[name] = new uPlot(opts, data(def), el);
     });

@@ -5,7 +5,13 @@
     var node = document.getElementById(target.dataset.chart);
     if (!node || typeof uPlot === "undefined") { return; }
     var data = JSON.parse(node.textContent);
-    var money = function (u, v) { return v == null ? "-" : data.currency + " " + v.toFixed(2); };
+    var money = function (u, v) { return v == null ? "–" : data.currency + " " + v.toFixed(2); };
+    var today = function (u) {
+      if (u.cursor.idx != null) { return; }
+      var spend = u.data[1], i = spend.length - 1;
+      while (i > 0 && spend[i] == null) { i--; }
+      u.setLegend({ idx: i });
+    };
     var opts = {
       width: Math.max(target.clientWidth, 280),
       height: 220,
@@ -16,7 +22,9 @@
         { label: "spent", stroke: "#2563eb", width: 2, fill: "rgba(37, 99, 235, 0.08)", value: money },
         { label: "forecast", stroke: "#d97706", width: 2, dash: [6, 4], value: money },
         { label: "budget", stroke: "#dc2626", width: 1.5, points: { show: false }, value: money }
-      ]
+      ],
+      // Away from the chart the legend shows today (the last day with spend), not dashes.
+      hooks: { ready: [today], setCursor: [today] }
     };
     target.textContent = "";
     var chart = new uPlot(opts, [data.days, data.spend, data.forecast, data.budget], target);

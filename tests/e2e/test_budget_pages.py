@@ -37,6 +37,9 @@ def _walk(browser_page: WatchedPage, kiln) -> None:
         # uPlot drew its canvas inside the card, no wider than the screen.
         page.wait_for_selector("#budget-chart-payments canvas")
         assert page.evaluate("document.documentElement.scrollWidth") <= width
+        # Away from the chart its legend shows today's figures, not dashes.
+        legend = page.locator("#budget-chart-payments .u-legend").inner_text()
+        assert "--" not in legend and "USD" in legend, legend
         assert "Forecast" in card.inner_text() and "USD 40.00" in card.inner_text()
         browser_page.screenshot(name)
     page.set_viewport_size({"width": 1280, "height": 900})
