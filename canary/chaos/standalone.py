@@ -7,13 +7,14 @@ running, which takes its lease and injects again. Registered with `kiln.standalo
 
 from __future__ import annotations
 
+from canary.chaos import controller
+from canary.chaos.services import controllers_resume
 from kiln.standalone import Service
 
 
 def controllers_service() -> Service:
-    """The chaos controllers as one of standalone's in-process services."""
-    from canary.chaos import controller
-    from canary.chaos.services import controllers_resume
+    """The chaos controllers as one of standalone's in-process services (imported from the
+    app's ready(), once the models are)."""
 
     def start() -> None:
         controller.allow_controllers()
