@@ -144,8 +144,9 @@
     body.replaceChildren(rows);
   }
 
+  // Whenever the legend is left on no tick (the pointer left, a tick arrived), it shows the last.
   function latestTick(u) {
-    if (u.cursor.idx == null && u.data[0].length) { u.setLegend({ idx: u.data[0].length - 1 }); }
+    if (u.legend.idx == null && u.data[0].length) { u.setLegend({ idx: u.data[0].length - 1 }); }
   }
 
   function build() {
@@ -161,7 +162,7 @@
           return { label: s.label, stroke: s.stroke, width: 2, dash: s.dash, points: { show: false } };
         })),
         // Away from the chart the legend shows the latest tick, not dashes.
-        hooks: { ready: [latestTick], setCursor: [latestTick], setData: [latestTick] }
+        hooks: { ready: [latestTick], setLegend: [latestTick] }
       };
       charts[name] = new uPlot(opts, data(def), el);
     });

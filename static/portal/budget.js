@@ -7,7 +7,7 @@
     var data = JSON.parse(node.textContent);
     var money = function (u, v) { return v == null ? "–" : data.currency + " " + v.toFixed(2); };
     var today = function (u) {
-      if (u.cursor.idx != null) { return; }
+      if (u.legend.idx != null || !u.data[0].length) { return; }
       var spend = u.data[1], i = spend.length - 1;
       while (i > 0 && spend[i] == null) { i--; }
       u.setLegend({ idx: i });
@@ -24,7 +24,7 @@
         { label: "budget", stroke: "#dc2626", width: 1.5, points: { show: false }, value: money }
       ],
       // Away from the chart the legend shows today (the last day with spend), not dashes.
-      hooks: { ready: [today], setCursor: [today] }
+      hooks: { ready: [today], setLegend: [today] }
     };
     target.textContent = "";
     var chart = new uPlot(opts, [data.days, data.spend, data.forecast, data.budget], target);

@@ -33,9 +33,10 @@
       columns.push(data[r + "_pending"]);
       series.push({ label: r + " pending", stroke: palette[r], width: 1, dash: [6, 4], value: percent });
     });
-    // Away from the chart the legend shows the latest sample, not dashes.
+    // Away from the chart the legend shows the latest sample, not dashes: whenever the legend
+    // is left on no point (the pointer left, new data came), it goes back to the last one.
     var latest = function (u) {
-      if (u.cursor.idx == null) { u.setLegend({ idx: u.data[0].length - 1 }); }
+      if (u.legend.idx == null && u.data[0].length) { u.setLegend({ idx: u.data[0].length - 1 }); }
     };
     // One sample (a new cluster): uPlot pads a lone time by a thousand days, which drew the axis
     // over years with the point at its edge; show the hour around it instead.
@@ -48,7 +49,7 @@
                 axes: [{}, { values: function (u, ticks) {
                   return ticks.map(function (v) { return Math.round(v * 100) + "%"; });
                 } }],
-                hooks: { ready: [latest], setCursor: [latest] } }, columns, target);
+                hooks: { ready: [latest], setLegend: [latest] } }, columns, target);
   }
   document.addEventListener("DOMContentLoaded", function () {
     drawCommitment();

@@ -112,6 +112,6 @@ def test_the_api_and_the_explorer_page_find_both_names(chain, api_client_for, cl
     user.groups.add(Group.objects.get_or_create(name="auditor")[0])
     client.force_login(user)
     html = client.get("/audit/", {"action": "chaos.fault.injected"}).content.decode()
-    assert "<code>canary.fault.injected</code>" in html
-    assert "<code>chaos.fault.injected</code>" in html
-    assert "<code>chaos.fault.reverted</code>" not in html
+    assert "<code>canary.<wbr>fault.<wbr>injected</code>" in html
+    assert "<code>chaos.<wbr>fault.<wbr>injected</code>" in html
+    assert "<code>chaos.<wbr>fault.<wbr>reverted</code>" not in html
