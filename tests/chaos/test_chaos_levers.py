@@ -5,18 +5,15 @@ who may move which lever; the state on the API, the chaos pages and the home pag
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
-from django.db import connections
 from django.urls import reverse
 
 from audit.models import OutboxEvent
 from canary.chaos import actuators
-from canary.chaos.controller import chaos_controller_run
 from canary.chaos.models import ChaosExperiment, ChaosInjection, ChaosLease, ChaosLever
 from canary.chaos.reaper import chaos_reap
 from canary.chaos.services import (
@@ -35,6 +32,7 @@ from tests.chaos.test_chaos_support import (  # noqa: F401
     admin,
     backend,
     chaos_settings,
+    controller_running,
     engineer,
     shop,
 )
@@ -178,23 +176,7 @@ def test_a_live_controller_reverts_its_fault_as_soon_as_the_lever_is_engaged(
     chaos_settings.KILN_CHAOS_MAX_CLOCK_SKEW = 0.5
     chaos_settings.KILN_CHAOS_REVERT_BUDGET = 1.0
     exp = experiment_create(actor=engineer, data=abort_data(), backend=backend)
-    outcome: list[str] = []
-
-    def run() -> None:
-        try:
-            outcome.append(
-                chaos_controller_run(experiment_id=exp.pk, holder="controller-a", backend=backend)
-            )
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not ChaosInjection.objects.filter(experiment=exp, state="active").exists():
-        assert time.monotonic() < deadline, "the controller never injected"
-        time.sleep(0.02)
-    injection = ChaosInjection.objects.get(experiment=exp)
+    thread, outcome, injection = controller_running(exp, holder="controller-a", backend=backend)
     time.sleep(0.1)  # into the controller's pause between renewals
     engaged = time.monotonic()
     lever_engage(actor=admin, reason="stop everything")

@@ -14,7 +14,6 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from canary.chaos import actuators
 from canary.chaos.models import ChaosInjection, ChaosLease
 from canary.chaos.reaper import chaos_reap
 from canary.chaos.services import (
@@ -36,6 +35,7 @@ from tests.chaos.test_chaos_support import (  # noqa: F401
     chaos_settings,
     engineer,
     shop,
+    stray_fault,
 )
 from tests.support.outside_transactions import OutsideTransactions
 
@@ -80,17 +80,7 @@ def test_no_chaos_path_calls_the_cluster_inside_a_transaction(
     )
     fault_lease_acquire(experiment_id=third.pk, holder="a")
     lapsed = fault_inject(experiment_id=third.pk, holder="a", term=1, backend=guarded)
-    stray = actuators.virtual_service_fault(
-        actuators.FaultSpec(
-            experiment_id=str(third.pk),
-            namespace="shop",
-            selector={"app": "web"},
-            fault="http-abort",
-            service="web",
-            abort_http_status=500,
-        ),
-        7,
-    )
+    stray = stray_fault(third.pk)
     backend.apply([stray])
     renewed = ChaosLease.objects.get(pk=third.pk).renewed_at
     result = chaos_reap(backend=guarded, now=renewed + timedelta(seconds=1.0))

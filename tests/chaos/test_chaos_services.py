@@ -35,6 +35,7 @@ from tests.chaos.test_chaos_support import (  # noqa: F401
     chaos_settings,
     engineer,
     shop,
+    stray_fault,
 )
 
 pytestmark = pytest.mark.django_db
@@ -219,17 +220,7 @@ def test_reaper_reverts_lapsed_lease_and_is_idempotent(engineer, shop, backend):
 
 def test_reaper_sweeps_a_lost_holders_late_write(engineer, shop, backend):
     exp = experiment_create(actor=engineer, data=abort_data(), backend=backend)
-    spec_obj = actuators.virtual_service_fault(
-        actuators.FaultSpec(
-            experiment_id=str(exp.pk),
-            namespace="shop",
-            selector={"app": "web"},
-            fault="http-abort",
-            service="web",
-            abort_http_status=500,
-        ),
-        7,
-    )
+    spec_obj = stray_fault(exp.pk)
     backend.apply([spec_obj])  # a write with a term that has no live injection
     result = chaos_reap(backend=backend)
     assert [s["name"] for s in result.strays] == [spec_obj["metadata"]["name"]]

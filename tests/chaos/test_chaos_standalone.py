@@ -5,22 +5,21 @@ end, and starting Kiln queues a controller for every experiment still running.""
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
 from celery.signals import before_task_publish
-from django.db import connections
 
 from canary.chaos import actuators
-from canary.chaos.controller import allow_controllers, chaos_controller_run
-from canary.chaos.models import ChaosExperiment, ChaosInjection, ChaosLease, ExperimentStatus
+from canary.chaos.controller import allow_controllers
+from canary.chaos.models import ChaosExperiment, ChaosLease, ExperimentStatus
 from canary.chaos.services import CONTROLLER_TASK, experiment_abort, experiment_create
 from canary.chaos.standalone import controllers_service
 from tests.chaos.test_chaos_support import (  # noqa: F401
     abort_data,
     backend,
     chaos_settings,
+    controller_running,
     engineer,
     shop,
 )
@@ -45,23 +44,7 @@ def test_stopping_kiln_stops_every_controller_at_once(engineer, shop, backend, c
         lease_duration=10.0, renew_deadline=5.0, retry_period=3.0, max_clock_skew=0.5,
         revert_budget=1.0,
     )  # fmt: skip
-    outcome: list[str] = []
-
-    def run() -> None:
-        try:
-            outcome.append(
-                chaos_controller_run(experiment_id=exp.pk, holder="in-process", backend=backend)
-            )
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not ChaosInjection.objects.filter(experiment=exp, state="active").exists():
-        assert time.monotonic() < deadline, "the controller never injected"
-        time.sleep(0.02)
-    injection = ChaosInjection.objects.get(experiment=exp)
+    thread, outcome, injection = controller_running(exp, holder="in-process", backend=backend)
     time.sleep(0.1)  # into the controller's pause between renewals
     stopping = time.monotonic()
     controllers.stop()  # returns once the controller has reverted and returned

@@ -14,6 +14,7 @@ from tests.chaos.test_chaos_support import (  # noqa: F401
     chaos_settings,
     engineer,
     shop,
+    signed_in_engineer,
 )
 
 
@@ -33,10 +34,6 @@ def test_a_condition_reads_as_words_on_the_page(condition, words):
 def test_the_experiment_page_names_its_conditions_and_what_stopped_it_in_words(
     client, engineer, shop, backend, django_user_model
 ):
-    from django.contrib.auth.models import Group
-
-    from kiln.identity.models import Membership, Team
-
     exp = experiment_create(
         actor=engineer,
         data=abort_data(
@@ -55,10 +52,7 @@ def test_the_experiment_page_names_its_conditions_and_what_stopped_it_in_words(
         reason="canary-rolled-back: a rollout of the target rolled back (audit chain)",
     )
     type(exp).objects.filter(pk=exp.pk).update(end_evidence=verdict.evidence())
-    user = django_user_model.objects.create_user("alice", password="pw-long-enough-1")
-    user.groups.add(Group.objects.get_or_create(name="engineer")[0])
-    Membership.objects.create(user=user, team=Team.objects.get(slug="payments"))
-    client.force_login(user)
+    signed_in_engineer(client, django_user_model)
     page = client.get(f"/chaos/{exp.pk}/").content.decode()
     assert ">error rate above 0.2<" in page and ">a rollout of the target rolled back<" in page
     assert "Stopped by its condition “a rollout of the target rolled back”" in page

@@ -115,3 +115,62 @@ def audit_actions(target_prefix: str = "chaos.chaosexperiment:") -> list[str]:
         .order_by("id")
         .values_list("action", flat=True)
     )
+
+
+def stray_fault(experiment_id: Any, term: int = 7) -> dict[str, Any]:
+    """An HTTP-abort VirtualService on shop/web under `term`, which no live injection owns: a
+    lost holder's late write, for the reaper to sweep."""
+    from canary.chaos import actuators
+
+    spec = actuators.FaultSpec(
+        experiment_id=str(experiment_id),
+        namespace="shop",
+        selector={"app": "web"},
+        fault="http-abort",
+        service="web",
+        abort_http_status=500,
+    )
+    return actuators.virtual_service_fault(spec, term)
+
+
+def controller_running(experiment, *, holder: str, backend, timeout: float = 30.0):
+    """Start a controller for `experiment` in a thread and wait until its fault is active;
+    returns (thread, outcome list, injection). The outcome list gets the controller's result."""
+    import threading
+    import time
+
+    from django.db import connections
+
+    from canary.chaos.controller import chaos_controller_run
+    from canary.chaos.models import ChaosInjection
+
+    outcome: list[str] = []
+
+    def run() -> None:
+        try:
+            outcome.append(
+                chaos_controller_run(experiment_id=experiment.pk, holder=holder, backend=backend)
+            )
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    deadline = time.monotonic() + timeout
+    while not ChaosInjection.objects.filter(experiment=experiment, state="active").exists():
+        assert time.monotonic() < deadline, "the controller never injected"
+        time.sleep(0.02)
+    return thread, outcome, ChaosInjection.objects.get(experiment=experiment)
+
+
+def signed_in_engineer(client, django_user_model):
+    """`client` signed in as alice, an engineer of team payments."""
+    from django.contrib.auth.models import Group
+
+    from kiln.identity.models import Membership, Team
+
+    user = django_user_model.objects.create_user("alice", password="pw-long-enough-1")
+    user.groups.add(Group.objects.get_or_create(name="engineer")[0])
+    Membership.objects.create(user=user, team=Team.objects.get(slug="payments"))
+    client.force_login(user)
+    return client

@@ -28,6 +28,7 @@ from tests.chaos.test_chaos_support import (  # noqa: F401
     chaos_settings,
     engineer,
     shop,
+    signed_in_engineer,
 )
 from tests.cluster.fake_kube import FakeKube
 from tests.support.kube_sim import HELD_FINALIZER
@@ -313,17 +314,10 @@ def test_on_kubernetes_with_the_real_client(quick_retries, engineer, shop, kube)
 def test_the_experiment_page_shows_the_evidence_and_rechecks(
     quick_retries, client, engineer, shop, backend, django_user_model
 ):
-    from django.contrib.auth.models import Group
-
-    from kiln.identity.models import Membership, Team
-
     inject_failure("stuck_finalizer", kind="TimeChaos")
     injection = _inject(engineer, backend, "clock-skew")
     fault_revert(injection_id=injection.pk, actor=REAPER, reason="test", backend=backend)
-    user = django_user_model.objects.create_user("alice", password="pw-long-enough-1")
-    user.groups.add(Group.objects.get_or_create(name="engineer")[0])
-    Membership.objects.create(user=user, team=Team.objects.get(slug="payments"))
-    client.force_login(user)
+    signed_in_engineer(client, django_user_model)
     page = client.get(f"/chaos/{injection.experiment_id}/").content.decode()
     assert "still there" in page and "held by finalizers kiln.dev/simulated-stuck" in page
     assert "clock behind by 120 s" in page  # the magnitude, in words
