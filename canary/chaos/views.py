@@ -43,7 +43,12 @@ class ExperimentForm(ChaosMeshFormFields, forms.Form):
         "kiln.dev/team with its name.",
     )
     selector = forms.CharField(max_length=500, help_text="matchLabels, e.g. app=web,tier=front")
-    service = forms.CharField(max_length=253, required=False, help_text="host, for HTTP faults")
+    service = forms.CharField(
+        max_length=253,
+        required=False,
+        help_text="host: the target of HTTP faults, and where error-rate and latency stop "
+        "conditions read their metrics",
+    )
     fault = forms.ChoiceField(choices=FaultKind.choices)
     delay_ms = forms.IntegerField(required=False, min_value=1, label="Delay (ms)")
     abort_http_status = forms.IntegerField(required=False, label="Abort HTTP status")

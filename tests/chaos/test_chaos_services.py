@@ -67,6 +67,17 @@ def test_create_stores_experiment_lease_and_audits(engineer, shop, backend):
         ({"fault": "http-delay", "delay_ms": 0}, "delay_ms"),
         ({"stop_conditions": [{"kind": "error-rate-above"}]}, "stop_conditions[0]"),
         ({"namespace": "Not_A_Label"}, "namespace"),
+        ({"selector": {"app": "=web;;"}}, "selector"),  # typed as app==web;;
+        ({"selector": {"-app": "web"}}, "selector"),
+        ({"selector": {"Bad_Prefix/app": "web"}}, "selector"),
+        (
+            {
+                "fault": "pod-kill",
+                "service": "",
+                "stop_conditions": [{"kind": "error-rate-above", "threshold": 0.05}],
+            },
+            "stop_conditions[0]",
+        ),
     ],
     ids=[
         "empty-selector",
@@ -78,6 +89,10 @@ def test_create_stores_experiment_lease_and_audits(engineer, shop, backend):
         "zero-delay",
         "condition-without-threshold",
         "bad-namespace",
+        "selector-value-not-a-label",
+        "selector-key-not-a-label",
+        "selector-prefix-not-a-subdomain",
+        "error-rate-condition-without-a-service",
     ],
 )
 def test_invalid_experiment_is_refused_and_changes_nothing(engineer, shop, backend, over, field):

@@ -39,6 +39,7 @@ from canary.ownership import (
     require_service_host,
 )
 from kiln import changes
+from kiln.cluster.labels import selector_problem
 from kiln.celery import app
 from kiln.columns import check_columns, column_errors
 from kiln.errors import Forbidden, IllegalTransition, InvalidInput, Unavailable
@@ -90,17 +91,8 @@ def _validate(data: dict[str, Any]) -> dict[str, str]:
             raise ValueError
     except Exception:  # noqa: BLE001 - any failure is the same answer
         errors["namespace"] = "a DNS-1123 label"
-    selector = data.get("selector")
-    if (
-        not isinstance(selector, dict)
-        or not selector
-        or not all(
-            isinstance(k, str) and k and isinstance(v, str) and v for k, v in selector.items()
-        )
-    ):
-        errors["selector"] = (
-            "non-empty matchLabels (string keys and values): never the whole namespace"
-        )
+    if problem := selector_problem(data.get("selector")):
+        errors["selector"] = problem
     fault = data.get("fault")
     if fault not in FaultKind.values:
         errors["fault"] = f"one of {', '.join(FaultKind.values)}"
@@ -156,6 +148,13 @@ def _validate(data: dict[str, Any]) -> dict[str, str]:
                 threshold = cond.get("threshold")
                 if not isinstance(threshold, int | float) or threshold < 0:
                     errors[f"stop_conditions[{i}]"] = "needs a non-negative threshold"
+                elif not data.get("service"):
+                    # Read from the service's metrics: without one it could never be checked,
+                    # and the experiment would stop the moment it started.
+                    errors[f"stop_conditions[{i}]"] = (
+                        "error rate and latency are read from the experiment's service: "
+                        "name its host in Service"
+                    )
     return errors
 
 
