@@ -39,8 +39,8 @@ from canary.ownership import (
     require_service_host,
 )
 from kiln import changes
-from kiln.cluster.labels import selector_problem
 from kiln.celery import app
+from kiln.cluster.labels import selector_problem
 from kiln.columns import check_columns, column_errors
 from kiln.errors import Forbidden, IllegalTransition, InvalidInput, Unavailable
 from kiln.identity.permissions import Actor, can_revert_fault, can_run_chaos
