@@ -88,14 +88,16 @@ class BudgetRaiseForm(forms.ModelForm):
 
     def clean(self):
         data = super().clean()
-        team = data.get("team")
-        if team is not None and not TeamBudget.objects.filter(team=team).exists():
-            raise forms.ValidationError(f"Team {team.slug} has no budget to raise; set one first.")
+        # Field errors first: a field with an error is left out of the model's constraint
+        # checks, which would otherwise name the database constraint to the person.
         amount = data.get("amount")
         if amount is not None and amount <= 0:
             self.add_error("amount", "A raise must be more than 0.")
         if not (data.get("reason") or "").strip():
             self.add_error("reason", "Say why the budget is raised.")
+        team = data.get("team")
+        if team is not None and not TeamBudget.objects.filter(team=team).exists():
+            raise forms.ValidationError(f"Team {team.slug} has no budget to raise; set one first.")
         return data
 
 

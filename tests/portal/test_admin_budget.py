@@ -95,3 +95,16 @@ def test_amounts_are_typed_as_text_so_the_server_says_what_is_wrong(teams):
         html = root.get(page).content.decode()
         assert 'inputmode="decimal"' in html and 'type="number" name="monthly_amount"' not in html
         assert 'type="number" name="amount"' not in html
+
+
+@pytest.mark.parametrize("team", ["payments", "search"], ids=["with-budget", "without-budget"])
+def test_a_raise_that_is_not_positive_says_so_in_words(teams, team):
+    root = staff("root", "platform-admin")
+    TeamBudget.objects.create(team=teams["payments"], monthly_amount=Decimal("10"), currency="USD")
+    response = root.post(
+        f"{RAISES}add/", {"team": teams[team].pk, "amount": "-500", "reason": "launch"}
+    )
+    page = response.content.decode()
+    assert response.status_code == 200 and "A raise must be more than 0." in page
+    assert "Constraint" not in page and "portal_budget_raise_positive" not in page
+    assert not BudgetRaise.objects.exists()
