@@ -41,7 +41,7 @@ def approvals_for_me(actor: Actor) -> list[Item]:
         needed = selectors.approvals_needed(environment=env)
         detail = (
             f"{env.env_class} requested by {requester}; needs {needed} approval"
-            f"{'s' if needed != 1 else ''} from {env.team.name}'s approvers"
+            f"{'s' if needed != 1 else ''} from the approvers of {env.team.name}"
         )
         title = f"Approve or reject {env.team.slug}/{env.name}"
         items.append(_about(env, "approval", title=title, detail=detail, at=env.created_at))

@@ -56,6 +56,13 @@ READY, PENDING, FAILED, NOOP = "ready", "pending", "failed", "noop"
 READY_STEP = "ready"
 
 
+# Where a backend's apply puts the objects, in the step's words.
+APPLIED_TO = {
+    "simulated": "the simulated cluster",
+    "kubernetes": "the cluster",
+    "gitops": "the GitOps repository",
+}
+
 def environment_spec(*, environment: Environment) -> c.EnvironmentSpec:
     """The composition input of an environment."""
     req = environment.request
@@ -193,7 +200,8 @@ def _apply(run: Run) -> Result:
         Environment.objects.filter(pk=env.pk).update(applied_refs=applied)
         env.applied_refs = applied
 
-    return done(f"{len(refs)} objects applied with {backend.name}", record=keep)
+    where = APPLIED_TO.get(backend.name, backend.name)
+    return done(f"{len(refs)} objects applied to {where}", record=keep)
 
 
 def _has_tenant(run: Run) -> bool:

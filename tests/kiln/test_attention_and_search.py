@@ -102,7 +102,10 @@ def test_an_engineer_sees_their_expiring_and_idle_environments_held_rollouts_and
 def test_an_approver_sees_the_requests_waiting_for_them_and_another_team_sees_none_of_it(world):
     approvals = [i for i in attention_list(viewer=world["dave"]) if i.kind == "approval"]
     assert [i.title for i in approvals] == ["Approve or reject payments/asks"]
-    assert "requested by alice" in approvals[0].detail
+    assert (
+        approvals[0].detail
+        == "dev requested by alice; needs 1 approval from the approvers of Payments"
+    )
     erin_sees = kinds(attention_list(viewer=world["erin"]))
     assert erin_sees and all("hidden-env" in t for _, t in erin_sees)
 

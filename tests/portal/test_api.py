@@ -176,6 +176,8 @@ def test_dev_is_ready_then_extend_and_delete(api, django_capture_on_commit_callb
     detail = alice.get(f"{URL}{env['id']}/").json()
     assert detail["status"] == "READY"
     assert [s["name"] for s in detail["steps"]] == ["compose", "manifest-policy", "apply", "ready"]
+    applied = next(s for s in detail["steps"] if s["name"] == "apply")
+    assert applied["detail"].endswith("objects applied to the simulated cluster"), applied
     assert detail["manifests"][0]["kind"] == "Namespace"
     extended = alice.post(f"{URL}{env['id']}/extend/", {"hours": 24}, format="json")
     assert extended.status_code == 200 and extended.json()["expires_at"] > detail["expires_at"]
