@@ -226,7 +226,7 @@ def environment_defer_teardown(
                     "fields": {
                         "minutes": [
                             f"{env.env_class} teardown may be deferred at most {limit} minutes "
-                            f"past expiry (until {deadline.isoformat()})."
+                            f"past expiry (until {deadline:%Y-%m-%d %H:%M} UTC)."
                         ]
                     }
                 },

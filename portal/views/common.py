@@ -41,6 +41,15 @@ def error_text(exc: KilnError) -> str:
     return "; ".join(sum(fields.values(), [])) or exc.message
 
 
+def _field_problems(bound: forms.Form) -> str:
+    """What is wrong with each field, by its label (`Reason: Ensure this value has at most 500
+    characters (it has 3000).`)."""
+    return " ".join(
+        f"{(bound.fields[name].label or name.replace('_', ' ')).capitalize()}: {' '.join(errors)}"
+        for name, errors in bound.errors.items()
+    )
+
+
 def action_view(
     act: Callable[..., Any],
     *,
@@ -60,7 +69,8 @@ def action_view(
         env = env_or_404(request, public_id)
         bound = form(request.POST) if form is not None else None
         if bound is not None and not bound.is_valid():
-            messages.error(request, invalid(env) if callable(invalid) else invalid)
+            said = invalid(env) if callable(invalid) else invalid
+            messages.error(request, f"{said} {_field_problems(bound)}".strip())
         else:
             data = bound.cleaned_data if bound is not None else {}
             try:

@@ -174,8 +174,8 @@ environment_extend = action_view(
     done="Extended by {hours} h.",
     form=ExtendForm,
     invalid=lambda env: (
-        "Nothing was extended: give a whole number of hours, at least 1; a "
-        f"{env.env_class} environment lives at most {conf.MAX_TTL_HOURS[env.env_class]} h in all."
+        f"Nothing was extended. A {env.env_class} environment lives at most "
+        f"{conf.MAX_TTL_HOURS[env.env_class]} h in all."
     ),
 )
 

@@ -24,8 +24,7 @@ environment_defer = action_view(
     done="Teardown deferred by {minutes} min.",
     form=DeferForm,
     invalid=lambda env: (
-        "Teardown was not deferred: give whole minutes, at least 1, and a reason; a "
-        f"{env.env_class} environment's teardown may wait at most "
+        f"Teardown was not deferred. A {env.env_class} environment's teardown may wait at most "
         f"{int(conf.class_lifecycle(env.env_class).max_deferral // 60)} minutes past its expiry."
     ),
 )

@@ -200,15 +200,21 @@ def test_progress_partial_polls_while_active_and_detail_shows_manifests(
 @pytest.mark.parametrize(
     ("action", "data", "words"),
     [
-        ("extend", {"hours": "999999999999"}, "a dev environment lives at most 336 h in all."),
-        ("extend", {"hours": "soon"}, "give a whole number of hours, at least 1"),
+        ("extend", {"hours": "999999999999"}, "A dev environment lives at most 336 h in all."),
+        ("extend", {"hours": "soon"}, "Nothing was extended. A dev environment lives at most "
+         "336 h in all. Hours: Enter a whole number."),
         (
             "defer",
             {"minutes": "99999999999999", "reason": "demo"},
             "teardown may wait at most 240 minutes past its expiry.",
         ),
+        (
+            "defer",
+            {"minutes": "30", "reason": "x" * 3000},
+            "Reason: Ensure this value has at most 500 characters (it has 3000).",
+        ),
     ],
-)
+)  # fmt: skip
 def test_an_out_of_range_extension_or_deferral_names_the_classs_limit(
     team, django_capture_on_commit_callbacks, action, data, words
 ):
