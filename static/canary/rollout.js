@@ -241,7 +241,8 @@
         " canary requests (~" + r.minutes_needed + " min at current traffic).";
     }
     var badge = document.querySelector("#rollout-status .badge");
-    badge.textContent = r.status.replace("_", " ");
+    var words = r.status.replace("_", " ");  // as the server writes it: "Rolled back"
+    badge.textContent = words.charAt(0).toUpperCase() + words.slice(1);
     badge.className = "badge " + (STATUS_CLASS[r.status] || "muted");
     badge.setAttribute("data-status", r.status);
     document.getElementById("rollout-weight").textContent = r.weight + "%";

@@ -209,7 +209,9 @@ def test_a_finished_rollout_is_marked_finished_not_live(alice, service):
         to_weight=100, reason="no regression",
     )  # fmt: skip
     page = alice.get(reverse("canary:rollout-detail", args=[rollout.pk])).content.decode()
-    assert 'data-finished="true"' in page and ">finished " in page
+    assert 'data-finished="true"' in page and "<dt>Finished</dt>" in page
+    rollout.refresh_from_db()
+    assert f">{rollout.finished_at:%Y-%m-%d %H:%M:%S} UTC</span>" in page
     assert ">connecting<" not in page and 'id="steer"' not in page
     # Decisions in words ("step advanced", not the API's `step_advanced`), and the resolution
     # rule points at the rollout's own design ratios rather than the defaults'.

@@ -70,6 +70,8 @@ def test_rollout_page_streams_ticks_and_decisions(kiln, browser_page):
     # the evidence can promote it from its first step, so no step-up is guaranteed.
     assert kinds[0] == "started" and set(kinds[1:]) <= {"step advanced", "promoted"}, kinds
     page.wait_for_selector("#rollout-status .badge[data-status='promoted']", timeout=60_000)
+    # The live badge reads as the server renders it (and the list shows it): "Promoted".
+    assert page.locator("#rollout-status .badge").inner_text() == "Promoted"
     assert page.locator("#rollout-weight").inner_text() == "100%"
     # The traffic chart ends at the promotion's 100%, not at the last analysed step.
     _wait_until(lambda: page.get_attribute("#rollout", "data-drawn-weight") == "100")
