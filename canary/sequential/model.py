@@ -16,12 +16,14 @@ CHANNELS = ("errors", "median", "tail")
 
 
 class ConfigError(ValueError):
-    """An impossible analysis setting; `field` names the setting at fault."""
+    """An impossible analysis setting; `field` names the setting at fault. Raised for the first
+    of a configuration's problems, with all of them in `problems`."""
 
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
+        self.problems: list[ConfigError] = [self]
 
 
 MIN_ERROR_RATE = 1e-12  # the smallest alpha or beta: far below any rate a rollout can show
@@ -59,69 +61,11 @@ class AnalysisConfig:
     tick_seconds: float = 60.0  # only for the minutes in the sample-size estimate
 
     def __post_init__(self) -> None:
-        def need(ok: bool, name: str, message: str) -> None:
-            if not ok:
-                raise ConfigError(name, message)
-
-        def number(name: str, *, infinite: bool = False) -> float:
-            # Every setting is a real number (not a bool, not NaN) before it is compared.
-            value = getattr(self, name)
-            need(
-                isinstance(value, int | float)
-                and not isinstance(value, bool)
-                and not math.isnan(value)
-                and (infinite or math.isfinite(value)),
-                name,
-                f"must be a {'' if infinite else 'finite '}number, got {value!r}",
-            )
-            return value
-
-        for name in ("alpha", "beta"):
-            value = number(name)
-            # Below the floor Wald's bounds are no longer finite numbers (1/alpha overflows).
-            need(
-                MIN_ERROR_RATE <= value < 0.5,
-                name,
-                f"must be a probability in [{MIN_ERROR_RATE:g}, 0.5), got {value!r}",
-            )
-        need(self.alpha + self.beta < 1, "beta", "alpha + beta must be below 1")
-        for name in ("error_ratio", "median_ratio", "tail_ratio"):
-            value = number(name)
-            need(value > 1, name, f"a design ratio must be greater than 1, got {value!r}")
-        for name in ("median_shift", "tail_shift"):
-            value = number(name)
-            need(value > 1, name, f"a design shift must be greater than 1, got {value!r}")
-        need(0.5 < number("tail_quantile") < 1, "tail_quantile", "must be in (0.5, 1)")
-        need(number("cusum_threshold") > 0, "cusum_threshold", "must be positive")
-        # An infinite dispersion prior pins the dispersion at 1 (the textbook binomial SPRT).
-        for name, infinite in (("dispersion_prior", True), ("dispersion_ticks", False)):
-            need(number(name, infinite=infinite) >= 0, name, "must be non-negative")
-        for name in ("warmup_ticks", "horizon_ticks", "max_ticks"):
-            value = getattr(self, name)
-            need(
-                isinstance(value, int) and not isinstance(value, bool) and value >= 0,
-                name,
-                f"must be a non-negative integer, got {value!r}",
-            )
-        need(
-            self.horizon_ticks > self.warmup_ticks,
-            "horizon_ticks",
-            f"the analysis ({self.horizon_ticks} ticks) must be longer than its warm-up "
-            f"({self.warmup_ticks} ticks)",
-        )
-        need(
-            self.max_ticks >= self.horizon_ticks,
-            "max_ticks",
-            f"the max duration ({self.max_ticks} ticks) must be at least the planned "
-            f"{self.horizon_ticks} ticks, and so longer than the warm-up ({self.warmup_ticks})",
-        )
-        need(
-            0.5 <= number("alarm_confidence") < 1,
-            "alarm_confidence",
-            f"must be a confidence level in [0.5, 1), got {self.alarm_confidence!r}",
-        )
-        need(0 < number("max_empty_share") <= 1, "max_empty_share", "must be in (0, 1]")
-        need(number("tick_seconds") > 0, "tick_seconds", "must be positive")
+        problems = config_problems(self)
+        if problems:
+            first = problems[0]
+            first.problems = problems  # every one, for a form to name them all at once
+            raise first
 
     @property
     def upper(self) -> float:
@@ -267,3 +211,97 @@ class Evidence:
         """A tick without metrics (the source failed or answered nothing)."""
         zero = (0.0, 0.0, 0.0, 0.0)
         return cls(errors=zero, median=zero, tail=zero, missing=True, note=note)
+
+
+def config_problems(cfg: AnalysisConfig) -> list[ConfigError]:
+    """Every impossible setting of `cfg`, at most one per setting, in the order they are read;
+    a setting that is not a number is not compared further."""
+    found: list[ConfigError] = []
+
+    def need(ok: bool, name: str, message: str) -> None:
+        if not ok and all(p.field != name for p in found):
+            found.append(ConfigError(name, message))
+
+    def number(name: str, *, infinite: bool = False) -> float | None:
+        # Every setting is a real number (not a bool, not NaN) before it is compared.
+        value = getattr(cfg, name)
+        ok = (
+            isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and not math.isnan(value)
+            and (infinite or math.isfinite(value))
+        )
+        need(ok, name, f"must be a {'' if infinite else 'finite '}number, got {value!r}")
+        return value if ok else None
+
+    def integer(name: str) -> int | None:
+        value = getattr(cfg, name)
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        need(ok, name, f"must be a non-negative integer, got {value!r}")
+        return value if ok else None
+
+    rates = {}
+    for name in ("alpha", "beta"):
+        value = number(name)
+        if value is not None:
+            # Below the floor Wald's bounds are no longer finite numbers (1/alpha overflows).
+            in_range = MIN_ERROR_RATE <= value < 0.5
+            need(
+                in_range,
+                name,
+                f"must be a probability in [{MIN_ERROR_RATE:g}, 0.5), got {value!r}",
+            )
+            if in_range:
+                rates[name] = value
+    if len(rates) == 2:
+        need(rates["alpha"] + rates["beta"] < 1, "beta", "alpha + beta must be below 1")
+    for name in ("error_ratio", "median_ratio", "tail_ratio"):
+        value = number(name)
+        if value is not None:
+            need(value > 1, name, f"a design ratio must be greater than 1, got {value!r}")
+    for name in ("median_shift", "tail_shift"):
+        value = number(name)
+        if value is not None:
+            need(value > 1, name, f"a design shift must be greater than 1, got {value!r}")
+    bounded = (
+        ("tail_quantile", lambda v: 0.5 < v < 1, "must be in (0.5, 1)"),
+        ("cusum_threshold", lambda v: v > 0, "must be positive"),
+    )
+    for name, ok, message in bounded:
+        value = number(name)
+        if value is not None:
+            need(ok(value), name, message)
+    # An infinite dispersion prior pins the dispersion at 1 (the textbook binomial SPRT).
+    for name, infinite in (("dispersion_prior", True), ("dispersion_ticks", False)):
+        value = number(name, infinite=infinite)
+        if value is not None:
+            need(value >= 0, name, "must be non-negative")
+    warmup, horizon, most = (integer(n) for n in ("warmup_ticks", "horizon_ticks", "max_ticks"))
+    if warmup is not None and horizon is not None:
+        need(
+            horizon > warmup,
+            "horizon_ticks",
+            f"the analysis ({horizon} ticks) must be longer than its warm-up ({warmup} ticks)",
+        )
+    if most is not None and horizon is not None and warmup is not None:
+        need(
+            most >= horizon,
+            "max_ticks",
+            f"the max duration ({most} ticks) must be at least the planned {horizon} ticks, "
+            f"and so longer than the warm-up ({warmup})",
+        )
+    confidence = number("alarm_confidence")
+    if confidence is not None:
+        need(
+            0.5 <= confidence < 1,
+            "alarm_confidence",
+            f"must be a confidence level in [0.5, 1), got {confidence!r}",
+        )
+    for name, ok, message in (
+        ("max_empty_share", lambda v: 0 < v <= 1, "must be in (0, 1]"),
+        ("tick_seconds", lambda v: v > 0, "must be positive"),
+    ):
+        value = number(name)
+        if value is not None:
+            need(ok(value), name, message)
+    return found

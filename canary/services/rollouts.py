@@ -154,8 +154,9 @@ def rollout_field_errors(
     try:
         analysis_config(probe)
     except ConfigError as exc:
-        errors["config"] = [str(exc)]
-        errors[f"config.{exc.field}"] = [exc.message]
+        errors["config"] = [str(problem) for problem in exc.problems]
+        for problem in exc.problems:
+            errors[f"config.{problem.field}"] = [problem.message]
     except (TypeError, ValueError) as exc:
         errors["config"] = [str(exc)]
     return errors

@@ -27,14 +27,20 @@ MAX_EXTENSION_TICKS = 10_000
 FieldErrors = dict[str, list[str]]
 
 
+DNS_LABEL_WORDS = (
+    "a DNS-1123 label: up to 63 lower-case letters, digits and '-', starting and ending with a "
+    "letter or digit"
+)
+
+
 def dns_label_errors(**values: Any) -> FieldErrors:
-    """`{field: ["a DNS-1123 label"]}` for each value that is not one."""
+    """`{field: [DNS_LABEL_WORDS]}` for each value that is not a DNS-1123 label."""
     errors: FieldErrors = {}
     for field, value in values.items():
         try:
             DNS_LABEL(value)
         except (ValidationError, TypeError):
-            errors[field] = ["a DNS-1123 label"]
+            errors[field] = [DNS_LABEL_WORDS]
     return errors
 
 
@@ -42,7 +48,7 @@ def require_dns_labels(**values: Any) -> None:
     """InvalidInput (400) naming the first value that is not a DNS-1123 label."""
     for field in dns_label_errors(**values):
         raise InvalidInput(
-            f"{field} must be a DNS-1123 label", extra={"fields": {field: ["a DNS-1123 label"]}}
+            f"{field} must be a DNS-1123 label", extra={"fields": {field: [DNS_LABEL_WORDS]}}
         )
 
 

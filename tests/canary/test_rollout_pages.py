@@ -138,6 +138,21 @@ def test_the_start_form_names_every_problem_in_one_round_and_starts_nothing(alic
     assert not OutboxEvent.objects.filter(action__startswith="canary.rollout.").exists()
 
 
+def test_every_impossible_analysis_setting_is_named_at_once(alice, service):
+    response = alice.post(
+        reverse("canary:rollout-new"),
+        _start_form(
+            service, beta=2, error_ratio=-2, median_ratio=0, tail_ratio=0.5, canary_version="V2!"
+        ),
+    )
+    assert response.status_code == 400
+    errors = response.context["form"].errors
+    assert set(errors) == {"beta", "error_ratio", "median_ratio", "tail_ratio", "canary_version"}
+    assert "a design ratio must be greater than 1, got 0" in errors["median_ratio"][0]
+    assert "lower-case letters, digits and '-'" in errors["canary_version"][0]
+    assert Rollout.objects.count() == 0
+
+
 def test_an_inconclusive_rollout_is_shown_plainly_with_what_would_settle_it(alice, service):
     rollout = _held(
         services.rollout_create(actor=ADMIN, service=service, **_rollout_kwargs(service))
