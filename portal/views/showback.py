@@ -43,9 +43,19 @@ def _report(request: HttpRequest, period: str) -> dict[str, Any]:
     days = selectors.SHOWBACK_PERIODS[period]
     team = request.GET.get("team") or None
     since = timezone.now() - timedelta(days=days)
+    series = selectors.spend_by_day(viewer=actor, days=days, team=team)
     return {
         "rows": selectors.team_showback(viewer=actor, team=team, since=since),
-        "series": selectors.spend_by_day(viewer=actor, days=days, team=team),
+        "series": series,
+        # The chart's bars have no axis of their own: its first and last day, its highest day.
+        "spend_axis": {
+            "first": series[0]["day"],
+            "last": series[-1]["day"],
+            "peak": max(d["spend"] for d in series),
+            "total": sum(d["spend"] for d in series),
+        }
+        if series
+        else None,
         "period": period,
         "periods": list(selectors.SHOWBACK_PERIODS),
         "team": team or "",

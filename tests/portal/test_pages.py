@@ -345,6 +345,11 @@ def test_showback_period_counts_only_hours_inside_it_and_lists_teams_at_zero(
     assert Decimal("239.9") < rows["payments"]["total"] <= Decimal("240.01")
     page = alice.get(reverse("portal:showback"), {"period": "7d"}).content.decode()
     assert page.count("<rect ") == 7 and "Spend by day as a table" in page
+    # Beneath the bars: the first and last day, the highest day ($24 at $1/h) and the total.
+    days = [(now - timedelta(days=n)).strftime("%b %-d") for n in (6, 0)]
+    axis = page[page.index('id="spend-axis"') :].split("</p>")[0]
+    assert f"<span>{days[0]}</span>" in axis and f"<span>{days[1]}</span>" in axis
+    assert "highest day $24.00" in axis and "in all $" in axis
     main = page[page.index("<main") : page.index("</main>")]  # the header has a search box
     assert "search" not in main  # alice sees her own team only
     csv = alice.get(reverse("portal:showback-csv"), {"period": "30d"})
