@@ -57,3 +57,5 @@ def test_the_experiment_page_names_its_conditions_and_what_stopped_it_in_words(
     assert ">error rate above 0.2<" in page and ">a rollout of the target rolled back<" in page
     assert "Stopped by its condition “a rollout of the target rolled back”" in page
     assert ">canary-rolled-back<" not in page and "error-rate-above 0.2<" not in page
+    # The lease's duration is not the experiment's: it says what it is.
+    assert "<dt>Lease timings</dt>" in page and "held 1.0 s without renewal" in page
