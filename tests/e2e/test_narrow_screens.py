@@ -237,3 +237,17 @@ def test_the_scheduler_page_keeps_its_tables_and_tags_inside_their_cards(
     )
     assert rights and max(rights) <= edge["x"] + edge["width"] + 1, (max(rights), edge)
     browser_page.assert_clean()
+
+
+def test_a_filter_bar_on_a_phone_lays_its_fields_in_even_halves(browser_page: WatchedPage):
+    page = browser_page.page
+    page.set_viewport_size({"width": 390, "height": 800})
+    browser_page.login("alice")
+    browser_page.goto("/environments/")
+    widths = page.eval_on_selector_all(
+        "form.toolbar > label:not(.check) > input, form.toolbar > label:not(.check) > select",
+        "boxes => boxes.map(b => Math.round(b.getBoundingClientRect().width))",
+    )
+    assert len(widths) == 4 and max(widths) - min(widths) <= 2, widths
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    browser_page.assert_clean()
