@@ -131,7 +131,9 @@ class EnvironmentAdmin(KilnModelAdmin):
             except KilnError as exc:
                 self.message_user(request, _refusal(env, exc), messages.ERROR)
         if done:
-            self.message_user(request, f"Recorded {done} approval(s).", messages.SUCCESS)
+            self.message_user(
+                request, f"Recorded {done} approval{'s' if done != 1 else ''}.", messages.SUCCESS
+            )
 
     @admin.action(description="Reject selected requests (reason required)")
     def reject_selected(self, request: HttpRequest, queryset):
@@ -148,7 +150,9 @@ class EnvironmentAdmin(KilnModelAdmin):
                 except KilnError as exc:
                     self.message_user(request, _refusal(env, exc), messages.ERROR)
             if done:
-                self.message_user(request, f"Rejected {done} request(s).", messages.SUCCESS)
+                self.message_user(
+                    request, f"Rejected {done} request{'s' if done != 1 else ''}.", messages.SUCCESS
+                )
             return None
         return TemplateResponse(
             request,

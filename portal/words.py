@@ -36,7 +36,12 @@ def phrase(actor: str, action: str, data: dict[str, Any], following: str = "") -
     if action.endswith("provisioning_step.failed"):
         return f"Step {data.get('step', '?')} failed"
     if verb == "queued_for_approval":
-        return "Policies allowed" if following == AUTO_APPROVER else "Waiting for approval"
+        # "by system:policy-gate" follows: the gate allowed it, a person is to approve it.
+        return (
+            "Policies allowed"
+            if following == AUTO_APPROVER
+            else "Policies allowed; waiting for approval"
+        )
     if verb == "approved" and actor == AUTO_APPROVER:
         return "Approved automatically"
     if verb == "extended":

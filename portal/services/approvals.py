@@ -110,7 +110,7 @@ def environment_approve(*, actor: Actor, environment: Environment, reason: str =
                 actor=actor,
                 environment=env,
                 to=Status.APPROVED,
-                reason=reason or f"approved by {approvals} approver(s)",
+                reason=reason or f"approved by {approvals} approver{'s' if approvals != 1 else ''}",
                 data={
                     "approvers": list(
                         ApprovalDecision.objects.filter(
