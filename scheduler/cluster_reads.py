@@ -71,6 +71,49 @@ class PodView:
             return ""
         return json.dumps(self.explanation, indent=1, sort_keys=True)
 
+    @property
+    def explanation_words(self) -> list[str]:
+        """The placement's explanation as sentences (empty when it has none Kiln knows)."""
+        return explanation_words(self.explanation)
+
+
+def _counts(rejected: Any) -> str:
+    return ", ".join(f"{count} {why}" for why, count in sorted(rejected.items()))
+
+
+def explanation_words(explanation: Any) -> list[str]:
+    """`kiln.dev/score-explanation` in sentences: where the pod went and why, what was turned
+    away and the best scores; [] when it is not an explanation of a placement."""
+    if not isinstance(explanation, dict) or not explanation.get("node"):
+        return []
+    e = explanation
+    placed = f"Placed on {e['node']} (score {e.get('score', '?')})"
+    if e.get("workloadClass") and e.get("capacityType"):
+        hourly = f", ${e['hourly']}/h" if e.get("hourly") is not None else ""
+        placed += f": a {e['workloadClass']} pod on {e['capacityType']} capacity{hourly}"
+    lines = [f"{placed}."]
+    if "candidates" in e:
+        lines.append(
+            f"{e['candidates']} nodes considered: {e.get('feasibleNodes', '?')} fit it, "
+            f"{e.get('passedExtender', '?')} passed Kiln's filter."
+        )
+    if isinstance(e.get("extenderRejected"), dict) and e["extenderRejected"]:
+        lines.append(f"Kiln's filter turned away: {_counts(e['extenderRejected'])}.")
+    if isinstance(e.get("defaultFilterRejected"), dict) and e["defaultFilterRejected"]:
+        lines.append(
+            f"kube-scheduler's filters turned away: {_counts(e['defaultFilterRejected'])}."
+        )
+    terms = e.get("terms")
+    if isinstance(terms, dict) and terms:
+        # The extender's terms, each in [0, 1]: cost, packing, risk (the score explainer's).
+        lines.append("Terms: " + ", ".join(f"{k} {v}" for k, v in terms.items()) + ".")
+    top = [t for t in e.get("top") or [] if isinstance(t, dict)][:3]
+    if top:
+        lines.append(
+            "Best scores: " + ", ".join(f"{t.get('node')} {t.get('score')}" for t in top) + "."
+        )
+    return lines
+
 
 @dataclass(frozen=True)
 class NodeView:
