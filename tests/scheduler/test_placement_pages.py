@@ -157,3 +157,12 @@ def test_the_environment_page_lists_its_own_nodes_with_offering_and_pods(
     assert f'hx-get="{url}"'.encode() in detail and b'id="tab-nodes"' in detail
     bob = login("bob", "engineer", Team.objects.create(slug="search", name="Search"))
     assert bob.get(url).status_code == 404
+
+
+def test_what_only_a_platform_admin_can_do_is_told_to_a_platform_admin_only(cluster):
+    payments = Team.objects.get_or_create(slug="payments", defaults={"name": "Payments"})[0]
+    engineer = login("alice", "engineer", payments).get(reverse("scheduler:overview"))
+    assert "No trace replays stored yet." in engineer.content.decode()
+    assert "scheduler_replay --store" not in engineer.content.decode()
+    root = login("root", "platform-admin", payments).get(reverse("scheduler:overview"))
+    assert "scheduler_replay --store" in root.content.decode()
