@@ -118,40 +118,47 @@ class EnvironmentAdmin(KilnModelAdmin):
             actions.pop("reject_selected", None)
         return actions
 
-    @admin.action(description="Approve selected requests")
-    def approve_selected(self, request: HttpRequest, queryset) -> None:
-        actor = admin_actor(request)
+    def _each(self, request: HttpRequest, queryset, act) -> int:
+        """`act(env)` for each selected environment; a refusal is said for that one and the
+        others go on. Returns how many were done."""
         done = 0
         for env in queryset:
             try:
-                services.environment_approve(
-                    actor=actor, environment=env, reason="approved in admin"
-                )
+                act(env)
                 done += 1
             except KilnError as exc:
                 self.message_user(request, _refusal(env, exc), messages.ERROR)
+        return done
+
+    @admin.action(description="Approve selected requests")
+    def approve_selected(self, request: HttpRequest, queryset) -> None:
+        actor = admin_actor(request)
+        done = self._each(
+            request,
+            queryset,
+            lambda env: services.environment_approve(
+                actor=actor, environment=env, reason="approved in admin"
+            ),
+        )
         if done:
-            self.message_user(
-                request, f"Recorded {done} approval{'s' if done != 1 else ''}.", messages.SUCCESS
-            )
+            self.message_user(request, f"Recorded {_counted(done, 'approval')}.", messages.SUCCESS)
 
     @admin.action(description="Reject selected requests (reason required)")
     def reject_selected(self, request: HttpRequest, queryset):
         form = RejectForm(request.POST if "apply" in request.POST else None)
         if "apply" in request.POST and form.is_valid():
             actor = admin_actor(request)
-            done = 0
-            for env in queryset:
-                try:
-                    services.environment_reject(
-                        actor=actor, environment=env, reason=form.cleaned_data["reason"]
-                    )
-                    done += 1
-                except KilnError as exc:
-                    self.message_user(request, _refusal(env, exc), messages.ERROR)
+            reason = form.cleaned_data["reason"]
+            done = self._each(
+                request,
+                queryset,
+                lambda env: services.environment_reject(
+                    actor=actor, environment=env, reason=reason
+                ),
+            )
             if done:
                 self.message_user(
-                    request, f"Rejected {done} request{'s' if done != 1 else ''}.", messages.SUCCESS
+                    request, f"Rejected {_counted(done, 'request')}.", messages.SUCCESS
                 )
             return None
         return TemplateResponse(
@@ -192,6 +199,11 @@ class NotificationAdmin(KilnModelAdmin):
 
 # Team budgets (their own module; registered when this one is imported).
 from portal import admin_budget  # noqa: E402, F401
+
+
+def _counted(n: int, noun: str) -> str:
+    """`1 approval`, `3 approvals`."""
+    return f"{n} {noun}{'s' if n != 1 else ''}"
 
 
 def _refusal(env, exc: KilnError) -> str:

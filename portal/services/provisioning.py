@@ -63,6 +63,7 @@ APPLIED_TO = {
     "gitops": "the GitOps repository",
 }
 
+
 def environment_spec(*, environment: Environment) -> c.EnvironmentSpec:
     """The composition input of an environment."""
     req = environment.request

@@ -26,6 +26,7 @@ from portal.connect import connection, kubeconfig
 from portal.forms import ExtendForm, ReasonForm
 from portal.lifecycle import Status, badge, label
 from portal.models import PolicyDecision
+from portal.views import refused_words
 from portal.views.common import ACTIVE, action_view, env_or_404
 from portal.views.lifecycle import sleep_context
 from portal.words import extended_hours, phrases
@@ -173,10 +174,7 @@ environment_extend = action_view(
     services.environment_extend,
     done="Extended by {hours} h.",
     form=ExtendForm,
-    invalid=lambda env: (
-        f"Nothing was extended. A {env.env_class} environment lives at most "
-        f"{conf.MAX_TTL_HOURS[env.env_class]} h in all."
-    ),
+    invalid=refused_words.extension,
 )
 
 

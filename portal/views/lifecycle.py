@@ -7,6 +7,7 @@ from django import forms
 
 from portal import conf, services
 from portal.services import sleep, sleep_triggers
+from portal.views import refused_words
 from portal.views.common import action_view
 
 ON_ITS_PAGE = "asked for on the environment's page"  # the reason a page's sleep or wake records
@@ -23,10 +24,7 @@ environment_defer = action_view(
     services.environment_defer_teardown,
     done="Teardown deferred by {minutes} min.",
     form=DeferForm,
-    invalid=lambda env: (
-        f"Teardown was not deferred. A {env.env_class} environment's teardown may wait at most "
-        f"{int(conf.class_lifecycle(env.env_class).max_deferral // 60)} minutes past its expiry."
-    ),
+    invalid=refused_words.deferral,
 )
 environment_keep = action_view(
     services.environment_keep, done="Kept: it is no longer proposed for early teardown."

@@ -45,7 +45,10 @@ def test_an_approval_refused_in_admin_says_why_naming_the_request_once(people):
         actor=people["alice"], data=request_data(env_class="staging")
     )
     client = staff("zoe", "approver", "payments")
-    client.post(URL, {"action": "approve_selected", "_selected_action": [env.pk]})
+    first = client.post(
+        URL, {"action": "approve_selected", "_selected_action": [env.pk]}, follow=True
+    ).content.decode()
+    assert "Recorded 1 approval." in first
     again = client.post(
         URL, {"action": "approve_selected", "_selected_action": [env.pk]}, follow=True
     ).content.decode()
@@ -65,7 +68,7 @@ def test_reject_action_asks_for_a_reason_first(people):
     )
     env.refresh_from_db()
     assert env.status == "PENDING_APPROVAL"
-    client.post(
+    done = client.post(
         URL,
         {
             "action": "reject_selected",
@@ -73,7 +76,9 @@ def test_reject_action_asks_for_a_reason_first(people):
             "apply": "1",
             "reason": "too big",
         },
+        follow=True,
     )
+    assert "Rejected 1 request." in done.content.decode()
     env.refresh_from_db()
     assert env.status == "REJECTED" and env.status_reason == "too big"
 
