@@ -90,12 +90,18 @@ def test_narrow_pages_fit_and_every_navigation_link_is_on_screen(
     browser_page.assert_clean()
 
 
+def _open(browser_page: WatchedPage, user: str, path: str, *, width: int, height: int = 800):
+    """`path` as `user` at `width` px; returns the page."""
+    page = browser_page.page
+    page.set_viewport_size({"width": width, "height": height})
+    browser_page.login(user)
+    browser_page.goto(path)
+    return page
+
+
 def test_audit_table_stays_inside_its_card_on_a_desktop(browser_page: WatchedPage):
     """Item 9: at 1366 px the audit table's right edge is inside its card."""
-    page = browser_page.page
-    page.set_viewport_size({"width": 1366, "height": 900})
-    browser_page.login("erin")
-    browser_page.goto("/audit/")
+    page = _open(browser_page, "erin", "/audit/", width=1366, height=900)
     card = page.locator(".table-card").bounding_box()
     table = page.locator("table.audit-events").bounding_box()
     assert card and table and table["x"] + table["width"] <= card["x"] + card["width"] + 1
@@ -240,10 +246,7 @@ def test_the_scheduler_page_keeps_its_tables_and_tags_inside_their_cards(
 
 
 def test_a_filter_bar_on_a_phone_lays_its_fields_in_even_halves(browser_page: WatchedPage):
-    page = browser_page.page
-    page.set_viewport_size({"width": 390, "height": 800})
-    browser_page.login("alice")
-    browser_page.goto("/environments/")
+    page = _open(browser_page, "alice", "/environments/", width=390)
     widths = page.eval_on_selector_all(
         "form.toolbar > label:not(.check) > input, form.toolbar > label:not(.check) > select",
         "boxes => boxes.map(b => Math.round(b.getBoundingClientRect().width))",

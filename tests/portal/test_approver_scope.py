@@ -178,7 +178,9 @@ def test_the_queue_lists_only_requests_the_approver_may_decide(scoped):
     page = payments.content.decode()
     assert env.namespace in page
     assert "counts for payments as carol&#x27;s approval, 1 of 2" in page
-    assert "Yours would be approval 2 of 2 for payments, as one of the team&#x27;s approvers." in page
+    assert (
+        "Yours would be approval 2 of 2 for payments, as one of the team&#x27;s approvers." in page
+    )
 
 
 def test_the_queue_of_the_change_board_says_so(scoped, settings):

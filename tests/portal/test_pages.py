@@ -397,4 +397,3 @@ def test_the_list_shows_no_expiry_or_price_for_an_environment_that_has_ended(
     }
     assert rows["gone"][5:] == ["—", "—"]
     assert rows["web"][5] != "—" and rows["web"][6] != "—"
-
