@@ -145,16 +145,16 @@ def environment_request(request: HttpRequest) -> HttpResponse:
                 form.add_error(None, exc.message)
         else:
             if env.status == Status.DENIED:
-                # On record (audited) but not granted: an error, with the policy's reason.
+                # On record (audited) but not granted: an error, with the policies' own words
+                # (the status reason also names each policy and object, for the API and audit).
+                said = [d.message for d in env.policy_decisions.all() if not d.allowed]
                 messages.error(
                     request,
                     f"Requested {env.namespace}: denied by policy. "
-                    f"{env.status_reason or 'See the Policy tab.'}",
+                    f"{' '.join(said) or env.status_reason} See the Policy tab.",
                 )
             else:
-                messages.success(
-                    request, f"Requested {env.namespace}: {env.status.replace('_', ' ').lower()}."
-                )
+                messages.success(request, f"Requested {env.namespace}: {label(env.status)}.")
             return redirect("portal:environment-detail", public_id=env.public_id)
     source = request.POST if request.method == "POST" else {f: form[f].value() for f in form.fields}
     return render(

@@ -92,6 +92,9 @@ def test_a_denied_request_is_announced_as_an_error_with_the_policy_reason(team):
     assert '<li class="msg error">Requested payments-web: denied by policy.' in page
     assert "spot node pools are for ephemeral and dev" in page
     assert 'class="msg success"' not in page
+    # The policies' own words, not their file names and the object they checked.
+    message = page[page.index('<li class="msg error">') :].split("</li>")[0]
+    assert "on EnvironmentRequest" not in message and message.endswith("See the Policy tab.")
     # The policy tab says which stage its checks were at: the request form counts only these.
     detail = alice.get(reverse("portal:environment-detail", kwargs={"public_id": env.public_id}))
     checks = env.policy_decisions.count()
@@ -397,3 +400,11 @@ def test_the_list_shows_no_expiry_or_price_for_an_environment_that_has_ended(
     }
     assert rows["gone"][5:] == ["—", "—"]
     assert rows["web"][5] != "—" and rows["web"][6] != "—"
+
+
+def test_a_request_is_announced_with_its_status_in_words(team):
+    alice = login("alice", "engineer", team)
+    page = alice.post(
+        reverse("portal:environment-request"), {**FORM, "env_class": "staging"}, follow=True
+    ).content.decode()
+    assert '<li class="msg success">Requested payments-web: Waiting for approval.</li>' in page
