@@ -53,9 +53,9 @@ USERS = (
 def seed_demo() -> list[str]:
     """Create the demo teams, users and groups, then each app's demo data; return what was created.
 
-    Idempotent: a run cut short is completed by the next. The people are made in one
-    transaction; each app's seed runs outside it, as its services open their own, and some
-    ask the cluster (who owns a namespace), which no open transaction may wait on.
+    The people are made in one transaction; each app's seed runs outside it, as its services
+    open their own, and some ask the cluster (who owns a namespace), which no open transaction
+    may wait on. Each seed skips what exists, so a second run adds nothing.
     """
     with transaction.atomic():
         created = _seed_people()

@@ -107,7 +107,8 @@ def explanation_words(explanation: Any) -> list[str]:
     if isinstance(terms, dict) and terms:
         # The extender's terms, each in [0, 1]: cost, packing, risk (the score explainer's).
         lines.append("Terms: " + ", ".join(f"{k} {v}" for k, v in terms.items()) + ".")
-    top = [t for t in e.get("top") or [] if isinstance(t, dict)][:3]
+    top = e.get("top") if isinstance(e.get("top"), list) else []  # an annotation anyone may set
+    top = [t for t in top if isinstance(t, dict)][:3]
     if top:
         lines.append(
             "Best scores: " + ", ".join(f"{t.get('node')} {t.get('score')}" for t in top) + "."

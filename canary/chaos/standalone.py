@@ -7,9 +7,13 @@ running, which takes its lease and injects again. Registered with `kiln.standalo
 
 from __future__ import annotations
 
+import logging
+
 from canary.chaos import controller
 from canary.chaos.services import controllers_resume
 from kiln.standalone import Service
+
+log = logging.getLogger("kiln.chaos")
 
 
 def controllers_service() -> Service:
@@ -20,4 +24,10 @@ def controllers_service() -> Service:
         controller.allow_controllers()
         controllers_resume()
 
-    return Service("chaos controllers", start, controller.stop_every_controller)
+    def stop() -> None:
+        if not controller.stop_every_controller():
+            log.warning(
+                "a chaos controller had not stopped after 10 s; the reaper reverts its fault"
+            )
+
+    return Service("chaos controllers", start, stop)

@@ -38,6 +38,10 @@ def test_what_is_missing_is_left_out_and_what_is_not_a_placement_says_nothing():
     assert explanation_words({"node": "ip-a", "score": 5}) == ["Placed on ip-a (score 5)."]
     for other in (None, [], "text", {"score": 3}, {"node": ""}):
         assert explanation_words(other) == []
+    # Whatever else a pod's annotation holds, the page does not fail on it.
+    for odd in (1, True, 1.5, "x", {"a": 1}, [1]):
+        for key in ("top", "terms", "extenderRejected", "defaultFilterRejected", "candidates"):
+            assert explanation_words({"node": "ip-a", key: odd})[0].startswith("Placed on ip-a")
 
 
 def test_the_scheduler_page_says_why_a_pod_is_where_it_is(cluster):
