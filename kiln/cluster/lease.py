@@ -99,10 +99,34 @@ class KubernetesLease(LeaseMirror):
                 raise LeaseConflict(f"Lease {self.name} changed concurrently") from exc
             raise _refused(f"write Lease {self.namespace}/{self.name}", exc) from exc
 
-    def delete(self) -> None:
-        """Remove the Lease (idempotent)."""
+    def holder(self) -> str:
+        """Who the Lease names now ("" when there is none or it names no one)."""
+        current = self.read()
+        if current is None or current.spec is None:
+            return ""
+        return current.spec.holder_identity or ""
+
+    def delete(self, *, expected_holder: str | None = None) -> None:
+        """Remove the Lease (idempotent); with `expected_holder`, only the version read naming
+        that holder or no one (a precondition on its resourceVersion: a Lease written since
+        is left alone)."""
+        body = None
+        if expected_holder is not None:
+            current = self.read()
+            if current is None:
+                return
+            named = (current.spec.holder_identity if current.spec else None) or ""
+            if named not in ("", expected_holder):
+                return
+            body = client.V1DeleteOptions(
+                preconditions=client.V1Preconditions(
+                    resource_version=current.metadata.resource_version
+                )
+            )
         try:
-            self.api.delete_namespaced_lease(self.name, self.namespace)
+            self.api.delete_namespaced_lease(self.name, self.namespace, body=body)
         except ApiException as exc:
+            if exc.status == 409 and body is not None:
+                return  # written since it was read: someone else's now
             if exc.status != 404:
                 raise _refused(f"delete Lease {self.namespace}/{self.name}", exc) from exc

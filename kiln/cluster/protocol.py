@@ -64,8 +64,13 @@ class LeaseMirror(Protocol):
         """`write`, with the terms in one value."""
         ...
 
-    def delete(self) -> None:
-        """Remove the Lease (idempotent)."""
+    def holder(self) -> str:
+        """Who the Lease names now ("" when there is none or it names no one)."""
+        ...
+
+    def delete(self, *, expected_holder: str | None = None) -> None:
+        """Remove the Lease (idempotent); with `expected_holder`, only while it names that
+        holder or no one (a Lease another holder wrote since is left alone)."""
         ...
 
 

@@ -146,7 +146,13 @@ class LeaseHandler(BaseHTTPRequestHandler):
         route = self._route()
         if route is None:
             return
+        length = int(self.headers.get("Content-Length") or 0)
+        options = json.loads(self.rfile.read(length) or b"{}") if length else {}
+        wanted = ((options or {}).get("preconditions") or {}).get("resourceVersion")
         with self.server.lock:
+            current = self.server.leases.get(route)
+            if current is not None and wanted and current["metadata"]["resourceVersion"] != wanted:
+                return self._status(409, "Conflict")  # as the API server checks a precondition
             existed = self.server.leases.pop(route, None)
         self._send(200, {"kind": "Status", "status": "Success"}) if existed else self._status(
             404, "NotFound"
@@ -228,36 +234,49 @@ def test_the_cluster_lease_is_written_outside_every_transaction(
     exp = exp_on_kubernetes
     assert fault_lease_acquire(experiment_id=exp.pk, holder="controller-a") == 1
     assert fault_lease_renew(experiment_id=exp.pk, holder="controller-a", term=1)
-    _lease(api_server, exp)["spec"]["holderIdentity"] = "controller-elsewhere"
+    api_server.bump_before_next_put = True  # the renewal's write is refused: the term lapses
     assert not fault_lease_renew(experiment_id=exp.pk, holder="controller-a", term=1)
     assert fault_lease_acquire(experiment_id=exp.pk, holder="controller-b") == 2
     assert fault_lease_release(experiment_id=exp.pk, holder="controller-b", term=2)
     assert {"read", "replace", "delete"} <= set(outside_transactions)
 
 
-def test_a_lease_held_by_someone_else_in_the_cluster_ends_the_term(exp_on_kubernetes, api_server):
+def test_a_lease_held_by_someone_else_in_the_cluster_blocks_renewal_and_takeover(
+    exp_on_kubernetes, api_server
+):
     exp = exp_on_kubernetes
     fault_lease_acquire(experiment_id=exp.pk, holder="controller-a")
     _lease(api_server, exp)["spec"]["holderIdentity"] = "controller-elsewhere"
+    before = ChaosLease.objects.get(pk=exp.pk)
     assert not fault_lease_renew(experiment_id=exp.pk, holder="controller-a", term=1)
+    # Read before any write: the database is as it was, and nothing is audited.
     after = ChaosLease.objects.get(pk=exp.pk)
-    # The renewal committed before the cluster was asked (no call under the row lock); the
-    # cluster's refusal then ends the term in the database too, audited, so the holder stops.
-    assert (after.holder, after.transitions, after.renewed_at) == ("", 1, None)
-    assert audit_actions()[-1] == "chaos.lease.revoked"
+    assert (after.renewals, after.resource_version) == (before.renewals, before.resource_version)
+    assert audit_actions()[-1] == "chaos.lease.acquired"
+    # Nor may anyone take it over while the cluster names another holder, however long it lapsed.
+    ChaosLease.objects.filter(pk=exp.pk).update(renewed_at=None)
+    assert fault_lease_acquire(experiment_id=exp.pk, holder="controller-a") is None
+    assert fault_lease_acquire(experiment_id=exp.pk, holder="controller-b") is None
+    assert ChaosLease.objects.get(pk=exp.pk).transitions == 1
     assert _lease(api_server, exp)["spec"]["holderIdentity"] == "controller-elsewhere"
 
 
-def test_a_stale_resource_version_ends_the_term(exp_on_kubernetes, api_server):
+def test_a_renewal_the_cluster_refuses_after_the_commit_lapses_the_term(
+    exp_on_kubernetes, api_server, backend
+):
     exp = exp_on_kubernetes
     fault_lease_acquire(experiment_id=exp.pk, holder="controller-a")
-    api_server.bump_before_next_put = True
+    api_server.bump_before_next_put = True  # written between our read and our write
     assert not fault_lease_renew(experiment_id=exp.pk, holder="controller-a", term=1)
     after = ChaosLease.objects.get(pk=exp.pk)
-    assert (after.holder, after.transitions) == ("", 1)
+    # The renewal committed before the cluster was asked (no call under the row lock); the
+    # refusal then lapses the term, audited: it renews and injects no more.
+    assert (after.holder, after.transitions, after.renewed_at) == ("controller-a", 1, None)
     assert audit_actions()[-1] == "chaos.lease.revoked"
-    assert _lease(api_server, exp)["spec"]["holderIdentity"] == "controller-a"
-    # The next term starts cleanly, in the database and in the cluster.
+    assert not fault_lease_renew(experiment_id=exp.pk, holder="controller-a", term=1)
+    with pytest.raises(LeaseNotHeld):
+        fault_inject(experiment_id=exp.pk, holder="controller-a", term=1, backend=backend)
+    # The Lease still names controller-a, as the database does: the next term starts cleanly.
     assert fault_lease_acquire(experiment_id=exp.pk, holder="controller-b") == 2
     assert _lease(api_server, exp)["spec"]["holderIdentity"] == "controller-b"
 
@@ -267,15 +286,30 @@ def test_an_acquisition_the_cluster_refuses_holds_nothing(exp_on_kubernetes, api
     fault_lease_acquire(experiment_id=exp.pk, holder="controller-a")
     fault_lease_release(experiment_id=exp.pk, holder="controller-a", term=1)
     assert _lease(api_server, exp) is None
-    # A Lease of the same name appears, and is written again between our read and our write.
-    api_server.leases[("kiln-system", f"kiln-chaos-{exp.pk}")] = {
-        "metadata": {"name": f"kiln-chaos-{exp.pk}", "resourceVersion": api_server.next_rv()},
+    key = ("kiln-system", f"kiln-chaos-{exp.pk}")
+    # Someone else's Lease of the same name: refused before any write.
+    api_server.leases[key] = {
+        "metadata": {"name": key[1], "resourceVersion": api_server.next_rv()},
         "spec": {"holderIdentity": "controller-elsewhere"},
     }
+    assert fault_lease_acquire(experiment_id=exp.pk, holder="controller-b") is None
+    assert ChaosLease.objects.get(pk=exp.pk).transitions == 1
+    assert audit_actions()[-1] == "chaos.lease.released"
+    # A free Lease written again between our read and our write: the term begins and lapses.
+    api_server.leases[key]["spec"]["holderIdentity"] = None
     api_server.bump_before_next_put = True
     assert fault_lease_acquire(experiment_id=exp.pk, holder="controller-b") is None
     lease = ChaosLease.objects.get(pk=exp.pk)
-    assert (lease.holder, lease.transitions) == ("", 2)  # term 2 began and was ended at once
+    assert (lease.holder, lease.transitions, lease.renewed_at) == ("controller-b", 2, None)
     assert audit_actions()[-2:] == ["chaos.lease.acquired", "chaos.lease.revoked"]
     with pytest.raises(LeaseNotHeld):
         fault_inject(experiment_id=exp.pk, holder="controller-b", term=2, backend=backend)
+
+
+def test_a_release_leaves_a_lease_another_holder_took_since(exp_on_kubernetes, api_server):
+    exp = exp_on_kubernetes
+    fault_lease_acquire(experiment_id=exp.pk, holder="controller-a")
+    # After the release commits, before its delete, controller-c's term is written there.
+    _lease(api_server, exp)["spec"]["holderIdentity"] = "controller-c"
+    assert fault_lease_release(experiment_id=exp.pk, holder="controller-a", term=1)
+    assert _lease(api_server, exp)["spec"]["holderIdentity"] == "controller-c"

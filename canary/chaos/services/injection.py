@@ -106,7 +106,8 @@ def fault_inject(
     with transaction.atomic():
         lease = ChaosLease.objects.select_for_update().get(pk=experiment_id)
         exp = ChaosExperiment.objects.select_related("team").get(pk=experiment_id)
-        if lease.holder != holder or lease.transitions != term:
+        if lease.holder != holder or lease.transitions != term or lease.renewed_at is None:
+            # renewed_at is cleared when the cluster's Lease refused the term.
             raise LeaseNotHeld(f"{holder} does not hold term {term} of the lease")
         if exp.status != ExperimentStatus.RUNNING:
             raise IllegalTransition(f"the experiment is {exp.status}, not running")

@@ -6,10 +6,11 @@ lease_duration + max_clock_skew. Each acquisition starts a new term
 (`ChaosLease.transitions`), the fencing token every injection carries;
 `fault_lease_renew` is a conditional update on (holder, term). On the kubernetes
 backend that keeps one (Kubernetes: a `coordination.k8s.io/v1` Lease) each write is
-mirrored to the cluster with optimistic concurrency after the database write commits (no
-cluster call under the row lock the update holds); a conflict or a failure there gives
-the term up (`chaos.lease.revoked`), so the holder stops and the reaper takes back any
-fault of that term. After an acquisition or a renewal commits, the nodes of the experiment's
+mirrored to the cluster with optimistic concurrency, with no cluster call under the row lock
+the update holds: the Lease is read first (one naming another holder refuses the term before
+any write), and written after the database write commits; a conflict or a failure there
+lapses the term (`chaos.lease.revoked`), so the holder stops and the reaper takes back any
+fault of that term. A release deletes the Lease only while it names the releasing holder. After an acquisition or a renewal commits, the nodes of the experiment's
 targets are frozen against disruption for as long as the lease holds
 (`canary.chaos.freeze`); a release thaws them.
 """
@@ -60,6 +61,14 @@ def _cluster_lease(exp_id: ExperimentId) -> LeaseMirror | None:
     )
 
 
+def _cluster_refuses(experiment_id: ExperimentId, *allowed: str) -> bool:
+    """True if the cluster's Lease (where the backend keeps one) names a holder other than
+    `allowed` or no one: read before any database write, so a Lease held elsewhere refuses
+    the term without a write to take back."""
+    kube = _cluster_lease(experiment_id)
+    return kube is not None and kube.holder() not in ("", *allowed)
+
+
 def _mirror(
     experiment_id: ExperimentId,
     *,
@@ -98,11 +107,12 @@ def _mirror(
 def _give_up(
     experiment_id: ExperimentId, *, holder: str, term: int, why: str, actor: Actor
 ) -> None:
-    """The cluster's Lease refused `holder`'s term: end it in the database too (audited), so no
-    injection starts under it and the reaper reverts any fault it applied."""
+    """The cluster's Lease refused `holder`'s term: lapse it in the database too (audited), so
+    no injection starts under it and the reaper reverts any fault it applied. The holder stays
+    named: the next acquirer expects the cluster's Lease to name it, or no one."""
     with transaction.atomic():
         ended = ChaosLease.objects.filter(pk=experiment_id, holder=holder, transitions=term).update(
-            holder="", renewed_at=None, resource_version=F("resource_version") + 1
+            renewed_at=None, resource_version=F("resource_version") + 1
         )
         if ended:
             record(
@@ -129,6 +139,8 @@ def fault_lease_acquire(
     if lease.holder and lease.holder != holder and not is_expired(lease.renewed_at, now, timings):
         return None
     if not may_acquire(lease.holder, lease.renewed_at, holder, now, timings):
+        return None
+    if _cluster_refuses(experiment_id, lease.holder, holder):
         return None
     term = lease.transitions + 1
     with transaction.atomic():
@@ -157,7 +169,7 @@ def fault_lease_acquire(
         lease_duration=timings.lease_duration,
         acquired_at=now,
         now=now,
-        expected_holder=lease.holder or None,
+        expected_holder=lease.holder,  # "" too: a Lease someone else took since is refused
         actor=actor,
     )
     if not mirrored:
@@ -175,11 +187,16 @@ def fault_lease_renew(
     now: datetime | None = None,
     actor: Actor = CONTROLLER,
 ) -> bool:
-    """Renew the lease if `holder` still holds term `term`; False once it is lost."""
+    """Renew the lease if `holder` still holds term `term`; False once it is lost (a term the
+    cluster's Lease refused stays lost: its `renewed_at` is cleared)."""
     _require_control(actor)
     now = now or timezone.now()
+    if _cluster_refuses(experiment_id, holder):
+        return False
     with transaction.atomic():
-        won = ChaosLease.objects.filter(pk=experiment_id, holder=holder, transitions=term).update(
+        won = ChaosLease.objects.filter(
+            pk=experiment_id, holder=holder, transitions=term, renewed_at__isnull=False
+        ).update(
             renewed_at=now, renewals=F("renewals") + 1, resource_version=F("resource_version") + 1
         )
         if not won:
@@ -224,7 +241,8 @@ def fault_lease_release(
     kube = _cluster_lease(experiment_id)
     if kube is not None:
         try:
-            kube.delete()
+            # Only while it still names this holder: a term taken since the commit keeps its Lease.
+            kube.delete(expected_holder=holder)
         except Exception:  # noqa: BLE001 - an orphan Lease only delays the next acquire
             log.warning("could not delete the Kubernetes Lease of %s", experiment_id)
     experiment_freeze_release(experiment_id, reason="lease released", backend=delivery_backend())
