@@ -34,7 +34,7 @@ def test_approve_action_calls_the_service(people):
     response = client.post(
         URL, {"action": "approve_selected", "_selected_action": [env.pk]}, follow=True
     )
-    assert response.status_code == 200
+    assert response.status_code == 200 and "Recorded 1 approval." in response.content.decode()
     env.refresh_from_db()
     assert env.status != "PENDING_APPROVAL"
     assert ApprovalDecision.objects.get().approver_name == "zoe"
@@ -45,10 +45,7 @@ def test_an_approval_refused_in_admin_says_why_naming_the_request_once(people):
         actor=people["alice"], data=request_data(env_class="staging")
     )
     client = staff("zoe", "approver", "payments")
-    first = client.post(
-        URL, {"action": "approve_selected", "_selected_action": [env.pk]}, follow=True
-    ).content.decode()
-    assert "Recorded 1 approval." in first
+    client.post(URL, {"action": "approve_selected", "_selected_action": [env.pk]})
     again = client.post(
         URL, {"action": "approve_selected", "_selected_action": [env.pk]}, follow=True
     ).content.decode()
