@@ -13,10 +13,12 @@ register = template.Library()
 
 @register.inclusion_tag("portal/_expiry.html", takes_context=True)
 def environment_expiry(context, env) -> dict:
-    """Render templates/portal/_expiry.html for `env` (the page's can_act and CSRF token pass on)."""
+    """Render templates/portal/_expiry.html for `env` (the page's can_act, CSRF token and a
+    refused deferral's values pass on)."""
     return {
         **selectors.environment_expiry(environment=env),
         "can_act": context.get("can_act", False),
+        "kept": context.get("kept", {}),
         "csrf_token": context.get("csrf_token"),
     }
 

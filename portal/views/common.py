@@ -50,6 +50,23 @@ def _field_problems(bound: forms.Form) -> str:
     )
 
 
+KEPT = "kiln.portal.refused_form"  # the session's key for a refused form's values
+
+
+def _keep_values(request: HttpRequest, bound: forms.Form, public_id: str) -> None:
+    """Keep what a refused form said, so the page shows it again rather than its defaults."""
+    values = {name: request.POST[name][:1000] for name in bound.fields if name in request.POST}
+    request.session[KEPT] = {"environment": public_id, "values": values}
+
+
+def kept_values(request: HttpRequest, public_id: str) -> dict[str, str]:
+    """What the last refused form on this environment's page said (once; otherwise empty)."""
+    kept = request.session.pop(KEPT, None) if KEPT in request.session else None
+    if not kept or kept.get("environment") != public_id:
+        return {}
+    return kept.get("values") or {}
+
+
 def action_view(
     act: Callable[..., Any],
     *,
@@ -61,7 +78,8 @@ def action_view(
     """The view of a POST from the environment page: `act(actor=, environment=, **the form's
     data, **fixed)`, then `done` (formatted with the form's data) or the refusal's text as the
     page's message, and back to the page. A `form` that does not validate says `invalid` (or
-    what `invalid(environment)` says, to name the environment's own limits) and changes nothing."""
+    what `invalid(environment)` says, to name the environment's own limits) and changes nothing.
+    A refused form's values come back in it (`kept_values`)."""
 
     @login_required
     @require_POST
@@ -71,6 +89,7 @@ def action_view(
         if bound is not None and not bound.is_valid():
             said = invalid(env) if callable(invalid) else invalid
             messages.error(request, f"{said} {_field_problems(bound)}".strip())
+            _keep_values(request, bound, public_id)
         else:
             data = bound.cleaned_data if bound is not None else {}
             try:
@@ -78,6 +97,8 @@ def action_view(
                 messages.success(request, done.format(**data))
             except KilnError as exc:
                 messages.error(request, error_text(exc))
+                if bound is not None:
+                    _keep_values(request, bound, public_id)
         return redirect("portal:environment-detail", public_id=public_id)
 
     return view

@@ -27,7 +27,7 @@ from portal.forms import ExtendForm, ReasonForm
 from portal.lifecycle import Status, badge, label
 from portal.models import PolicyDecision
 from portal.views import refused_words
-from portal.views.common import ACTIVE, action_view, env_or_404
+from portal.views.common import ACTIVE, action_view, env_or_404, kept_values
 from portal.views.lifecycle import sleep_context
 from portal.words import extended_hours, phrases
 
@@ -112,6 +112,7 @@ def environment_detail(request: HttpRequest, public_id: str) -> HttpResponse:
             "lifetime_cost": (env.hourly_cost * ttl_total).quantize(Decimal("0.01")),
             "is_auditor": has_role(actor_from_request(request), AUDITOR),
             "can_resubmit": context["can_act"] and env.status in (Status.DENIED, Status.REJECTED),
+            "kept": kept_values(request, public_id),
         }
     )
     if env.status in SLEEP_CARD:

@@ -234,6 +234,31 @@ def test_an_out_of_range_extension_or_deferral_names_the_classs_limit(
     assert (env.expires_at, env.deferred_until) == before
 
 
+def test_a_refused_deferral_or_extension_shows_what_was_typed_once(
+    team, django_capture_on_commit_callbacks
+):
+    alice = login("alice", "engineer", team)
+    with django_capture_on_commit_callbacks(execute=True):
+        alice.post(reverse("portal:environment-request"), {**FORM, "env_class": "dev"})
+    env = Environment.objects.get()
+    detail = reverse("portal:environment-detail", args=[env.public_id])
+    refused = {"minutes": "300", "reason": "release freeze"}  # the class allows 240
+    page = alice.post(
+        reverse("portal:environment-defer", args=[env.public_id]), refused, follow=True
+    ).content.decode()
+    assert "at most 240 minutes" in page
+    assert 'name="minutes" min="1" max="240" value="300"' in page
+    assert 'value="release freeze"' in page
+    again = alice.get(detail).content.decode()  # once: the next visit shows the defaults
+    assert 'value="300"' not in again and 'name="minutes" min="1" max="240" value="30"' in again
+    page = alice.post(
+        reverse("portal:environment-extend", args=[env.public_id]), {"hours": "9999"}, follow=True
+    ).content.decode()
+    assert 'name="hours" min="1" value="9999"' in page
+    other = Environment.objects.exclude(pk=env.pk)  # kept only for the page it came from
+    assert not other.exists() and 'value="9999"' not in alice.get(detail).content.decode()
+
+
 def test_extend_and_teardown_from_the_detail_page(team, django_capture_on_commit_callbacks):
     alice = login("alice", "engineer", team)
     with django_capture_on_commit_callbacks(execute=True):
