@@ -10,6 +10,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -84,6 +85,7 @@ def explorer(request: HttpRequest) -> HttpResponse:
     )
     export_params = {} if error else {k: v for k, v in keep.items() if k in ("from", "to")}
     export_query = urlencode(export_params)
+    tlog = witness_selectors.tree_head()
     return render(
         request,
         "audit/explorer.html",
@@ -99,7 +101,8 @@ def explorer(request: HttpRequest) -> HttpResponse:
             "export_jsonl": f"{reverse('audit-api:export')}?{export_query}",
             "export_csv": f"{reverse('audit-api:export')}?{urlencode({**export_params, 'format': 'csv'})}",
             **_status_context(request),
-            "tlog": witness_selectors.tree_head(),
+            "tlog": tlog,
+            "tlog_shown": tlog_shown(tlog),
         },
         status=400 if error else 200,  # the page still renders, with the reason shown
     )
@@ -163,9 +166,28 @@ def verifier_script(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def status_panel(request: HttpRequest) -> HttpResponse:
-    """The chain status panel alone (the explorer refreshes it with htmx)."""
+    """The chain status panel, refreshed by the explorer with htmx, and the transparency log's
+    card swapped in beside it when it changed since the page showed it (`?tlog=`), so the two
+    cards' checkpoints and counts are read together and an open checkpoint note stays open."""
     _require_auditor(request)
-    return render(request, "audit/_status.html", _status_context(request))
+    tlog = witness_selectors.tree_head()
+    context = {
+        **_status_context(request),
+        "tlog": tlog,
+        "tlog_shown": tlog_shown(tlog),
+        "oob": True,
+    }
+    panel = render_to_string("audit/_status.html", context, request)
+    if request.GET.get("tlog") == tlog_shown(tlog):
+        return HttpResponse(panel)
+    return HttpResponse(panel + render_to_string("audit/_tlog.html", context, request))
+
+
+def tlog_shown(tlog: dict) -> str:
+    """What the transparency log's card shows, in a word: its size, checkpoint and cosigners."""
+    checkpoint = tlog["checkpoint"]
+    witnesses = ",".join(c.witness for c in tlog["cosignatures"])
+    return f"{tlog['size']}:{checkpoint.pk if checkpoint else 0}:{witnesses}"
 
 
 def _status_context(request: HttpRequest) -> dict:

@@ -10,6 +10,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from audit import record, witness
+from audit.chain.writer import AuditWriter
 from audit.models import Checkpoint
 from audit.services import cosignature_add
 from audit.tree import tlog_verify
@@ -49,6 +50,25 @@ def test_the_explorer_shows_the_tree_head_its_checkpoint_and_the_witnesses(log, 
     assert "<td>alpha</td>" in alpha and "<td>7 <span" in alpha and "1 behind" in alpha
     assert "<td>beta</td>" in beta and "never" in beta
     assert witness.witness_verifier_key("alpha", KEY.public_key()) in card
+
+
+def test_the_status_refresh_brings_the_tlog_card_so_both_count_the_same_entries(
+    log, client, monkeypatch
+):
+    _login(client, "auditor")
+    for i in range(3):  # after the page loaded: three entries no checkpoint signs yet
+        record("alice", "portal.environment.approved", f"env:late-{i}", {"i": i})
+    monkeypatch.setattr(AuditWriter, "_checkpoint", lambda writer: None)
+    drain()
+    html = client.get("/audit/status/").content.decode()
+    status = html.split('id="audit-status"')[1].split("</section>")[0]
+    card = html.split('id="audit-tlog"')[1].split("</section>")[0]
+    assert card.startswith(' hx-swap-oob="true"')  # htmx swaps it in beside the status panel
+    assert "3 newer entries uncovered" in status and "3 newer entries not signed yet" in card
+    assert "11 entries" in card and "size 8" in status and "size 8" in card
+    shown = re.search(r'name="tlog" value="([^"]+)"', card)[1]
+    unchanged = client.get("/audit/status/", {"tlog": shown}).content.decode()
+    assert 'id="audit-status"' in unchanged and 'id="audit-tlog"' not in unchanged
 
 
 def test_the_explorer_says_when_no_witness_is_configured(client, settings):
