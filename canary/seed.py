@@ -45,19 +45,22 @@ def _team_namespace(team_slug: str, namespace: str, created: list[str]) -> bool:
 
 
 def seed_demo() -> list[str]:
-    """Create the demo services and start a rollout on each (idempotent); return what was created."""
+    """Create the demo services and start a rollout on each (idempotent: a service a seed
+    interrupted before its rollout gets one); return what was created."""
     actor = system_actor("seed")
     created: list[str] = []
     for team_slug, name, namespace, traffic, regression, seed in DEMO:
         team = Team.objects.filter(slug=team_slug).first()
-        if team is None or Service.objects.filter(namespace=namespace, name=name).exists():
+        service = Service.objects.filter(namespace=namespace, name=name).first()
+        if team is None or (service is not None and service.rollouts.exists()):
             continue
-        if not _team_namespace(team_slug, namespace, created):
-            continue  # another team's namespace: no demo service there
-        service = services.service_create(
-            actor=actor, team=team, name=name, namespace=namespace, sim_traffic_class=traffic
-        )
-        created.append(f"canary service {namespace}/{name}")
+        if service is None:
+            if not _team_namespace(team_slug, namespace, created):
+                continue  # another team's namespace: no demo service there
+            service = services.service_create(
+                actor=actor, team=team, name=name, namespace=namespace, sim_traffic_class=traffic
+            )
+            created.append(f"canary service {namespace}/{name}")
         if regression:
             services.service_set_simulated_regression(
                 actor=actor, service=service, version="v2", regression=regression

@@ -14,7 +14,7 @@ from django.conf import settings
 from audit.models import OutboxEvent
 from canary import services
 from canary.metrics import simulated_windows
-from canary.models import Rollout, RolloutDecision, RolloutStatus, RolloutTick
+from canary.models import Rollout, RolloutDecision, RolloutStatus, RolloutTick, Service
 from canary.services import machine, stream
 from canary.traffic import ISTIO_API, canary_weight_of, virtual_service
 from kiln.cluster.backends import get_backend
@@ -263,6 +263,19 @@ def test_seed_shows_one_promotion_and_one_rollback():
     assert outcomes == {"checkout": RolloutStatus.PROMOTED, "search-api": RolloutStatus.ROLLED_BACK}
     assert RolloutDecision.objects.filter(kind="rolled_back").count() == 1
     assert system_actor("seed").username == "system:seed"
+
+
+def test_seed_gives_a_service_an_interrupted_seed_left_without_a_rollout_its_rollout():
+    from canary.seed import seed_demo
+
+    Team.objects.create(slug="payments", name="Payments")
+    seed_demo()
+    checkout = Rollout.objects.get(service__name="checkout")
+    RolloutDecision.objects.filter(rollout=checkout).delete()
+    checkout.delete()  # as if the seed stopped between the service and its rollout
+    assert seed_demo() == ["rollout checkout v1 -> v2"]
+    assert Rollout.objects.get(service__name="checkout").seed == 20261130
+    assert Service.objects.filter(name="checkout").count() == 1
 
 
 @pytest.mark.parametrize(
