@@ -20,7 +20,7 @@ from portal.models import (
     ProvisioningStep,
     TeamWebhook,
 )
-from portal.services.notices import team_webhook_delete, team_webhook_set
+from portal.services.notices import team_webhook_delete, team_webhook_set, webhook_url_refusal
 from portal.services.plan import environment_plan
 
 
@@ -175,10 +175,30 @@ class EnvironmentAdmin(KilnModelAdmin):
         )
 
 
+class TeamWebhookForm(forms.ModelForm):
+    """The URL refused in the form's words where the service would refuse it."""
+
+    url = forms.URLField(
+        max_length=500, assume_scheme="https", help_text="http(s) URL that accepts a JSON POST"
+    )
+
+    class Meta:
+        model = TeamWebhook
+        fields = ("team", "url")
+
+    def clean_url(self) -> str:
+        url = self.cleaned_data["url"]
+        refusal = webhook_url_refusal(url)
+        if refusal:
+            raise forms.ValidationError(refusal)
+        return url
+
+
 @admin.register(TeamWebhook)
 class TeamWebhookAdmin(KilnModelAdmin):
     """A team's chat webhook for expiry warnings and idle proposals; writes go through services."""
 
+    form = TeamWebhookForm
     list_display = ("team", "url", "created_at")
     add_predicate = change_predicate = delete_predicate = staticmethod(permissions.can_administer)
 

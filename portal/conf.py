@@ -159,6 +159,11 @@ def http_timeout() -> float:
     return float(_get("KILN_LIFECYCLE_HTTP_TIMEOUT_SECONDS", 2.0))
 
 
+def webhook_allow_private() -> bool:
+    """Whether a team webhook may be on a loopback or private address (kiln/outbound.py)."""
+    return bool(_get("KILN_WEBHOOK_ALLOW_PRIVATE", True))
+
+
 def currency() -> str:
     """The platform's one currency (ISO 4217): prices, estimates and budgets are in it."""
     return str(_get("KILN_CURRENCY", "USD")).upper()

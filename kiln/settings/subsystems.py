@@ -126,6 +126,8 @@ KILN_QUARANTINE_OWNER = env("KILN_QUARANTINE_OWNER", "")
 KILN_LIFECYCLE_CLASSES = env("KILN_LIFECYCLE_CLASSES", "")
 KILN_TERMINATE_CHECK_URL = env("KILN_TERMINATE_CHECK_URL", "")
 KILN_LIFECYCLE_HTTP_TIMEOUT_SECONDS = env_float("KILN_LIFECYCLE_HTTP_TIMEOUT_SECONDS", 2.0)
+# Team webhooks on loopback or private addresses (link-local ones are never called: kiln/outbound.py).
+KILN_WEBHOOK_ALLOW_PRIVATE = env_bool("KILN_WEBHOOK_ALLOW_PRIVATE", True)
 KILN_REAP_INTERVAL_SECONDS = env_float("KILN_REAP_INTERVAL_SECONDS", 60)
 _beat("portal-reap-expired", "portal.reap_expired", KILN_REAP_INTERVAL_SECONDS)
 # Budgets: the one currency prices and budgets are in; how often teams' budgets are checked

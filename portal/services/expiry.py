@@ -10,7 +10,6 @@ deferral is `portal.environment.teardown_deferred`, every forced disruption
 from __future__ import annotations
 
 import urllib.error
-import urllib.request
 from datetime import datetime, timedelta
 
 from django.db import transaction
@@ -18,6 +17,7 @@ from django.utils import timezone
 from prometheus_client import Counter
 
 import audit
+from kiln import outbound
 from kiln.cluster.backends import get_backend
 from kiln.errors import Forbidden, IllegalTransition, InvalidInput
 from kiln.identity.permissions import Actor, can_act_on_environment, system_actor
@@ -42,14 +42,8 @@ FORCED = Counter(
 )
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """A terminate check is answered where it was asked, never somewhere a redirect points."""
-
-    def redirect_request(self, *args, **kwargs):  # noqa: ANN002, ANN003 - urllib's signature
-        return None
-
-
-_OPENER = urllib.request.build_opener(_NoRedirect)
+# A terminate check is answered where it was asked, never somewhere a redirect points.
+_OPENER = outbound.opener(allow_private=True)
 
 
 def ask_workload(*, declaration: d.Declaration, namespace: str) -> d.Answer:

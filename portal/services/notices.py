@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import logging
 import urllib.error
-import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -30,6 +29,7 @@ from django.db import transaction
 from django.utils import timezone
 
 import audit
+from kiln import outbound
 from kiln.cluster import DeliveryError
 from kiln.cluster.backends import get_backend
 from kiln.errors import InvalidInput, KilnError
@@ -113,12 +113,17 @@ def notification_send(*, notification_id: int, final_attempt: bool = False) -> s
         note.url, data=body, method="POST", headers={"Content-Type": "application/json"}
     )
     error = ""
+    opener = outbound.opener(allow_private=conf.webhook_allow_private())
     try:
-        with urllib.request.urlopen(request, timeout=conf.http_timeout()) as response:  # noqa: S310 - as above
+        with opener.open(request, timeout=conf.http_timeout()) as response:
             status = response.status
     except urllib.error.HTTPError as exc:
-        error = f"HTTP {exc.code}"
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+        error = f"HTTP {exc.code}"  # a redirect too: it is not followed
+    except urllib.error.URLError as exc:
+        refused = isinstance(exc.reason, outbound.DestinationRefused)
+        error = f"refused: {exc.reason}" if refused else f"no answer: {exc}"
+        final_attempt = final_attempt or refused  # asking again would be refused again
+    except (OSError, ValueError) as exc:
         error = f"no answer: {exc}"
     else:
         if not 200 <= status < 300:
@@ -287,13 +292,20 @@ def _propose_idle(*, env: Environment, actor: Any, now: datetime, idle_from: dat
     )
 
 
+def webhook_url_refusal(url: str) -> str:
+    """Why a team webhook cannot be at `url`, as far as the URL itself tells, or ""."""
+    return outbound.url_refusal(url, allow_private=conf.webhook_allow_private())
+
+
 def team_webhook_set(*, actor: Actor, team_id: int, url: str) -> TeamWebhook:
-    """Set (or replace) a team's chat webhook; audited. The URL is validated as http(s)."""
+    """Set (or replace) a team's chat webhook; audited. The URL is http(s) and not at an address
+    Kiln does not call (`kiln.outbound.url_refusal`)."""
     hook = TeamWebhook.objects.filter(team_id=team_id).first() or TeamWebhook(team_id=team_id)
     previous = hook.url if hook.pk else ""
     hook.url = url
-    if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
-        raise InvalidInput("The request is invalid.", extra={"fields": {"url": ["http(s) only."]}})
+    refusal = webhook_url_refusal(url)
+    if refusal:
+        raise InvalidInput("The request is invalid.", extra={"fields": {"url": [refusal]}})
     try:
         hook.full_clean(exclude=["team"])
     except ValidationError as exc:

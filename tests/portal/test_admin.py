@@ -8,7 +8,7 @@ from django.contrib.auth.models import Group
 from django.test import Client
 
 from kiln.identity.models import Membership, Team
-from portal.models import ApprovalDecision, Environment
+from portal.models import ApprovalDecision, Environment, TeamWebhook
 from portal.services import environment_request_submit
 from tests.portal.conftest import request_data
 
@@ -84,3 +84,25 @@ def test_engineer_staff_cannot_use_the_environment_admin(people):
     client = staff("eve", "engineer")
     assert client.get(URL).status_code in (302, 403)
     assert Environment.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("url", "allow_private", "words"),
+    [
+        ("http://169.254.169.254/latest/meta-data/", True, "is link-local"),
+        ("http://127.0.0.1:8000/api/v1/", False, "private networks are not allowed"),
+    ],
+)
+def test_a_webhook_refused_in_admin_is_a_form_error_and_changes_nothing(
+    people, settings, url, allow_private, words
+):
+    settings.KILN_WEBHOOK_ALLOW_PRIVATE = allow_private
+    root = staff("root-web", "platform-admin")
+    team = Team.objects.get(slug="payments")
+    page = root.post("/admin/portal/teamwebhook/add/", {"team": team.pk, "url": url})
+    assert page.status_code == 200 and words in page.content.decode()
+    assert not TeamWebhook.objects.exists()
+    ok = root.post(
+        "/admin/portal/teamwebhook/add/", {"team": team.pk, "url": "https://chat.example/h"}
+    )
+    assert ok.status_code == 302 and TeamWebhook.objects.get().url == "https://chat.example/h"

@@ -4,6 +4,7 @@ FAILED environment's way out after its class's grace period."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import timedelta
 
 import pytest
@@ -94,6 +95,60 @@ def test_a_webhook_url_that_is_not_http_is_refused(people, teams):
         assert "url" in err.value.extra["fields"]
     assert TeamWebhook.objects.count() == 0
     assert not OutboxEvent.objects.filter(action="portal.team_webhook.set").exists()
+
+
+@pytest.mark.parametrize(
+    ("url", "allow_private", "words"),
+    [
+        ("http://169.254.169.254/latest/meta-data/", True, "is link-local"),
+        ("http://[fe80::1]:8080/hook", True, "is link-local"),
+        ("http://[::ffff:169.254.169.254]/", True, "169.254.169.254 is link-local"),
+        ("http://0.0.0.0:80/", True, "is not an address to call"),
+        ("http://224.0.0.1/", True, "is not an address to call"),
+        ("http:///hook", True, "names no host"),
+        ("http://127.0.0.1:8000/api/v1/", False, "private networks are not allowed"),
+        ("http://10.0.0.5/hook", False, "private networks are not allowed"),
+    ],
+)
+def test_a_webhook_at_an_address_kiln_does_not_call_is_refused_when_set(
+    people, teams, settings, url, allow_private, words
+):
+    settings.KILN_WEBHOOK_ALLOW_PRIVATE = allow_private
+    with pytest.raises(InvalidInput) as err:
+        team_webhook_set(actor=people["root"], team_id=teams["payments"].pk, url=url)
+    assert words in err.value.extra["fields"]["url"][0]
+    assert TeamWebhook.objects.count() == 0
+
+
+def test_a_webhook_whose_name_leads_to_a_refused_address_fails_at_once_and_is_never_asked(
+    people, teams, settings, django_capture_on_commit_callbacks
+):
+    with AnsweringServer() as server:
+        server.script("/chat", [200])
+        # A name, not an address: only the connection can tell where it leads (here loopback).
+        url = server.url("/chat").replace("127.0.0.1", "localhost")
+        team_webhook_set(actor=people["root"], team_id=teams["payments"].pk, url=url)
+        env = ready_env(people, django_capture_on_commit_callbacks)
+        settings.KILN_WEBHOOK_ALLOW_PRIVATE = False  # the chat is outside: private is refused
+        with django_capture_on_commit_callbacks(execute=True):
+            environments_reap_expired(now=env.expires_at - timedelta(hours=1), dry_run=False)
+        note = Notification.objects.get()
+        assert note.status == Notification.FAILED and note.attempts == 1  # not retried
+        assert re.match(
+            r"refused: (127.0.0.1|::1) is a loopback or private address", note.last_error
+        )
+        assert server.requests["/chat"] == []
+
+
+def test_a_webhook_that_redirects_is_not_followed(people, django_capture_on_commit_callbacks, hook):
+    hook.script("/chat", [(302, {"Location": hook.url("/elsewhere")})])
+    hook.script("/elsewhere", [200])
+    env = ready_env(people, django_capture_on_commit_callbacks)
+    with django_capture_on_commit_callbacks(execute=True):
+        environments_reap_expired(now=env.expires_at - timedelta(hours=1), dry_run=False)
+    note = Notification.objects.get()
+    assert note.status == Notification.FAILED and note.last_error == "HTTP 302"
+    assert hook.requests["/elsewhere"] == []
 
 
 def test_idle_environment_is_proposed_the_owner_keeps_it(
