@@ -53,6 +53,14 @@ FORM = {
 }
 
 
+def alice_with_a_dev_environment(team, capture) -> tuple[Client, Environment]:
+    """Alice, an engineer of the team, logged in, and the dev environment she asked for."""
+    alice = login("alice", "engineer", team)
+    with capture(execute=True):
+        alice.post(reverse("portal:environment-request"), {**FORM, "env_class": "dev"})
+    return alice, Environment.objects.get()
+
+
 def test_request_form_renders_with_estimate_and_validates(team):
     alice = login("alice", "engineer", team)
     page = alice.get(reverse("portal:environment-request"))
@@ -184,10 +192,7 @@ def test_approver_decides_from_the_queue_and_rejection_needs_a_reason(team):
 def test_progress_partial_polls_while_active_and_detail_shows_manifests(
     team, django_capture_on_commit_callbacks
 ):
-    alice = login("alice", "engineer", team)
-    with django_capture_on_commit_callbacks(execute=True):
-        alice.post(reverse("portal:environment-request"), {**FORM, "env_class": "dev"})
-    env = Environment.objects.get()
+    alice, env = alice_with_a_dev_environment(team, django_capture_on_commit_callbacks)
     assert env.status == "READY"
     detail = alice.get(reverse("portal:environment-detail", args=[env.public_id]))
     assert b"kind: ResourceQuota" in detail.content and b"Extend TTL" in detail.content
@@ -221,10 +226,7 @@ def test_progress_partial_polls_while_active_and_detail_shows_manifests(
 def test_an_out_of_range_extension_or_deferral_names_the_classs_limit(
     team, django_capture_on_commit_callbacks, action, data, words
 ):
-    alice = login("alice", "engineer", team)
-    with django_capture_on_commit_callbacks(execute=True):
-        alice.post(reverse("portal:environment-request"), {**FORM, "env_class": "dev"})
-    env = Environment.objects.get()
+    alice, env = alice_with_a_dev_environment(team, django_capture_on_commit_callbacks)
     before = (env.expires_at, env.deferred_until)
     page = alice.post(
         reverse(f"portal:environment-{action}", args=[env.public_id]), data, follow=True
@@ -237,10 +239,7 @@ def test_an_out_of_range_extension_or_deferral_names_the_classs_limit(
 def test_a_refused_deferral_or_extension_shows_what_was_typed_once(
     team, django_capture_on_commit_callbacks
 ):
-    alice = login("alice", "engineer", team)
-    with django_capture_on_commit_callbacks(execute=True):
-        alice.post(reverse("portal:environment-request"), {**FORM, "env_class": "dev"})
-    env = Environment.objects.get()
+    alice, env = alice_with_a_dev_environment(team, django_capture_on_commit_callbacks)
     detail = reverse("portal:environment-detail", args=[env.public_id])
     refused = {"minutes": "300", "reason": "release freeze"}  # the class allows 240
     page = alice.post(
@@ -260,10 +259,7 @@ def test_a_refused_deferral_or_extension_shows_what_was_typed_once(
 
 
 def test_extend_and_teardown_from_the_detail_page(team, django_capture_on_commit_callbacks):
-    alice = login("alice", "engineer", team)
-    with django_capture_on_commit_callbacks(execute=True):
-        alice.post(reverse("portal:environment-request"), {**FORM, "env_class": "dev"})
-    env = Environment.objects.get()
+    alice, env = alice_with_a_dev_environment(team, django_capture_on_commit_callbacks)
     before = env.expires_at
     alice.post(reverse("portal:environment-extend", args=[env.public_id]), {"hours": "12"})
     env.refresh_from_db()
@@ -285,10 +281,7 @@ def test_extend_and_teardown_from_the_detail_page(team, django_capture_on_commit
 def test_other_teams_environment_is_404_and_showback_renders(
     team, django_capture_on_commit_callbacks
 ):
-    alice = login("alice", "engineer", team)
-    with django_capture_on_commit_callbacks(execute=True):
-        alice.post(reverse("portal:environment-request"), {**FORM, "env_class": "dev"})
-    env = Environment.objects.get()
+    alice, env = alice_with_a_dev_environment(team, django_capture_on_commit_callbacks)
     other = Team.objects.create(slug="search", name="Search")
     bob = login("bob", "engineer", other)
     assert bob.get(reverse("portal:environment-detail", args=[env.public_id])).status_code == 404
@@ -299,10 +292,7 @@ def test_other_teams_environment_is_404_and_showback_renders(
 def test_showback_prices_the_node_hours_the_environments_pool_ran_beside_the_estimate(
     team, django_capture_on_commit_callbacks
 ):
-    alice = login("alice", "engineer", team)
-    with django_capture_on_commit_callbacks(execute=True):
-        alice.post(reverse("portal:environment-request"), {**FORM, "env_class": "dev"})
-    env = Environment.objects.get()
+    alice, env = alice_with_a_dev_environment(team, django_capture_on_commit_callbacks)
     m6i = InstanceType.objects.create(
         name="m6i.xlarge",
         family="m6i",
