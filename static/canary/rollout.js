@@ -149,6 +149,14 @@
     if (u.legend.idx == null && u.data[0].length) { u.setLegend({ idx: u.data[0].length - 1 }); }
   }
 
+  // The traffic chart's point after the last analysed tick is where traffic is now, no tick:
+  // its legend and axis say "now" rather than count a tick that was never analysed.
+  function tickWords(v) {
+    var last = ticks.length ? ticks[ticks.length - 1].tick : null;
+    if (v === null || v === undefined) { return "--"; }
+    return last !== null && v === last + 1 ? "now" : String(v);
+  }
+
   function build() {
     Object.keys(defs).forEach(function (name) {
       var def = defs[name];
@@ -157,8 +165,8 @@
         width: Math.max(240, el.clientWidth || 420),
         height: 200,
         scales: { x: { time: false } },
-        axes: [{ label: "tick" }, {}],
-        series: [{ label: "tick" }].concat(def.series.map(function (s) {
+        axes: [{ label: "tick", values: function (u, splits) { return splits.map(tickWords); } }, {}],
+        series: [{ label: "tick", value: function (u, v) { return tickWords(v); } }].concat(def.series.map(function (s) {
           return { label: s.label, stroke: s.stroke, width: 2, dash: s.dash, points: { show: false } };
         })),
         // Away from the chart the legend shows the latest tick, not dashes.

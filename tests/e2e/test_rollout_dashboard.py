@@ -75,6 +75,10 @@ def test_rollout_page_streams_ticks_and_decisions(kiln, browser_page):
     assert page.locator("#rollout-weight").inner_text() == "100%"
     # The traffic chart ends at the promotion's 100%, not at the last analysed step.
     _wait_until(lambda: page.get_attribute("#rollout", "data-drawn-weight") == "100")
+    # That last point is no analysed tick: its legend says "now"; the other charts end on a tick.
+    weight_legend = page.locator("#chart-weight .u-legend").inner_text()
+    assert "now" in weight_legend and "100" in weight_legend, weight_legend
+    assert "now" not in page.locator("#chart-errors .u-legend").inner_text()
     browser_page.screenshot("canary-rollout")
     browser_page.assert_clean()
 
