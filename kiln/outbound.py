@@ -26,23 +26,58 @@ class DestinationRefused(OSError):
     """The URL leads to an address Kiln does not call."""
 
 
+NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+
+IP = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def _ipv4_inside(ip: IP) -> IP:
+    """The IPv4 address an IPv6 one carries (mapped, 6to4, Teredo's client, NAT64), else `ip`."""
+    if not isinstance(ip, ipaddress.IPv6Address):
+        return ip
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if ip.teredo is not None:
+        return ip.teredo[1]
+    if any(ip in net for net in NAT64):
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return ip
+
+
 def address_refusal(address: str, *, allow_private: bool) -> str:
     """Why Kiln does not call `address` (an IP literal), or "" when it may."""
     try:
-        ip = ipaddress.ip_address(address.split("%", 1)[0])
+        given = ipaddress.ip_address(address.split("%", 1)[0])
     except ValueError:
         return f"{address} is not an IP address"
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    ip = _ipv4_inside(given)
+    said = str(ip) if ip == given else f"{given} (that is {ip})"
     if ip.is_link_local:
-        return f"{ip} is link-local (where cloud metadata answers)"
+        return f"{said} is link-local (where cloud metadata answers)"
     if ip in METADATA:
-        return f"{ip} is a cloud metadata service"
-    if ip.is_multicast or ip.is_unspecified or ip.is_reserved:
-        return f"{ip} is not an address to call"
-    if not allow_private and not ip.is_global:
-        return f"{ip} is a loopback or private address, and private networks are not allowed"
+        return f"{said} is a cloud metadata service"
+    if ip.is_multicast or ip.is_unspecified:
+        return f"{said} is not an address to call"
+    # Loopback, private, shared, reserved, and IPv6 site-local (which counts as global).
+    private = not ip.is_global or getattr(ip, "is_site_local", False)
+    if private and not allow_private:
+        return f"{said} is a loopback or private address, and private networks are not allowed"
     return ""
+
+
+def _literal(host: str) -> str:
+    """The host as an IP address when it is one in any form the resolver takes ("2852039166",
+    "0xa9.0xfe.0xa9.0xfe"), else ""."""
+    try:
+        return str(ipaddress.ip_address(host.split("%", 1)[0]))
+    except ValueError:
+        pass
+    try:
+        return socket.inet_ntoa(socket.inet_aton(host))
+    except OSError:
+        return ""
 
 
 def url_refusal(url: str, *, allow_private: bool) -> str:
@@ -53,11 +88,10 @@ def url_refusal(url: str, *, allow_private: bool) -> str:
     host = parts.hostname or ""
     if not host:
         return "The URL names no host."
-    try:
-        ipaddress.ip_address(host.split("%", 1)[0])
-    except ValueError:
+    address = _literal(host)
+    if not address:
         return ""  # a name: its addresses are checked when it is called
-    refusal = address_refusal(host, allow_private=allow_private)
+    refusal = address_refusal(address, allow_private=allow_private)
     return f"{refusal}." if refusal else ""
 
 
@@ -74,8 +108,8 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 
 def opener(*, allow_private: bool = True) -> urllib.request.OpenerDirector:
-    """A urllib opener that follows no redirect and refuses a connection to an address
-    `address_refusal` refuses (raising `DestinationRefused` before a byte of the request)."""
+    """A urllib opener that follows no redirect, uses no proxy and refuses a connection to an
+    address `address_refusal` refuses (raising `DestinationRefused` before a byte of the request)."""
 
     class Checked(http.client.HTTPConnection):
         def connect(self) -> None:
@@ -98,4 +132,16 @@ def opener(*, allow_private: bool = True) -> urllib.request.OpenerDirector:
         def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
             return self.do_open(CheckedTLS, req, context=self._context)
 
-    return urllib.request.build_opener(_NoRedirect, HTTP, HTTPS)
+    # Built from the handlers it needs only: no proxy from the environment (the socket would be
+    # the proxy's, and the proxy would call the refused address), no file:, ftp: or data: URLs.
+    director = urllib.request.OpenerDirector()
+    for handler in (
+        HTTP(),
+        HTTPS(),
+        _NoRedirect(),
+        urllib.request.HTTPDefaultErrorHandler(),
+        urllib.request.HTTPErrorProcessor(),
+        urllib.request.UnknownHandler(),
+    ):
+        director.add_handler(handler)
+    return director

@@ -9,6 +9,7 @@ import socket
 import ssl
 import threading
 import urllib.error
+import urllib.request
 
 import pytest
 from hypothesis import given
@@ -34,21 +35,69 @@ def test_every_link_local_address_is_refused(address, allow_private):
                                 allow_private=allow_private)  # fmt: skip
 
 
-@given(address=_in("169.254.0.0/16"), allow_private=st.booleans())
-def test_a_link_local_address_written_as_ipv6_is_refused_too(address, allow_private):
-    mapped = f"::ffff:{address}"
-    assert "link-local" in outbound.address_refusal(mapped, allow_private=allow_private)
+# The IPv6 forms that carry an IPv4 address and reach it: mapped, 6to4, NAT64, Teredo's client.
+WRAPPERS = {
+    "mapped": lambda v4: ipaddress.IPv6Address((0xFFFF << 32) | int(v4)),
+    "6to4": lambda v4: ipaddress.IPv6Address((0x2002 << 112) | (int(v4) << 80)),
+    "nat64": lambda v4: ipaddress.IPv6Address((0x64FF9B << 96) | int(v4)),
+    "teredo": lambda v4: ipaddress.IPv6Address((0x20010000 << 96) | (int(v4) ^ 0xFFFFFFFF)),
+}
 
 
-@given(address=ipv4 | ipv6, allow_private=st.booleans())
-def test_any_address_is_refused_exactly_when_it_is_not_public_and_not_allowed(
+@given(address=ipv4, wrapper=st.sampled_from(sorted(WRAPPERS)), allow_private=st.booleans())
+def test_an_ipv4_address_written_as_ipv6_gets_the_same_answer(address, wrapper, allow_private):
+    plain = outbound.address_refusal(str(address), allow_private=allow_private)
+    wrapped = outbound.address_refusal(str(WRAPPERS[wrapper](address)), allow_private=allow_private)
+    assert bool(plain) == bool(wrapped), (address, wrapper, plain, wrapped)
+
+
+@given(address=ipv4, allow_private=st.booleans())
+def test_an_ipv4_address_is_refused_exactly_when_it_is_not_public_and_not_allowed(
     address, allow_private
 ):
-    ip = address.ipv4_mapped if getattr(address, "ipv4_mapped", None) else address
     refused = outbound.address_refusal(str(address), allow_private=allow_private)
-    never = ip.is_link_local or ip.is_multicast or ip.is_unspecified or ip.is_reserved
-    never = never or ip in outbound.METADATA
-    assert bool(refused) == (never or (not ip.is_global and not allow_private)), (address, refused)
+    never = address.is_link_local or address.is_multicast or address.is_unspecified
+    never = never or address in outbound.METADATA
+    assert bool(refused) == (never or (not address.is_global and not allow_private)), refused
+
+
+@given(address=ipv6, allow_private=st.booleans())
+def test_an_ipv6_address_is_refused_only_for_a_reason_it_gives(address, allow_private):
+    refused = outbound.address_refusal(str(address), allow_private=allow_private)
+    carries_ipv4 = any(
+        address in ipaddress.ip_network(net)
+        for net in ("::ffff:0:0/96", "2002::/16", "2001::/32", "64:ff9b::/96", "64:ff9b:1::/48")
+    )
+    if not refused or carries_ipv4:
+        return
+    private = not address.is_global or address.is_site_local
+    never = address.is_link_local or address.is_multicast or address.is_unspecified
+    assert never or address in outbound.METADATA or (private and not allow_private), refused
+
+
+@pytest.mark.parametrize(
+    ("address", "private_allowed"),
+    [("::1", True), ("fec0::1", True), ("fd12::1", True), ("2606:4700::1111", True),
+     ("64:ff9b::808:808", True), ("2002:a9fe:a9fe::", False), ("::ffff:169.254.169.254", False)],
+)  # fmt: skip
+def test_ipv6_loopback_site_local_and_wrapped_addresses(address, private_allowed):
+    assert bool(outbound.address_refusal(address, allow_private=True)) != private_allowed
+
+
+@pytest.mark.parametrize("host", ["2852039166", "0xa9.0xfe.0xa9.0xfe", "0251.0376.0251.0376"])
+def test_an_address_in_a_form_the_resolver_takes_is_refused_when_set(host):
+    assert "link-local" in outbound.url_refusal(f"http://{host}/", allow_private=True)
+
+
+def test_no_proxy_from_the_environment_is_used(monkeypatch, listener):
+    port, received = listener  # a proxy would call the refused address for Kiln
+    monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("https_proxy", f"http://127.0.0.1:{port}")
+    opener = outbound.opener(allow_private=True)
+    assert not any(isinstance(h, urllib.request.ProxyHandler) for h in opener.handlers)
+    with pytest.raises(urllib.error.URLError):
+        opener.open("http://169.254.169.254/latest/meta-data/", timeout=1)
+    assert received == []
 
 
 @pytest.mark.parametrize("address", ["100.100.100.200", "fd00:ec2::254", "169.254.170.2"])

@@ -102,7 +102,7 @@ def test_a_webhook_url_that_is_not_http_is_refused(people, teams):
     [
         ("http://169.254.169.254/latest/meta-data/", True, "is link-local"),
         ("http://[fe80::1]:8080/hook", True, "is link-local"),
-        ("http://[::ffff:169.254.169.254]/", True, "169.254.169.254 is link-local"),
+        ("http://[::ffff:169.254.169.254]/", True, "(that is 169.254.169.254) is link-local"),
         ("http://0.0.0.0:80/", True, "is not an address to call"),
         ("http://224.0.0.1/", True, "is not an address to call"),
         ("http:///hook", True, "names no host"),
