@@ -44,6 +44,16 @@ def _team_namespace(team_slug: str, namespace: str, created: list[str]) -> bool:
     return True
 
 
+def _resumable(service: Service, team: Team) -> bool:
+    """Whether a seed stopped between this service and its rollout: the demo's own (its team's,
+    simulated) and no rollout yet."""
+    return (
+        service.team_id == team.pk
+        and service.metrics_source == MetricsSource.SIMULATED
+        and not service.rollouts.exists()
+    )
+
+
 def seed_demo() -> list[str]:
     """Create the demo services and start a rollout on each (idempotent: a service a seed
     interrupted before its rollout gets one); return what was created."""
@@ -52,7 +62,7 @@ def seed_demo() -> list[str]:
     for team_slug, name, namespace, traffic, regression, seed in DEMO:
         team = Team.objects.filter(slug=team_slug).first()
         service = Service.objects.filter(namespace=namespace, name=name).first()
-        if team is None or (service is not None and service.rollouts.exists()):
+        if team is None or (service is not None and not _resumable(service, team)):
             continue
         if service is None:
             if not _team_namespace(team_slug, namespace, created):

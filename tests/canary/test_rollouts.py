@@ -14,7 +14,14 @@ from django.conf import settings
 from audit.models import OutboxEvent
 from canary import services
 from canary.metrics import simulated_windows
-from canary.models import Rollout, RolloutDecision, RolloutStatus, RolloutTick, Service
+from canary.models import (
+    MetricsSource,
+    Rollout,
+    RolloutDecision,
+    RolloutStatus,
+    RolloutTick,
+    Service,
+)
 from canary.services import machine, stream
 from canary.traffic import ISTIO_API, canary_weight_of, virtual_service
 from kiln.cluster.backends import get_backend
@@ -276,6 +283,15 @@ def test_seed_gives_a_service_an_interrupted_seed_left_without_a_rollout_its_rol
     assert seed_demo() == ["rollout checkout v1 -> v2"]
     assert Rollout.objects.get(service__name="checkout").seed == 20261130
     assert Service.objects.filter(name="checkout").count() == 1
+    # Somebody else's service of that name, or one on Prometheus, is not the demo's to resume.
+    for change in ({"team": Team.objects.create(slug="web", name="Web")},
+                   {"metrics_source": MetricsSource.PROMETHEUS}):  # fmt: skip
+        Rollout.objects.all().delete()
+        Service.objects.filter(name="checkout").update(**change)
+        assert seed_demo() == [] and not Rollout.objects.exists()
+        Service.objects.filter(name="checkout").update(
+            team=Team.objects.get(slug="payments"), metrics_source=MetricsSource.SIMULATED
+        )
 
 
 @pytest.mark.parametrize(
