@@ -50,6 +50,15 @@ def witness_status() -> list[dict[str, Any]]:
     return out
 
 
+def tree_head_key() -> str:
+    """What the tree head's card shows, in a word (its size, last checkpoint and the newest
+    cosignature), read without building it: the explorer's refresh swaps the card only when
+    this changed."""
+    checkpoint = latest_tree_checkpoint()
+    newest = Cosignature.objects.aggregate(newest=Max("id"))["newest"] or 0
+    return f"{tree_size()}:{checkpoint.pk if checkpoint else 0}:{newest}"
+
+
 def tree_head() -> dict[str, Any]:
     """The tree's size and root now, the last checkpoint with a root and its cosignatures."""
     size = tree_size()

@@ -50,6 +50,15 @@ def test_auditor_downloads_the_key_and_verifies_now(browser_page: WatchedPage, t
         timeout=60,
         what="a checkpoint covering the head",
     )
+    # An open checkpoint note stays open when the status refresh swaps its card in anew.
+    browser_page.goto("/audit/")
+    page.click("#tlog-note summary")
+    page.evaluate("document.getElementById('audit-tlog').dataset.old = '1'")
+    page.evaluate(
+        "htmx.ajax('GET', '/audit/status/', {target: '#audit-status', swap: 'outerHTML'})"
+    )
+    page.wait_for_function("() => !document.getElementById('audit-tlog').dataset.old")
+    page.wait_for_function("() => document.getElementById('tlog-note').open", timeout=5000)
     with page.expect_download() as export_download:
         page.click("#export-jsonl")
     export = tmp_path / "export.jsonl"
