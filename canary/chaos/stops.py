@@ -77,7 +77,7 @@ def describe(condition: Mapping[str, Any]) -> str:
 
 
 def in_words(condition: Mapping[str, Any]) -> str:
-    """A condition as a page says it: `error rate above 0.2`, `p99 latency above 500 ms`,
+    """A condition as a page says it: `error rate above 20%`, `p99 latency above 500 ms`,
     `a rollout of the target rolled back` (`describe` is the API's and the audit's form)."""
     kind, threshold = condition.get("kind"), condition.get("threshold")
     if kind == ROLLED_BACK:
@@ -85,7 +85,7 @@ def in_words(condition: Mapping[str, Any]) -> str:
     if threshold is None:
         return str(kind)
     if kind == ERROR_RATE:
-        return f"error rate above {float(threshold):g}"
+        return f"error rate above {float(threshold) * 100:g}%"
     if kind == P99:
         return f"p99 latency above {float(threshold):g} ms"
     return describe(condition)

@@ -75,7 +75,12 @@ class ExperimentForm(ChaosMeshFormFields, forms.Form):
         "limit wins; for HTTP faults it also caps Requests affected. Give one or both.",
     )
     stop_error_rate = forms.FloatField(
-        required=False, min_value=0, label="Stop when error rate above"
+        required=False,
+        min_value=0,
+        max_value=99.99,
+        label="Stop when error rate above (%)",
+        help_text="Of the service's requests in a window: 5 stops the experiment once more "
+        "than 1 request in 20 fails.",
     )
     stop_p99_ms = forms.FloatField(required=False, min_value=0, label="Stop when p99 (ms) above")
     stop_on_rollback = forms.BooleanField(
@@ -129,7 +134,9 @@ class ExperimentForm(ChaosMeshFormFields, forms.Form):
         cleaned = self.cleaned_data
         conds: list[dict[str, Any]] = []
         if cleaned.get("stop_error_rate") is not None:
-            conds.append({"kind": "error-rate-above", "threshold": cleaned["stop_error_rate"]})
+            # The form speaks percent, the condition (and the API) a fraction of requests.
+            threshold = round(cleaned["stop_error_rate"] / 100, 6)
+            conds.append({"kind": "error-rate-above", "threshold": threshold})
         if cleaned.get("stop_p99_ms") is not None:
             conds.append({"kind": "latency-p99-above-ms", "threshold": cleaned["stop_p99_ms"]})
         if cleaned.get("stop_on_rollback"):

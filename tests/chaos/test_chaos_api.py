@@ -57,6 +57,20 @@ def test_invalid_body_is_a_400_with_the_reason_and_changes_nothing(api_client_fo
     assert ChaosExperiment.objects.count() == 0 and audit_actions() == []
 
 
+@pytest.mark.parametrize("threshold", [1, 5, 1e300, True, -0.1])
+def test_an_error_rate_stop_that_could_never_trip_is_refused(api_client_for, shop, threshold):
+    client = api_client_for("engineer", sub="alice", team="payments")
+    stop = {"kind": "error-rate-above", "threshold": threshold}
+    resp = _create(client, service="web", stop_conditions=[stop])
+    assert resp.status_code == 400, resp.content
+    fields = resp.json()["extra"]["fields"]
+    reason = str(fields.get("stop_conditions[0]") or fields)
+    assert any(
+        words in reason for words in ("below 1", "non-negative", "greater than or equal to 0")
+    )
+    assert ChaosExperiment.objects.count() == 0 and audit_actions() == []
+
+
 def test_engineer_creates_lists_reads_and_aborts(api_client_for, shop, backend, clock):
     # The controlled clock stands still: the 1 s lease is still held when the detail is read,
     # however long a loaded machine takes between the acquire and the read.
@@ -132,7 +146,7 @@ def test_pages_create_list_detail_lease_and_abort(alice_browser, backend):
         "duration_seconds": 60,
         "max_duration_seconds": 120,
         "max_pods": 1,
-        "stop_error_rate": 0.1,
+        "stop_error_rate": 10,  # percent: the condition keeps a fraction
         "stop_on_rollback": "on",
     }
     resp = client.post(reverse("chaos:experiment-create"), form)
@@ -205,6 +219,20 @@ def test_create_page_names_every_problem_in_one_round_and_creates_nothing(alice_
     assert "key=value" in page and "not a namespace your team owns" in page
     assert "HTTP status 400-599" in page and "never the whole namespace" not in page
     assert ChaosExperiment.objects.count() == 0 and audit_actions() == []
+
+
+@pytest.mark.parametrize("percent", ["100", "1e300", "-1"])
+def test_create_page_takes_the_error_rate_stop_in_percent_below_100(alice_browser, percent):
+    resp = alice_browser.post(
+        reverse("chaos:experiment-create"),
+        {"name": "delay web", "namespace": "shop", "selector": "app=web", "service": "web",
+         "fault": "http-delay", "delay_ms": 300, "percent": 10, "duration_seconds": 60,
+         "max_duration_seconds": 120, "max_pods": 1, "stop_error_rate": percent},
+    )  # fmt: skip
+    assert resp.status_code == 400
+    assert "stop_error_rate" in resp.context["form"].errors
+    assert "Stop when error rate above (%)" in resp.content.decode()
+    assert ChaosExperiment.objects.count() == 0
 
 
 def test_create_page_offers_the_teams_namespaces_and_puts_the_blast_radius_on_its_field(

@@ -21,7 +21,7 @@ from tests.chaos.test_chaos_support import (  # noqa: F401
 @pytest.mark.parametrize(
     "condition,words",
     [
-        ({"kind": "error-rate-above", "threshold": 0.2}, "error rate above 0.2"),
+        ({"kind": "error-rate-above", "threshold": 0.2}, "error rate above 20%"),
         ({"kind": "latency-p99-above-ms", "threshold": 500.0}, "p99 latency above 500 ms"),
         ({"kind": "canary-rolled-back"}, "a rollout of the target rolled back"),
     ],
@@ -54,7 +54,7 @@ def test_the_experiment_page_names_its_conditions_and_what_stopped_it_in_words(
     type(exp).objects.filter(pk=exp.pk).update(end_evidence=verdict.evidence())
     signed_in_engineer(client, django_user_model)
     page = client.get(f"/chaos/{exp.pk}/").content.decode()
-    assert ">error rate above 0.2<" in page and ">a rollout of the target rolled back<" in page
+    assert ">error rate above 20%<" in page and ">a rollout of the target rolled back<" in page
     assert "Stopped by its condition “a rollout of the target rolled back”" in page
     assert ">canary-rolled-back<" not in page and "error-rate-above 0.2<" not in page
     # The lease's duration is not the experiment's: it says what it is.

@@ -9,6 +9,7 @@ ending it reverts its live fault (services/injection.py). The reaper
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from django.conf import settings
@@ -146,8 +147,19 @@ def _validate(data: dict[str, Any]) -> dict[str, str]:
                 )
             elif kind != "canary-rolled-back":
                 threshold = cond.get("threshold")
-                if not isinstance(threshold, int | float) or threshold < 0:
+                if (
+                    isinstance(threshold, bool)
+                    or not isinstance(threshold, int | float)
+                    or not math.isfinite(threshold)
+                    or threshold < 0
+                ):
                     errors[f"stop_conditions[{i}]"] = "needs a non-negative threshold"
+                elif kind == "error-rate-above" and threshold >= 1:
+                    # A share of requests: at 1 or above it could never trip, and the
+                    # experiment would run with no stop at all.
+                    errors[f"stop_conditions[{i}]"] = (
+                        "an error rate is a share of requests below 1 (0.05 is 5%)"
+                    )
                 elif not data.get("service"):
                     # Read from the service's metrics: without one it could never be checked,
                     # and the experiment would stop the moment it started.
