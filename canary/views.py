@@ -14,7 +14,7 @@ from canary.charts import chart_tables
 from canary.forms import RolloutActionForm, RolloutStartForm
 from canary.models import RolloutStatus
 from kiln.errors import KilnError, NotFound
-from kiln.form_errors import add_service_errors
+from kiln.form_errors import add_service_errors, field_problems
 from kiln.identity.permissions import actor_from_request, can_manage_rollout, can_promote_rollout
 
 
@@ -125,6 +125,14 @@ STEERING = {
     "extend": services.rollout_extend,
 }
 
+# What each decision did, as the page's message says it.
+STEERED = {
+    "promote": "Promoted by hand: the canary takes all the traffic.",
+    "abort": "Aborted: all the traffic is back on the baseline.",
+    "retry": "The analysis starts again from the first step.",
+    "extend": "The analysis goes on with more ticks, keeping its evidence.",
+}
+
 
 @login_required
 @require_POST
@@ -134,7 +142,13 @@ def rollout_action(request, rollout_id):
     actor = actor_from_request(request)
     form = RolloutActionForm(request.POST)
     if not form.is_valid():
-        messages.error(request, "Say why: a decision on a rollout needs a reason.")
+        missing = form.errors.keys() == {"reason"} and not request.POST.get("reason", "").strip()
+        messages.error(
+            request,
+            "Say why: a decision on a rollout needs a reason."
+            if missing
+            else f"Nothing was done. {field_problems(form)}",
+        )
         return redirect("canary:rollout-detail", rollout_id=rollout.pk)
     d = form.cleaned_data
     steer = STEERING[d["action"]]
@@ -144,5 +158,5 @@ def rollout_action(request, rollout_id):
     except KilnError as exc:
         messages.error(request, exc.message)
     else:
-        messages.success(request, f"Rollout {d['action']}: done.")
+        messages.success(request, STEERED[d["action"]])
     return redirect("canary:rollout-detail", rollout_id=rollout.pk)

@@ -65,3 +65,12 @@ def in_form_words(form: forms.Form, message: str) -> str:
 
 # A name with an underscore: only such names are replaced, never a plain word ("name").
 SNAKE_NAME = re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b")
+
+
+def field_problems(bound: forms.Form) -> str:
+    """What is wrong with each field, by its label (`Reason: Ensure this value has at most 500
+    characters (it has 3000).`)."""
+    return " ".join(
+        f"{(bound.fields[name].label or name.replace('_', ' ')).capitalize()}: {' '.join(errors)}"
+        for name, errors in bound.errors.items()
+    )

@@ -14,6 +14,7 @@ from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
 from kiln.errors import KilnError, NotFound
+from kiln.form_errors import field_problems
 from kiln.identity.permissions import actor_from_request
 from portal import selectors
 from portal.lifecycle import Status
@@ -39,15 +40,6 @@ def error_text(exc: KilnError) -> str:
     """A refusal as the page shows it: the fields' errors, else the error's message."""
     fields = exc.extra.get("fields") or {}
     return "; ".join(sum(fields.values(), [])) or exc.message
-
-
-def _field_problems(bound: forms.Form) -> str:
-    """What is wrong with each field, by its label (`Reason: Ensure this value has at most 500
-    characters (it has 3000).`)."""
-    return " ".join(
-        f"{(bound.fields[name].label or name.replace('_', ' ')).capitalize()}: {' '.join(errors)}"
-        for name, errors in bound.errors.items()
-    )
 
 
 KEPT = "kiln.portal.refused_form"  # the session's key for a refused form's values
@@ -88,7 +80,7 @@ def action_view(
         bound = form(request.POST) if form is not None else None
         if bound is not None and not bound.is_valid():
             said = invalid(env) if callable(invalid) else invalid
-            messages.error(request, f"{said} {_field_problems(bound)}".strip())
+            messages.error(request, f"{said} {field_problems(bound)}".strip())
             _keep_values(request, bound, public_id)
         else:
             data = bound.cleaned_data if bound is not None else {}

@@ -14,6 +14,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from kiln.errors import KilnError
+from kiln.form_errors import field_problems
 from kiln.identity.permissions import (
     AUDITOR,
     actor_from_request,
@@ -190,7 +191,10 @@ def environment_teardown(request: HttpRequest, public_id: str) -> HttpResponse:
         )
         return redirect("portal:environment-detail", public_id=public_id)
     form = ReasonForm(request.POST)
-    reason = form.cleaned_data["reason"] if form.is_valid() else ""
+    if not form.is_valid():
+        messages.error(request, f"Nothing was torn down. {field_problems(form)}")
+        return redirect("portal:environment-detail", public_id=public_id)
+    reason = form.cleaned_data["reason"]
     try:
         services.environment_teardown_request(
             actor=actor_from_request(request),

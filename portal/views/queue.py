@@ -14,7 +14,8 @@ from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from kiln.errors import KilnError
+from kiln.errors import InvalidInput, KilnError
+from kiln.form_errors import field_problems
 from kiln.identity.permissions import (
     actor_from_request,
     approval_basis,
@@ -38,7 +39,7 @@ def approval_queue(request: HttpRequest) -> HttpResponse:
     actor = actor_from_request(request)
     if not can_approve(actor):
         raise PermissionDenied("Only approvers see the approval queue.")
-    errors = request.session.pop(QUEUE_ERRORS, {})
+    errors = dict(request.session.pop(QUEUE_ERRORS, {}))
     now = timezone.now()
     rows, months = [], {}
     for env in selectors.approval_queue(viewer=actor):
@@ -59,13 +60,15 @@ def approval_queue(request: HttpRequest) -> HttpResponse:
                     Decimal("0.01")
                 ),
                 "age": now - env.created_at,
-                "error": errors.get(env.public_id, ""),
+                "error": errors.pop(env.public_id, ""),
                 "plan": environment_plan(environment=env),
                 "over_budget": budget_reads.pending_over_budget(
                     environment=env, now=now, months=months
                 ),
             }
         )
+    for refusal in errors.values():  # its row is gone (decided meanwhile): said at the top
+        messages.error(request, refusal)
     return render(request, "portal/approvals.html", {"rows": rows})
 
 
@@ -76,8 +79,10 @@ def environment_decide(request: HttpRequest, public_id: str) -> HttpResponse:
     env = env_or_404(request, public_id)
     actor = actor_from_request(request)
     form = ReasonForm(request.POST)
-    reason = form.cleaned_data["reason"] if form.is_valid() else ""
     try:
+        if not form.is_valid():  # refused whole: never decided without the reason given
+            raise InvalidInput(f"Nothing was decided. {field_problems(form)}")
+        reason = form.cleaned_data["reason"]
         if request.POST.get("decision") == "reject":
             services.environment_reject(actor=actor, environment=env, reason=reason)
             messages.success(request, f"Rejected {env.namespace}.")
@@ -85,8 +90,9 @@ def environment_decide(request: HttpRequest, public_id: str) -> HttpResponse:
             env = services.environment_approve(actor=actor, environment=env, reason=reason)
             messages.success(request, _approval_words(env))
     except KilnError as exc:
-        from_queue = not request.POST.get("next")
-        if from_queue:  # shown on the request's own row, not at the top of the page
+        # From the queue, shown on the request's own row (only approvers have a queue).
+        from_queue = not request.POST.get("next") and can_approve(actor)
+        if from_queue:
             request.session[QUEUE_ERRORS] = {env.public_id: exc.message}
         else:
             messages.error(request, exc.message)
@@ -94,7 +100,11 @@ def environment_decide(request: HttpRequest, public_id: str) -> HttpResponse:
     if not target.startswith("/") or not url_has_allowed_host_and_scheme(
         target, allowed_hosts={request.get_host()}
     ):
-        target = reverse("portal:approval-queue") + f"#row-{env.public_id}"
+        target = (
+            reverse("portal:approval-queue") + f"#row-{env.public_id}"
+            if can_approve(actor)
+            else reverse("portal:environment-detail", args=[env.public_id])
+        )
     return redirect(target)
 
 

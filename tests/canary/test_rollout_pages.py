@@ -200,6 +200,21 @@ def test_the_dashboard_buttons_extend_with_a_reason_and_refuse_without(alice, se
     assert event.actor == "alice" and "lunch peak" in event.data["reason"]
 
 
+def test_a_steering_form_says_what_is_wrong_and_what_a_decision_did(alice, service):
+    rollout = _held(
+        services.rollout_create(actor=ADMIN, service=service, **_rollout_kwargs(service))
+    )
+    url = reverse("canary:rollout-action", args=[rollout.pk])
+    said = alice.post(url, {"action": "abort", "reason": ""}, follow=True).content.decode()
+    assert "Say why: a decision on a rollout needs a reason." in said
+    said = alice.post(url, {"action": "abort", "reason": "x" * 2500}, follow=True).content.decode()
+    assert "Nothing was done. Reason: Ensure this value has at most 2000 characters" in said
+    rollout.refresh_from_db()
+    assert rollout.status == RolloutStatus.INCONCLUSIVE
+    said = alice.post(url, {"action": "abort", "reason": "bad canary"}, follow=True)
+    assert "Aborted: all the traffic is back on the baseline." in said.content.decode()
+
+
 def test_an_auditor_cannot_steer_and_sees_no_buttons(client, service):
     rollout = _held(
         services.rollout_create(actor=ADMIN, service=service, **_rollout_kwargs(service))

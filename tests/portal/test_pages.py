@@ -189,6 +189,53 @@ def test_approver_decides_from_the_queue_and_rejection_needs_a_reason(team):
     assert env.status == "REJECTED"
 
 
+@pytest.mark.parametrize("decision", ["approve", "reject"])
+def test_a_decision_with_a_reason_too_long_is_refused_whole_not_taken_without_it(team, decision):
+    alice = login("alice", "engineer", team)
+    alice.post(reverse("portal:environment-request"), FORM)
+    env = Environment.objects.get()
+    carol = login("carol", "approver", team)
+    decide = reverse("portal:environment-decide", args=[env.public_id])
+    page = carol.post(decide, {"decision": decision, "reason": "x" * 2500}, follow=True)
+    words = page.content.decode()
+    assert "Nothing was decided. Reason: Ensure this value has at most 2000 characters" in words
+    assert 'maxlength="2000" placeholder="reason (to reject)"' in words
+    env.refresh_from_db()
+    assert env.status == "PENDING_APPROVAL" and not env.decisions.exists()
+
+
+def test_a_decision_on_a_request_decided_meanwhile_is_refused_in_words(team):
+    alice = login("alice", "engineer", team)
+    alice.post(reverse("portal:environment-request"), FORM)
+    env = Environment.objects.get()
+    decide = reverse("portal:environment-decide", args=[env.public_id])
+    login("frank", "approver", team).post(decide, {"decision": "reject", "reason": "too big"})
+    carol = login("carol", "approver", team)  # her queue still showed it
+    page = carol.post(decide, {"decision": "approve"}, follow=True).content.decode()
+    assert "its status is Rejected" in page  # at the top: its row is gone
+    # Somebody who has no queue hears the refusal on the request's own page.
+    refused = alice.post(decide, {"decision": "approve"}, follow=True)
+    assert refused.status_code == 200 and refused.redirect_chain[-1][0].endswith(
+        reverse("portal:environment-detail", args=[env.public_id])
+    )
+    said = refused.content.decode()
+    assert "only approvers may approve" in said or "its status is Rejected" in said
+
+
+def test_a_teardown_reason_too_long_is_refused_not_replaced(
+    team, django_capture_on_commit_callbacks
+):
+    alice, env = alice_with_a_dev_environment(team, django_capture_on_commit_callbacks)
+    page = alice.post(
+        reverse("portal:environment-teardown", args=[env.public_id]),
+        {"reason": "x" * 2500, "confirm": env.name},
+        follow=True,
+    ).content.decode()
+    assert "Nothing was torn down. Reason: Ensure this value has at most 2000" in page
+    env.refresh_from_db()
+    assert env.status == "READY"
+
+
 def test_progress_partial_polls_while_active_and_detail_shows_manifests(
     team, django_capture_on_commit_callbacks
 ):
