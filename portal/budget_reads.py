@@ -21,7 +21,6 @@ from portal.models import BudgetNotice, BudgetRaise, Environment, SleepSchedule,
 from portal.validation import DNS_LABEL_RE
 from scheduler.showback import Window, environment_ran_cost
 
-DAY_SECONDS = 86400  # a point is the amount by the end of its day
 # What keeps costing until it expires or is torn down: approved and on its way up, up, or
 # waking. A sleeping environment's nodes are gone: it costs nothing until it wakes, which under
 # its team's sleep schedule is in the schedule's waking windows.
@@ -252,7 +251,7 @@ def showback_budgets(
 
         chart = {
             "days": [
-                int(datetime.combine(p["day"], datetime.min.time(), UTC).timestamp()) + DAY_SECONDS
+                int(datetime.combine(p["day"], datetime.min.time(), UTC).timestamp())
                 for p in series
             ],
             "spend": column("spend"),

@@ -15,6 +15,8 @@
     var opts = {
       width: Math.max(target.clientWidth, 280),
       height: 220,
+      // Days are UTC days (the table's): drawn and named in UTC whatever the browser's zone.
+      tzDate: function (ts) { return uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"); },
       scales: { x: { time: true }, y: { range: function (u, min, max) { return [0, Math.max(max, 1) * 1.08]; } } },
       axes: [{}, { size: 64, values: function (u, vals) { return vals.map(function (v) { return v.toFixed(0); }); } }],
       series: [

@@ -3,6 +3,8 @@ form's estimate against the budget, at desktop and phone widths, with no console
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from tests.e2e.api import call, environment
 from tests.e2e.conftest import WatchedPage
 
@@ -40,6 +42,8 @@ def _walk(browser_page: WatchedPage, kiln) -> None:
         # Away from the chart its legend shows today's figures, not dashes.
         legend = page.locator("#budget-chart-payments .u-legend").inner_text()
         assert "--" not in legend and "USD" in legend, legend
+        # Today's point is today's, as the table beside it says (not the next day's).
+        assert datetime.now(UTC).date().isoformat() in legend, legend
         assert "Forecast" in card.inner_text() and "USD 40.00" in card.inner_text()
         browser_page.screenshot(name)
     page.set_viewport_size({"width": 1280, "height": 900})
