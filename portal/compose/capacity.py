@@ -12,6 +12,7 @@ spot), Karpenter choosing spot wherever a pod may take it (it is cheaper).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 
@@ -36,6 +37,7 @@ POOL_HEADROOM = 3
 A_NODE_SELECTOR = "scheduler.alpha.kubernetes.io/node-selector"
 A_DEFAULT_TOLERATIONS = "scheduler.alpha.kubernetes.io/defaultTolerations"
 L_NODEPOOL = "karpenter.sh/nodepool"
+DNS_LABEL_MAX = 63
 
 
 def has_own_pool(spec: EnvironmentSpec) -> bool:
@@ -44,8 +46,15 @@ def has_own_pool(spec: EnvironmentSpec) -> bool:
 
 
 def pool_name(spec: EnvironmentSpec) -> str:
-    """The name of the environment's own NodePool."""
-    return f"kiln-{spec.namespace}"
+    """The name of the environment's own NodePool: `kiln-<namespace>`, at most 63 characters,
+    for Karpenter puts it in a label (`karpenter.sh/nodepool`) on every node of the pool. A
+    longer one keeps the namespace's start and ends in a hash of the whole of it."""
+    name = f"kiln-{spec.namespace}"
+    if len(name) <= DNS_LABEL_MAX:
+        return name
+    digest = hashlib.sha256(spec.namespace.encode()).hexdigest()[:8]
+    head = name[: DNS_LABEL_MAX - len(digest) - 1].rstrip("-")
+    return f"{head}-{digest}"
 
 
 def pool_taint(spec: EnvironmentSpec) -> dict:
