@@ -52,6 +52,7 @@ from kiln.cluster.nodes import (
     name_of,
     node_list,
     pod_node,
+    pod_owner,
     pod_phase,
     pod_scheduled_condition,
     unschedulable_status,
@@ -65,6 +66,7 @@ from scheduler.kubedefault import num_feasible_nodes_to_find
 from scheduler.kubefilters import NodeTable, unschedulable_message
 from scheduler.nodesync import TERMINAL_PHASES
 from scheduler.simulation.pricing import PriceBook, scoring_rows
+from scheduler.simulation.provisioner import daemon_overhead
 from scheduler.simulation.transport import Transport
 
 ACTOR = "kube-scheduler"
@@ -87,20 +89,41 @@ def _key(pod: dict[str, Any]) -> str:
 
 
 def _table(
-    nodes: list[dict], pods: list[dict], book: PriceBook | None
+    nodes: list[dict],
+    pods: list[dict],
+    book: PriceBook | None,
+    daemon_sets: list[dict] | None = None,
 ) -> tuple[NodeTable, np.ndarray, float]:
-    """The pass's node table and scoring matrix, with every bound, non-terminal pod counted."""
+    """The pass's node table and scoring matrix, with every bound, non-terminal pod counted,
+    and on a node still waiting for a DaemonSet's pod, what that pod will request: the
+    DaemonSet's pods are bound to a node as it comes, outside this pass, and a node filled
+    before they came would run over its allocatable (kube-scheduler's priorities would have
+    the node-critical pod preempt; here its room is kept)."""
     matrix, max_price = scoring_rows(nodes, book)
     index = {name_of(n): i for i, n in enumerate(nodes)}
+    running: set[tuple[str, str, str]] = set()
     for pod in pods:
         i = index.get(pod_node(pod))
         if i is None or pod_phase(pod) in TERMINAL_PHASES:
             continue
+        kind, owner = pod_owner(pod)
+        if kind == "DaemonSet":
+            running.add((pod_node(pod), (pod.get("metadata") or {}).get("namespace", ""), owner))
         try:
             req = pod_request(pod)
         except ProtocolError:
             continue
         matrix[i, 3:6] += (req.cpu, req.memory, req.gpu)
+    for ds in daemon_sets or ():
+        meta = ds.get("metadata") or {}
+        waiting = [
+            n for n in nodes
+            if (name_of(n), meta.get("namespace", ""), meta.get("name", "")) not in running
+        ]  # fmt: skip
+        for node in waiting:
+            matrix[index[name_of(node)], 3:6] += daemon_overhead(
+                [ds], labels_of(node), list((node.get("spec") or {}).get("taints") or [])
+            )
     table = NodeTable(
         names=[name_of(n) for n in nodes],
         labels=[labels_of(n) for n in nodes],
@@ -184,17 +207,19 @@ class KubeScheduler:
         *,
         book: PriceBook | None = None,
         own_pools: list[str] | None = None,
+        daemon_sets: list[dict] | None = None,
     ) -> Iterator[tuple[dict, PodBinding | str, float]]:
         """Each pending pod with its binding (or why it stays Pending) and when its cycle began.
 
         Writes nothing: a binding is assumed in the pass's cache before the next pod,
         and `run` writes them. `book` defaults to the price book in the database;
-        `own_pools` are the environments whose own NodePool exists (with or without nodes).
+        `own_pools` are the environments whose own NodePool exists (with or without nodes);
+        `daemon_sets` keep room on each node for their pods not bound there yet (`_table`).
         """
         pending = [p for p in pods if not pod_node(p) and pod_phase(p) == "Pending"]
         if not pending:
             return
-        table, matrix, max_price = _table(nodes, pods, book)
+        table, matrix, max_price = _table(nodes, pods, book, daemon_sets)
         names = table.names
         self._name_array = np.array(names, dtype=object)
         index = {n: i for i, n in enumerate(names)}
@@ -220,7 +245,10 @@ class KubeScheduler:
             pools.pool_environment(p)
             for p in self.backend.list("karpenter.sh/v1", "NodePool", include_deleting=False)
         ]
-        for pod, outcome, started in self.placements(nodes, pods, own_pools=[e for e in own if e]):
+        daemon_sets = self.backend.list("apps/v1", "DaemonSet", include_deleting=False)
+        for pod, outcome, started in self.placements(
+            nodes, pods, own_pools=[e for e in own if e], daemon_sets=daemon_sets
+        ):
             if isinstance(outcome, str):
                 waiting.append((pod, outcome))
                 continue

@@ -14,9 +14,10 @@ tolerates the node's NoSchedule/NoExecute taints), bound by the node's
 lifecycle, not by the scheduler: the pod is created and bound to its node
 (`bind_pods`) in one step when the node is there, and goes when the node goes
 (the pod garbage collector deletes every pod bound to a node that no longer
-exists). A node's daemon pods count in what it has requested (packing, cost)
-and Karpenter sizes new nodes with room for them; Workload Commitment leaves
-them out of its numerator.
+exists). A node's daemon pods count in what it has requested (packing, cost);
+Karpenter sizes new nodes with room for them, and the simulated kube-scheduler
+keeps that room on a node whose daemon pods are not bound yet, so a node never
+requests more than it has; Workload Commitment leaves them out of its numerator.
 """
 
 from __future__ import annotations

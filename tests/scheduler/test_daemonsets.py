@@ -14,7 +14,10 @@ from kiln.cluster.nodes import (
     labels_of,
     name_of,
     node_list,
+    node_manifest,
+    node_status,
     pod_list,
+    pod_manifest,
     pod_node,
     pod_owner,
     score_explanation,
@@ -29,9 +32,11 @@ from scheduler.simulation.demo import (
     deployment,
     node_agent,
 )
+from scheduler.simulation.kubescheduler import KubeScheduler
 from scheduler.simulation.provisioner import node_drain
 from scheduler.simulation.workloads import daemon_eligible, workloads_reconcile
 from tests.scheduler.conftest import NS_ENV, environment_cluster
+from tests.scheduler.test_spot_guarantee_property import BOOK
 
 pytestmark = pytest.mark.django_db
 
@@ -180,3 +185,40 @@ def test_karpenter_leaves_room_for_the_daemonsets_on_a_new_node():
     # 2 cores fit m6i.large exactly; with a 0.05-core agent on every node they no longer do.
     assert plan((0.0, 0.0, 0.0)) == ["m6i.large"]
     assert plan((0.05, 64 * 2**20, 0.0)) == ["m6i.xlarge"]
+
+
+def test_the_scheduler_keeps_room_on_a_node_for_the_daemonset_pod_it_has_not_got_yet():
+    """A node comes; the scheduler's pass runs before the node agent is bound to it: a pod
+    asking the whole node must not take the agent's 50m (the node would read 102%)."""
+    node = node_manifest(
+        name="n1", instance_type="m6i.large", zone="a", capacity_type="on-demand", nodepool="p"
+    )
+    node["status"] = node_status(cpu=2.0, memory=8 * GIB, gpu=0)
+    whole = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "whole", "namespace": "ns", "labels": {"app": "x"}},
+        "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "2"}}}]},
+        "status": {"phase": "Pending"},
+    }
+    agent = node_agent()[1]
+
+    def outcome(daemon_sets, pods=(whole,)):
+        scheduler = KubeScheduler(backend=None, pool_rules=False)
+        [(_, placed, _)] = scheduler.placements(
+            [node], list(pods), book=BOOK, daemon_sets=daemon_sets
+        )
+        return placed
+
+    assert not isinstance(outcome([]), str)  # without the agent it fits exactly
+    assert "Insufficient cpu" in outcome([agent])
+    # Once the agent runs there, its pod is counted as any other, not twice.
+    bound_agent = pod_manifest(
+        namespace=SYSTEM_NAMESPACE, name="agent-1", owner_kind="DaemonSet",
+        owner_name=NODE_AGENT, owner_uid="u", template=agent["spec"]["template"],
+    )  # fmt: skip
+    bound_agent["spec"]["nodeName"] = "n1"
+    bound_agent["status"] = {"phase": "Running"}
+    small = {**whole, "metadata": {**whole["metadata"], "name": "small"}}
+    small["spec"] = {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1950m"}}}]}
+    assert not isinstance(outcome([agent], pods=(bound_agent, small)), str)
