@@ -62,14 +62,15 @@ def kept_values(request: HttpRequest, public_id: str) -> dict[str, str]:
 def action_view(
     act: Callable[..., Any],
     *,
-    done: str,
+    done: str | Callable[[Any], str],
     form: type[forms.Form] | None = None,
     invalid: str | Callable[[Any], str] = "",
     **fixed: Any,
 ) -> Callable[[HttpRequest, str], HttpResponse]:
     """The view of a POST from the environment page: `act(actor=, environment=, **the form's
-    data, **fixed)`, then `done` (formatted with the form's data) or the refusal's text as the
-    page's message, and back to the page. A `form` that does not validate says `invalid` (or
+    data, **fixed)`, then `done` (formatted with the form's data, or what `done(environment)`
+    says of the environment as it was before) or the refusal's text as the page's message,
+    and back to the page. A `form` that does not validate says `invalid` (or
     what `invalid(environment)` says, to name the environment's own limits) and changes nothing.
     A refused form's values come back in it (`kept_values`)."""
 
@@ -85,8 +86,9 @@ def action_view(
         else:
             data = bound.cleaned_data if bound is not None else {}
             try:
+                said = done(env) if callable(done) else done.format(**data)
                 act(actor=actor_from_request(request), environment=env, **data, **fixed)
-                messages.success(request, done.format(**data))
+                messages.success(request, said)
             except KilnError as exc:
                 messages.error(request, error_text(exc))
                 if bound is not None:

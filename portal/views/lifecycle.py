@@ -6,6 +6,7 @@ from __future__ import annotations
 from django import forms
 
 from portal import conf, services
+from portal.lifecycle import Status
 from portal.services import sleep, sleep_triggers
 from portal.views import refused_words
 from portal.views.common import action_view
@@ -26,17 +27,25 @@ environment_defer = action_view(
     form=DeferForm,
     invalid=refused_words.deferral,
 )
-environment_keep = action_view(
-    services.environment_keep, done="Kept: it is no longer proposed for early teardown."
-)
+def _kept(env) -> str:
+    if env.idle_proposed_at is None:
+        return "Kept: it counts as active from now (it was not proposed for early teardown)."
+    return "Kept: it is no longer proposed for early teardown."
+
+
+def _woken(env) -> str:
+    if env.status in (Status.READY, Status.WAKING):
+        return "It is awake already: nothing to do."
+    return "Waking: everything comes back as it was."
+
+
+environment_keep = action_view(services.environment_keep, done=_kept)
 environment_sleep = action_view(
     sleep.sleep_environment,
     done="Going to sleep: workloads, control plane and nodes to zero.",
     reason=ON_ITS_PAGE,
 )
-environment_wake = action_view(
-    sleep.wake_environment, done="Waking: everything comes back as it was.", reason=ON_ITS_PAGE
-)
+environment_wake = action_view(sleep.wake_environment, done=_woken, reason=ON_ITS_PAGE)
 
 
 def sleep_context(env) -> dict:

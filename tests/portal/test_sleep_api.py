@@ -206,5 +206,10 @@ def test_the_page_shows_the_savings_and_the_buttons_with_the_state(
     approver.post(reverse("portal:environment-wake", args=[env.public_id]))
     assert Environment.objects.get().status == Status.SLEEPING
     with django_capture_on_commit_callbacks(execute=True):
-        alice.post(reverse("portal:environment-wake", args=[env.public_id]))
+        woke = alice.post(reverse("portal:environment-wake", args=[env.public_id]), follow=True)
     assert Environment.objects.get().status == Status.READY
+    assert "Waking: everything comes back as it was." in woke.content.decode()
+    again = alice.post(reverse("portal:environment-wake", args=[env.public_id]), follow=True)
+    assert "It is awake already: nothing to do." in again.content.decode()
+    kept = alice.post(reverse("portal:environment-keep", args=[env.public_id]), follow=True)
+    assert "it was not proposed for early teardown" in kept.content.decode()
