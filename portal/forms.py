@@ -110,7 +110,8 @@ class ReasonForm(forms.Form):
 class ExtendForm(forms.Form):
     """Extend the TTL by some hours."""
 
-    hours = forms.IntegerField(min_value=1, max_value=8760)
+    # No maximum here: the class's, which the service names with what is left, is the one.
+    hours = forms.IntegerField(min_value=1)
 
 
 def class_limits() -> dict[str, dict[str, Any]]:

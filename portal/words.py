@@ -79,3 +79,13 @@ _BASIS = {
 def approval_basis_words(basis: str | None, team: str) -> str:
     """Why a viewer's approval would count for `team`, in words ("" when it would not)."""
     return _BASIS[basis].format(team=team) if basis in _BASIS else ""
+
+
+def with_article(word: str) -> str:
+    """`word` after its article: "a dev", "an ephemeral"."""
+    return f"{'an' if word[:1].lower() in 'aeiou' else 'a'} {word}"
+
+
+def lifetime_words(env_class: str, limit_hours: int) -> str:
+    """How long the class lives, as a refused extension says it."""
+    return f"{with_article(env_class).capitalize()} environment lives at most {limit_hours} h in all"

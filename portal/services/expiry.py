@@ -24,10 +24,11 @@ from kiln.identity.permissions import Actor, can_act_on_environment, system_acto
 from portal import compose as c
 from portal import conf
 from portal import disruption as d
-from portal.lifecycle import Status
+from portal.lifecycle import Status, label
 from portal.models import Environment
 from portal.services.lifecycle import audit_target, environment_transition, environment_update
 from portal.services.queueing import enqueue_teardown
+from portal.words import lifetime_words
 
 REAPER = "reaper"
 DEFERRALS = Counter(
@@ -44,6 +45,11 @@ FORCED = Counter(
 
 # A terminate check is answered where it was asked, never somewhere a redirect points.
 _OPENER = outbound.opener(allow_private=True)
+
+
+def _words(env: Environment) -> str:
+    """The environment's status as a refusal says it: "asleep", "teardown requested"."""
+    return label(env.status, env.status_reason).lower()
 
 
 def ask_workload(*, declaration: d.Declaration, namespace: str) -> d.Answer:
@@ -206,7 +212,7 @@ def environment_defer_teardown(
         env = Environment.objects.select_for_update().get(pk=environment.pk)
         if env.status != Status.READY or env.expires_at is None:
             raise IllegalTransition(
-                f"only a READY environment's teardown can be deferred (this one is {env.status})",
+                f"only a ready environment's teardown can be deferred (this one is {_words(env)})",
                 extra={"from": env.status, "environment": env.public_id},
             )
         lifecycle = conf.class_lifecycle(env.env_class)
@@ -251,21 +257,19 @@ def environment_extend(*, actor: Actor, environment: Environment, hours: int) ->
         env = Environment.objects.select_for_update().get(pk=environment.pk)
         if env.status != Status.READY:
             raise IllegalTransition(
-                f"only a READY environment can be extended (this one is {env.status})",
+                f"only a ready environment can be extended (this one is {_words(env)})",
                 extra={"from": env.status, "environment": env.public_id},
             )
         limit = conf.MAX_TTL_HOURS[env.env_class]
-        new_expiry = env.expires_at + timedelta(hours=hours)
-        lifetime = (new_expiry - (env.ready_at or env.created_at)).total_seconds() / 3600
-        if lifetime > limit:
+        lived = (env.expires_at - (env.ready_at or env.created_at)).total_seconds() / 3600
+        left = max(0, int(limit - lived))
+        if hours > left:  # before the arithmetic: any number of hours is refused in words
+            more = f"this one can be extended by at most {left} h" if left else "this one cannot"
             raise InvalidInput(
                 "The request is invalid.",
-                extra={
-                    "fields": {
-                        "hours": [f"{env.env_class} environments live at most {limit}h in total."]
-                    }
-                },
+                extra={"fields": {"hours": [f"{lifetime_words(env.env_class, limit)}: {more}."]}},
             )
+        new_expiry = env.expires_at + timedelta(hours=hours)
         environment_update(
             actor=actor,
             environment=env,
@@ -290,7 +294,7 @@ def environment_keep(*, actor: Actor, environment: Environment, reason: str = ""
         env = Environment.objects.select_for_update().get(pk=environment.pk)
         if env.status not in (Status.READY, Status.SLEEPING):
             raise IllegalTransition(
-                f"only a READY or SLEEPING environment can be kept (this one is {env.status})",
+                f"only a ready or sleeping environment can be kept (this one is {_words(env)})",
                 extra={"from": env.status, "environment": env.public_id},
             )
         environment_update(

@@ -25,7 +25,7 @@ from django.utils import timezone
 from kiln.errors import Conflict, Forbidden, IllegalTransition
 from kiln.identity.permissions import Actor, can_sleep_environment, system_actor
 from portal import conf
-from portal.lifecycle import Status
+from portal.lifecycle import Status, label
 from portal.models import Environment
 from portal.services import cost
 from portal.services.lifecycle import environment_update
@@ -66,7 +66,8 @@ class SleepForbidden(Conflict):
 
 def _permitted(actor: Actor, environment: Environment, verb: str) -> None:
     if not can_sleep_environment(actor, environment.team.slug):
-        raise Forbidden(f"only engineers of the owning team may {verb} this environment")
+        # "put {} to sleep", "wake {}": the environment where the verb has it.
+        raise Forbidden(f"only engineers of the owning team may {verb.format('this environment')}")
 
 
 def sleep_environment(
@@ -75,7 +76,7 @@ def sleep_environment(
     """READY -> SLEEPING by `actor` (audited with `trigger` and `reason`), and the sleep pipeline
     queued. Raises SleepForbidden (409) for a class that may not sleep and IllegalTransition
     (409) for any status but READY, changing nothing."""
-    _permitted(actor, environment, "put to sleep")
+    _permitted(actor, environment, "put {} to sleep")
     if trigger not in TRIGGERS:
         raise ValueError(f"unknown sleep trigger {trigger!r}")
     lifecycle = conf.class_lifecycle(environment.env_class)
@@ -87,7 +88,7 @@ def sleep_environment(
     status = Status(environment.status)
     if status != Status.READY:
         raise IllegalTransition(
-            f"only a READY environment can sleep; this one is {status.value}",
+            f"only a ready environment can sleep; this one is {label(status).lower()}",
             extra={"from": status.value, "to": Status.SLEEPING.value, "rule": "ready_only"},
         )
     move = Move(
@@ -107,7 +108,7 @@ def wake_environment(
     """SLEEPING (asleep) -> WAKING by `actor`, and the wake pipeline queued; still falling
     asleep: the wake is kept and starts once asleep; READY or WAKING: nothing to do. Any other
     status (being torn down, failed) raises IllegalTransition (409), changing nothing."""
-    _permitted(actor, environment, "wake")
+    _permitted(actor, environment, "wake {}")
     if trigger not in TRIGGERS:
         raise ValueError(f"unknown wake trigger {trigger!r}")
     with transaction.atomic():

@@ -56,6 +56,12 @@ def environment_list_context(*, viewer, query) -> dict:
     }
 
 
+def _sentence(text: str) -> str:
+    """`text` ending as a sentence does (the policies' messages may leave the stop out)."""
+    text = text.strip()
+    return text if not text or text[-1] in ".!?" else f"{text}."
+
+
 @login_required
 def environment_list(request: HttpRequest) -> HttpResponse:
     """My environments: the visible ones, filterable by status, class and team; live."""
@@ -151,7 +157,7 @@ def environment_request(request: HttpRequest) -> HttpResponse:
                 messages.error(
                     request,
                     f"Requested {env.namespace}: denied by policy. "
-                    f"{' '.join(said) or env.status_reason} See the Policy tab.",
+                    f"{_sentence(' '.join(said) or env.status_reason)} See the Policy tab.",
                 )
             else:
                 messages.success(request, f"Requested {env.namespace}: {label(env.status)}.")

@@ -255,7 +255,8 @@ def test_progress_partial_polls_while_active_and_detail_shows_manifests(
 @pytest.mark.parametrize(
     ("action", "data", "words"),
     [
-        ("extend", {"hours": "999999999999"}, "A dev environment lives at most 336 h in all."),
+        ("extend", {"hours": "999999999999"},
+         "A dev environment lives at most 336 h in all: this one can be extended by at most 2"),
         ("extend", {"hours": "soon"}, "Nothing was extended. A dev environment lives at most "
          "336 h in all. Hours: Enter a whole number."),
         (
@@ -279,6 +280,7 @@ def test_an_out_of_range_extension_or_deferral_names_the_classs_limit(
         reverse(f"portal:environment-{action}", args=[env.public_id]), data, follow=True
     )
     assert words in page.content.decode()
+    assert "8760" not in page.content.decode()  # one limit: the class's
     env.refresh_from_db()
     assert (env.expires_at, env.deferred_until) == before
 
