@@ -154,7 +154,11 @@ def _replayed_or_taken(
     replayed = _replay(actor, key, digest)
     if replayed is not None:
         return replayed, False
-    raise Conflict(f"an environment named {data['name']} already exists for {team.slug}") from None
+    taken = f"{team.slug} already has an environment named {data['name']}: choose another name."
+    raise Conflict(
+        f"an environment named {data['name']} already exists for {team.slug}",
+        extra={"fields": {"name": [taken]}},
+    ) from None
 
 
 def _create(

@@ -236,6 +236,17 @@ def test_a_teardown_reason_too_long_is_refused_not_replaced(
     assert env.status == "READY"
 
 
+def test_a_name_the_team_has_taken_is_refused_on_the_name_field(team):
+    alice = login("alice", "engineer", team)
+    alice.post(reverse("portal:environment-request"), FORM)
+    again = alice.post(reverse("portal:environment-request"), FORM)
+    assert again.status_code == 200
+    assert again.context["form"].errors["name"] == [
+        "payments already has an environment named web: choose another name."
+    ]
+    assert Environment.objects.count() == 1
+
+
 def test_progress_partial_polls_while_active_and_detail_shows_manifests(
     team, django_capture_on_commit_callbacks
 ):
