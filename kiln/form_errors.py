@@ -70,7 +70,15 @@ SNAKE_NAME = re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b")
 def field_problems(bound: forms.Form) -> str:
     """What is wrong with each field, by its label (`Reason: Ensure this value has at most 500
     characters (it has 3000).`)."""
+
+    def label(name: str) -> str:
+        if name not in bound.fields:  # the form's own (non-field) errors
+            return ""
+        words = str(bound.fields[name].label or name.replace("_", " "))
+        # The first letter up, the rest as written ("CPU (cores)"); a label key stays as it is.
+        return words if "/" in words else words[:1].upper() + words[1:]
+
     return " ".join(
-        f"{(bound.fields[name].label or name.replace('_', ' ')).capitalize()}: {' '.join(errors)}"
+        f"{label(name)}: {' '.join(errors)}" if label(name) else " ".join(errors)
         for name, errors in bound.errors.items()
     )

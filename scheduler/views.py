@@ -10,6 +10,7 @@ from django.views.decorators.http import require_POST
 
 from kiln.cluster import DeliveryError
 from kiln.cluster.backends import get_backend
+from kiln.form_errors import field_problems
 from kiln.identity.permissions import actor_from_request
 from scheduler import cluster_reads, commitment, placement_reads, selectors
 from scheduler.extender.handler import FILTER, PRIORITIZE, extender_call
@@ -95,7 +96,12 @@ def score_explain(request: HttpRequest) -> HttpResponse:
     """htmx fragment: score a sample pod against the current nodes, term by term."""
     form = ScoreExplainForm(request.POST)
     if not form.is_valid():
-        return render(request, "scheduler/_explain.html", {"form": form, "rows": None}, status=400)
+        return render(
+            request,
+            "scheduler/_explain.html",
+            {"form": form, "rows": None, "refusal": field_problems(form)},
+            status=400,
+        )
     pod = form.pod()
     visible = cluster_reads.visible_node_names(
         viewer=actor_from_request(request), backend=get_backend()

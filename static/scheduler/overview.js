@@ -70,3 +70,12 @@
     });
   });
 })();
+
+// The score explainer's refusal (400) is its form's words for what to correct: shown where the
+// answer would be, not dropped as htmx drops a 4xx by default.
+document.addEventListener("htmx:beforeSwap", function (event) {
+  if (event.detail.target.id === "explain" && event.detail.xhr.status === 400) {
+    event.detail.shouldSwap = true;
+    event.detail.isError = false;
+  }
+});

@@ -165,3 +165,21 @@ def test_chaos_form_errors_sit_on_the_fields_and_namespaces_are_chosen(
     # The refused form answers 400, which the browser logs; nothing else may complain.
     assert browser_page.csp_violations == []
     assert [e for e in browser_page.console_errors if "status of 400" not in e] == []
+
+
+def test_scheduler_explainer_shows_what_the_server_refused(browser_page: WatchedPage):
+    """A value past the browser's own checks (a hand-edited form) is refused in the form's
+    words where the answer would be, not dropped with the 400 that carries them."""
+    page = browser_page.page
+    browser_page.login("alice")
+    browser_page.goto("/scheduler/")
+    page.evaluate("document.querySelector('#score-explainer details').open = true")
+    form = page.locator("#score-explainer form")
+    form.evaluate("f => { f.noValidate = true; }")
+    page.fill("#score-explainer input[name=cpu]", "-1")
+    with page.expect_response(lambda r: "/scheduler/explain" in r.url) as answer:
+        form.locator("button[type=submit]").click()
+    assert answer.value.status == 400
+    page.wait_for_selector("#explain .alert.error")
+    said = page.locator("#explain .alert.error").inner_text()
+    assert said.startswith("Nothing was scored. CPU (cores):"), said

@@ -93,4 +93,5 @@ def test_score_explainer_rejects_bad_input(user_client):
     )
     assert response.status_code == 400
     body = response.content.decode()
-    assert "cpu" in body and "workload_class" in body
+    assert "Nothing was scored. CPU (cores): " in body and "kiln.dev/workload-class: " in body
+    assert "Memory (GiB): Enter a number." in body
