@@ -20,7 +20,7 @@ from kiln.errors import NotFound
 from kiln.identity import visibility
 from kiln.identity.models import Team
 from kiln.identity.permissions import Actor, approver_teams_filter
-from portal import conf
+from portal import conf, uptime
 from portal.disruption import expiry_warning_at, hard_deadline
 from portal.lifecycle import Status
 from portal.models import Environment, ProvisioningStep
@@ -248,16 +248,12 @@ SHOWBACK_PERIODS = {"7d": 7, "30d": 30, "90d": 90, "365d": 365}
 DEFAULT_SHOWBACK_PERIOD = "30d"
 
 
-def _overlap_hours(begin: datetime, end: datetime) -> Decimal:
-    return Decimal(max((end - begin).total_seconds(), 0) / 3600).quantize(Decimal("0.01"))
-
-
 def team_showback(
     *, viewer: Actor, team: str | None = None, since: datetime | None = None
 ) -> list[dict[str, Any]]:
     """Spend per team, environment and class over the period from `since` (all time if None):
-    the request-time estimate (hourly price x hours alive within the period, ready until
-    deleted or now) beside the cost from what ran (node-hours the environment's NodePool
+    the request-time estimate (hourly price x hours up within the period: ready until deleted
+    or now, less its sleeps) beside the cost from what ran (node-hours the environment's NodePool
     provisioned in the period, priced: scheduler/showback.py). Every team the viewer may see
     has a row, at $0 when nothing of it ran."""
     now = timezone.now()
@@ -279,7 +275,9 @@ def team_showback(
         now=now,
     )
     for env in envs:
-        hours = _overlap_hours(max(env.ready_at, since or env.ready_at), env.deleted_at or now)
+        hours = uptime.up_hours(
+            ready_at=env.ready_at, gone_at=env.deleted_at, sleeps=env.sleeps, now=now, begin=since
+        )
         spend = (env.hourly_cost * hours).quantize(Decimal("0.01"))
         bucket = rows.setdefault(env.team.slug, _showback_row(env.team.slug))
         bucket["total"] += spend
@@ -310,7 +308,7 @@ def _showback_row(slug: str) -> dict[str, Any]:
 
 
 def spend_by_day(*, viewer: Actor, days: int, team: str | None = None) -> list[dict[str, Any]]:
-    """Estimated spend (hourly price x hours up) per UTC day over the last `days` days, oldest
+    """Estimated spend (hourly price x hours up, sleeps left out) per UTC day over the last `days` days, oldest
     first, over the environments the viewer may see; each day's share of the largest day as
     `percent` for the chart."""
     now = timezone.now()
@@ -326,7 +324,14 @@ def spend_by_day(*, viewer: Actor, days: int, team: str | None = None) -> list[d
         spend = sum(
             (
                 env.hourly_cost
-                * _overlap_hours(max(env.ready_at, start), min(env.deleted_at or now, end))
+                * uptime.up_hours(
+                    ready_at=env.ready_at,
+                    gone_at=env.deleted_at,
+                    sleeps=env.sleeps,
+                    now=now,
+                    begin=start,
+                    end=end,
+                )  # fmt: skip
                 for env in envs
             ),
             Decimal(0),

@@ -125,6 +125,9 @@ class Environment(models.Model):
     wake_requested_at = models.DateTimeField(null=True, blank=True)
     woke_at = models.DateTimeField(null=True, blank=True)
     last_wake_seconds = models.FloatField(null=True, blank=True)
+    # Every sleep, [asleep from, awake from] in ISO time, the last open while it sleeps: the
+    # hours it ran leave them out (portal/uptime.py).
+    sleeps = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -30,7 +30,7 @@ from kiln.cluster import AppliedRef, HealthStatus, ref_of
 from kiln.cluster.backends import get_backend
 from kiln.cluster.base import is_deleting
 from kiln.cluster.nodes import RUNNING, pod_node, pod_owner, pod_phase
-from portal import conf
+from portal import conf, uptime
 from portal.compose.sleep import SCALED_RESOURCES, asleep, awake
 from portal.lifecycle import Status
 from portal.models import Environment
@@ -201,10 +201,10 @@ def _wake_waiting(run: Run, step: Step, result: Result) -> Result:
 
 
 def _asleep(run: Run) -> Move:
-    env = run.environment
+    env, now = run.environment, timezone.now()
     return Move(
         "asleep: workloads, control plane and nodes at zero; volumes and database kept",
-        updates={"slept_at": timezone.now()},
+        updates={"slept_at": now, "sleeps": uptime.asleep_from(env.sleeps, now)},
         data={"trigger": env.sleep_trigger, "workloads": len(remembered(env))},
     )
 
@@ -214,7 +214,12 @@ def _awake(run: Run) -> Move:
     seconds = round((now - (env.wake_requested_at or now)).total_seconds(), 3)
     return Move(
         "awake: every workload at its replicas again",
-        updates={"slept_at": None, "woke_at": now, "last_wake_seconds": seconds},
+        updates={
+            "slept_at": None,
+            "woke_at": now,
+            "last_wake_seconds": seconds,
+            "sleeps": uptime.awake_from(env.sleeps, now),
+        },
         data={"seconds_to_wake": seconds, "workloads": len(remembered(env))},
     )
 

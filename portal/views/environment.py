@@ -22,7 +22,7 @@ from kiln.identity.permissions import (
     can_approve,
     has_role,
 )
-from portal import budget_reads, conf, resource_tree, selectors, services
+from portal import budget_reads, conf, resource_tree, selectors, services, uptime
 from portal.connect import connection, kubeconfig
 from portal.forms import ExtendForm, ReasonForm
 from portal.lifecycle import Status, badge, label
@@ -69,11 +69,12 @@ def _detail_context(request: HttpRequest, env) -> dict:
 
 
 def _spent(env) -> Decimal:
-    """Hourly price times the hours the environment has been up so far."""
+    """Hourly price times the hours the environment has been up so far (its sleeps left out)."""
     if not env.ready_at:
         return Decimal(0)
-    end = env.deleted_at or timezone.now()
-    hours = Decimal(max((end - env.ready_at).total_seconds(), 0) / 3600)
+    hours = uptime.up_hours(
+        ready_at=env.ready_at, gone_at=env.deleted_at, sleeps=env.sleeps, now=timezone.now()
+    )
     return (env.hourly_cost * hours).quantize(Decimal("0.01"))
 
 

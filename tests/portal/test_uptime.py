@@ -1,0 +1,85 @@
+"""Hours up leave the sleeps out (portal/uptime.py), on the showback page as in the budget:
+an environment asleep half of its life is estimated at half of its life's price."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+from hypothesis import given
+from hypothesis import strategies as st
+
+from portal import selectors, uptime
+from portal.lifecycle import Status
+from portal.models import Environment
+from portal.services import sleep
+from tests.portal.test_lifecycle_notices import ready_env
+
+T0 = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+def at(hours: float) -> datetime:
+    return T0 + timedelta(hours=hours)
+
+
+def test_a_sleep_inside_the_window_is_left_out_and_one_outside_it_is_not_counted():
+    sleeps = [[at(2).isoformat(), at(5).isoformat()], [at(20).isoformat(), at(30).isoformat()]]
+    assert uptime.up_hours(ready_at=at(0), gone_at=at(10), sleeps=sleeps, now=at(40)) == Decimal(
+        "7.00"
+    )
+    # A window that cuts a sleep counts only its part of it; an open sleep lasts until the end.
+    assert uptime.up_hours(
+        ready_at=at(0), gone_at=None, sleeps=[[at(4).isoformat(), None]], now=at(10),
+        begin=at(3), end=at(6),
+    ) == Decimal("1.00")  # fmt: skip
+
+
+@given(
+    cuts=st.lists(st.integers(0, 1000), min_size=0, max_size=8, unique=True),
+    life=st.integers(1, 1000),
+)
+def test_up_and_asleep_hours_make_the_whole_life(cuts, life):
+    """Any sleeps, however they fall: up + asleep = ready to gone, and up is never negative."""
+    points = sorted(c for c in cuts if c < life)
+    pairs = [
+        [at(a).isoformat(), at(b).isoformat()]
+        for a, b in zip(points[::2], points[1::2], strict=False)
+    ]
+    up = uptime.up_hours(ready_at=at(0), gone_at=at(life), sleeps=pairs, now=at(life + 5))
+    asleep = uptime.asleep_seconds(pairs, at(0), at(life)) / 3600
+    assert up >= 0 and abs(float(up) + asleep - life) < 0.011
+
+
+def test_opening_and_closing_a_sleep():
+    opened = uptime.asleep_from([], at(1))
+    assert opened == [[at(1).isoformat(), None]] and uptime.asleep_from(opened, at(2)) == opened
+    closed = uptime.awake_from(opened, at(3))
+    assert closed == [[at(1).isoformat(), at(3).isoformat()]]
+    assert uptime.awake_from(closed, at(4)) == closed
+
+
+@pytest.mark.django_db
+def test_sleeping_and_waking_record_the_sleep_and_showback_leaves_it_out(
+    people, django_capture_on_commit_callbacks
+):
+    env = ready_env(people, django_capture_on_commit_callbacks)
+    with django_capture_on_commit_callbacks(execute=True):
+        sleep.sleep_environment(env, actor=people["alice"])
+    env.refresh_from_db()
+    assert env.status == Status.SLEEPING and len(env.sleeps) == 1 and env.sleeps[0][1] is None
+    with django_capture_on_commit_callbacks(execute=True):
+        sleep.wake_environment(env, actor=people["alice"])
+    env.refresh_from_db()
+    assert env.status == Status.READY and env.sleeps[0][1] is not None
+    # Ten hours ready, four of them asleep: six hours at its price.
+    now = timezone.now()
+    Environment.objects.filter(pk=env.pk).update(
+        ready_at=now - timedelta(hours=10),
+        sleeps=[[(now - timedelta(hours=8)).isoformat(), (now - timedelta(hours=4)).isoformat()]],
+    )
+    [row] = [r for r in selectors.team_showback(viewer=people["alice"]) if r["team"] == "payments"]
+    [shown] = row["environments"]
+    assert shown["hours"] == Decimal("6.00")
+    assert shown["spend"] == (env.hourly_cost * Decimal("6.00")).quantize(Decimal("0.01"))
