@@ -4,13 +4,12 @@ The export answers to the same viewer as the page: only the teams and environmen
 from __future__ import annotations
 
 import csv
-from datetime import timedelta
+from datetime import UTC, datetime, time
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import render
-from django.utils import timezone
 
 from kiln.identity.permissions import actor_from_request
 from portal import budget_reads, selectors
@@ -33,26 +32,34 @@ def _period(request: HttpRequest) -> str | None:
     return period if period in selectors.SHOWBACK_PERIODS else None
 
 
-def _bad_period() -> HttpResponse:
+def _bad_period(request: HttpRequest, *, page: bool) -> HttpResponse:
+    """A period that is not one of the choices: the page's error card, or plain text for a CSV."""
     choices = ", ".join(selectors.SHOWBACK_PERIODS)
-    return HttpResponseBadRequest(f"period must be one of {choices}", content_type="text/plain")
+    said = f"period must be one of {choices}"
+    if not page:
+        return HttpResponseBadRequest(said, content_type="text/plain")
+    context = {"status": 400, "title": "No such period", "message": f"The showback {said}."}
+    return render(request, "kiln/error.html", context, status=400)
 
 
 def _report(request: HttpRequest, period: str) -> dict[str, Any]:
     actor = actor_from_request(request)
     days = selectors.SHOWBACK_PERIODS[period]
     team = request.GET.get("team") or None
-    since = timezone.now() - timedelta(days=days)
     series = selectors.spend_by_day(viewer=actor, days=days, team=team)
+    # The period is the chart's days: from the start of its first (UTC) day until now.
+    since = datetime.combine(series[0]["day"], time.min, UTC)
+    rows = selectors.team_showback(viewer=actor, team=team, since=since)
     return {
-        "rows": selectors.team_showback(viewer=actor, team=team, since=since),
+        "rows": rows,
         "series": series,
         # The chart's bars have no axis of their own: its first and last day, its highest day.
         "spend_axis": {
             "first": series[0]["day"],
             "last": series[-1]["day"],
             "peak": max(d["spend"] for d in series),
-            "total": sum(d["spend"] for d in series),
+            # The teams' totals below it (each day's bar is rounded on its own).
+            "total": sum(r["total"] for r in rows),
         }
         if series
         else None,
@@ -68,7 +75,7 @@ def showback(request: HttpRequest) -> HttpResponse:
     team with a budget, its month: spend, forecast and budget on one chart."""
     period = _period(request)
     if period is None:
-        return _bad_period()
+        return _bad_period(request, page=True)
     context = _report(request, period)
     context["budgets"] = budget_reads.showback_budgets(
         viewer=actor_from_request(request), team=context["team"] or None
@@ -81,7 +88,7 @@ def showback_csv(request: HttpRequest) -> HttpResponse:
     """The page's table as CSV: one line per environment, and one per team with nothing up."""
     period = _period(request)
     if period is None:
-        return _bad_period()
+        return _bad_period(request, page=False)
     report = _report(request, period)
     response = HttpResponse(content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="showback-{period}.csv"'

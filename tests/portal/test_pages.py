@@ -428,6 +428,10 @@ def test_showback_period_counts_only_hours_inside_it_and_lists_teams_at_zero(
     axis = page[page.index('id="spend-axis"') :].split("</p>")[0]
     assert f"<span>{days[0]}</span>" in axis and f"<span>{days[1]}</span>" in axis
     assert "highest day $24.00" in axis and "in all $" in axis
+    # The total under the chart is the team's, over the same days (not its rounded bars').
+    header = page[page.index('data-team="payments"') :].split("</h2>")[0]
+    total = header.split("estimated $")[1].split("<")[0]
+    assert f"in all ${total}" in axis
     main = page[page.index("<main") : page.index("</main>")]  # the header has a search box
     assert "search" not in main  # alice sees her own team only
     csv = alice.get(reverse("portal:showback-csv"), {"period": "30d"})
@@ -435,7 +439,12 @@ def test_showback_period_counts_only_hours_inside_it_and_lists_teams_at_zero(
     assert csv["Content-Disposition"] == 'attachment; filename="showback-30d.csv"'
     assert lines[0].startswith("team,environment") and lines[1].startswith("payments,")
     assert len(lines) == 2
-    assert alice.get(reverse("portal:showback"), {"period": "forever"}).status_code == 400
+    refused = alice.get(reverse("portal:showback"), {"period": "forever"})
+    assert (
+        refused.status_code == 400
+        and "The showback period must be one of" in refused.content.decode()
+    )
+    assert "<html" in refused.content.decode()  # the site's page, not a line of text
 
 
 def test_an_approval_that_is_not_yet_enough_says_how_many_more_it_waits_for(team):
