@@ -23,6 +23,9 @@ MONEY_ERRORS = {
 }
 
 
+WARN_RANGE = "The warning percentage is from 1 to 100."
+
+
 def _cleaned(form: forms.Form, fields: tuple[str, ...]) -> dict:
     """The form's cleaned values of `fields`: the service's keyword arguments."""
     return {name: form.cleaned_data[name] for name in fields}
@@ -30,6 +33,13 @@ def _cleaned(form: forms.Form, fields: tuple[str, ...]) -> dict:
 
 class TeamBudgetForm(forms.ModelForm):
     """The monthly amount, in the platform's currency, and the warning percentage."""
+
+    warn_percent = forms.IntegerField(
+        initial=80,
+        min_value=1,
+        max_value=100,
+        error_messages=dict.fromkeys(("min_value", "max_value"), WARN_RANGE),
+    )
 
     class Meta:
         model = TeamBudget
@@ -43,12 +53,6 @@ class TeamBudgetForm(forms.ModelForm):
             raise forms.ValidationError(
                 f"Budgets are in the platform's currency, {conf.currency()}."
             )
-        return value
-
-    def clean_warn_percent(self):
-        value = self.cleaned_data.get("warn_percent")
-        if value is not None and not 1 <= value <= 100:
-            raise forms.ValidationError("The warning percentage is from 1 to 100.")
         return value
 
     def clean_monthly_amount(self):

@@ -58,7 +58,7 @@ class ExperimentForm(ChaosMeshFormFields, forms.Form):
         help_text="HTTP faults: the share of the service's requests that get the fault. 25 "
         "means about 1 request in 4 is delayed or aborted; the other 3 pass untouched.",
     )
-    duration_seconds = forms.IntegerField(min_value=1, initial=300)
+    duration_seconds = forms.IntegerField(min_value=1, initial=300, label="Duration (s)")
     max_duration_seconds = forms.IntegerField(min_value=1, initial=600, label="Hard maximum (s)")
     max_pods = forms.IntegerField(
         required=False,

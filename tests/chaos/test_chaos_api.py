@@ -57,6 +57,16 @@ def test_invalid_body_is_a_400_with_the_reason_and_changes_nothing(api_client_fo
     assert ChaosExperiment.objects.count() == 0 and audit_actions() == []
 
 
+@pytest.mark.parametrize("duration", [0, 86_401, 99_999_999_999])
+def test_a_duration_out_of_range_names_the_platforms_limit(api_client_for, shop, duration):
+    client = api_client_for("engineer", sub="alice", team="payments")
+    resp = _create(client, duration_seconds=duration, max_duration_seconds=600)
+    assert resp.status_code == 400
+    said = resp.json()["extra"]["fields"]["duration_seconds"]
+    assert "1 to 86400 seconds" in str(said) and "2147483647" not in str(said)
+    assert ChaosExperiment.objects.count() == 0
+
+
 @pytest.mark.parametrize("threshold", [1, 5, 1e300, True, -0.1])
 def test_an_error_rate_stop_that_could_never_trip_is_refused(api_client_for, shop, threshold):
     client = api_client_for("engineer", sub="alice", team="payments")

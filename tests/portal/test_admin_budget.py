@@ -43,11 +43,23 @@ def test_platform_admin_sets_and_raises_a_budget_in_admin(teams):
             {"monthly_amount": "300.00", "currency": "USD", "warn_percent": "150"},
             "The warning percentage is from 1 to 100.",
         ),
+        (
+            {"monthly_amount": "300.00", "currency": "USD", "warn_percent": "-5"},
+            "The warning percentage is from 1 to 100.",
+        ),
         ({"monthly_amount": "1e400", "currency": "USD"}, "At most 9999999999.99."),
         ({"monthly_amount": "12.345", "currency": "USD"}, "At most two decimal places"),
         ({"monthly_amount": "a lot", "currency": "USD"}, "Type an amount such as 1200"),
     ],
-    ids=["other-currency", "negative", "warn-percent", "too-large", "cents", "not-a-number"],
+    ids=[
+        "other-currency",
+        "negative",
+        "warn-percent",
+        "warn-negative",
+        "too-large",
+        "cents",
+        "not-a-number",
+    ],  # fmt: skip
 )
 def test_bad_budget_in_admin_is_a_form_error_and_changes_nothing(teams, form, message):
     root = staff("root", "platform-admin")

@@ -113,8 +113,14 @@ def _validate(data: dict[str, Any]) -> dict[str, str]:
             errors["abort_http_status"] = "an HTTP status 400-599"
     duration = data.get("duration_seconds")
     hard = data.get("max_duration_seconds")
-    if not isinstance(duration, int) or duration < 1:
-        errors["duration_seconds"] = "a positive number of seconds"
+    if (
+        isinstance(duration, bool)
+        or not isinstance(duration, int)
+        or not (1 <= duration <= MAX_HARD_SECONDS)
+    ):
+        errors["duration_seconds"] = (
+            f"1 to {MAX_HARD_SECONDS} seconds, and at most the hard maximum"
+        )
     if not isinstance(hard, int) or hard < 1 or hard > MAX_HARD_SECONDS:
         errors["max_duration_seconds"] = f"1 to {MAX_HARD_SECONDS} seconds"
     elif isinstance(duration, int) and hard < duration:
