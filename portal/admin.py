@@ -12,6 +12,7 @@ from kiln.admin_site import KilnModelAdmin, ReadOnlyInline, admin_actor
 from kiln.errors import KilnError
 from kiln.identity import permissions, visibility
 from portal import services
+from portal.lifecycle import Status, label
 from portal.models import (
     ApprovalDecision,
     Environment,
@@ -59,16 +60,34 @@ class RejectForm(forms.Form):
     reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), max_length=2000)
 
 
+class StatusFilter(admin.SimpleListFilter):
+    """The status filter in the words the portal uses ("Waiting for approval", not the code)."""
+
+    title = "status"
+    parameter_name = "status"
+
+    def lookups(self, request, model_admin):
+        return [(status.value, label(status)) for status in Status]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(status=self.value()) if self.value() else queryset
+
+
 @admin.register(Environment)
 class EnvironmentAdmin(KilnModelAdmin):
     """Environments, read-only; approve and reject are actions that call the approval services."""
 
     list_display = (
-        "namespace", "team", "env_class", "status",  # what it is
+        "namespace", "team", "env_class", "status_words",  # what it is
         "requested_by", "created_at", "expires_at",  # who asked, when, until when
     )  # fmt: skip
-    list_filter = ("status", "env_class", "team")
+    list_filter = (StatusFilter, "env_class", "team")
     search_fields = ("namespace", "public_id", "request__requested_by__username")
+
+    @admin.display(description="status", ordering="status")
+    def status_words(self, obj: Environment) -> str:
+        return label(obj.status, obj.status_reason)
+
     readonly_fields = (
         "public_id",
         "namespace",

@@ -35,6 +35,12 @@ def test_a_window_in_which_the_target_was_not_scraped_is_refused(istio_source, p
         istio_source.down = True  # scrapes fail: Prometheus marks the series stale
     else:
         prometheus.set_targets([])  # the pod is gone from discovery
+        # Its scrape loop stops (writing the stale markers) once the reload has taken: wait for
+        # that on the server rather than trust a fixed time to cover it on a loaded machine.
+        deadline = time.monotonic() + 30
+        while istio_source.address in prometheus.last_scrapes():
+            assert time.monotonic() < deadline, "the dropped target stayed active"
+            time.sleep(0.1)
     _serve(istio_source, "v1", 3)
     time.sleep(2 * prometheus.scrape_interval + 1)
     t1 = time.time()

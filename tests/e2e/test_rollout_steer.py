@@ -85,7 +85,7 @@ def test_start_from_the_form_see_it_held_and_extend_it(kiln, browser_page):
     page.fill("#id_reason", "more traffic after the lunch peak")
     page.fill("#id_ticks", "3")
     _press(page, "button[value=extend]")
-    assert "extend: done" in page.inner_text(".messages")
+    assert "The analysis goes on with more ticks" in page.inner_text(".messages")
     assert "extended" in _decision_kinds(page, until="extended")
     # Still too little traffic: held again after the extension, then aborted: finished, not live.
     _wait_for(page, "#inconclusive")
@@ -128,7 +128,7 @@ def test_retry_by_the_team_then_promote_anyway_by_an_approver(kiln, browser_page
     assert page.locator("button[value=promote]").count() == 0  # not an engineer's to press
     page.fill("#id_reason", "the metrics source was misconfigured")
     _press(page, "button[value=retry]")
-    assert "retry: done" in page.inner_text(".messages")
+    assert "The analysis starts again from the first step." in page.inner_text(".messages")
     assert "retried" in _decision_kinds(page, until="retried")
     _wait_for(page, "#inconclusive")  # still too little traffic: held again
     page.context.clear_cookies()

@@ -106,3 +106,16 @@ def test_a_webhook_refused_in_admin_is_a_form_error_and_changes_nothing(
         "/admin/portal/teamwebhook/add/", {"team": team.pk, "url": "https://chat.example/h"}
     )
     assert ok.status_code == 302 and TeamWebhook.objects.get().url == "https://chat.example/h"
+
+
+def test_the_environment_list_speaks_of_statuses_in_words_and_filters_by_them(people):
+    env, _ = environment_request_submit(
+        actor=people["alice"], data=request_data(env_class="staging", name="words")
+    )
+    assert env.status == "PENDING_APPROVAL"
+    root = staff("root-words", "platform-admin")
+    page = root.get(URL).content.decode()
+    assert "Waiting for approval" in page and ">PENDING_APPROVAL<" not in page
+    filtered = root.get(URL, {"status": "PENDING_APPROVAL"}).content.decode()
+    assert env.namespace in filtered
+    assert env.namespace not in root.get(URL, {"status": "READY"}).content.decode()
