@@ -1,8 +1,10 @@
 """Hours an environment was up: ready until deleted (or now), less the hours it slept.
 
 An environment records each sleep as a `[asleep_from, awake_from]` pair of ISO timestamps
-(`Environment.sleeps`; the last one open, `None`, while it sleeps): the estimate of what it
-spends counts the hours it ran, as the budget's forecast does. Pure: no Django.
+(`Environment.sleeps`; the last one open, `None`, while it sleeps; closed as its wake begins,
+for its nodes come back then): the estimate of what it spends counts the hours it ran, as the
+budget's forecast does. `periods` reads the pairs once; a pair that does not read as two
+aware times (an open end aside) is passed over rather than fail a page. Pure: no Django.
 """
 
 from __future__ import annotations
@@ -10,52 +12,70 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 from decimal import Decimal
+from typing import Any
 
 HOURS = Decimal("0.01")
+Period = tuple[datetime, datetime | None]
+
+
+def _aware(text: Any) -> datetime | None:
+    try:
+        when = datetime.fromisoformat(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
+    return when if when is not None and when.tzinfo is not None else None
+
+
+def periods(sleeps: Any) -> list[Period]:
+    """The sleeps as (start, end or None) times, the unreadable ones left out."""
+    out: list[Period] = []
+    for pair in sleeps if isinstance(sleeps, list) else ():
+        if not isinstance(pair, list | tuple) or not pair:
+            continue
+        start = _aware(pair[0])
+        stop = _aware(pair[1]) if len(pair) > 1 and pair[1] is not None else None
+        if start is not None and (stop is not None or len(pair) < 2 or pair[1] is None):
+            out.append((start, stop))
+    return out
 
 
 def _seconds(begin: datetime, end: datetime) -> float:
     return max((end - begin).total_seconds(), 0.0)
 
 
-def asleep_seconds(sleeps: Sequence[Sequence[str | None]], begin: datetime, end: datetime) -> float:
-    """Seconds of [begin, end) the environment slept (an open sleep lasts until `end`)."""
-    total = 0.0
-    for pair in sleeps:
-        start = datetime.fromisoformat(pair[0])
-        stop = datetime.fromisoformat(pair[1]) if len(pair) > 1 and pair[1] else end
-        total += _seconds(max(start, begin), min(stop, end))
-    return total
+def asleep_seconds(slept: Sequence[Period], begin: datetime, end: datetime) -> float:
+    """Seconds of [begin, end) spent asleep (an open sleep lasts until `end`)."""
+    return sum(_seconds(max(start, begin), min(stop or end, end)) for start, stop in slept)
 
 
 def up_hours(
     *,
     ready_at: datetime,
     gone_at: datetime | None,
-    sleeps: Sequence[Sequence[str | None]],
+    slept: Sequence[Period],
     now: datetime,
     begin: datetime | None = None,
     end: datetime | None = None,
 ) -> Decimal:
     """Hours within [begin, end) (the whole life by default) the environment was ready and
-    awake: from ready until deleted (or now), less its sleeps."""
+    awake: from ready until deleted (or now), less its sleeps (`periods`)."""
     start = max(ready_at, begin) if begin else ready_at
     stop = min(gone_at or now, end) if end else gone_at or now
     if stop <= start:
         return Decimal("0.00")
-    seconds = _seconds(start, stop) - asleep_seconds(sleeps, start, stop)
+    seconds = _seconds(start, stop) - asleep_seconds(slept, start, stop)
     return Decimal(max(seconds, 0.0) / 3600).quantize(HOURS)
 
 
 def asleep_from(sleeps: list, at: datetime) -> list:
     """`sleeps` with a sleep opened at `at` (one already open stays as it is)."""
-    if sleeps and not sleeps[-1][1]:
+    if sleeps and isinstance(sleeps[-1], list) and len(sleeps[-1]) == 2 and not sleeps[-1][1]:
         return list(sleeps)
     return [*sleeps, [at.isoformat(), None]]
 
 
 def awake_from(sleeps: list, at: datetime) -> list:
     """`sleeps` with the open sleep closed at `at` (none open: as they are)."""
-    if not sleeps or sleeps[-1][1]:
+    if not sleeps or not isinstance(sleeps[-1], list) or len(sleeps[-1]) != 2 or sleeps[-1][1]:
         return list(sleeps)
     return [*sleeps[:-1], [sleeps[-1][0], at.isoformat()]]

@@ -88,4 +88,6 @@ def with_article(word: str) -> str:
 
 def lifetime_words(env_class: str, limit_hours: int) -> str:
     """How long the class lives, as a refused extension says it."""
-    return f"{with_article(env_class).capitalize()} environment lives at most {limit_hours} h in all"
+    return (
+        f"{with_article(env_class).capitalize()} environment lives at most {limit_hours} h in all"
+    )

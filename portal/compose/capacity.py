@@ -38,6 +38,7 @@ A_NODE_SELECTOR = "scheduler.alpha.kubernetes.io/node-selector"
 A_DEFAULT_TOLERATIONS = "scheduler.alpha.kubernetes.io/defaultTolerations"
 L_NODEPOOL = "karpenter.sh/nodepool"
 DNS_LABEL_MAX = 63
+PLAIN_POOL_NAMESPACE = 49  # a longer namespace's pool name ends in a hash (`pool_name`)
 
 
 def has_own_pool(spec: EnvironmentSpec) -> bool:
@@ -48,13 +49,13 @@ def has_own_pool(spec: EnvironmentSpec) -> bool:
 def pool_name(spec: EnvironmentSpec) -> str:
     """The name of the environment's own NodePool: `kiln-<namespace>`, at most 63 characters,
     for Karpenter puts it in a label (`karpenter.sh/nodepool`) on every node of the pool. A
-    longer one keeps the namespace's start and ends in a hash of the whole of it."""
-    name = f"kiln-{spec.namespace}"
-    if len(name) <= DNS_LABEL_MAX:
-        return name
+    namespace over 49 characters keeps its start and ends in a hash of the whole of it."""
+    if len(spec.namespace) <= PLAIN_POOL_NAMESPACE:
+        return f"kiln-{spec.namespace}"
+    # Always 63 characters, from a namespace longer than any plain name's (at most 54), so
+    # no other namespace's plain name can be the same.
     digest = hashlib.sha256(spec.namespace.encode()).hexdigest()[:8]
-    head = name[: DNS_LABEL_MAX - len(digest) - 1].rstrip("-")
-    return f"{head}-{digest}"
+    return f"kiln-{spec.namespace[: DNS_LABEL_MAX - 5 - 1 - len(digest)]}-{digest}"
 
 
 def pool_taint(spec: EnvironmentSpec) -> dict:

@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from kiln.errors import Conflict, Forbidden, IllegalTransition
 from kiln.identity.permissions import Actor, can_sleep_environment, system_actor
-from portal import conf
+from portal import conf, uptime
 from portal.lifecycle import Status, label
 from portal.models import Environment
 from portal.services import cost
@@ -134,7 +134,12 @@ def wake_environment(
             return env
         move = Move(
             reason or f"wake asked for ({trigger})",
-            updates={"wake_requested_at": env.wake_requested_at or now},
+            # The sleep ends as the wake begins: its nodes come back from now on, and a wake
+            # that fails leaves an environment that is not asleep.
+            updates={
+                "wake_requested_at": env.wake_requested_at or now,
+                "sleeps": uptime.awake_from(env.sleeps, now),
+            },
             data={
                 "trigger": trigger,
                 "asleep_seconds": round((now - env.slept_at).total_seconds()),

@@ -73,7 +73,10 @@ def _spent(env) -> Decimal:
     if not env.ready_at:
         return Decimal(0)
     hours = uptime.up_hours(
-        ready_at=env.ready_at, gone_at=env.deleted_at, sleeps=env.sleeps, now=timezone.now()
+        ready_at=env.ready_at,
+        gone_at=env.deleted_at,
+        slept=uptime.periods(env.sleeps),
+        now=timezone.now(),
     )
     return (env.hourly_cost * hours).quantize(Decimal("0.01"))
 

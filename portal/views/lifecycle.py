@@ -27,6 +27,8 @@ environment_defer = action_view(
     form=DeferForm,
     invalid=refused_words.deferral,
 )
+
+
 def _kept(env) -> str:
     if env.idle_proposed_at is None:
         return "Kept: it counts as active from now (it was not proposed for early teardown)."

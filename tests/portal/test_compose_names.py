@@ -70,3 +70,14 @@ def test_a_long_namespaces_pool_keeps_its_name_apart_from_another_long_one():
     b = c.capacity.pool_name(spec(namespace="a" * 60 + "-two"))
     assert a != b and len(a) <= 63 and len(b) <= 63
     assert c.capacity.pool_name(spec(namespace="payments-web")) == "kiln-payments-web"
+
+
+@given(long=namespaces, plain=namespaces)
+def test_no_long_namespaces_pool_is_named_as_another_namespaces_plain_pool(long, plain):
+    """A hashed name is always 63 characters, a plain one at most 54: they never meet, even
+    for a namespace written to look like a hashed one."""
+    named = c.capacity.pool_name(spec(namespace=long))
+    lookalike = named.removeprefix("kiln-")
+    assert c.capacity.pool_name(spec(namespace=lookalike)) != named or lookalike == long
+    if long != plain:
+        assert named != c.capacity.pool_name(spec(namespace=plain))
