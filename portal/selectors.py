@@ -275,13 +275,7 @@ def team_showback(
         now=now,
     )
     for env in envs:
-        hours = uptime.up_hours(
-            ready_at=env.ready_at,
-            gone_at=env.deleted_at,
-            slept=uptime.periods(env.sleeps),
-            now=now,
-            begin=since,
-        )
+        hours = uptime.environment_up_hours(env, now=now, begin=since)
         spend = (env.hourly_cost * hours).quantize(Decimal("0.01"))
         bucket = rows.setdefault(env.team.slug, _showback_row(env.team.slug))
         bucket["total"] += spend
@@ -329,13 +323,8 @@ def spend_by_day(*, viewer: Actor, days: int, team: str | None = None) -> list[d
         spend = sum(
             (
                 env.hourly_cost
-                * uptime.up_hours(
-                    ready_at=env.ready_at,
-                    gone_at=env.deleted_at,
-                    slept=slept[env.pk],
-                    now=now,
-                    begin=start,
-                    end=end,
+                * uptime.environment_up_hours(
+                    env, now=now, begin=start, end=end, slept=slept[env.pk]
                 )
                 for env in envs
             ),
@@ -368,14 +357,7 @@ def spend_this_month(*, viewer: Actor) -> Decimal:
     start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     total = Decimal(0)
     for env in environment_queryset(viewer).exclude(ready_at__isnull=True):
-        hours = uptime.up_hours(
-            ready_at=env.ready_at,
-            gone_at=env.deleted_at,
-            slept=uptime.periods(env.sleeps),
-            now=now,
-            begin=start,
-        )
-        total += env.hourly_cost * hours
+        total += env.hourly_cost * uptime.environment_up_hours(env, now=now, begin=start)
     return total.quantize(Decimal("0.01"))
 
 

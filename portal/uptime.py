@@ -67,6 +67,26 @@ def up_hours(
     return Decimal(max(seconds, 0.0) / 3600).quantize(HOURS)
 
 
+def environment_up_hours(
+    env: Any,
+    *,
+    now: datetime,
+    begin: datetime | None = None,
+    end: datetime | None = None,
+    slept: Sequence[Period] | None = None,
+) -> Decimal:
+    """`up_hours` of an environment: its ready and deletion times and its sleeps (`slept`, when
+    the caller read them already)."""
+    return up_hours(
+        ready_at=env.ready_at,
+        gone_at=env.deleted_at,
+        slept=periods(env.sleeps) if slept is None else slept,
+        now=now,
+        begin=begin,
+        end=end,
+    )
+
+
 def asleep_from(sleeps: list, at: datetime) -> list:
     """`sleeps` with a sleep opened at `at` (one already open stays as it is)."""
     if sleeps and isinstance(sleeps[-1], list) and len(sleeps[-1]) == 2 and not sleeps[-1][1]:

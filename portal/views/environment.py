@@ -72,12 +72,7 @@ def _spent(env) -> Decimal:
     """Hourly price times the hours the environment has been up so far (its sleeps left out)."""
     if not env.ready_at:
         return Decimal(0)
-    hours = uptime.up_hours(
-        ready_at=env.ready_at,
-        gone_at=env.deleted_at,
-        slept=uptime.periods(env.sleeps),
-        now=timezone.now(),
-    )
+    hours = uptime.environment_up_hours(env, now=timezone.now())
     return (env.hourly_cost * hours).quantize(Decimal("0.01"))
 
 
