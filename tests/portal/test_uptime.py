@@ -95,3 +95,21 @@ def test_sleeping_and_waking_record_the_sleep_and_showback_leaves_it_out(
     [shown] = row["environments"]
     assert shown["hours"] == Decimal("6.00")
     assert shown["spend"] == (env.hourly_cost * Decimal("6.00")).quantize(Decimal("0.01"))
+
+
+@pytest.mark.django_db
+def test_the_dashboards_month_leaves_the_sleeps_out_too(people, django_capture_on_commit_callbacks):
+    env = ready_env(people, django_capture_on_commit_callbacks)
+    now = timezone.now()
+    start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    ready = max(start, now - timedelta(hours=10))
+    asleep_from = ready + (now - ready) / 4
+    awake_from = ready + (now - ready) / 2  # asleep a quarter of what it has been ready
+    Environment.objects.filter(pk=env.pk).update(
+        hourly_cost=Decimal("4.00"),
+        ready_at=ready,
+        sleeps=[[asleep_from.isoformat(), awake_from.isoformat()]],
+    )
+    up = (now - ready).total_seconds() * 0.75 / 3600
+    spent = selectors.spend_this_month(viewer=people["alice"])
+    assert abs(float(spent) - 4 * up) < 0.05, (spent, up)
