@@ -202,9 +202,11 @@ def _wake_waiting(run: Run, step: Step, result: Result) -> Result:
 
 def _asleep(run: Run) -> Move:
     env, now = run.environment, timezone.now()
+    # Read now, not when the pass began: a wake and a sleep since then each changed the list.
+    sleeps = Environment.objects.filter(pk=env.pk).values_list("sleeps", flat=True).first() or []
     return Move(
         "asleep: workloads, control plane and nodes at zero; volumes and database kept",
-        updates={"slept_at": now, "sleeps": uptime.asleep_from(env.sleeps, now)},
+        updates={"slept_at": now, "sleeps": uptime.asleep_from(sleeps, now)},
         data={"trigger": env.sleep_trigger, "workloads": len(remembered(env))},
     )
 
