@@ -12,7 +12,7 @@ from kiln.admin_site import KilnModelAdmin, ReadOnlyInline, admin_actor
 from kiln.errors import KilnError
 from kiln.identity import permissions, visibility
 from portal import services
-from portal.lifecycle import Status, label
+from portal.lifecycle import LABELS, Status, label
 from portal.models import (
     ApprovalDecision,
     Environment,
@@ -67,7 +67,7 @@ class StatusFilter(admin.SimpleListFilter):
     parameter_name = "status"
 
     def lookups(self, request, model_admin):
-        return [(status.value, label(status)) for status in Status]
+        return [(status.value, LABELS[status]) for status in Status]  # as the portal's list
 
     def queryset(self, request, queryset):
         return queryset.filter(status=self.value()) if self.value() else queryset

@@ -276,12 +276,13 @@ def team_showback(
     )
     for env in envs:
         hours = uptime.environment_up_hours(env, now=now, begin=since)
-        spend = (env.hourly_cost * hours).quantize(Decimal("0.01"))
+        unrounded = env.hourly_cost * hours  # totals add these, rounded once at the end
+        spend = unrounded.quantize(Decimal("0.01"))
         bucket = rows.setdefault(env.team.slug, _showback_row(env.team.slug))
-        bucket["total"] += spend
+        bucket["total"] += unrounded
         bucket["ran_total"] += ran[env.pk].cost
         bucket["by_class"][env.env_class] = (
-            bucket["by_class"].get(env.env_class, Decimal("0.00")) + spend
+            bucket["by_class"].get(env.env_class, Decimal("0.00")) + unrounded
         )
         bucket["environments"].append(
             {
@@ -292,6 +293,9 @@ def team_showback(
                 "ran": ran[env.pk],
             }
         )
+    for row in rows.values():
+        row["total"] = row["total"].quantize(Decimal("0.01"))
+        row["by_class"] = {k: v.quantize(Decimal("0.01")) for k, v in row["by_class"].items()}
     return sorted(rows.values(), key=lambda r: r["team"])
 
 

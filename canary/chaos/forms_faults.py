@@ -13,9 +13,9 @@ from django import forms
 
 from canary.chaos import kinds
 
-# The older faults' own fields, for the page to show with their kinds only.
+# The older faults' own fields, for the page to show with their kinds only. Service is every
+# fault's: an error-rate or latency stop reads its metrics there, whatever the fault.
 HTTP_FIELDS = {
-    "service": "http-delay http-abort",
     "percent": "http-delay http-abort",
     "delay_ms": "http-delay",
     "abort_http_status": "http-abort",

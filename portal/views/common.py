@@ -37,9 +37,13 @@ def env_or_404(request: HttpRequest, public_id: str):
 
 
 def error_text(exc: KilnError) -> str:
-    """A refusal as the page shows it: the fields' errors, else the error's message."""
+    """A refusal as the page shows it, as a sentence: the fields' errors, else the error's
+    message (the API's, which starts lower case)."""
     fields = exc.extra.get("fields") or {}
-    return "; ".join(sum(fields.values(), [])) or exc.message
+    text = ("; ".join(sum(fields.values(), [])) or exc.message).strip()
+    if text and text[-1] not in ".!?":
+        text += "."
+    return text[:1].upper() + text[1:]
 
 
 KEPT = "kiln.portal.refused_form"  # the session's key for a refused form's values

@@ -231,6 +231,12 @@ def test_create_page_names_every_problem_in_one_round_and_creates_nothing(alice_
     assert ChaosExperiment.objects.count() == 0 and audit_actions() == []
 
 
+def test_the_service_field_is_offered_for_every_fault_as_its_stops_read_it(alice_browser):
+    page = alice_browser.get(reverse("chaos:experiment-create")).content.decode()
+    row = page[: page.index('name="service"')].rsplit('<div class="chaos-field"', 1)[1]
+    assert "data-kinds" not in row  # shown whatever the fault, not for HTTP faults only
+
+
 @pytest.mark.parametrize("percent", ["100", "1e300", "-1"])
 def test_create_page_takes_the_error_rate_stop_in_percent_below_100(alice_browser, percent):
     resp = alice_browser.post(

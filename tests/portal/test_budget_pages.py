@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
 import pytest
@@ -143,3 +143,22 @@ def test_a_raw_team_value_that_is_no_teams_name_shows_no_budget_and_no_error(tea
     # A NUL never reaches a query: the form page answers its own way (re-rendered), never 500.
     form = alice.post(reverse("portal:environment-request"), {**FORM, "team": "pay\x00ments"})
     assert form.status_code in (200, 400)
+
+
+def test_a_month_past_its_warning_still_says_its_forecast_is_over():
+    from types import SimpleNamespace
+
+    from django.template.loader import render_to_string
+
+    figures = SimpleNamespace(
+        state="warning", percent_spent=80, forecast_over=Decimal("372.62"), spend="0.04",
+        forecast="372.67", budget="0.05", remaining="0.00",
+    )  # fmt: skip
+    month = SimpleNamespace(
+        figures=figures, team=SimpleNamespace(slug="payments"), currency="USD", raised=0,
+        month=date(2026, 12, 1), raises=[],
+    )  # fmt: skip
+    b = {"month": month, "chart": {}, "chart_id": "budget-data-payments", "series": []}
+    html = render_to_string("portal/_budget_month.html", {"b": b})
+    assert "80% spent · forecast over" in html
+    assert "The forecast passes the budget" in html

@@ -123,7 +123,7 @@ def _validate(data: dict[str, Any]) -> dict[str, str]:
         )
     if not isinstance(hard, int) or hard < 1 or hard > MAX_HARD_SECONDS:
         errors["max_duration_seconds"] = f"1 to {MAX_HARD_SECONDS} seconds"
-    elif isinstance(duration, int) and hard < duration:
+    elif "duration_seconds" not in errors and hard < duration:
         errors["max_duration_seconds"] = "must not be shorter than duration_seconds"
     max_pods = data.get("max_pods")
     max_percent = data.get("max_percent")
