@@ -36,14 +36,19 @@ def env_or_404(request: HttpRequest, public_id: str):
         raise Http404("no such environment") from exc
 
 
-def error_text(exc: KilnError) -> str:
-    """A refusal as the page shows it, as a sentence: the fields' errors, else the error's
-    message (the API's, which starts lower case)."""
-    fields = exc.extra.get("fields") or {}
-    text = ("; ".join(sum(fields.values(), [])) or exc.message).strip()
+def as_sentence(text: str) -> str:
+    """`text` (the API's words, which start lower case) as a page's sentence."""
+    text = text.strip()
     if text and text[-1] not in ".!?":
         text += "."
     return text[:1].upper() + text[1:]
+
+
+def error_text(exc: KilnError) -> str:
+    """A refusal as the page shows it, as a sentence: the fields' errors, else the error's
+    message."""
+    fields = exc.extra.get("fields") or {}
+    return as_sentence("; ".join(sum(fields.values(), [])) or exc.message)
 
 
 KEPT = "kiln.portal.refused_form"  # the session's key for a refused form's values

@@ -26,7 +26,7 @@ from portal.forms import ReasonForm
 from portal.lifecycle import Status
 from portal.models import Environment
 from portal.services.plan import environment_plan
-from portal.views.common import env_or_404, error_text
+from portal.views.common import as_sentence, env_or_404
 from portal.words import approval_basis_words
 
 # Session key: {public_id: message} of the last refused decision, shown on that row once.
@@ -93,9 +93,9 @@ def environment_decide(request: HttpRequest, public_id: str) -> HttpResponse:
         # From the queue, shown on the request's own row (only approvers have a queue).
         from_queue = not request.POST.get("next") and can_approve(actor)
         if from_queue:
-            request.session[QUEUE_ERRORS] = {env.public_id: error_text(exc)}
+            request.session[QUEUE_ERRORS] = {env.public_id: as_sentence(exc.message)}
         else:
-            messages.error(request, error_text(exc))
+            messages.error(request, as_sentence(exc.message))
     target = request.POST.get("next", "")
     if not target.startswith("/") or not url_has_allowed_host_and_scheme(
         target, allowed_hosts={request.get_host()}
