@@ -62,7 +62,7 @@ def _keep_values(request: HttpRequest, bound: forms.Form, public_id: str) -> Non
 
 def kept_values(request: HttpRequest, public_id: str) -> dict[str, str]:
     """What the last refused form on this environment's page said (once; otherwise empty)."""
-    kept = request.session.pop(KEPT, None) if KEPT in request.session else None
+    kept = request.session.pop(KEPT, None)
     if not kept or kept.get("environment") != public_id:
         return {}
     return kept.get("values") or {}
