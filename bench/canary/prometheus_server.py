@@ -238,8 +238,15 @@ class PrometheusServer:
         """The server's version, as /api/v1/status/buildinfo reports it."""
         return str(self.api("status/buildinfo").get("version", ""))
 
-    def wait_scrapes(self, count: int = 1, timeout: float | None = None) -> None:
-        """Wait until every target has been scraped `count` times since this call (healthy or not).
+    def wait_scrapes(
+        self, count: int = 1, timeout: float | None = None, *, healthy: bool = True
+    ) -> None:
+        """Wait until every target has been scraped `count` times since this call.
+
+        A scrape counts once its samples can be queried: each scrape writes `up` in the same
+        commit as the samples it read, while /api/v1/targets names the scrape a moment before
+        that commit. Unless `healthy` is False, only scrapes that read their target (`up` 1)
+        count: a scrape that timed out on a busy machine wrote no samples.
 
         Only scrapes that *began* after the call count: a scrape that was under way when the
         call came may have read the target before the caller's last change, and its sample
@@ -248,20 +255,32 @@ class PrometheusServer:
         since = time.time()
         timeout = timeout if timeout is not None else self.scrape_interval * (count + 2) + 5
         deadline = time.monotonic() + timeout
-        last = self.last_scrapes()
+        last = self.scrape_stamps(healthy)
         seen = dict.fromkeys(self.targets, 0)
         while time.monotonic() < deadline:
-            now = self.last_scrapes()
+            now = self.scrape_stamps(healthy)
             for target in self.targets:
-                stamp = now.get(target, "")
-                began = scrape_epoch(stamp)
-                if stamp != last.get(target, "") and began is not None and began >= since:
+                began = now.get(target)
+                if began is not None and began != last.get(target) and began >= since:
                     seen[target] += 1
             last = now
             if all(n >= count for n in seen.values()):
                 return
             time.sleep(0.1)
-        raise TimeoutError(f"targets not scraped {count} more times within {timeout:g}s")
+        kind = " healthily" if healthy else ""
+        raise TimeoutError(f"targets not scraped{kind} {count} more times within {timeout:g}s")
+
+    def scrape_stamps(self, healthy: bool = True) -> dict[str, float]:
+        """Per target, the start time of its last committed scrape (healthy ones only if asked).
+
+        Read as `up`'s raw samples over the last minute, which carry their own timestamps.
+        """
+        stamps = {}
+        for series in self.api("query", query="up[1m]")["result"]:
+            samples = [(float(t), v) for t, v in series["values"] if not healthy or v == "1"]
+            if samples:
+                stamps[series["metric"].get("instance", "")] = samples[-1][0]
+        return stamps
 
     def last_scrapes(self) -> dict[str, str]:
         """Per target (host:port), the time of its last scrape as /api/v1/targets reports it."""

@@ -77,3 +77,19 @@ def test_a_replaced_canary_pod_counts_both_pods_once(istio_source, prometheus):
         assert _requests(prometheus, "v1", t0, t1) == 6
     finally:
         new_pod.stop()
+
+
+def test_waiting_for_a_scrape_waits_for_its_samples_and_skips_failed_scrapes(
+    istio_source, prometheus
+):
+    _serve(istio_source, "v1", 2)
+    prometheus.wait_scrapes(1)
+    # The scrape counted has committed what it read: its samples answer at once.
+    assert prometheus.api("query", query="istio_requests_total")["result"]
+    # A failed scrape (the target down) is a scrape, but not one that read anything.
+    istio_source.down = True
+    prometheus.wait_scrapes(1, healthy=False)
+    with pytest.raises(TimeoutError, match="not scraped healthily"):
+        prometheus.wait_scrapes(1, timeout=3)
+    istio_source.down = False
+    prometheus.wait_scrapes(1)
