@@ -72,15 +72,22 @@ def cell(value: float | None, series: Series) -> str:
     return f"{value * series.scale + 0.0:.{series.decimals}f}"
 
 
-def chart_tables(ticks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every chart with its table's rows: the tick number and each series' cell, by tick."""
-    return [
-        {
-            "chart": chart,
-            "rows": [
-                {"tick": t["tick"], "cells": [cell(t[s.key], s) for s in chart.series]}
-                for t in ticks
-            ],
-        }
-        for chart in CHARTS
-    ]
+def chart_tables(ticks: list[dict[str, Any]], weight: int | None = None) -> list[dict[str, Any]]:
+    """Every chart with its table's rows: the tick number and each series' cell, by tick.
+
+    The traffic the rollout moved to after its last analysed tick (`weight`, when it differs
+    from that tick's) is one more row, "now", in a chart that draws the weight: the same point
+    rollout.js draws, so the table reads as the chart does.
+    """
+    last = ticks[-1] if ticks else None
+    moved = last is not None and weight is not None and last.get("weight") != weight
+    tables = []
+    for chart in CHARTS:
+        rows = [
+            {"tick": t["tick"], "cells": [cell(t[s.key], s) for s in chart.series]} for t in ticks
+        ]
+        if moved and any(s.key == "weight" for s in chart.series):
+            now = [cell(weight if s.key == "weight" else None, s) for s in chart.series]
+            rows.append({"tick": "now", "cells": now})
+        tables.append({"chart": chart, "rows": rows})
+    return tables

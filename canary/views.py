@@ -109,7 +109,7 @@ def rollout_detail(request, rollout_id):
             "rollout": rollout,
             "decisions": rollout.decisions.order_by("created_at", "id"),
             "analysis": selectors.rollout_analysis_view(rollout),
-            "charts": chart_tables(selectors.rollout_ticks(rollout)),
+            "charts": chart_tables(selectors.rollout_ticks(rollout), weight=rollout.weight),
             "can_manage": can_manage_rollout(actor, rollout.service.team.slug),
             "can_promote": can_promote_rollout(actor, rollout.service.team.slug),
             "action_form": RolloutActionForm(),

@@ -11,6 +11,11 @@ from scheduler import scoring
 UNLABELLED = "unlabelled"
 
 
+# Typed as text: a number input sends nothing for what it cannot read (1e400), so the
+# server would answer "required" instead of naming the limit.
+DECIMAL_WIDGET = forms.TextInput(attrs={"inputmode": "decimal", "autocomplete": "off"})
+
+
 class ScoreExplainForm(forms.Form):
     """A sample pod to score against the current nodes."""
 
@@ -19,12 +24,14 @@ class ScoreExplainForm(forms.Form):
         min_value=Decimal("0"),
         max_value=Decimal("1024"),
         initial=Decimal("0.5"),
+        widget=DECIMAL_WIDGET,
     )
     memory_gib = forms.DecimalField(
         label="Memory (GiB)",
         min_value=Decimal("0"),
         max_value=Decimal("16384"),
         initial=Decimal("1"),
+        widget=DECIMAL_WIDGET,
     )
     gpus = forms.IntegerField(label="GPUs", min_value=0, max_value=16, initial=0)
     workload_class = forms.ChoiceField(

@@ -53,15 +53,20 @@
   // The traffic the rollout moved to after its last analysed tick (promoted to 100%, rolled
   // back to 0%, the next step) is no tick of its own: the weight chart draws it as one more
   // point, so its line ends where the header's "Canary traffic" says.
-  function data(def) {
-    var out = [xs()].concat(def.series.map(function (s) { return col(s.key, s.scale); }));
+  function moved(def) {
     var now = Number(root.dataset.weight);
     var last = ticks.length ? ticks[ticks.length - 1] : null;
     var hasWeight = def.series.some(function (s) { return s.key === "weight"; });
-    if (hasWeight && last && root.dataset.weight !== undefined && last.weight !== now) {
-      out[0] = out[0].concat([last.tick + 1]);
+    return hasWeight && last && root.dataset.weight !== undefined && last.weight !== now
+      ? { tick: last.tick + 1, weight: now } : null;
+  }
+  function data(def) {
+    var out = [xs()].concat(def.series.map(function (s) { return col(s.key, s.scale); }));
+    var point = moved(def);
+    if (point) {
+      out[0] = out[0].concat([point.tick]);
       def.series.forEach(function (s, i) {
-        out[i + 1] = out[i + 1].concat([s.key === "weight" ? now * s.scale : null]);
+        out[i + 1] = out[i + 1].concat([s.key === "weight" ? point.weight * s.scale : null]);
       });
     }
     return out;
@@ -141,6 +146,18 @@
       def.series.forEach(function (s) { td(tr, cell(t[s.key], s)); });
       rows.appendChild(tr);
     });
+    // The chart's "now" point is the table's "now" row (canary.charts.chart_tables).
+    var point = moved(def);
+    if (point) {
+      var nowRow = document.createElement("tr");
+      nowRow.setAttribute("data-tick", "now");
+      var nowTh = document.createElement("th");
+      nowTh.setAttribute("scope", "row");
+      nowTh.textContent = "now";
+      nowRow.appendChild(nowTh);
+      def.series.forEach(function (s) { td(nowRow, cell(s.key === "weight" ? point.weight : null, s)); });
+      rows.appendChild(nowRow);
+    }
     body.replaceChildren(rows);
   }
 

@@ -50,3 +50,15 @@ def test_tables_have_one_row_a_tick_in_the_order_given():
     assert tables["sprt"][1]["cells"] == ["-1.25", "6.90", "-2.90"]
     assert tables["cusum"][1]["cells"] == ["1.50", "5.00"]
     assert all(rows == [] for rows in (t["rows"] for t in chart_tables([])))
+
+
+def test_traffic_moved_after_the_last_tick_is_a_now_row_in_the_weight_table_only():
+    ticks = [{"tick": 1, "weight": 10, "baseline_error_rate": None, "canary_error_rate": None,
+              "llr": None, "llr_upper": 6.9, "llr_lower": -2.9, "cusum": 0.0,
+              "cusum_threshold": 5.0}]  # fmt: skip
+    tables = {t["chart"].id: t["rows"] for t in chart_tables(ticks, weight=100)}
+    assert tables["weight"] == [{"tick": 1, "cells": ["10"]}, {"tick": "now", "cells": ["100"]}]
+    assert [len(rows) for rows in tables.values()] == [2, 1, 1, 1]
+    # Still at the last tick's weight, or no tick yet: nothing moved.
+    assert len(chart_tables(ticks, weight=10)[0]["rows"]) == 1
+    assert chart_tables([], weight=100)[0]["rows"] == []

@@ -52,7 +52,7 @@ def test_rollout_page_streams_ticks_and_decisions(kiln, browser_page):
     _wait_until(lambda: int(page.get_attribute("#rollout", "data-points") or 0) >= 4)
     # Each chart's data table grows with it: one row a tick, in the same redraw.
     rows, points = page.evaluate(
-        "() => [document.querySelectorAll('#table-weight tbody tr[data-tick]').length,"
+        "() => [document.querySelectorAll('#table-weight tbody tr[data-tick]:not([data-tick=now])').length,"
         " Number(document.getElementById('rollout').dataset.points)]"
     )
     assert rows == points >= 4
@@ -79,6 +79,15 @@ def test_rollout_page_streams_ticks_and_decisions(kiln, browser_page):
     weight_legend = page.locator("#chart-weight .u-legend").inner_text()
     assert "now" in weight_legend and "100" in weight_legend, weight_legend
     assert "now" not in page.locator("#chart-errors .u-legend").inner_text()
+    # Its data table ends on the same point, as the server renders it on a reload.
+    last_row = "#table-weight tbody tr:last-child"
+    cells = "row => Array.from(row.cells, c => c.textContent)"
+    assert page.locator(last_row).get_attribute("data-tick") == "now"
+    assert page.locator(last_row).evaluate(cells) == ["now", "100"]
+    assert page.locator("#table-errors tbody tr[data-tick=now]").count() == 0
+    browser_page.goto(f"/rollouts/{rollout['id']}/")
+    page.wait_for_selector("#table-weight tbody tr[data-tick=now]", state="attached")
+    assert page.locator(last_row).evaluate(cells) == ["now", "100"]
     browser_page.screenshot("canary-rollout")
     browser_page.assert_clean()
 

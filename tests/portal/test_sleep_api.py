@@ -196,6 +196,13 @@ def test_the_page_shows_the_savings_and_the_buttons_with_the_state(
     assert "Asleep" in page and "Wake it" in page and "Put it to sleep" not in page
     # No tenant control plane here: the card speaks of what this one has, and how to extend it.
     assert "Its workloads and nodes are at zero" in page and "wake it to extend it" in page
+    # While it is still falling asleep, the card does not say it is there yet.
+    slept_at = Environment.objects.get().slept_at
+    Environment.objects.filter(pk=env.pk).update(slept_at=None)
+    page = alice.get(reverse("portal:environment-detail", args=[env.public_id])).content.decode()
+    assert "Falling asleep" in page and "Wake once asleep" in page
+    assert "nodes are being brought to zero" in page and "are at zero" not in page
+    Environment.objects.filter(pk=env.pk).update(slept_at=slept_at)
     slept = OutboxEvent.objects.get(action="portal.environment.sleep_started")
     assert slept.data["reason"] == "asked for on the environment's page"
     other = login("bob", "engineer", Team.objects.create(slug="search", name="Search"))

@@ -95,3 +95,17 @@ def test_score_explainer_rejects_bad_input(user_client):
     body = response.content.decode()
     assert "Nothing was scored. CPU (cores): " in body and "kiln.dev/workload-class: " in body
     assert "Memory (GiB): Enter a number." in body
+
+
+def test_score_explainer_names_the_limit_of_a_number_a_browser_could_not_read(user_client):
+    # A number input would send 1e400 as nothing ("required"); a text one sends what was typed.
+    page = user_client.get(reverse("scheduler:overview")).content.decode()
+    assert 'name="cpu" value="0.5" inputmode="decimal"' in page.replace('type="text" ', "")
+    response = user_client.post(
+        reverse("scheduler:explain"),
+        {"cpu": "1e400", "memory_gib": "1", "gpus": "0", "workload_class": "batch"},
+    )
+    assert response.status_code == 400
+    assert "CPU (cores): Ensure this value is less than or equal to 1024." in (
+        response.content.decode()
+    )
