@@ -223,20 +223,47 @@ def column_range(internal_type: str) -> tuple[int, int] | None:
 MAX_JSON_DEPTH = 64
 
 
+def real_number(value: Any) -> float | None:
+    """A decoded JSON number as a finite float, or None: a bool, NaN, infinity, an integer
+    beyond any float (10**400 decodes exactly, and float() of it raises) or a non-number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+# A UTF-16 surrogate the decoder could not pair ("\ud800" alone): legal JSON, but no UTF-8
+# can encode it, so nothing that holds it can be stored or written back in an answer.
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _text_problem(text: str) -> str | None:
+    if "\x00" in text:
+        return "must not contain NUL characters"
+    if LONE_SURROGATE.search(text):
+        return "must not contain unpaired UTF-16 surrogates (\\ud800-\\udfff)"
+    return None
+
+
 def json_problem(value: Any, depth: int = 0) -> str | None:
     """Why a decoded JSON value cannot be stored as is, or None: a NUL in a key or string
-    (PostgreSQL's jsonb and text refuse it), a non-finite number (1e400 decodes to inf,
-    which JSON cannot encode back) or nesting deeper than MAX_JSON_DEPTH."""
+    (PostgreSQL's jsonb and text refuse it), an unpaired surrogate (UTF-8 cannot encode
+    it), a non-finite number (1e400 decodes to inf, which JSON cannot encode back) or
+    nesting deeper than MAX_JSON_DEPTH."""
     if depth > MAX_JSON_DEPTH:
         return f"is nested deeper than {MAX_JSON_DEPTH} levels"
     if isinstance(value, float):
         return None if math.isfinite(value) else "must hold only finite numbers"
     if isinstance(value, str):
-        return "must not contain NUL characters" if "\x00" in value else None
+        return _text_problem(value)
     if isinstance(value, dict):
         for key, item in value.items():
-            if isinstance(key, str) and "\x00" in key:
-                return "must not contain NUL characters"
+            problem = _text_problem(key) if isinstance(key, str) else None
+            if problem:
+                return problem
             problem = json_problem(item, depth + 1)
             if problem:
                 return problem

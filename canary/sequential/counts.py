@@ -245,9 +245,16 @@ def dispersion_bounds(
     ticks = ok.sum(0)
     df = np.where(ticks >= 3, ticks / np.maximum(ticks - 2, 1), 1.0)
     m = np.maximum(prior, prior_ticks * var / np.maximum(ticks, 1))
-    phi = np.maximum(1.0, (dev2 * df + m) / (var + m))
+    # No variance and no prior (a prior of 0 before any error was seen): no evidence of
+    # overdispersion, so the binomial's 1, not 0/0.
+    spread = var + m
+    known = spread > 0
+    safe = np.where(known, spread, 1.0)
+    phi = np.where(known, np.maximum(1.0, (dev2 * df + m) / safe), 1.0)
     # Fewer than 2 degrees of freedom (no prior, one tick) are bounded as if they were 2.
     nu = np.maximum(ticks + prior_ticks, 2.0)
-    upper = nu * (dev2 + m) / (var + m) / chi2_quantile(nu, 1.0 - np.asarray(confidence))
+    upper = np.where(
+        known, nu * (dev2 + m) / safe / chi2_quantile(nu, 1.0 - np.asarray(confidence)), 1.0
+    )
     upper = np.where(ticks > 0, np.maximum(phi, upper), phi)
     return np.where(pinned, 1.0, phi), np.where(pinned, 1.0, upper)

@@ -83,7 +83,9 @@ class BatchAnalyzer:
         self.latch_inconclusive = latch_inconclusive
         self.tick = 0
         r = rollouts
-        cap = max(config.max_ticks - config.warmup_ticks, 1)
+        # Room for the ticks the analysis may run, up to a few thousand: the history grows
+        # by doubling, so a long max duration costs memory only as its ticks come.
+        cap = min(max(config.max_ticks - config.warmup_ticks, 1), 4096)
         self.history = {ch: History(r, cap) for ch in CHANNELS}
         self.error_rates: list[np.ndarray] = []
         self.llr_raw = {ch: np.zeros(r) for ch in CHANNELS}

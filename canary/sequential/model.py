@@ -26,6 +26,12 @@ class ConfigError(ValueError):
         self.problems: list[ConfigError] = [self]
 
 
+# The largest settings a number stays finite under, whatever the traffic: beyond them a
+# share or a bound overflows (a ratio of 1e308 makes rho * n infinite), and no rollout needs
+# them (a design ratio of 1,000 catches only a canary a thousand times worse).
+MAX_RATIO = 1_000.0
+MAX_CUSUM_THRESHOLD = 1e6
+MAX_DISPERSION = 1e6
 MIN_ERROR_RATE = 1e-12  # the smallest alpha or beta: far below any rate a rollout can show
 
 
@@ -225,12 +231,11 @@ def config_problems(cfg: AnalysisConfig) -> list[ConfigError]:
     def number(name: str, *, infinite: bool = False) -> float | None:
         # Every setting is a real number (not a bool, not NaN) before it is compared.
         value = getattr(cfg, name)
-        ok = (
-            isinstance(value, int | float)
-            and not isinstance(value, bool)
-            and not math.isnan(value)
-            and (infinite or math.isfinite(value))
-        )
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        try:
+            ok = ok and not math.isnan(value) and (infinite or math.isfinite(value))
+        except OverflowError:  # an integer beyond any float
+            ok = False
         need(ok, name, f"must be a {'' if infinite else 'finite '}number, got {value!r}")
         return value if ok else None
 
@@ -258,14 +263,26 @@ def config_problems(cfg: AnalysisConfig) -> list[ConfigError]:
     for name in ("error_ratio", "median_ratio", "tail_ratio"):
         value = number(name)
         if value is not None:
-            need(value > 1, name, f"a design ratio must be greater than 1, got {value!r}")
+            need(
+                1 < value <= MAX_RATIO,
+                name,
+                f"a design ratio must be above 1 and at most {MAX_RATIO:g}, got {value!r}",
+            )
     for name in ("median_shift", "tail_shift"):
         value = number(name)
         if value is not None:
-            need(value > 1, name, f"a design shift must be greater than 1, got {value!r}")
+            need(
+                1 < value <= MAX_RATIO,
+                name,
+                f"a design shift must be above 1 and at most {MAX_RATIO:g}, got {value!r}",
+            )
     bounded = (
         ("tail_quantile", lambda v: 0.5 < v < 1, "must be in (0.5, 1)"),
-        ("cusum_threshold", lambda v: v > 0, "must be positive"),
+        (
+            "cusum_threshold",
+            lambda v: 0 < v <= MAX_CUSUM_THRESHOLD,
+            f"must be positive and at most {MAX_CUSUM_THRESHOLD:g}",
+        ),
     )
     for name, ok, message in bounded:
         value = number(name)
@@ -275,7 +292,12 @@ def config_problems(cfg: AnalysisConfig) -> list[ConfigError]:
     for name, infinite in (("dispersion_prior", True), ("dispersion_ticks", False)):
         value = number(name, infinite=infinite)
         if value is not None:
-            need(value >= 0, name, "must be non-negative")
+            need(
+                value >= 0 and (value <= MAX_DISPERSION or value == math.inf),
+                name,
+                f"must be from 0 to {MAX_DISPERSION:g}"
+                + (" or infinite (the binomial SPRT)" if infinite else ""),
+            )
     warmup, horizon, most = (integer(n) for n in ("warmup_ticks", "horizon_ticks", "max_ticks"))
     if warmup is not None and horizon is not None:
         need(

@@ -7,6 +7,7 @@ can collect every problem of a request and refuse it once, naming them all.
 from __future__ import annotations
 
 import dataclasses
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -14,6 +15,7 @@ from django.core.exceptions import ValidationError
 from canary.models import Arm
 from canary.sequential import AnalysisConfig
 from kiln.errors import InvalidInput
+from kiln.params import real_number
 from kiln.validators import DNS_LABEL
 
 # AnalysisConfig fields a rollout may override; the horizon and tick length follow its steps.
@@ -23,6 +25,11 @@ CONFIG_KEYS = {f.name for f in dataclasses.fields(AnalysisConfig)} - {
 }
 MAX_LATENCY_SAMPLES = 10_000
 MAX_EXTENSION_TICKS = 10_000
+# The longest max duration a rollout may set (`config.max_ticks`): a month of one-second ticks.
+MAX_TICKS = 2_592_000
+# How far ahead of the server's clock a pushed window may end: a clock a little fast is
+# taken; a window dated next year would refuse every later window of its arm.
+MAX_CLOCK_AHEAD = timedelta(minutes=5)
 
 FieldErrors = dict[str, list[str]]
 
@@ -67,12 +74,16 @@ def rollout_errors(
         errors["steps"] = ["weights must increase strictly from above 0 and end at 100"]
     if not isinstance(ticks_per_step, int) or not 1 <= ticks_per_step <= 1000:
         errors["ticks_per_step"] = ["an integer from 1 to 1000"]
-    if not isinstance(tick_seconds, int | float) or not 0.2 <= float(tick_seconds) <= 3600:
+    seconds = real_number(tick_seconds)
+    if seconds is None or not 0.2 <= seconds <= 3600:
         errors["tick_seconds"] = ["a number of seconds from 0.2 to 3600"]
     if not isinstance(config, dict):
         errors["config"] = ["an object of AnalysisConfig fields"]
     elif set(config) - CONFIG_KEYS:
         errors["config"] = [f"unknown fields: {', '.join(sorted(set(config) - CONFIG_KEYS))}"]
+    elif isinstance(most := config.get("max_ticks"), int) and most > MAX_TICKS:
+        errors["config"] = [f"max_ticks: at most {MAX_TICKS:,} ticks"]
+        errors["config.max_ticks"] = [f"at most {MAX_TICKS:,} ticks"]
     return errors
 
 
@@ -102,6 +113,8 @@ def observation_errors(
         fields["latencies_ms"] = ["at most one latency sample per request"]
     if observed_at is not None and getattr(observed_at, "tzinfo", None) is None:
         fields["observed_at"] = ["a timezone-aware time"]
+    elif observed_at is not None and observed_at > datetime.now(UTC) + MAX_CLOCK_AHEAD:
+        fields["observed_at"] = ["at most five minutes ahead of the server's clock"]
     return fields
 
 

@@ -87,12 +87,9 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "kiln.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    # Strict JSON (no NUL, no overflow to infinity, bounded depth and size); forms as DRF's.
-    "DEFAULT_PARSER_CLASSES": [
-        "kiln.parsers.JSONParser",
-        "rest_framework.parsers.FormParser",
-        "rest_framework.parsers.MultiPartParser",
-    ],
+    # Bodies are JSON only, decoded strictly (no NUL, no unpaired surrogate, no overflow to
+    # infinity, bounded depth and size): a form encoding is a 415, as docs/api.md says.
+    "DEFAULT_PARSER_CLASSES": ["kiln.parsers.JSONParser"],
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
 

@@ -67,14 +67,15 @@ def _amount(value: Any, field: str, *, positive: bool) -> Decimal:
         raise _invalid(field, "Not a decimal amount.") from None
     if not amount.is_finite():
         raise _invalid(field, "Not a decimal amount.")
-    if amount != amount.quantize(bm.CENTS):
-        raise _invalid(field, "At most two decimal places.")
     if amount < 0:
         raise _invalid(field, "A budget cannot be negative.")
-    if positive and amount == 0:
-        raise _invalid(field, "A raise must be more than 0.")
+    # Before rounding: 1e40 has more digits than a Decimal context holds to quantize it.
     if amount > MAX_AMOUNT:
         raise _invalid(field, f"At most {MAX_AMOUNT}.")
+    if amount != amount.quantize(bm.CENTS):
+        raise _invalid(field, "At most two decimal places.")
+    if positive and amount == 0:
+        raise _invalid(field, "A raise must be more than 0.")
     return bm.money(amount)
 
 

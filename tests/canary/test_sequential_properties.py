@@ -4,6 +4,7 @@ settings are refused by name, and a baseline's own noise does not roll a canary 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 
 import numpy as np
@@ -162,6 +163,7 @@ ODD_VALUES = st.one_of(
     st.booleans(),
     st.text(max_size=5),
     st.integers(-(10**6), 10**6),
+    st.integers(10**308, 10**400),  # JSON decodes them exactly; float() of them overflows
     st.floats(allow_nan=True, allow_infinity=True),
     st.lists(st.integers(), max_size=2),
 )
@@ -216,3 +218,42 @@ def test_a_baseline_whose_own_latency_wobbles_does_not_roll_healthy_canaries_bac
     cfg = AnalysisConfig(horizon_ticks=30, max_ticks=90)
     assert _false_rollbacks(cfg) <= 0.005
     assert _false_rollbacks(dataclasses.replace(cfg, alarm_confidence=0.5)) > 0.02
+
+
+# Every setting a rollout may override, over the whole range of floats: each is accepted or
+# refused, and what is accepted analyses any traffic into a decision JSON can store.
+OVERRIDES = {
+    "alpha": st.floats(0, 0.5),
+    "beta": st.floats(0, 0.5),
+    "error_ratio": st.floats(1, 1e308),
+    "median_ratio": st.floats(1, 1e308),
+    "tail_ratio": st.floats(1, 1e308),
+    "median_shift": st.floats(1, 1e308),
+    "tail_shift": st.floats(1, 1e308),
+    "cusum_threshold": st.floats(0, 1e308),
+    "dispersion_prior": st.one_of(st.floats(0, 1e308), st.just(math.inf)),
+    "dispersion_ticks": st.floats(0, 1e308),
+    "alarm_confidence": st.floats(0.5, 1),
+}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    overrides=st.fixed_dictionaries({}, optional=OVERRIDES),
+    errors=st.tuples(st.integers(0, 1000), st.integers(0, 1000)),
+    seed=st.integers(0, 2**16),
+)
+def test_what_a_config_accepts_analyses_into_decisions_json_can_store(overrides, errors, seed):
+    try:
+        cfg = AnalysisConfig(horizon_ticks=6, max_ticks=8, warmup_ticks=1, **overrides)
+    except ConfigError:
+        return
+    rng = np.random.default_rng(seed)
+    analyzer = Analyzer(cfg)
+    for _ in range(cfg.max_ticks):
+        baseline = Window(1000, errors[0], rng.gamma(2.0, 30.0, 50))
+        canary = Window(1000, errors[1], rng.gamma(2.0, 40.0, 50))
+        decision = analyzer.update(baseline, canary)
+        json.dumps(decision.as_dict(), allow_nan=False)  # ValueError on inf or NaN
+        if decision.action != CONTINUE:
+            break

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db import connection
 from django.urls import URLPattern, URLResolver, get_resolver
+from django.utils import timezone
 
 from audit.models import OutboxEvent
 from canary.chaos.models import ChaosExperiment
@@ -45,7 +47,12 @@ BAD_VALUES: dict[str, Any] = {
     "fraction": 1.5,
 }
 # Raw JSON a Python value cannot stand for: substituted for a field's value in the body text.
-RAW_VALUES = {"overflow-float": "-1e400", "nan": "NaN"}
+RAW_VALUES = {
+    "overflow-float": "-1e400",
+    "nan": "NaN",
+    "huge-int": "1" + "0" * 400,  # decoded exactly; float() of it overflows
+    "lone-surrogate": '"\\ud800"',  # legal JSON; no UTF-8 can write it back
+}
 BAD_BODIES: dict[str, tuple[str | bytes, str]] = {
     "array": ("[]", "application/json"),
     "string": ('"x"', "application/json"),
@@ -54,6 +61,12 @@ BAD_BODIES: dict[str, tuple[str | bytes, str]] = {
     "malformed": ("{", "application/json"),
     "deep": ("[" * 100_000 + "]" * 100_000, "application/json"),
     "nul-key": ('{"a\\u0000": 1}', "application/json"),
+    "surrogate-key": ('{"\\udfff": 1}', "application/json"),
+    "form": ("reason=x&name=y", "application/x-www-form-urlencoded"),  # 415: JSON only
+    "multipart": (
+        '--x\r\nContent-Disposition: form-data; name="reason"\r\n\r\ny\r\n--x--\r\n',
+        "multipart/form-data; boundary=x",
+    ),
     "bad-utf8": (b'{"reason": "\xff"}', "application/json"),
     "text": ("hello", "text/plain"),
     "xml": ("<a>1</a>", "application/xml"),
@@ -367,6 +380,61 @@ def test_huge_integers_are_a_400_naming_the_field(world, admin_client):
     )
     assert pushed.status_code == 400 and "requests" in pushed.json()["extra"]["fields"]
     assert ChaosExperiment.objects.count() == 1  # the fixture's own
+
+
+ROLLOUT_BODY = {"baseline_version": "v1", "canary_version": "v2", "steps": [50, 100],
+                "ticks_per_step": 2, "tick_seconds": 1.0}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"tick_seconds": True}, "tick_seconds"),
+        ({"tick_seconds": 10**400}, "tick_seconds"),
+        ({"config": {"error_ratio": 1e308}}, "config.error_ratio"),
+        ({"config": {"dispersion_prior": 10**400}}, "config.dispersion_prior"),
+        ({"config": {"dispersion_ticks": 1e300}}, "config.dispersion_ticks"),
+        ({"config": {"max_ticks": 2**63}}, "config.max_ticks"),
+    ],
+    ids=["bool-tick", "huge-tick", "ratio-1e308", "huge-prior", "huge-ticks", "max-ticks"],
+)
+def test_rollout_settings_past_what_the_analysis_can_hold_are_a_400(
+    change, field, world, admin_client
+):
+    # Each was once accepted (201) and failed every tick after, or answered 500.
+    before = Rollout.objects.count()
+    response = admin_client.post(
+        "/api/v1/rollouts/", {**ROLLOUT_BODY, "service": world["service"], **change}, format="json"
+    )
+    assert response.status_code == 400, response.content[:300]
+    assert field in response.json()["extra"]["fields"]
+    assert Rollout.objects.count() == before
+
+
+def test_a_pushed_window_dated_ahead_of_the_clock_is_refused(world, admin_client):
+    path = f"/api/v1/rollouts/{world['rollout_id']}/observations/"
+    window = {"arm": "canary", "requests": 10, "errors": 0}
+    ahead = admin_client.post(
+        path, {**window, "observed_at": "9999-12-31T23:59:59Z"}, format="json"
+    )
+    assert ahead.status_code == 400
+    assert ahead.json()["extra"]["fields"]["observed_at"] == [
+        "at most five minutes ahead of the server's clock"
+    ]
+    # A clock a minute fast is taken, and the arm goes on taking windows after it.
+    soon = (timezone.now() + timedelta(minutes=1)).isoformat()
+    assert (
+        admin_client.post(path, {**window, "observed_at": soon}, format="json").status_code == 202
+    )
+    assert admin_client.post(path, window, format="json").status_code == 400  # before `soon`
+
+
+def test_a_form_encoded_body_is_a_415_as_the_api_documents(world, admin_client):
+    response = admin_client.post(
+        f"/api/v1/environments/{world['public_id']}/keep/", {"reason": "x"}
+    )  # the test client's default: multipart
+    assert response.status_code == 415
+    assert response.json()["code"] == "unsupported_media_type"
 
 
 @pytest.fixture

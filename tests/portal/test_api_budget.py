@@ -57,8 +57,15 @@ def test_a_team_without_a_budget_is_404(api, admin):
         ({"monthly_amount": -5}, "monthly_amount"),
         ({"monthly_amount": "100", "warn_percent": 0}, "warn_percent"),
         ({"monthly_amount": "100", "owner": "x"}, "owner"),  # unknown fields are refused
+        # More digits than a Decimal context can round to cents: once a 500.
+        ({"monthly_amount": "1e40"}, "monthly_amount"),
+        ({"monthly_amount": "10000000000000000000000000000"}, "monthly_amount"),
+        ({"monthly_amount": "-1e30"}, "monthly_amount"),
     ],
-    ids=["other-currency", "negative-string", "negative-number", "warn-0", "unknown-field"],
+    ids=[
+        "other-currency", "negative-string", "negative-number", "warn-0", "unknown-field",
+        "1e40", "29-digits", "minus-1e30",
+    ],  # fmt: skip
 )
 def test_bad_budget_is_400_naming_the_field_and_changes_nothing(admin, body, field):
     r = admin.put(URL, body, format="json")
@@ -66,6 +73,13 @@ def test_bad_budget_is_400_naming_the_field_and_changes_nothing(admin, body, fie
     assert field in r.json()["extra"]["fields"]
     assert not TeamBudget.objects.exists()
     assert not OutboxEvent.objects.filter(action__startswith="portal.budget.").exists()
+
+
+def test_a_raise_of_more_digits_than_cents_can_hold_is_a_400(admin):
+    admin.put(URL, {"monthly_amount": "100"}, format="json")
+    r = admin.post(RAISE, {"amount": "1e40", "reason": "launch"}, format="json")
+    assert r.status_code == 400 and "amount" in r.json()["extra"]["fields"]
+    assert not BudgetRaise.objects.exists()
 
 
 def test_engineers_and_approvers_may_not_set_or_raise(api, admin):

@@ -9,7 +9,6 @@ ending it reverts its live fault (services/injection.py). The reaper
 from __future__ import annotations
 
 import logging
-import math
 from typing import Any
 
 from django.conf import settings
@@ -45,6 +44,7 @@ from kiln.cluster.labels import selector_problem
 from kiln.columns import check_columns, column_errors
 from kiln.errors import Forbidden, IllegalTransition, InvalidInput, Unavailable
 from kiln.identity.permissions import Actor, can_revert_fault, can_run_chaos
+from kiln.params import real_number
 
 log = logging.getLogger("kiln.chaos")
 
@@ -101,7 +101,7 @@ def _validate(data: dict[str, Any]) -> dict[str, str]:
         if not data.get("service"):
             errors["service"] = "the target service host is required for HTTP faults"
         percent = data.get("percent", 100.0)
-        if not isinstance(percent, int | float) or not (0 < percent <= 100):
+        if (share := real_number(percent)) is None or not (0 < share <= 100):
             errors["percent"] = "a share of requests in (0, 100]"
     if fault == FaultKind.HTTP_DELAY:
         delay = data.get("delay_ms")
@@ -132,7 +132,7 @@ def _validate(data: dict[str, Any]) -> dict[str, str]:
     if max_pods is not None and (not isinstance(max_pods, int) or max_pods < 1):
         errors["max_pods"] = "at least 1"
     if max_percent is not None and (
-        not isinstance(max_percent, int | float) or not (0 < max_percent <= 100)
+        (share := real_number(max_percent)) is None or not (0 < share <= 100)
     ):
         errors["max_percent"] = "a percentage in (0, 100]"
     # The Chaos Mesh kinds' magnitude, blast-radius cap and hard maximum (canary/chaos/kinds.py).
@@ -153,12 +153,7 @@ def _validate(data: dict[str, Any]) -> dict[str, str]:
                 )
             elif kind != "canary-rolled-back":
                 threshold = cond.get("threshold")
-                if (
-                    isinstance(threshold, bool)
-                    or not isinstance(threshold, int | float)
-                    or not math.isfinite(threshold)
-                    or threshold < 0
-                ):
+                if real_number(threshold) is None or threshold < 0:
                     errors[f"stop_conditions[{i}]"] = "needs a non-negative threshold"
                 elif kind == "error-rate-above" and threshold >= 1:
                     # A share of requests: at 1 or above it could never trip, and the
