@@ -15,7 +15,7 @@ from kiln.errors import NotFound
 from kiln.identity.models import Team
 from kiln.identity.permissions import Actor
 from portal import budget_math as bm
-from portal import conf, sleep_schedule
+from portal import conf, sleep_schedule, uptime
 from portal.lifecycle import Status
 from portal.models import BudgetNotice, BudgetRaise, Environment, SleepSchedule, TeamBudget
 from portal.validation import DNS_LABEL_RE
@@ -302,15 +302,16 @@ def request_budget_preview(
 
 def environment_cost(*, environment: Environment, now: datetime | None = None) -> dict[str, Any]:
     """The environment page's cost story: what its nodes ran so far (showback's number), what it
-    costs if it runs to its expiry (so far + its hourly price for the hours left), and its team's
+    was priced so far (its hourly price for the hours it was up, sleeps left out), what it costs
+    if it runs to its expiry (so far + its hourly price for the hours left), and its team's
     budget month when there is one."""
     now = now or timezone.now()
     env = environment
     ran = environment_ran_cost(
         windows={env.pk: Window(env.namespace, env.created_at, env.deleted_at)}, now=now
     )[env.pk]
-    hours_up = bm.hours_between(env.ready_at, env.deleted_at or now) if env.ready_at else 0
-    so_far = bm.money(env.hourly_cost * Decimal(hours_up))
+    hours_up = uptime.environment_up_hours(env, now=now) if env.ready_at else Decimal(0)
+    so_far = bm.money(env.hourly_cost * hours_up)
     running = Status(env.status) in SCHEDULED and env.expires_at is not None
     left = bm.hours_between(now, env.expires_at) if running else Decimal(0)
     return {

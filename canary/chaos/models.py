@@ -29,6 +29,11 @@ class FaultKind(models.TextChoices):
     CLOCK_SKEW = "clock-skew", "Clock skew"
 
 
+# The faults written into a service's routes (its VirtualService): for them, and only them,
+# the experiment's Service is what is faulted; for the others it is where stops read metrics.
+HTTP_FAULTS = frozenset({FaultKind.HTTP_DELAY, FaultKind.HTTP_ABORT})
+
+
 class ExperimentStatus(models.TextChoices):
     """Lifecycle of an experiment; see `EXPERIMENT_TRANSITIONS`."""
 

@@ -10,7 +10,6 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from kiln.errors import KilnError
@@ -22,7 +21,7 @@ from kiln.identity.permissions import (
     can_approve,
     has_role,
 )
-from portal import budget_reads, conf, resource_tree, selectors, services, uptime
+from portal import budget_reads, conf, resource_tree, selectors, services
 from portal.connect import connection, kubeconfig
 from portal.forms import ExtendForm, ReasonForm
 from portal.lifecycle import Status, badge, label
@@ -68,14 +67,6 @@ def _detail_context(request: HttpRequest, env) -> dict:
     }
 
 
-def _spent(env) -> Decimal:
-    """Hourly price times the hours the environment has been up so far (its sleeps left out)."""
-    if not env.ready_at:
-        return Decimal(0)
-    hours = uptime.environment_up_hours(env, now=timezone.now())
-    return (env.hourly_cost * hours).quantize(Decimal("0.01"))
-
-
 @login_required
 def environment_detail(request: HttpRequest, public_id: str) -> HttpResponse:
     """Tabs: overview (status, how to connect, actions), progress, timeline, policy, manifests, cost."""
@@ -107,7 +98,6 @@ def environment_detail(request: HttpRequest, public_id: str) -> HttpResponse:
             # The request form counts the request's checks, the plan its manifests': both here.
             "decision_stages": _stage_counts(decisions),
             "approvals": selectors.approval_tally(env),
-            "spent": _spent(env),
             "cost": budget_reads.environment_cost(environment=env),
             "lifetime_cost": (env.hourly_cost * ttl_total).quantize(Decimal("0.01")),
             "is_auditor": has_role(actor_from_request(request), AUDITOR),

@@ -68,6 +68,28 @@ def test_an_overlapping_experiment_is_refused_naming_the_other_and_nothing_chang
 
 
 @pytest.mark.django_db
+def test_a_service_named_only_for_stop_metrics_is_not_a_faulted_service(engineer, shop, backend):
+    # Two pod kills on disjoint pods, both reading their stops from web's traffic: no overlap.
+    kill = {"fault": "pod-kill", "service": "web"}
+    experiment_create(
+        actor=engineer,
+        data=abort_data(name="a", selector={"app": "cache"}, **kill),
+        backend=backend,
+    )
+    experiment_create(
+        actor=engineer, data=abort_data(name="b", selector={"app": "db"}, **kill), backend=backend
+    )
+    # An HTTP fault on web writes web's routes: it meets no pod kill on other pods either,
+    # but a second HTTP fault on web's routes is refused.
+    experiment_create(actor=engineer, data=abort_data(name="c"), backend=backend)
+    with pytest.raises(ExperimentOverlaps, match="both fault the service web.shop"):
+        experiment_create(
+            actor=engineer, data=abort_data(name="d", selector={"app": "front"}), backend=backend
+        )
+    assert ChaosExperiment.objects.count() == 3
+
+
+@pytest.mark.django_db
 def test_both_must_allow_an_overlap_and_one_flag_alone_is_refused_saying_so(
     engineer, shop, backend
 ):

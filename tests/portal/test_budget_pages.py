@@ -101,9 +101,15 @@ def test_the_environment_page_shows_cost_so_far_to_expiry_and_the_budget(team, c
     alice = login("alice", "engineer", team)
     page = alice.get(reverse("portal:environment-detail", args=[env.public_id])).content.decode()
     # 3 h up at $2 = $6 so far; 10 h more to its expiry: $26.
-    assert "$6.00" in page
+    assert 'id="cost-so-far">$6.00' in page
     assert 'id="cost-to-expiry">$26.00' in page
     assert 'id="cost-budget"' in page and "of 500.00" in page
+    # Asleep for 2 of those hours: $2 so far, and the figure to its expiry builds on that one.
+    slept = [(now - timedelta(hours=2)).isoformat(), now.isoformat()]
+    Environment.objects.filter(pk=env.pk).update(sleeps=[slept])
+    page = alice.get(reverse("portal:environment-detail", args=[env.public_id])).content.decode()
+    assert 'id="cost-so-far">$2.00' in page
+    assert 'id="cost-to-expiry">$22.00' in page
 
 
 def test_showback_draws_spend_forecast_and_budget_for_the_teams_month(team, clock):

@@ -23,7 +23,7 @@ from typing import Any
 
 from django.db.models import Q
 
-from canary.chaos.models import ChaosExperiment, ExperimentStatus
+from canary.chaos.models import HTTP_FAULTS, ChaosExperiment, ExperimentStatus
 from canary.chaos.overlap import Target, overlap_reason
 from kiln.errors import Conflict, IdempotencyKeyReused, InvalidInput
 from kiln.identity.permissions import Actor, can_view_chaos
@@ -86,10 +86,17 @@ def _window(exp: ChaosExperiment, now: datetime) -> tuple[datetime, datetime]:
     return start, start + timedelta(seconds=exp.max_duration_seconds)
 
 
+def faulted_service(fault: str, service: str) -> str:
+    """The service host an experiment faults: its Service for an HTTP fault, none otherwise
+    (a pod or network fault's Service only says where its stops read their metrics)."""
+    return service if fault in HTTP_FAULTS else ""
+
+
 def overlap_check(
     *,
     namespace: str,
     selector: dict[str, Any],
+    fault: str,
     service: str,
     max_duration_seconds: int,
     may_overlap: bool,
@@ -97,14 +104,17 @@ def overlap_check(
 ) -> None:
     """Refuse (409 naming the other experiment) a target that overlaps a running or scheduled
     experiment's, unless both allow overlaps. Call under the lever lock (module docstring)."""
+    host = faulted_service(fault, service)
     new = Target(
         namespace=namespace,
         selector=selector,
-        service=service,
+        service=host,
         start=now,
         end=now + timedelta(seconds=max_duration_seconds),
     )
-    place = Q(namespace=namespace) | Q(service=service) if service else Q(namespace=namespace)
+    place = Q(namespace=namespace)
+    if host:
+        place |= Q(service=host, fault__in=HTTP_FAULTS)
     candidates = ChaosExperiment.objects.filter(
         place, status__in=(ExperimentStatus.RUNNING, ExperimentStatus.PENDING)
     )
@@ -112,7 +122,13 @@ def overlap_check(
         start, end = _window(other, now)
         reason = overlap_reason(
             new,
-            Target(other.namespace, other.selector, other.service, start, end),
+            Target(
+                other.namespace,
+                other.selector,
+                faulted_service(other.fault, other.service),
+                start,
+                end,
+            ),
         )
         if reason is None or (may_overlap and other.may_overlap):
             continue

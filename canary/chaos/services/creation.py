@@ -131,6 +131,7 @@ def _insert(
         admission.overlap_check(
             namespace=data["namespace"],
             selector=data["selector"],
+            fault=data["fault"],
             service=service,
             max_duration_seconds=data["max_duration_seconds"],
             may_overlap=bool(data.get("may_overlap", False)),

@@ -22,6 +22,7 @@ from canary.chaos.kinds import kind_errors
 from canary.chaos.leases import TIMING_FIELDS, LeaseTimingError, LeaseTimings
 from canary.chaos.models import (
     EXPERIMENT_TRANSITIONS,
+    HTTP_FAULTS,
     ChaosExperiment,
     ChaosLease,
     ExperimentStatus,
@@ -97,7 +98,7 @@ def _validate(data: dict[str, Any]) -> dict[str, str]:
     fault = data.get("fault")
     if fault not in FaultKind.values:
         errors["fault"] = f"one of {', '.join(FaultKind.values)}"
-    if fault in (FaultKind.HTTP_DELAY, FaultKind.HTTP_ABORT):
+    if fault in HTTP_FAULTS:
         if not data.get("service"):
             errors["service"] = "the target service host is required for HTTP faults"
         percent = data.get("percent", 100.0)
