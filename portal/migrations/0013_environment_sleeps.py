@@ -1,14 +1,22 @@
 # Every sleep of an environment, [asleep from, awake from], so what it spent counts the hours it
 # ran; an environment asleep (or waking) now starts with its current sleep.
 from django.db import migrations, models
+from django.utils import timezone
 
 
 def current_sleeps(apps, schema_editor):
     Environment = apps.get_model("portal", "Environment")
-    # Waking too: it still has the time it fell asleep, and its sleep ends as its wake does.
     asleep = Environment.objects.filter(status__in=("SLEEPING", "WAKING"), slept_at__isnull=False)
-    for env in asleep.only("pk", "slept_at").iterator():
-        Environment.objects.filter(pk=env.pk).update(sleeps=[[env.slept_at.isoformat(), None]])
+    now = timezone.now()
+    for env in asleep.only("pk", "status", "slept_at", "wake_requested_at").iterator():
+        # A sleep ends as its wake begins: a waking one's ended when the wake was asked for
+        # (or now, the earliest time known), so a wake that fails is not priced as asleep.
+        woke = None
+        if env.status == "WAKING":
+            asked = env.wake_requested_at
+            woke = (asked if asked and asked >= env.slept_at else now).isoformat()
+        sleeps = [[env.slept_at.isoformat(), woke]]
+        Environment.objects.filter(pk=env.pk).update(sleeps=sleeps)
 
 
 class Migration(migrations.Migration):

@@ -210,6 +210,13 @@ def pools_list(*, backend: DeliveryBackend, nodes: list[dict]) -> list[karpenter
     ]
 
 
+def generated_name(base: str) -> str:
+    """A name made as Kubernetes' `generateName` makes one (Karpenter names a NodeClaim so):
+    the base cut to 58 characters, then 5 random ones, so it is always a valid 63-character
+    label value (a node's `kubernetes.io/hostname`)."""
+    return base[:58] + "".join(secrets.choice(_SUFFIX) for _ in range(5))
+
+
 def nodes_provision(*, backend: DeliveryBackend, pods: list[dict] | None = None) -> karpenter.Plan:
     """Launch the nodes Karpenter would for the unschedulable pods; audited per launch round."""
     nodes = node_list(backend)
@@ -226,7 +233,7 @@ def nodes_provision(*, backend: DeliveryBackend, pods: list[dict] | None = None)
     manifests, statuses = [], []
     for planned in plan.nodes:
         pool, o = by_name[planned.pool], planned.offering
-        name = f"{pool.name}-{''.join(secrets.choice(_SUFFIX) for _ in range(5))}"
+        name = generated_name(f"{pool.name}-")
         manifests.append(
             node_manifest(
                 name=name,

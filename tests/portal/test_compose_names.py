@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from kiln.cluster.labels import value_problem
 from portal import compose as c
 from portal.compose.capacity import A_NODE_SELECTOR
+from scheduler.simulation.provisioner import generated_name
 from tests.portal.test_compose import spec
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -58,6 +59,11 @@ def test_every_derived_name_and_label_value_fits(namespace, spot, gpu, control_p
         for labels in _label_maps(manifest):
             for key, value in labels.items():
                 assert value_problem(key, str(value)) is None, (manifest["kind"], key, value)
+        if manifest["kind"] == "NodePool":
+            # A node the simulated Karpenter launches for it is named from it, and its name
+            # is the node's kubernetes.io/hostname label.
+            node = generated_name(f"{meta['name']}-")
+            assert value_problem("kubernetes.io/hostname", node) is None, node
         selector = (meta.get("annotations") or {}).get(A_NODE_SELECTOR)
         if selector:
             for pair in selector.split(","):

@@ -3,10 +3,12 @@ an environment asleep half of its life is estimated at half of its life's price.
 
 from __future__ import annotations
 
+import importlib
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+from django.apps import apps
 from django.utils import timezone
 from hypothesis import given
 from hypothesis import strategies as st
@@ -113,3 +115,22 @@ def test_the_dashboards_month_leaves_the_sleeps_out_too(people, django_capture_o
     up = (now - ready).total_seconds() * 0.75 / 3600
     spent = selectors.spend_this_month(viewer=people["alice"])
     assert abs(float(spent) - 4 * up) < 0.05, (spent, up)
+
+
+def test_the_migration_opens_a_sleeping_ones_sleep_and_closes_a_waking_ones_at_its_wake(
+    people, django_capture_on_commit_callbacks
+):
+    migration = importlib.import_module("portal.migrations.0013_environment_sleeps")
+    asleep = ready_env(people, django_capture_on_commit_callbacks)
+    waking = ready_env(people, django_capture_on_commit_callbacks, name="other")
+    slept, asked = at(0), at(8)
+    Environment.objects.filter(pk=asleep.pk).update(status=Status.SLEEPING, slept_at=slept)
+    Environment.objects.filter(pk=waking.pk).update(
+        status=Status.WAKING, slept_at=slept, wake_requested_at=asked
+    )
+    migration.current_sleeps(apps, None)
+    asleep.refresh_from_db()
+    waking.refresh_from_db()
+    assert asleep.sleeps == [[slept.isoformat(), None]]
+    # Its wake had begun: were it to fail, it would not be priced as asleep from then on.
+    assert waking.sleeps == [[slept.isoformat(), asked.isoformat()]]
