@@ -11,7 +11,7 @@ from django.db import transaction
 
 import audit
 from kiln.admin_site import KilnModelAdmin, ReadOnlyInline, admin_actor
-from kiln.identity import permissions, services
+from kiln.identity import permissions, services, visibility
 from kiln.identity.models import Membership, Team
 
 
@@ -38,6 +38,12 @@ class TeamAdmin(KilnModelAdmin):
     inlines = [MembershipInline]
     view_predicate = staticmethod(_can_view_teams)
     add_predicate = staticmethod(permissions.can_manage_teams)
+
+    def get_queryset(self, request):
+        """The teams the viewer may see: its own, or every team for a platform admin."""
+        return visibility.restrict(
+            super().get_queryset(request), admin_actor(request), visibility.TEAMS, team_field="slug"
+        )
 
     def save_model(self, request, obj: Team, form, change: bool) -> None:
         team = services.team_create(actor=admin_actor(request), slug=obj.slug, name=obj.name)
@@ -71,13 +77,23 @@ class MembershipAdmin(KilnModelAdmin):
     """
 
     list_display = ("user", "team", "source", "created_at")
-    list_filter = ("team", "source")
+    # Only the teams the viewer may see are offered: the rows' own, after get_queryset.
+    list_filter = (("team", admin.RelatedOnlyFieldListFilter), "source")
     search_fields = ("user__username", "team__slug")
     fields = ("user", "team")
     form = MembershipAddForm
     view_predicate = staticmethod(_can_view_teams)
     add_predicate = staticmethod(permissions.can_manage_teams)
     delete_predicate = staticmethod(permissions.can_manage_teams)
+
+    def get_queryset(self, request):
+        """The memberships of the teams the viewer may see (visibility.TEAMS)."""
+        return visibility.restrict(
+            super().get_queryset(request).select_related("user", "team"),
+            admin_actor(request),
+            visibility.TEAMS,
+            team_field="team__slug",
+        )
 
     def save_model(self, request, obj: Membership, form, change: bool) -> None:
         membership = services.membership_add(

@@ -82,12 +82,24 @@ def test_admin_index_follows_the_permission_module(client, role, staff, superuse
         assert response["Location"].startswith("/admin/login/")
 
 
-def test_approver_sees_teams_but_cannot_add_one(client):
-    Team.objects.create(slug="payments", name="Payments")
-    client.force_login(person("carol", role="approver", staff=True))
+def test_approver_sees_their_teams_but_cannot_add_one(client):
+    payments = Team.objects.create(slug="payments", name="Payments")
+    search = Team.objects.create(slug="search", name="Search")
+    carol = person("carol", role="approver", staff=True)
+    Membership.objects.create(user=carol, team=payments)
+    Membership.objects.create(user=person("bob", role="engineer", staff=False), team=search)
+    client.force_login(carol)
     listing = client.get("/admin/kiln/team/")
     assert listing.status_code == 200
     assert "payments" in listing.content.decode()
+    # Another team is hidden, as everywhere else: not listed, its page missing, its members
+    # not listed, and not offered as a filter.
+    assert f"/admin/kiln/team/{payments.pk}/change/" in listing.content.decode()
+    assert f"/admin/kiln/team/{search.pk}/change/" not in listing.content.decode()
+    assert client.get(f"/admin/kiln/team/{search.pk}/change/").status_code in (302, 404)
+    members = client.get("/admin/kiln/membership/").content.decode()
+    assert "carol" in members and "bob" not in members
+    assert f"team__id__exact={search.pk}" not in members
     assert client.get("/admin/kiln/team/add/").status_code == 403
     response = client.post("/admin/kiln/team/add/", {"slug": "sneaky", "name": "Sneaky"})
     assert response.status_code == 403
