@@ -19,8 +19,8 @@ from canary.chaos.api_faults import ChaosMeshFields
 from canary.chaos.leases import TIMING_FIELDS
 from canary.chaos.models import ChaosExperiment, ExperimentStatus, FaultKind
 from kiln.api_fields import StrictCharField, StrictSerializer
-from kiln.identity.drf import role_required
-from kiln.identity.permissions import AUDITOR, ENGINEER, actor_from_request
+from kiln.identity.drf import HasKilnRole, role_required
+from kiln.identity.permissions import ENGINEER, actor_from_request
 from kiln.openapi import PAGE_PARAMETERS, documented, errors
 from kiln.pagination import LimitOffsetPagination
 from kiln.params import parse_choice
@@ -147,9 +147,11 @@ class ExperimentListCreateApi(APIView):
         start = serializers.BooleanField(required=False, default=True)
 
     def get_permissions(self):
+        # Reads are the API's default (any Kiln role), narrowed by the visibility rule, as the
+        # pages are: an approver reads its team's experiments on both.
         if self.request.method == "POST":
             return [role_required(ENGINEER)()]
-        return [role_required(ENGINEER, AUDITOR)()]
+        return [HasKilnRole()]
 
     @extend_schema(
         operation_id="chaos_experiment_list",
@@ -203,9 +205,7 @@ class ExperimentListCreateApi(APIView):
 
 
 class ExperimentDetailApi(APIView):
-    """One experiment with its live lease state and injections."""
-
-    permission_classes = [role_required(ENGINEER, AUDITOR)]
+    """One experiment with its live lease state and injections (any Kiln role that may see it)."""
 
     @extend_schema(operation_id="chaos_experiment_detail", responses=out.ExperimentDetailOutput)
     def get(self, request: Request, experiment_id) -> Response:
@@ -258,8 +258,6 @@ def lever_payload(lever: Any, *, team: str | None = None) -> dict[str, Any]:
 
 class LeverListApi(APIView):
     """The platform lever and the team levers the caller may see, engaged first."""
-
-    permission_classes = [role_required(ENGINEER, AUDITOR)]
 
     @extend_schema(operation_id="chaos_lever_list", responses=out.LeverOutput(many=True))
     def get(self, request: Request) -> Response:
