@@ -115,6 +115,8 @@ def score_explain(request: HttpRequest) -> HttpResponse:
             "form": form,
             "pod": pod,
             "pod_memory_gib": pod.memory / 2**30,
+            # Its share of every node is 0: scoring costs it at each node's whole price.
+            "asks_nothing": not (pod.cpu or pod.memory or pod.gpu),
             "explained": explained,
             "rows": rows,
             "cheapest_shown": [n for n in explained.cheapest_nodes if n in visible],

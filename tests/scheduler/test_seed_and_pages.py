@@ -109,3 +109,15 @@ def test_score_explainer_names_the_limit_of_a_number_a_browser_could_not_read(us
     assert "CPU (cores): Ensure this value is less than or equal to 1024." in (
         response.content.decode()
     )
+
+
+def test_score_explainer_says_how_a_pod_asking_for_nothing_is_costed(user_client):
+    seed.seed_demo()
+    _cluster_nodes()
+    data = {"cpu": "0", "memory_gib": "0", "gpus": "0", "workload_class": "batch"}
+    html = user_client.post(reverse("scheduler:explain"), data).content.decode()
+    # Its share is 0 everywhere; the $/h shown is each node's whole price, and the page says so.
+    assert "It asks for nothing, so its share of every node is 0" in html
+    assert "costed at the node's whole price" in html and " × 0.000 = " not in html
+    sized = user_client.post(reverse("scheduler:explain"), {**data, "cpu": "0.5"}).content.decode()
+    assert "It asks for nothing" not in sized and " × " in sized
