@@ -3,8 +3,11 @@ each cell beside its column's name, so no column (Status, Approve, Target) is of
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
+from tests.e2e import api
 from tests.e2e.conftest import WatchedPage
 
 PHONE = {"width": 390, "height": 844}
@@ -58,4 +61,23 @@ def test_every_environment_tab_is_on_screen_on_a_phone(browser_page: WatchedPage
     assert len(rights) == 8 and max(rights) <= PHONE["width"], rights
     page.click("#tab-cost")
     assert page.locator("#panel-cost").is_visible()
+    browser_page.assert_clean()
+
+
+@pytest.mark.parametrize("width", [390, 1366])
+def test_a_name_as_long_as_allowed_breaks_instead_of_widening_the_page(
+    browser_page: WatchedPage, kiln, width
+):
+    # 40 characters, one word: the longest name the request form allows.
+    name = f"long-{uuid.uuid4().hex[:6]}-" + "b" * 28
+    env = api.environment(kiln, name)
+    page = browser_page.page
+    page.set_viewport_size({"width": width, "height": 844})
+    browser_page.login("alice")
+    for path in (f"/environments/{env['id']}/", "/environments/"):
+        browser_page.goto(path)
+        page.wait_for_load_state("networkidle")
+        scrolled = page.evaluate("document.documentElement.scrollWidth")
+        assert scrolled <= width, f"{path} is {scrolled} px wide at {width} px"
+    browser_page.screenshot(f"long-name-{width}")
     browser_page.assert_clean()
