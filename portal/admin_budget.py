@@ -78,7 +78,8 @@ class TeamBudgetAdmin(KilnModelAdmin):
         saved = budgets.team_budget_set(
             actor=admin_actor(request), team=obj.team, **_cleaned(form, fields)
         )
-        obj.pk = saved.pk
+        # As stored (1e5 typed is 100000.00): admin's confirmation names the object by it.
+        obj.pk, obj.monthly_amount = saved.pk, saved.monthly_amount
 
 
 class BudgetRaiseForm(forms.ModelForm):
@@ -119,6 +120,7 @@ class BudgetRaiseAdmin(KilnModelAdmin):
             actor=admin_actor(request), team=obj.team, **_cleaned(form, ("amount", "reason"))
         )
         obj.pk, obj.month, obj.raised_by_name = raised.pk, raised.month, raised.raised_by_name
+        obj.amount = raised.amount  # as stored: "+100000.00", not the "+1E+5" typed
 
 
 @admin.register(BudgetNotice)

@@ -120,3 +120,16 @@ def test_a_raise_that_is_not_positive_says_so_in_words(teams, team):
     assert response.status_code == 200 and "A raise must be more than 0." in page
     assert "Constraint" not in page and "portal_budget_raise_positive" not in page
     assert not BudgetRaise.objects.exists()
+
+
+def test_a_raise_typed_in_exponent_form_is_confirmed_as_stored(teams):
+    root = staff("root", "platform-admin")
+    TeamBudget.objects.create(team=teams["payments"], monthly_amount=Decimal("10"), currency="USD")
+    response = root.post(
+        f"{RAISES}add/",
+        {"team": teams["payments"].pk, "amount": "1e5", "reason": "launch"},
+        follow=True,
+    )
+    page = response.content.decode()
+    assert "payments +100000.00 for" in page and "1E+5" not in page
+    assert BudgetRaise.objects.get().amount == Decimal("100000.00")
