@@ -284,3 +284,12 @@ def test_create_page_offers_the_teams_namespaces_and_puts_the_blast_radius_on_it
         "percentage of the matching pods (Blast radius: max %), or both"
     ]
     assert ChaosExperiment.objects.count() == 0
+
+
+@pytest.mark.parametrize("max_pods", [0, 99_999_999_999])
+def test_a_blast_radius_in_pods_names_one_range_at_either_end(api_client_for, shop, max_pods):
+    client = api_client_for("engineer", sub="alice", team="payments")
+    resp = _create(client, max_pods=max_pods, max_percent=None)
+    assert resp.status_code == 400
+    assert resp.json()["extra"]["fields"]["max_pods"] == "an integer from 1 to 2147483647"
+    assert ChaosExperiment.objects.count() == 0

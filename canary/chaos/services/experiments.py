@@ -45,7 +45,7 @@ from kiln.cluster.labels import selector_problem
 from kiln.columns import check_columns, column_errors
 from kiln.errors import Forbidden, IllegalTransition, InvalidInput, Unavailable
 from kiln.identity.permissions import Actor, can_revert_fault, can_run_chaos
-from kiln.params import real_number
+from kiln.params import INT_MAX, real_number
 
 log = logging.getLogger("kiln.chaos")
 
@@ -130,8 +130,11 @@ def _validate(data: dict[str, Any]) -> dict[str, str]:
     max_percent = data.get("max_percent")
     if max_pods is None and max_percent is None:
         errors["blast_radius"] = BLAST_RADIUS_REQUIRED
-    if max_pods is not None and (not isinstance(max_pods, int) or max_pods < 1):
-        errors["max_pods"] = "at least 1"
+    if max_pods is not None and (
+        isinstance(max_pods, bool) or not isinstance(max_pods, int) or not 1 <= max_pods <= INT_MAX
+    ):
+        # One range for both ends: the column's own (0 to INT_MAX) would contradict "at least 1".
+        errors["max_pods"] = f"an integer from 1 to {INT_MAX}"
     if max_percent is not None and (
         (share := real_number(max_percent)) is None or not (0 < share <= 100)
     ):
