@@ -200,6 +200,10 @@ def environment_policy_check(request: HttpRequest) -> HttpResponse:
     form = EnvironmentRequestForm(request.GET, teams=teams)
     draft, problems = _draft_from(form)
     evaluation = gate.request_dry_run(actor=actor, data=draft) if draft is not None else None
+    # Policies do not read the name, but a typed name that is refused still stops the request:
+    # said beside the verdict, so "allowed" does not read as "ready to send".
+    typed = (request.GET.get("name") or "").strip()
+    name_problem = " ".join(form.errors.get("name", [])) if typed else ""
     # The team's budget is a gate of its own, after the policies: say so where they allow it.
     budget = _estimate_from(request.GET, actor).get("budget") if evaluation else None
     return render(
@@ -208,6 +212,7 @@ def environment_policy_check(request: HttpRequest) -> HttpResponse:
         {
             "evaluation": evaluation,
             "problems": problems,
+            "name_problem": name_problem,
             "budget_refuses": bool(budget and budget["outcome"] == "refused"),
         },
     )

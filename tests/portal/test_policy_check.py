@@ -47,6 +47,16 @@ def test_an_allowed_draft_says_so_even_before_it_has_a_name(team):
     assert "Every request policy allows this" in html and "denied" not in html
 
 
+def test_a_typed_name_that_is_refused_is_said_beside_an_allowed_verdict(team):
+    alice = login("alice", "engineer", team)
+    html = alice.get(reverse(URL), {**FORM, "name": "Bad_Name", "env_class": "dev"}).content
+    html = html.decode()
+    assert "Every request policy allows this" in html
+    assert "The name must still be fixed before it can be sent:" in html
+    good = alice.get(reverse(URL), {**FORM, "name": "web", "env_class": "dev"}).content.decode()
+    assert "Every request policy allows this" in good and "must still be fixed" not in good
+
+
 def test_fields_that_do_not_parse_are_named_instead_of_a_verdict(team):
     alice = login("alice", "engineer", team)
     response = alice.get(reverse(URL), {**FORM, "cpu": "many", "team": "search"})
