@@ -32,7 +32,9 @@ from portal.models import Environment
 from portal.services import cost
 from portal.validation import DNS_LABEL_RE, ENV_CLASSES, WORKLOAD_CLASSES, field_errors
 
-WHOLE_NUMBER = re.compile(r"-?[0-9]{1,9}")
+# Any length a query string carries (Python reads up to 4,300 digits): a huge TTL is refused
+# by its class limit, as the form refuses it, not as "not a whole number".
+WHOLE_NUMBER = re.compile(r"-?[0-9]{1,4000}")
 
 
 class StrictIntegerField(serializers.IntegerField):

@@ -227,6 +227,15 @@ def test_estimate_names_every_field_that_is_not_a_whole_number(api, bad):
     assert "whole number" in fields["cpu"][0] and "invalid literal" not in str(fields)
 
 
+def test_estimate_refuses_a_huge_ttl_by_its_class_limit_as_the_form_does(api):
+    alice = api("engineer", sub="alice", team="payments")
+    huge = "9" * 23
+    response = alice.get(f"{URL}estimate/", {"env_class": "dev", "ttl_hours": huge})
+    assert response.status_code == 400
+    (said,) = response.json()["extra"]["fields"]["ttl_hours"]
+    assert said.endswith("exceeds the dev limit of 336h."), said
+
+
 def test_estimate_endpoint_prices_the_request(api):
     alice = api("engineer", sub="alice", team="payments")
     response = alice.get(
