@@ -28,8 +28,6 @@ benchmark runs on the "report" seeds and tunes nothing.
 
 from __future__ import annotations
 
-import datetime
-import re
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -160,29 +158,18 @@ def _observe(rollout: Rollout, judge: str, decision: Decision, tick: int) -> Non
         rollout.unresolved[judge] = rollout.unresolved.get(judge, False) or held
 
 
-def _stamp(text: str) -> float:
-    """Unix seconds of an RFC 3339 UTC time as Prometheus writes it (nanoseconds cut to micro)."""
-    match = re.fullmatch(r"(.+T[0-9:]+)(?:\.([0-9]+))?(Z|[+-][0-9:]+)", text)
-    if match is None:
-        raise ValueError(f"not an RFC 3339 time: {text!r}")
-    head, frac, zone = match.groups()
-    zone = "+00:00" if zone == "Z" else zone
-    micro = ((frac or "") + "000000")[:6]
-    return datetime.datetime.fromisoformat(f"{head}.{micro}{zone}").timestamp()
-
-
 def wait_scraped_after(servers: list[PrometheusServer], after: float, timeout: float) -> None:
-    """Wait until every server has scraped every target successfully in a scrape started after
-    `after` (a failed scrape stores nothing: the next one must carry the traffic)."""
+    """Wait until every server has committed a successful scrape of every target that started
+    after `after` (a failed scrape stores nothing: the next one must carry the traffic). Read
+    from `up`'s own samples, written in the commit that stores the scrape's: the targets list
+    names a scrape a moment before its samples can be read."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        stamps = []
+        fresh = []
         for server in servers:
-            for target in server.api("targets", state="active").get("activeTargets", []):
-                last = str(target.get("lastScrape", ""))
-                fresh = last and not last.startswith("0001") and _stamp(last) > after
-                stamps.append(bool(fresh and target.get("health") == "up"))
-        if stamps and all(stamps):
+            stamps = server.scrape_stamps(healthy=True)
+            fresh += [stamps.get(target, 0.0) > after for target in server.targets]
+        if fresh and all(fresh):
             return
         time.sleep(0.1)
     raise TimeoutError(f"no successful scrape after {after:.3f} within {timeout:g} s")
@@ -278,7 +265,6 @@ def run(
             wait_scraped_after(list(servers.values()), served_at, timeout=6 * scrape_seconds)
             end = time.time()
             seconds_per_tick.append(end - start)
-            time.sleep(0.5)  # the scrape reported done is committed to storage by now
             for kind, server in servers.items():
                 try:
                     arms = read_tick(

@@ -23,7 +23,7 @@ from kiln.identity.drf import HasKilnRole, role_required
 from kiln.identity.permissions import ENGINEER, actor_from_request
 from kiln.openapi import PAGE_PARAMETERS, documented, errors
 from kiln.pagination import LimitOffsetPagination
-from kiln.params import parse_choice
+from kiln.params import INT_MAX, parse_choice
 from portal.validation import DNS_LABEL_RE
 
 
@@ -125,6 +125,7 @@ class ExperimentListCreateApi(APIView):
         max_pods = documented(
             serializers.IntegerField(required=False, allow_null=True),
             minimum=1,
+            maximum=INT_MAX,
             description="Blast radius: set max_pods, max_percent or both.",
         )
         max_percent = documented(

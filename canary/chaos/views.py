@@ -60,9 +60,9 @@ class ExperimentForm(ChaosMeshFormFields, forms.Form):
     )
     duration_seconds = forms.IntegerField(min_value=1, initial=300, label="Duration (s)")
     max_duration_seconds = forms.IntegerField(min_value=1, initial=600, label="Hard maximum (s)")
+    # No min_value: the service names one range for both ends (1 to 2147483647).
     max_pods = forms.IntegerField(
         required=False,
-        min_value=1,
         label="Blast radius: max pods",
         help_text="The most pods the fault may touch, however many the selector matches: 2 "
         "means at most 2 pods.",

@@ -130,6 +130,7 @@ from canary.sequential.model import (
     Decision,
     Evidence,
     Window,
+    override_problems,
 )
 
 __all__ = [
@@ -157,6 +158,7 @@ __all__ = [
     "evidence",
     "h0_drift",
     "latency_counts",
+    "override_problems",
     "rank_counts",
     "settle_text",
     "share",

@@ -26,12 +26,21 @@ class ConfigError(ValueError):
         self.problems: list[ConfigError] = [self]
 
 
-# The largest settings a number stays finite under, whatever the traffic: beyond them a
-# share or a bound overflows (a ratio of 1e308 makes rho * n infinite), and no rollout needs
-# them (a design ratio of 1,000 catches only a canary a thousand times worse).
+# The largest settings a new rollout may override: beyond them a share or a bound can
+# overflow (a ratio of 1e308 makes rho * n infinite), and no rollout needs them (a design ratio
+# of 1,000 catches only a canary a thousand times worse). `override_problems` applies them to
+# what a rollout is created with, not to every AnalysisConfig: one stored before they were set
+# goes on as it was.
 MAX_RATIO = 1_000.0
 MAX_CUSUM_THRESHOLD = 1e6
 MAX_DISPERSION = 1e6
+OVERRIDE_LIMITS: dict[str, tuple[float, str]] = {
+    **{n: (MAX_RATIO, "a design ratio") for n in ("error_ratio", "median_ratio", "tail_ratio")},
+    **{n: (MAX_RATIO, "a design shift") for n in ("median_shift", "tail_shift")},
+    "cusum_threshold": (MAX_CUSUM_THRESHOLD, "the CUSUM threshold"),
+    "dispersion_prior": (MAX_DISPERSION, "a finite dispersion prior"),
+    "dispersion_ticks": (MAX_DISPERSION, "the dispersion's pseudo-ticks"),
+}
 MIN_ERROR_RATE = 1e-12  # the smallest alpha or beta: far below any rate a rollout can show
 
 
@@ -263,26 +272,14 @@ def config_problems(cfg: AnalysisConfig) -> list[ConfigError]:
     for name in ("error_ratio", "median_ratio", "tail_ratio"):
         value = number(name)
         if value is not None:
-            need(
-                1 < value <= MAX_RATIO,
-                name,
-                f"a design ratio must be above 1 and at most {MAX_RATIO:g}, got {value!r}",
-            )
+            need(value > 1, name, f"a design ratio must be greater than 1, got {value!r}")
     for name in ("median_shift", "tail_shift"):
         value = number(name)
         if value is not None:
-            need(
-                1 < value <= MAX_RATIO,
-                name,
-                f"a design shift must be above 1 and at most {MAX_RATIO:g}, got {value!r}",
-            )
+            need(value > 1, name, f"a design shift must be greater than 1, got {value!r}")
     bounded = (
         ("tail_quantile", lambda v: 0.5 < v < 1, "must be in (0.5, 1)"),
-        (
-            "cusum_threshold",
-            lambda v: 0 < v <= MAX_CUSUM_THRESHOLD,
-            f"must be positive and at most {MAX_CUSUM_THRESHOLD:g}",
-        ),
+        ("cusum_threshold", lambda v: v > 0, "must be positive"),
     )
     for name, ok, message in bounded:
         value = number(name)
@@ -292,12 +289,7 @@ def config_problems(cfg: AnalysisConfig) -> list[ConfigError]:
     for name, infinite in (("dispersion_prior", True), ("dispersion_ticks", False)):
         value = number(name, infinite=infinite)
         if value is not None:
-            need(
-                value >= 0 and (value <= MAX_DISPERSION or value == math.inf),
-                name,
-                f"must be from 0 to {MAX_DISPERSION:g}"
-                + (" or infinite (the binomial SPRT)" if infinite else ""),
-            )
+            need(value >= 0, name, "must be non-negative")
     warmup, horizon, most = (integer(n) for n in ("warmup_ticks", "horizon_ticks", "max_ticks"))
     if warmup is not None and horizon is not None:
         need(
@@ -326,4 +318,20 @@ def config_problems(cfg: AnalysisConfig) -> list[ConfigError]:
         value = number(name)
         if value is not None:
             need(ok(value), name, message)
+    return found
+
+
+def override_problems(overrides: dict) -> list[ConfigError]:
+    """The settings a new rollout asks for past `OVERRIDE_LIMITS`, one ConfigError each (an
+    infinite dispersion prior is the binomial SPRT, allowed; a value that is not a number is
+    `config_problems`' to name)."""
+    found = []
+    for name, (limit, what) in OVERRIDE_LIMITS.items():
+        value = overrides.get(name)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        if name == "dispersion_prior" and value == math.inf:
+            continue
+        if value > limit:
+            found.append(ConfigError(name, f"{what} must be at most {limit:g}, got {value!r}"))
     return found

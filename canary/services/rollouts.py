@@ -39,6 +39,7 @@ from canary.sequential import (
     ROLLBACK,
     ConfigError,
     Decision,
+    override_problems,
 )
 from canary.services.analysis import TickPlan, stat_summary, tick_decide, tick_plan, tick_read
 from canary.services.config import analysis_config, analysis_steps
@@ -153,12 +154,16 @@ def rollout_field_errors(
     )
     try:
         analysis_config(probe)
+        problems = override_problems(config)
     except ConfigError as exc:
-        errors["config"] = [str(problem) for problem in exc.problems]
-        for problem in exc.problems:
-            errors[f"config.{problem.field}"] = [problem.message]
+        problems = exc.problems
     except (TypeError, ValueError) as exc:
         errors["config"] = [str(exc)]
+        return errors
+    if problems:
+        errors["config"] = [str(problem) for problem in problems]
+        for problem in problems:
+            errors[f"config.{problem.field}"] = [problem.message]
     return errors
 
 

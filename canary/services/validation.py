@@ -7,10 +7,11 @@ can collect every problem of a request and refuse it once, naming them all.
 from __future__ import annotations
 
 import dataclasses
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
+from django.utils import timezone
 
 from canary.models import Arm
 from canary.sequential import AnalysisConfig
@@ -113,7 +114,7 @@ def observation_errors(
         fields["latencies_ms"] = ["at most one latency sample per request"]
     if observed_at is not None and getattr(observed_at, "tzinfo", None) is None:
         fields["observed_at"] = ["a timezone-aware time"]
-    elif observed_at is not None and observed_at > datetime.now(UTC) + MAX_CLOCK_AHEAD:
+    elif observed_at is not None and observed_at > timezone.now() + MAX_CLOCK_AHEAD:
         fields["observed_at"] = ["at most five minutes ahead of the server's clock"]
     return fields
 

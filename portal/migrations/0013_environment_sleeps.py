@@ -9,12 +9,13 @@ def current_sleeps(apps, schema_editor):
     asleep = Environment.objects.filter(status__in=("SLEEPING", "WAKING"), slept_at__isnull=False)
     now = timezone.now()
     for env in asleep.only("pk", "status", "slept_at", "wake_requested_at").iterator():
-        # A sleep ends as its wake begins: a waking one's ended when the wake was asked for
-        # (or now, the earliest time known), so a wake that fails is not priced as asleep.
+        # A sleep ends as its wake begins, so a wake that fails is not priced as asleep. A
+        # waking one's began when it was asked for, or, asked while still falling asleep, as
+        # soon as it was asleep; with no time on record, now.
         woke = None
         if env.status == "WAKING":
             asked = env.wake_requested_at
-            woke = (asked if asked and asked >= env.slept_at else now).isoformat()
+            woke = (max(asked, env.slept_at) if asked else now).isoformat()
         sleeps = [[env.slept_at.isoformat(), woke]]
         Environment.objects.filter(pk=env.pk).update(sleeps=sleeps)
 

@@ -26,6 +26,7 @@ from canary.sequential import (
     ConfigError,
     Window,
     error_counts,
+    override_problems,
     rank_counts,
 )
 from canary.simulated_traffic import CLASSES, Simulator
@@ -221,7 +222,8 @@ def test_a_baseline_whose_own_latency_wobbles_does_not_roll_healthy_canaries_bac
 
 
 # Every setting a rollout may override, over the whole range of floats: each is accepted or
-# refused, and what is accepted analyses any traffic into a decision JSON can store.
+# refused (by AnalysisConfig, or past the limits a new rollout may ask for), and what is
+# accepted analyses any traffic into a decision JSON can store.
 OVERRIDES = {
     "alpha": st.floats(0, 0.5),
     "beta": st.floats(0, 0.5),
@@ -248,6 +250,8 @@ def test_what_a_config_accepts_analyses_into_decisions_json_can_store(overrides,
         cfg = AnalysisConfig(horizon_ticks=6, max_ticks=8, warmup_ticks=1, **overrides)
     except ConfigError:
         return
+    if override_problems(overrides):
+        return
     rng = np.random.default_rng(seed)
     analyzer = Analyzer(cfg)
     for _ in range(cfg.max_ticks):
@@ -257,3 +261,11 @@ def test_what_a_config_accepts_analyses_into_decisions_json_can_store(overrides,
         json.dumps(decision.as_dict(), allow_nan=False)  # ValueError on inf or NaN
         if decision.action != CONTINUE:
             break
+
+
+def test_a_setting_past_a_new_rollouts_limits_still_builds_for_a_rollout_stored_before():
+    # A rollout created before the limits keeps ticking: only creation refuses them.
+    cfg = AnalysisConfig(error_ratio=2000.0, cusum_threshold=1e7)
+    assert (cfg.error_ratio, cfg.cusum_threshold) == (2000.0, 1e7)
+    asked = {"error_ratio": 2000.0, "cusum_threshold": 1e7, "dispersion_prior": math.inf}
+    assert [p.field for p in override_problems(asked)] == ["error_ratio", "cusum_threshold"]

@@ -293,3 +293,16 @@ def test_a_blast_radius_in_pods_names_one_range_at_either_end(api_client_for, sh
     assert resp.status_code == 400
     assert resp.json()["extra"]["fields"]["max_pods"] == "an integer from 1 to 2147483647"
     assert ChaosExperiment.objects.count() == 0
+
+
+@pytest.mark.parametrize("max_pods", ["0", "3000000000"])
+def test_the_form_names_the_same_pod_range_at_either_end(alice_browser, shop, max_pods):
+    resp = alice_browser.post(
+        reverse("chaos:experiment-create"),
+        {"name": "radius", "namespace": "shop", "selector": "app=web", "fault": "pod-kill",
+         "percent": 100, "duration_seconds": 10, "max_duration_seconds": 60,
+         "max_pods": max_pods},
+    )  # fmt: skip
+    assert resp.status_code == 400
+    assert resp.context["form"].errors["max_pods"] == ["an integer from 1 to 2147483647"]
+    assert ChaosExperiment.objects.count() == 0

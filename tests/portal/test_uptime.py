@@ -123,14 +123,20 @@ def test_the_migration_opens_a_sleeping_ones_sleep_and_closes_a_waking_ones_at_i
     migration = importlib.import_module("portal.migrations.0013_environment_sleeps")
     asleep = ready_env(people, django_capture_on_commit_callbacks)
     waking = ready_env(people, django_capture_on_commit_callbacks, name="other")
+    early = ready_env(people, django_capture_on_commit_callbacks, name="early")
     slept, asked = at(0), at(8)
     Environment.objects.filter(pk=asleep.pk).update(status=Status.SLEEPING, slept_at=slept)
     Environment.objects.filter(pk=waking.pk).update(
         status=Status.WAKING, slept_at=slept, wake_requested_at=asked
     )
+    # Asked to wake while still falling asleep: its wake began as soon as it was asleep.
+    Environment.objects.filter(pk=early.pk).update(
+        status=Status.WAKING, slept_at=slept, wake_requested_at=at(-1)
+    )
     migration.current_sleeps(apps, None)
-    asleep.refresh_from_db()
-    waking.refresh_from_db()
+    for env in (asleep, waking, early):
+        env.refresh_from_db()
     assert asleep.sleeps == [[slept.isoformat(), None]]
     # Its wake had begun: were it to fail, it would not be priced as asleep from then on.
     assert waking.sleeps == [[slept.isoformat(), asked.isoformat()]]
+    assert early.sleeps == [[slept.isoformat(), slept.isoformat()]]

@@ -9,7 +9,8 @@ are admitted together). No network read happens under these locks: the namespace
 was read from the cluster before the transaction began.
 
 Overlap (canary/chaos/overlap.py): same namespace with selectors that can match one pod, or
-the same service host, at overlapping times. A running experiment occupies
+the same service host faulted by two HTTP faults (`faulted_service`: another fault's Service
+only names its stops' metrics), at overlapping times. A running experiment occupies
 [started_at, started_at + max_duration); a scheduled one (pending) occupies the window it
 would if it started now, as the new one does.
 """
