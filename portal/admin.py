@@ -81,7 +81,8 @@ class EnvironmentAdmin(KilnModelAdmin):
         "namespace", "team", "env_class", "status_words",  # what it is
         "requested_by", "created_at", "expires_at",  # who asked, when, until when
     )  # fmt: skip
-    list_filter = (StatusFilter, "env_class", "team")
+    # Only the teams whose rows the viewer may see are offered (get_queryset's own).
+    list_filter = (StatusFilter, "env_class", ("team", admin.RelatedOnlyFieldListFilter))
     search_fields = ("namespace", "public_id", "request__requested_by__username")
 
     @admin.display(description="status", ordering="status")
@@ -93,7 +94,7 @@ class EnvironmentAdmin(KilnModelAdmin):
         "namespace",
         "team",
         "env_class",
-        "status",
+        "status_words",
         "status_reason",
         "policy_version",
         "expires_at",

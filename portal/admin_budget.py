@@ -112,7 +112,7 @@ class BudgetRaiseAdmin(KilnModelAdmin):
 
     form = BudgetRaiseForm
     list_display = ("team", "month", "amount", "raised_by_name", "reason", "created_at")
-    list_filter = ("month", "team")
+    list_filter = ("month", ("team", admin.RelatedOnlyFieldListFilter))
     add_predicate = staticmethod(permissions.can_set_budget)
 
     def save_model(self, request, obj, form, change) -> None:

@@ -9,6 +9,7 @@ from django.db import models
 
 from kiln.identity.models import Team
 from kiln.validators import DNS_LABEL
+from portal.lifecycle import label
 
 
 class EnvClass(models.TextChoices):
@@ -149,7 +150,11 @@ class Environment(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.namespace} [{self.status}]"
+        try:
+            words = label(self.status, self.status_reason)
+        except ValueError:  # a status this code does not know: as stored
+            words = self.status
+        return f"{self.namespace} [{words}]"
 
 
 class ApprovalDecision(models.Model):

@@ -119,3 +119,21 @@ def test_the_environment_list_speaks_of_statuses_in_words_and_filters_by_them(pe
     filtered = root.get(URL, {"status": "PENDING_APPROVAL"}).content.decode()
     assert env.namespace in filtered
     assert env.namespace not in root.get(URL, {"status": "READY"}).content.decode()
+
+
+def test_an_approver_is_offered_only_its_teams_and_reads_statuses_in_words(people, teams):
+    env, _ = environment_request_submit(
+        actor=people["alice"], data=request_data(env_class="staging", name="mine")
+    )
+    environment_request_submit(
+        actor=people["bob"], data=request_data(team="search", env_class="staging", name="theirs")
+    )
+    carol = staff("carol-filters", "approver", "payments")
+    page = carol.get(URL).content.decode()
+    assert f"team__id__exact={teams['search'].pk}" not in page and "search-theirs" not in page
+    change = carol.get(f"{URL}{env.pk}/change/").content.decode()
+    assert "PENDING_APPROVAL" not in change and "Waiting for approval" in change
+    confirm = carol.post(
+        URL, {"action": "reject_selected", "_selected_action": [env.pk]}
+    ).content.decode()
+    assert "(staging, Waiting for approval)" in confirm
