@@ -127,9 +127,13 @@ LABELS: dict[Status, str] = {
 TTL_EXPIRED_PREFIX = REAPER_PREFIX
 
 
+def teardown_requested(status: Status | str, reason: str = "") -> bool:
+    """EXPIRING because a person asked for the teardown, not because the TTL ran out."""
+    return Status(status) == S.EXPIRING and not (reason or "").startswith(TTL_EXPIRED_PREFIX)
+
+
 def label(status: Status | str, reason: str = "") -> str:
     """The status in words: EXPIRING reads "Teardown requested" when a person asked for it."""
-    status = Status(status)
-    if status == S.EXPIRING and not (reason or "").startswith(TTL_EXPIRED_PREFIX):
+    if teardown_requested(status, reason):
         return "Teardown requested"
-    return LABELS[status]
+    return LABELS[Status(status)]

@@ -24,7 +24,7 @@ from kiln.identity.permissions import (
 from portal import budget_reads, conf, resource_tree, selectors, services
 from portal.connect import connection, kubeconfig
 from portal.forms import ExtendForm, ReasonForm
-from portal.lifecycle import Status, badge, label
+from portal.lifecycle import Status, badge, label, teardown_requested
 from portal.models import PolicyDecision
 from portal.views import refused_words
 from portal.views.common import ACTIVE, action_view, env_or_404, kept_values
@@ -42,6 +42,8 @@ WAITING = {
     Status.DELETED: "Deleted: nothing is left to act on.",
     Status.WAKING: "Waking: everything comes back as it was (see the Progress tab).",
 }
+# EXPIRING because a person asked for the teardown, not because the TTL ran out.
+TEARDOWN_ASKED = "Teardown requested: it is torn down next."
 # Where the page shows the sleep card (what sleeping saves, the sleep and wake buttons).
 SLEEP_CARD = {Status.READY, Status.SLEEPING, Status.WAKING}
 
@@ -63,8 +65,15 @@ def _detail_context(request: HttpRequest, env) -> dict:
         and pending
         and not decided,
         "decided": decided,
-        "waiting": WAITING.get(Status(env.status), ""),
+        "waiting": _waiting(env),
     }
+
+
+def _waiting(env) -> str:
+    """What the Actions card says while there is nothing to do but wait (WAITING)."""
+    if teardown_requested(env.status, env.status_reason):
+        return TEARDOWN_ASKED
+    return WAITING.get(Status(env.status), "")
 
 
 @login_required

@@ -17,6 +17,7 @@ from kiln.identity.models import Membership, Team
 from kiln.identity.permissions import Actor
 from portal import selectors
 from portal.conf import MAX_CPU
+from portal.lifecycle import TTL_EXPIRED_PREFIX
 from portal.models import Environment
 from scheduler.models import InstanceType, NodeLifetime, SpotPrice
 from tests.kiln.pages import tables
@@ -337,6 +338,17 @@ def test_extend_and_teardown_from_the_detail_page(team, django_capture_on_commit
     )
     env.refresh_from_db()
     assert env.status in ("EXPIRING", "TEARING_DOWN")
+
+
+def test_the_actions_card_says_who_asked_for_a_teardown(team, django_capture_on_commit_callbacks):
+    alice, env = alice_with_a_dev_environment(team, django_capture_on_commit_callbacks)
+    page = reverse("portal:environment-detail", args=[env.public_id])
+    Environment.objects.filter(pk=env.pk).update(status="EXPIRING", status_reason="done")
+    asked = alice.get(page).content.decode()
+    assert "Teardown requested: it is torn down next." in asked and "TTL ran out" not in asked
+    reaped = f"{TTL_EXPIRED_PREFIX} its TTL ended"
+    Environment.objects.filter(pk=env.pk).update(status_reason=reaped)
+    assert "Expiring: its TTL ran out" in alice.get(page).content.decode()
 
 
 def test_other_teams_environment_is_404_and_showback_renders(
