@@ -1,16 +1,17 @@
-"""What an environment's page says when its form refuses an extension or a deferral: the
-class's own limit (the form's field problems follow it, `common.action_view`)."""
+"""What an environment's page says when its form refuses an extension or a deferral (the
+form's field problems follow it, `common.action_view`): a deferral names its class's limit."""
 
 from __future__ import annotations
 
 from portal import conf
-from portal.words import lifetime_words, with_article
+from portal.words import with_article
 
 
 def extension(env) -> str:
-    """An extension's refusal: how long the class lives in all."""
-    limit = conf.MAX_TTL_HOURS[env.env_class]
-    return f"Nothing was extended. {lifetime_words(env.env_class, limit)}."
+    """An extension the form refused (hours not a whole number of at least 1): the field's
+    problem alone follows. Hours past the class's life are the service's refusal, which
+    names that limit with what is left (`lifetime_words`)."""
+    return "Nothing was extended."
 
 
 def deferral(env) -> str:

@@ -270,8 +270,10 @@ def test_progress_partial_polls_while_active_and_detail_shows_manifests(
     [
         ("extend", {"hours": "999999999999"},
          "A dev environment lives at most 336 h in all: this one can be extended by at most 2"),
-        ("extend", {"hours": "soon"}, "Nothing was extended. A dev environment lives at most "
-         "336 h in all. Hours: Enter a whole number."),
+        ("extend", {"hours": "soon"}, "Nothing was extended. Hours: Enter a whole number."),
+        # The class's limit has nothing to do with 0 hours: only the field's problem is said.
+        ("extend", {"hours": "0"},
+         "Nothing was extended. Hours: Ensure this value is greater than or equal to 1."),
         (
             "defer",
             {"minutes": "99999999999999", "reason": "demo"},

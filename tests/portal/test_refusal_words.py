@@ -21,9 +21,6 @@ from tests.portal.test_lifecycle_notices import ready_env
 )
 def test_a_class_takes_its_article(env_class, start):
     env = SimpleNamespace(env_class=env_class)
-    assert f"Nothing was extended. {start} environment lives at most" in refused_words.extension(
-        env
-    )
     assert f"Teardown was not deferred. {start} environment's" in refused_words.deferral(env)
 
 

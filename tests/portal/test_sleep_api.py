@@ -196,6 +196,8 @@ def test_the_page_shows_the_savings_and_the_buttons_with_the_state(
     assert "Asleep" in page and "Wake it" in page and "Put it to sleep" not in page
     # No tenant control plane here: the card speaks of what this one has, and how to extend it.
     assert "Its workloads and nodes are at zero" in page and "wake it to extend it" in page
+    # Asked for by a person, who may be a platform admin from no team: not "by its team".
+    assert "put to sleep on request" in page and "by its team" not in page
     # While it is still falling asleep, the card does not say it is there yet.
     slept_at = Environment.objects.get().slept_at
     Environment.objects.filter(pk=env.pk).update(slept_at=None)
