@@ -52,6 +52,11 @@ def _as_counts(values: tuple[float, float, float, float]) -> TickCounts:
     return TickCounts(*(np.array([v], dtype=float) for v in values))
 
 
+def _minutes(minutes: float) -> str:
+    """An estimate's minutes in words: under half a minute is "under a minute", not "~0 min"."""
+    return "under a minute" if minutes < 0.5 else f"~{minutes:g} min"
+
+
 LATENCY_QUANTILES = {"median": 0.5}  # the tail channel's quantile is the config's
 
 
@@ -265,7 +270,7 @@ def settle_text(
         else:
             parts.append(
                 f"{LABELS[ch]}: about {int(c['requests_needed']):,} more canary requests "
-                f"(~{c['minutes_needed']:g} min at current traffic)"
+                f"({_minutes(c['minutes_needed'])} at current traffic)"
             )
     if not parts:
         return ""

@@ -228,6 +228,10 @@ class Evidence:
         return cls(errors=zero, median=zero, tail=zero, missing=True, note=note)
 
 
+def _ticks(n: int) -> str:
+    return f"{n} tick{'' if n == 1 else 's'}"
+
+
 def config_problems(cfg: AnalysisConfig) -> list[ConfigError]:
     """Every impossible setting of `cfg`, at most one per setting, in the order they are read;
     a setting that is not a number is not compared further."""
@@ -295,13 +299,13 @@ def config_problems(cfg: AnalysisConfig) -> list[ConfigError]:
         need(
             horizon > warmup,
             "horizon_ticks",
-            f"the analysis ({horizon} ticks) must be longer than its warm-up ({warmup} ticks)",
+            f"the analysis ({_ticks(horizon)}) must be longer than its warm-up ({_ticks(warmup)})",
         )
     if most is not None and horizon is not None and warmup is not None:
         need(
             most >= horizon,
             "max_ticks",
-            f"the max duration ({most} ticks) must be at least the planned {horizon} ticks, "
+            f"the max duration ({_ticks(most)}) must be at least the planned {_ticks(horizon)}, "
             f"and so longer than the warm-up ({warmup})",
         )
     confidence = number("alarm_confidence")

@@ -355,7 +355,7 @@ def _act(
                 actor=actor,
                 kind="step_advanced",
                 to_weight=next_weight,
-                reason=f"no regression after {tick} ticks: canary to {next_weight}%",
+                reason=f"no regression in {tick} tick{'' if tick == 1 else 's'} so far: canary to {next_weight}%",
                 statistics=statistics,
             )
     save_and_stream(rollout, last_tick=tick_row)

@@ -180,7 +180,7 @@ def _cordon(run: Run) -> Result:
     backend = run.backend
     live = [m for m in c.cordon(run.environment.manifests) if _exists_alive(backend, ref_of(m))]
     backend.apply(live)
-    return done(f"{len(live)} objects cordoned")
+    return done(f"{len(live)} object{'' if len(live) == 1 else 's'} cordoned")
 
 
 def _delete_workloads(run: Run) -> Result:

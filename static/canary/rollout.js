@@ -263,7 +263,7 @@
     if (needed && r.requests_needed && !r.finished) {
       needed.className = "small";
       needed.textContent = "Requests still needed to promote: about " + Math.round(r.requests_needed) +
-        " canary requests (~" + r.minutes_needed + " min at current traffic).";
+        " canary requests (" + (r.minutes_needed < 0.5 ? "under a minute" : "~" + r.minutes_needed + " min") + " at current traffic).";
     }
     var badge = document.querySelector("#rollout-status .badge");
     var words = r.status.replace("_", " ");  // as the server writes it: "Rolled back"

@@ -269,3 +269,9 @@ def test_a_setting_past_a_new_rollouts_limits_still_builds_for_a_rollout_stored_
     assert (cfg.error_ratio, cfg.cusum_threshold) == (2000.0, 1e7)
     asked = {"error_ratio": 2000.0, "cusum_threshold": 1e7, "dispersion_prior": math.inf}
     assert [p.field for p in override_problems(asked)] == ["error_ratio", "cusum_threshold"]
+
+
+def test_a_refused_duration_counts_its_ticks_in_words():
+    with pytest.raises(ConfigError) as refused:
+        AnalysisConfig(horizon_ticks=1, warmup_ticks=1, max_ticks=3)
+    assert "the analysis (1 tick) must be longer than its warm-up (1 tick)" in str(refused.value)
