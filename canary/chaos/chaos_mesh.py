@@ -95,6 +95,10 @@ def chaos_object(
     }
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def describe(fault: str, params: dict[str, Any]) -> str:
     """A Chaos Mesh fault's magnitude in words, for pages ("" for the other faults)."""
     if fault not in KINDS or not params:
@@ -108,9 +112,12 @@ def describe(fault: str, params: dict[str, Any]) -> str:
         labels = ",".join(f"{k}={v}" for k, v in sorted(params["target_selector"].items()))
         return f"cut off from {labels} ({params.get('direction', 'both')})"
     if fault == "cpu-stress":
-        return f"{params['cpu_workers']} CPU worker(s) at {params.get('cpu_load', 100)}% load"
+        workers = params["cpu_workers"]
+        return f"{_count(workers, 'CPU worker')} at {params.get('cpu_load', 100)}% load"
     if fault == "memory-stress":
-        return f"{params.get('memory_workers', 1)} worker(s) holding {params['memory_mb']} MB each"
+        workers = params.get("memory_workers", 1)
+        each = " each" if workers != 1 else ""
+        return f"{_count(workers, 'worker')} holding {params['memory_mb']} MB{each}"
     if fault == "dns-error":
         return f"lookups of {', '.join(params['dns_patterns'])} fail"
     offset = int(params["time_offset_seconds"])
