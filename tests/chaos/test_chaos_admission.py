@@ -191,6 +191,19 @@ def test_api_idempotency_key_replays_the_first_experiment_and_refuses_another_bo
 
 
 @pytest.mark.django_db
+def test_a_replay_for_one_who_left_the_team_is_the_gets_404(api_client_for, shop):
+    before = api_client_for("engineer", sub="alice", team="payments")
+    first = before.post(LIST, abort_data(), format="json", HTTP_IDEMPOTENCY_KEY="moved-1")
+    assert first.status_code == 201
+    # The next token names another team only: alice may no longer see payments' experiments.
+    after = api_client_for("engineer", sub="alice", team="search")
+    assert after.get(f"{LIST}{first.json()['id']}/").status_code == 404
+    again = after.post(LIST, abort_data(), format="json", HTTP_IDEMPOTENCY_KEY="moved-1")
+    assert again.status_code == 404 and "payments" not in again.content.decode()
+    assert ChaosExperiment.objects.count() == 1
+
+
+@pytest.mark.django_db
 def test_a_key_is_the_caller_s_own(engineer, admin, shop, backend):
     mine, created = experiment_submit(
         actor=engineer, data=abort_data(), backend=backend, idempotency_key="k"

@@ -26,7 +26,7 @@ from django.db.models import Q
 
 from canary.chaos.models import HTTP_FAULTS, ChaosExperiment, ExperimentStatus
 from canary.chaos.overlap import Target, overlap_reason
-from kiln.errors import Conflict, IdempotencyKeyReused, InvalidInput
+from kiln.errors import Conflict, IdempotencyKeyReused, InvalidInput, NotFound
 from kiln.identity.permissions import Actor, can_view_chaos
 
 MAX_KEY_LENGTH = 200
@@ -63,7 +63,10 @@ def check_key(key: str) -> str:
 
 def experiment_for_key(*, actor: Actor, key: str, digest: str) -> ChaosExperiment | None:
     """The experiment this caller created before with this key, if any; the key reused with
-    another definition is a 422 (naming the experiment only to one who may see it)."""
+    another definition is a 422 (naming the experiment only to one who may see it).
+
+    A replay answers as a GET by the same caller would, decided now: one who can no longer
+    see the experiment (moved to another team, lost the role) gets the GET's 404."""
     if not key:
         return None
     previous = (
@@ -77,6 +80,8 @@ def experiment_for_key(*, actor: Actor, key: str, digest: str) -> ChaosExperimen
             "this Idempotency-Key was already used with a different experiment",
             extra={"experiment": str(previous.pk)} if visible else {},
         )
+    if previous is not None and not can_view_chaos(actor, previous.team.slug):
+        raise NotFound("No such experiment.")
     return previous
 
 
