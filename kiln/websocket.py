@@ -202,6 +202,12 @@ class AuthorisedStream(AsyncJsonWebsocketConsumer):
         await self.opened()
         self._watcher = asyncio.ensure_future(self._watch())
 
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None,
+                      **kwargs: Any) -> None:  # fmt: skip
+        """Ignore what the client sends: these streams only send. (Decoded as JSON, a frame that
+        is not JSON raised in the consumer, which then never disconnected, and its re-check and
+        render tasks ran on with nobody listening.)"""
+
     async def disconnect(self, code: int) -> None:
         """Stop watching and let the subclass clean up."""
         watcher = getattr(self, "_watcher", None)

@@ -120,3 +120,22 @@ def test_the_other_lists_open_with_their_rows(rollouts, make_token, kind):
         await ws.send_input({"type": "websocket.disconnect", "code": 1000})
 
     async_to_sync(scenario)()
+
+
+@pytest.mark.parametrize(
+    "frame", [{"text": "not json"}, {"bytes": b"\x00\xff"}, {"text": "x" * 2**20}]
+)
+def test_whatever_a_client_sends_is_ignored_and_the_stream_goes_on(rollouts, make_token, frame):
+    # Once a frame that is not JSON crashed the consumer: it never disconnected, and its
+    # re-check and render tasks ran on with nobody listening.
+    token = make_token(sub="alice", roles=["engineer"], team="payments")
+
+    async def scenario():
+        ws = Socket(f"/ws/lists/rollouts/?token={token}", origin="http://testserver")
+        await _open(ws)
+        await ws.send_input({"type": "websocket.receive", **frame})
+        assert await ws.receive_nothing(0.5)  # no close, no crash (it would raise here)
+        await ws.send_input({"type": "websocket.disconnect", "code": 1000})
+        await ws.wait(5)  # the consumer ends: nothing left running
+
+    async_to_sync(scenario)()
