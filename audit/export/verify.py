@@ -26,6 +26,12 @@ class WrongKey(ValueError):
     """The key is readable but signed none of the export's checkpoints."""
 
 
+def csv_text(cell: str) -> str:
+    """A CSV export cell's text as recorded: the quote `lines.csv_cell` puts before text a
+    spreadsheet would run as a formula (or that starts with a quote) taken off."""
+    return cell[1:] if cell.startswith("'") else cell
+
+
 def _check_key(header: dict, cps: list[tuple[int, str]], name: str, key) -> None:
     """Raise WrongKey unless some checkpoint carries a signature line of (name, key)."""
     if not cps:
@@ -87,7 +93,8 @@ def _read(
             elif kind == "proof" and proofs is not None:
                 proofs.append(doc)
         return header, rows, cps
-    for rec in csv.DictReader(text.splitlines(keepends=True)):
+    for read in csv.DictReader(text.splitlines(keepends=True)):
+        rec = {key: csv_text(value or "") for key, value in read.items()}
         if rec["type"] == "event":
             rows.append(_event_row(rec, int(rec["seq"]), rec["data"]))
         elif rec["type"] == "checkpoint":

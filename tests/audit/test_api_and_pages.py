@@ -224,6 +224,28 @@ def test_csv_export_verifies_offline(events, api_client_for, tmp_path):
     assert not report.ok and report.problem.seq == 2
 
 
+def test_a_csv_cell_a_spreadsheet_would_run_is_quoted_and_still_verifies(
+    events, api_client_for, tmp_path
+):
+    from audit.export.verify import verify_export
+    from audit.services import public_key_path
+
+    for actor in ('=HYPERLINK("http://evil.example","x")', "'quoted", "@sum", "-1+1"):
+        record(actor, "chaos.lever.released", "chaos.lever:platform", {"reason": "=1+1"})
+    drain()
+    response = api_client_for("auditor").get("/api/v1/audit/export", {"format": "csv"})
+    path = tmp_path / "export.csv"
+    path.write_bytes(b"".join(response.streaming_content))
+    rows = list(csv.DictReader(io.StringIO(path.read_text())))
+    actors = [row["actor"] for row in rows if row["type"] == "event"][-4:]
+    assert actors == ['\'=HYPERLINK("http://evil.example","x")', "''quoted", "'@sum", "'-1+1"]
+    assert all(
+        not cell.startswith(("=", "+", "-", "@")) for row in rows for cell in row.values() if cell
+    )
+    report = verify_export(path, public_key_path().read_text())
+    assert report.ok and report.checked == 16, report.message
+
+
 def test_export_streams_in_chunks_under_asgi(events, make_token):
     for i in range(600):  # about 200 kB of lines: several chunks
         record("bulk", "portal.environment.approved", f"env:{i}")
