@@ -24,6 +24,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import Sum
 from django.utils import timezone
 
 import audit
@@ -150,6 +151,17 @@ def team_budget_raise(
         budget = TeamBudget.objects.select_for_update().filter(team=team).order_by("pk").first()
         if budget is None:
             raise Conflict(f"team {team.slug} has no budget to raise; set one first")
+        # The month's budget with its raises is stored too (a notice keeps it): it must fit.
+        earlier = BudgetRaise.objects.filter(team=team, month=month.date()).aggregate(
+            total=Sum("amount")
+        )["total"] or Decimal(0)
+        room = MAX_AMOUNT - budget.monthly_amount - earlier
+        if value > room:
+            raise _invalid(
+                "amount",
+                f"This month's budget with its raises may come to at most {MAX_AMOUNT}: "
+                f"at most {max(room, Decimal(0)):.2f} more.",
+            )
         raised = BudgetRaise.objects.create(
             team=team,
             month=month.date(),

@@ -82,6 +82,16 @@ def test_a_raise_of_more_digits_than_cents_can_hold_is_a_400(admin):
     assert not BudgetRaise.objects.exists()
 
 
+def test_raises_may_not_take_the_months_budget_past_what_is_stored(admin):
+    admin.put(URL, {"monthly_amount": "9999999000.00"}, format="json")
+    assert admin.post(RAISE, {"amount": "900.00", "reason": "a"}, format="json").status_code == 201
+    r = admin.post(RAISE, {"amount": "100.00", "reason": "b"}, format="json")
+    assert r.status_code == 400
+    (said,) = r.json()["extra"]["fields"]["amount"]
+    assert "at most 99.99 more" in said
+    assert BudgetRaise.objects.count() == 1
+
+
 def test_engineers_and_approvers_may_not_set_or_raise(api, admin):
     admin.put(URL, {"monthly_amount": "100"}, format="json")
     for role, sub in (("engineer", "alice"), ("approver", "carol")):
