@@ -106,9 +106,19 @@ def _window(raw: object, field: str, index: int) -> Window:
     return Window(frozenset(DAYS.index(d.lower()) for d in days), bounds[0], bounds[1])
 
 
+# Files of the system's zone database that name no place: the machine's own zone, tzdata's
+# placeholder, and a POSIX rules file. A team's schedule names where its people are.
+NOT_PLACES = frozenset({"localtime", "Factory", "posixrules"})
+
+
 def parse_schedule(*, time_zone: object, wake_windows: object, sleep_windows: object) -> Schedule:
     """A schedule from its stored or posted form; raises ScheduleInvalid naming the field."""
-    if not isinstance(time_zone, str) or time_zone not in available_timezones():
+    if (
+        not isinstance(time_zone, str)
+        or time_zone in NOT_PLACES
+        or time_zone.startswith(("posix/", "right/"))
+        or time_zone not in available_timezones()
+    ):
         raise ScheduleInvalid(
             "time_zone", f"{time_zone!r} is not an IANA time zone (e.g. Europe/Berlin)"
         )

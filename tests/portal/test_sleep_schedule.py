@@ -29,6 +29,14 @@ def office(zone: str = "Europe/Berlin", **extra) -> object:
     )
 
 
+@pytest.mark.parametrize("zone", ["localtime", "Factory", "posixrules", "posix/Europe/Berlin"])
+def test_a_zone_file_that_names_no_place_is_refused(zone):
+    windows = [{"days": ["mon"], "start": "08:00", "end": "09:00"}]
+    with pytest.raises(ScheduleInvalid) as caught:
+        parse_schedule(time_zone=zone, wake_windows=windows, sleep_windows=[])
+    assert caught.value.field == "time_zone"
+
+
 @pytest.mark.parametrize(
     ("kwargs", "field"),
     [
