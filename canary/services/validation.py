@@ -109,7 +109,9 @@ def observation_errors(
         isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < 1e9
         for v in latencies_ms
     ):
-        fields["latencies_ms"] = [f"at most {MAX_LATENCY_SAMPLES} non-negative numbers"]
+        fields["latencies_ms"] = [
+            f"at most {MAX_LATENCY_SAMPLES} numbers of milliseconds, each from 0 to below 1e9"
+        ]
     elif isinstance(requests, int) and len(latencies_ms) > requests:
         fields["latencies_ms"] = ["at most one latency sample per request"]
     if observed_at is not None and getattr(observed_at, "tzinfo", None) is None:
