@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -215,8 +215,17 @@ def environment_timeline(env: Environment) -> list[TimelineEntry]:
 
 
 def environment_steps(env: Environment) -> list[ProvisioningStep]:
-    """Provisioning and teardown steps in order."""
-    return list(ProvisioningStep.objects.filter(environment=env).order_by("position", "id"))
+    """Every pipeline's steps, the pipelines in the order they ran (provisioning, the last
+    sleep, the last wake, teardown: by each one's first start, one not started last), each
+    pipeline's steps in their own order (`steps.POSITION`: a pipeline per ten places)."""
+    steps = list(ProvisioningStep.objects.filter(environment=env).order_by("position", "id"))
+    began: dict[int, datetime] = {}
+    for step in steps:
+        group = step.position // 10
+        if step.started_at is not None and (group not in began or step.started_at < began[group]):
+            began[group] = step.started_at
+    never = datetime.max.replace(tzinfo=UTC)
+    return sorted(steps, key=lambda s: (began.get(s.position // 10, never), s.position, s.id))
 
 
 def environment_resources(env: Environment) -> list[dict[str, Any]]:

@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 
 from portal import selectors, uptime
 from portal.lifecycle import Status
-from portal.models import Environment
+from portal.models import Environment, ProvisioningStep
 from portal.services import sleep
+from portal.services.steps import position_of
 from tests.portal.test_lifecycle_notices import ready_env
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
@@ -140,3 +141,20 @@ def test_the_migration_opens_a_sleeping_ones_sleep_and_closes_a_waking_ones_at_i
     # Its wake had begun: were it to fail, it would not be priced as asleep from then on.
     assert waking.sleeps == [[slept.isoformat(), asked.isoformat()]]
     assert early.sleeps == [[slept.isoformat(), slept.isoformat()]]
+
+
+def test_the_progress_tab_lists_pipelines_in_the_order_they_ran(
+    people, django_capture_on_commit_callbacks
+):
+    env = ready_env(people, django_capture_on_commit_callbacks)
+    ProvisioningStep.objects.filter(environment=env).update(started_at=at(0))
+    # Asleep at 5 h, awake at 6 h, torn down at 9 h: teardown lists last, not before the sleep.
+    for name, hours in (("sleep-remember", 5), ("sleep-workloads", 5), ("wake-workloads", 6),
+                        ("cordon", 9), ("delete-namespace", 9)):  # fmt: skip
+        ProvisioningStep.objects.update_or_create(
+            environment=env, name=name,
+            defaults={"position": position_of(name), "started_at": at(hours), "status": "done"},
+        )  # fmt: skip
+    names = [s.name for s in selectors.environment_steps(env)]
+    assert names.index("sleep-remember") < names.index("wake-workloads") < names.index("cordon")
+    assert names[-1] == "delete-namespace" and names.index("compose") == 0
