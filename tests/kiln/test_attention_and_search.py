@@ -147,7 +147,10 @@ def test_the_home_page_lists_items_with_dismiss_and_the_feed_sends_them(world):
 
 
 def test_the_home_pages_spend_says_whose_it_is(world):
-    assert b"for your teams, since the 1st" in world["alice_client"].get(reverse("home")).content
+    home = world["alice_client"].get(reverse("home")).content
+    assert b"estimated for your teams, since the 1st" in home
+    # Beside the budget's figure (what ran), the home page's says it is the other one.
+    assert b"hourly price for the hours it was up" in home and b"what ran" in home
     root = get_user_model().objects.create_user("root", is_superuser=True, is_staff=True)
     client = Client()
     client.force_login(root)
