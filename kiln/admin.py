@@ -60,7 +60,9 @@ class MembershipAddForm(forms.ModelForm):
     def clean(self) -> dict:
         cleaned = super().clean()
         user, team = cleaned.get("user"), cleaned.get("team")
-        existing = Membership.objects.filter(user=user, team=team).first() if user and team else None
+        existing = (
+            Membership.objects.filter(user=user, team=team).first() if user and team else None
+        )
         if existing is not None and existing.source == Membership.ADMIN:
             raise forms.ValidationError(f"{user} is already a member of {team.slug}.")
         if existing is not None:

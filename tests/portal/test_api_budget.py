@@ -63,8 +63,14 @@ def test_a_team_without_a_budget_is_404(api, admin):
         ({"monthly_amount": "-1e30"}, "monthly_amount"),
     ],
     ids=[
-        "other-currency", "negative-string", "negative-number", "warn-0", "unknown-field",
-        "1e40", "29-digits", "minus-1e30",
+        "other-currency",
+        "negative-string",
+        "negative-number",
+        "warn-0",
+        "unknown-field",
+        "1e40",
+        "29-digits",
+        "minus-1e30",
     ],  # fmt: skip
 )
 def test_bad_budget_is_400_naming_the_field_and_changes_nothing(admin, body, field):
