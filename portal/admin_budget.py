@@ -59,6 +59,11 @@ class TeamBudgetForm(forms.ModelForm):
         value = self.cleaned_data.get("monthly_amount")
         if value is not None and value < 0:
             raise forms.ValidationError("A budget cannot be negative.")
+        team = self.cleaned_data.get("team") or getattr(self.instance, "team", None)
+        if value is not None and team is not None and team.pk is not None:
+            # The service's own check, said on the field instead of a 500 from save_model.
+            if problem := budgets.room_problem(team=team, monthly_amount=value):
+                raise forms.ValidationError(problem)
         return value
 
 
@@ -103,6 +108,14 @@ class BudgetRaiseForm(forms.ModelForm):
         team = data.get("team")
         if team is not None and not TeamBudget.objects.filter(team=team).exists():
             raise forms.ValidationError(f"Team {team.slug} has no budget to raise; set one first.")
+        if team is not None and amount is not None and amount > 0:
+            budget = TeamBudget.objects.get(team=team)
+            # The service's own check, said on the field instead of a 500 from save_model.
+            problem = budgets.room_problem(
+                team=team, monthly_amount=budget.monthly_amount, more=amount
+            )
+            if problem:
+                self.add_error("amount", problem)
         return data
 
 

@@ -215,17 +215,28 @@ def environment_timeline(env: Environment) -> list[TimelineEntry]:
 
 
 def environment_steps(env: Environment) -> list[ProvisioningStep]:
-    """Every pipeline's steps, the pipelines in the order they ran (provisioning, the last
-    sleep, the last wake, teardown: by each one's first start, one not started last), each
-    pipeline's steps in their own order (`steps.POSITION`: a pipeline per ten places)."""
+    """Every pipeline's steps, each pipeline's in their own order (`steps.POSITION`: a
+    pipeline per ten places): provisioning first, then the others (the last sleep, the last
+    wake, teardown) in the order they last did something, one that never did last.
+
+    A step's row is reused when its pipeline runs again (its first start kept), so a
+    pipeline's place is its latest start or end, not its first."""
     steps = list(ProvisioningStep.objects.filter(environment=env).order_by("position", "id"))
-    began: dict[int, datetime] = {}
+    latest: dict[int, datetime] = {}
     for step in steps:
         group = step.position // 10
-        if step.started_at is not None and (group not in began or step.started_at < began[group]):
-            began[group] = step.started_at
+        for moment in (step.started_at, step.finished_at):
+            if moment is not None and (group not in latest or moment > latest[group]):
+                latest[group] = moment
+    first = datetime.min.replace(tzinfo=UTC)
     never = datetime.max.replace(tzinfo=UTC)
-    return sorted(steps, key=lambda s: (began.get(s.position // 10, never), s.position, s.id))
+
+    def place(step: ProvisioningStep) -> tuple[datetime, int, int]:
+        group = step.position // 10
+        when = first if group == 0 else latest.get(group, never)
+        return when, step.position, step.id
+
+    return sorted(steps, key=place)
 
 
 def environment_resources(env: Environment) -> list[dict[str, Any]]:

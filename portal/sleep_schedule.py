@@ -106,19 +106,22 @@ def _window(raw: object, field: str, index: int) -> Window:
     return Window(frozenset(DAYS.index(d.lower()) for d in days), bounds[0], bounds[1])
 
 
-# Files of the system's zone database that name no place: the machine's own zone, tzdata's
-# placeholder, and a POSIX rules file. A team's schedule names where its people are.
-NOT_PLACES = frozenset({"localtime", "Factory", "posixrules"})
+# Zones of the system's database that name no place: the machine's own zone and tzdata's
+# placeholder. A schedule being set must name where its team's people are (`place_problem`);
+# one stored before this rule is still read as it was.
+NOT_PLACES = frozenset({"localtime", "Factory"})
+
+
+def place_problem(time_zone: object) -> str | None:
+    """Why a zone a team sets names no place, or None."""
+    if time_zone in NOT_PLACES:
+        return f"{time_zone!r} names no place: give the team's zone (e.g. Europe/Berlin)"
+    return None
 
 
 def parse_schedule(*, time_zone: object, wake_windows: object, sleep_windows: object) -> Schedule:
     """A schedule from its stored or posted form; raises ScheduleInvalid naming the field."""
-    if (
-        not isinstance(time_zone, str)
-        or time_zone in NOT_PLACES
-        or time_zone.startswith(("posix/", "right/"))
-        or time_zone not in available_timezones()
-    ):
+    if not isinstance(time_zone, str) or time_zone not in available_timezones():
         raise ScheduleInvalid(
             "time_zone", f"{time_zone!r} is not an IANA time zone (e.g. Europe/Berlin)"
         )

@@ -20,8 +20,8 @@ from audit.tree import merkle
 CSV_COLUMNS = ("type", *chain.ROW_COLUMNS, "note")
 # A text cell a spreadsheet would run as a formula (an actor named =HYPERLINK(...)) starts
 # with a quote, and so does one that starts with a quote already, so that the verifier takes
-# exactly one off (`verify.csv_text`, which reads an export without Django): what is hashed
-# is the text as recorded.
+# exactly one off (`verify.csv_text`, which reads an export without Django and keeps its own
+# copy of these starts): what is hashed is the text as recorded.
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "'")
 
 

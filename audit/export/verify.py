@@ -26,10 +26,17 @@ class WrongKey(ValueError):
     """The key is readable but signed none of the export's checkpoints."""
 
 
-def csv_text(cell: str) -> str:
-    """A CSV export cell's text as recorded: the quote `lines.csv_cell` puts before text a
-    spreadsheet would run as a formula (or that starts with a quote) taken off."""
-    return cell[1:] if cell.startswith("'") else cell
+# What `lines.csv_cell` puts a quote before (kept here too: the verifier needs no Django).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "'")
+
+
+def csv_text(cell: object) -> object:
+    """An event cell's text as recorded: the quote `lines.csv_cell` puts before text a
+    spreadsheet would run as a formula (or that starts with a quote) taken off. A quote before
+    anything else was written as it is (an export from before the quoting reads the same)."""
+    if isinstance(cell, str) and cell[:1] == "'" and cell[1:].startswith(FORMULA_STARTS):
+        return cell[1:]
+    return cell
 
 
 def _check_key(header: dict, cps: list[tuple[int, str]], name: str, key) -> None:
@@ -93,9 +100,9 @@ def _read(
             elif kind == "proof" and proofs is not None:
                 proofs.append(doc)
         return header, rows, cps
-    for read in csv.DictReader(text.splitlines(keepends=True)):
-        rec = {key: csv_text(value or "") for key, value in read.items()}
+    for rec in csv.DictReader(text.splitlines(keepends=True)):
         if rec["type"] == "event":
+            rec = {key: csv_text(value) for key, value in rec.items()}
             rows.append(_event_row(rec, int(rec["seq"]), rec["data"]))
         elif rec["type"] == "checkpoint":
             cps.append((int(rec["seq"]), rec["note"]))

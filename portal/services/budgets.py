@@ -80,6 +80,25 @@ def _amount(value: Any, field: str, *, positive: bool) -> Decimal:
     return bm.money(amount)
 
 
+def raised_this_month(team: Team, now: datetime | None = None) -> Decimal:
+    """The sum of this month's raises of `team`'s budget."""
+    month, _ = bm.month_bounds(now or timezone.now())
+    total = BudgetRaise.objects.filter(team=team, month=month.date()).aggregate(t=Sum("amount"))
+    return total["t"] or Decimal(0)
+
+
+def room_problem(*, team: Team, monthly_amount: Decimal, more: Decimal = Decimal(0)) -> str | None:
+    """Why a month's budget with its raises (and `more` raised now) cannot be stored, or None:
+    together they must fit what a budget notice keeps (MAX_AMOUNT). Forms ask it first."""
+    room = MAX_AMOUNT - monthly_amount - raised_this_month(team)
+    if more > room or room < 0:
+        return (
+            f"This month's budget with its raises may come to at most {MAX_AMOUNT}: "
+            f"at most {max(room, Decimal(0)):.2f} more."
+        )
+    return None
+
+
 def _currency(value: Any) -> str:
     platform = conf.currency()
     given = str(value or platform).strip().upper()
@@ -118,6 +137,8 @@ def team_budget_set(
                 "monthly_amount": budget.monthly_amount,
                 "warn_percent": budget.warn_percent,
             }
+        if problem := room_problem(team=team, monthly_amount=amount):
+            raise _invalid("monthly_amount", problem)
         budget.monthly_amount, budget.currency, budget.warn_percent = amount, currency, warn
         budget.save()
         audit.record(
@@ -152,16 +173,8 @@ def team_budget_raise(
         if budget is None:
             raise Conflict(f"team {team.slug} has no budget to raise; set one first")
         # The month's budget with its raises is stored too (a notice keeps it): it must fit.
-        earlier = BudgetRaise.objects.filter(team=team, month=month.date()).aggregate(
-            total=Sum("amount")
-        )["total"] or Decimal(0)
-        room = MAX_AMOUNT - budget.monthly_amount - earlier
-        if value > room:
-            raise _invalid(
-                "amount",
-                f"This month's budget with its raises may come to at most {MAX_AMOUNT}: "
-                f"at most {max(room, Decimal(0)):.2f} more.",
-            )
+        if problem := room_problem(team=team, monthly_amount=budget.monthly_amount, more=value):
+            raise _invalid("amount", problem)
         raised = BudgetRaise.objects.create(
             team=team,
             month=month.date(),

@@ -41,6 +41,7 @@ from portal.services.notices import ACTIVITY_RESOURCES, _activity_seen
 from portal.services.queueing import SLEEP_TASK, WAKE_TASK, enqueue_again, enqueue_teardown
 from portal.services.sleep import INACTIVITY, SCHEDULE, sleep_environment, wake_environment
 from portal.services.sleep_steps import SLEEPER
+from portal.words import REAPER_PREFIX
 
 REAPER = "reaper"
 log = logging.getLogger("kiln.portal.sleep")
@@ -70,6 +71,10 @@ def sleep_schedule_set(
     schedule without a waking window is refused (400 naming the field), changing nothing."""
     if not can_set_sleep_schedule(actor, team.slug):
         raise Forbidden("only engineers of the team may set its sleep schedule")
+    if problem := sched.place_problem(time_zone):
+        raise InvalidInput(
+            "The sleep schedule is invalid.", extra={"fields": {"time_zone": [problem]}}
+        )
     try:
         parsed = sched.parse_schedule(
             time_zone=time_zone, wake_windows=wake_windows, sleep_windows=sleep_windows or []
@@ -232,7 +237,9 @@ def _expire_asleep(env: Environment) -> bool:
                 actor=system_actor(REAPER),
                 environment=env,
                 to=Status.EXPIRING,
-                reason=f"{REAPER}: TTL expired while asleep",
+                # The prefix every TTL expiry's reason starts with: it reads as the TTL running
+                # out, not as a person asking (portal.lifecycle.teardown_requested).
+                reason=f"{REAPER_PREFIX} while asleep",
                 data={"expires_at": env.expires_at},
             )
             enqueue_teardown(environment=env)

@@ -133,3 +133,16 @@ def test_a_raise_typed_in_exponent_form_is_confirmed_as_stored(teams):
     page = response.content.decode()
     assert "payments +100000.00 for" in page and "1E+5" not in page
     assert BudgetRaise.objects.get().amount == Decimal("100000.00")
+
+
+def test_a_raise_past_what_is_stored_is_a_field_error_in_admin(teams):
+    root = staff("root", "platform-admin")
+    TeamBudget.objects.create(
+        team=teams["payments"], monthly_amount=Decimal("9999999000.00"), currency="USD"
+    )
+    response = root.post(
+        f"{RAISES}add/", {"team": teams["payments"].pk, "amount": "1000", "reason": "launch"}
+    )
+    assert response.status_code == 200
+    assert "at most 999.99 more" in response.content.decode()
+    assert not BudgetRaise.objects.exists()

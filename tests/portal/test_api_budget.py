@@ -130,3 +130,12 @@ def test_a_request_at_the_budget_is_409_with_the_figures(api, admin):
     assert (body["extra"]["spend"], body["extra"]["budget"]) == ("0.00", "0.00")
     assert "forecast" in body["extra"] and not Environment.objects.exists()
     assert Team.objects.filter(slug="payments").exists()
+
+
+def test_a_budget_set_after_raises_must_leave_room_for_them(admin):
+    admin.put(URL, {"monthly_amount": "100"}, format="json")
+    assert admin.post(RAISE, {"amount": "900.00", "reason": "a"}, format="json").status_code == 201
+    r = admin.put(URL, {"monthly_amount": "9999999999.99"}, format="json")
+    assert r.status_code == 400 and "at most 9999999099.99 more" not in str(r.json())
+    assert "monthly_amount" in r.json()["extra"]["fields"]
+    assert TeamBudget.objects.get().monthly_amount == Decimal("100.00")

@@ -12,7 +12,7 @@ from audit.models import OutboxEvent
 from kiln.cluster import AppliedRef
 from kiln.cluster.simulated import SimulatedBackend
 from kiln.cluster.simulated_tenant import sleeping_front
-from portal.lifecycle import Status
+from portal.lifecycle import Status, label
 from portal.models import Environment
 from portal.services import environments_reap_expired
 from portal.services.queueing import tasks_held
@@ -141,6 +141,8 @@ def test_a_sleeping_environment_past_its_ttl_is_torn_down(
     assert held == [("portal.teardown_environment", env.pk)]
     expired = OutboxEvent.objects.get(action="portal.environment.expiry_started")
     assert expired.data["from"] == S.SLEEPING and expired.actor == "system:reaper"
+    # It reads as the TTL running out, not as a person asking for the teardown.
+    assert label(S.EXPIRING, Environment.objects.get(pk=env.pk).status_reason) == "Expired"
 
 
 def test_an_environment_asleep_longer_than_its_class_allows_is_still_proposed_as_idle(

@@ -158,3 +158,10 @@ def test_the_progress_tab_lists_pipelines_in_the_order_they_ran(
     names = [s.name for s in selectors.environment_steps(env)]
     assert names.index("sleep-remember") < names.index("wake-workloads") < names.index("cordon")
     assert names[-1] == "delete-namespace" and names.index("compose") == 0
+    # Provisioning lists first even when it failed before a step began (no start on record);
+    # a pipeline that never did anything lists last.
+    ProvisioningStep.objects.filter(environment=env, position__lt=10).update(
+        started_at=None, finished_at=None
+    )
+    names = [s.name for s in selectors.environment_steps(env)]
+    assert names[0] == "compose" and names[-1] == "delete-namespace"
