@@ -197,6 +197,9 @@
     Object.keys(defs).forEach(function (name) {
       var drawn = data(defs[name]);
       charts[name].setData(drawn);
+      // A chart built before its first tick has no legend index, and setData fires no
+      // setLegend hook while the pointer is away: the latest tick is shown here too.
+      latestTick(charts[name]);
       fillTable(defs[name]);
       defs[name].series.forEach(function (s, i) {
         var ys = drawn[i + 1];

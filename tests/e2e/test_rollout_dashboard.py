@@ -62,9 +62,15 @@ def test_rollout_page_streams_ticks_and_decisions(kiln, browser_page):
         assert page.inner_text("#rollout-bounds").startswith("Accept bound ")
     _wait_until(lambda: page.locator("#decisions tr[data-decision-id]").count() >= 2)
     assert page.locator(".uplot").count() == 4
-    # Away from the charts their legends show the latest tick, not dashes.
-    legends = page.locator(".uplot .u-legend").all_inner_texts()
-    assert legends and not [text for text in legends if "--" in text], legends
+    # Away from the charts their legends show the latest tick, not dashes (once the redraw
+    # that brought the ticks has run: it is read between frames otherwise).
+    _wait_until(
+        lambda: (
+            (texts := page.locator(".uplot .u-legend").all_inner_texts())
+            and not [text for text in texts if "--" in text]
+        ),
+        timeout=10,
+    )
     kinds = page.locator("#decisions tr[data-decision-id] td:nth-child(2)").all_inner_texts()
     # Started, then step-ups until promoted: on a slow machine a tick covers more traffic, and
     # the evidence can promote it from its first step, so no step-up is guaranteed.
