@@ -170,6 +170,15 @@ def crash_trial(
                 retried += 1  # the controller was starved past its deadline and reverted: next term
             time.sleep(0.02)
         if injection is None:
+            os.kill(pid, signal.SIGKILL)
+            # Ended, so a next trial's experiment on the same target is not an overlap.
+            experiment_end(
+                experiment_id=exp.pk,
+                to="aborted",
+                actor=BENCH,
+                reason="crash trial could not hold its fault",
+                backend=backend,
+            )
             raise CommandError(
                 f"the controller never held {fault} past the kill point in {timeout:g} s "
                 f"({retried} term(s) reverted early: starved past its deadline; "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from django.core.management.base import CommandError
 
 from bench.chaos.crash import FAULTS, crash_trial, ensure_target
 from bench.chaos.harness import start_reaper, stop_process
@@ -55,12 +56,18 @@ def _trial(fault: str, **kwargs):
     """A crash trial whose fault was still held when the kill landed. The fault can be reverted
     between the trial's last look and the SIGKILL, by a controller starved past its deadline or
     by the reaper once that lease lapsed (the trial marks it `held_at_kill` false): the kill
-    then left nothing to revert, so the trial runs again."""
+    then left nothing to revert, so the trial runs again. So does one whose controller, starved
+    on a loaded machine, never held a term past the kill point: nothing was killed."""
     for _ in range(3):
-        result = crash_trial(fault, **kwargs)
+        try:
+            result = crash_trial(fault, **kwargs)
+        except CommandError as exc:
+            if "never held" not in str(exc):
+                raise
+            continue
         if result.held_at_kill:
             return result
-    raise AssertionError(f"three trials of {fault}: each fault was reverted before the kill")
+    raise AssertionError(f"three trials of {fault}: none held its fault when the kill came")
 
 
 def _assert_reverted(result) -> None:
