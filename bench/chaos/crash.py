@@ -138,6 +138,10 @@ def spawn_controller(experiment_id: str) -> int:
     return proc.pid
 
 
+def _end(exp: Any, backend: Any, reason: str) -> None:
+    experiment_end(experiment_id=exp.pk, to="aborted", actor=BENCH, reason=reason, backend=backend)
+
+
 def crash_trial(
     fault: str,
     *,
@@ -172,13 +176,7 @@ def crash_trial(
         if injection is None:
             os.kill(pid, signal.SIGKILL)
             # Ended, so a next trial's experiment on the same target is not an overlap.
-            experiment_end(
-                experiment_id=exp.pk,
-                to="aborted",
-                actor=BENCH,
-                reason="crash trial could not hold its fault",
-                backend=backend,
-            )
+            _end(exp, backend, "crash trial could not hold its fault")
             raise CommandError(
                 f"the controller never held {fault} past the kill point in {timeout:g} s "
                 f"({retried} term(s) reverted early: starved past its deadline; "
@@ -209,13 +207,7 @@ def crash_trial(
     confirmed = bool(injection.revert_confirmed) and not actuators.read_back(
         backend, injection.applied
     )
-    experiment_end(
-        experiment_id=exp.pk,
-        to="aborted",
-        actor=BENCH,
-        reason="crash trial over",
-        backend=backend,
-    )
+    _end(exp, backend, "crash trial over")
     return TrialResult(
         fault=fault,
         reverted=reverted_at is not None and not still,
