@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -20,7 +20,7 @@ from kiln.errors import NotFound
 from kiln.identity import visibility
 from kiln.identity.models import Team
 from kiln.identity.permissions import Actor, approver_teams_filter
-from portal import conf, uptime
+from portal import conf, step_order, uptime
 from portal.disruption import expiry_warning_at, hard_deadline
 from portal.lifecycle import Status
 from portal.models import Environment, ProvisioningStep
@@ -215,28 +215,8 @@ def environment_timeline(env: Environment) -> list[TimelineEntry]:
 
 
 def environment_steps(env: Environment) -> list[ProvisioningStep]:
-    """Every pipeline's steps, each pipeline's in their own order (`steps.POSITION`: a
-    pipeline per ten places): provisioning first, then the others (the last sleep, the last
-    wake, teardown) in the order they last did something, one that never did last.
-
-    A step's row is reused when its pipeline runs again (its first start kept), so a
-    pipeline's place is its latest start or end, not its first."""
-    steps = list(ProvisioningStep.objects.filter(environment=env).order_by("position", "id"))
-    latest: dict[int, datetime] = {}
-    for step in steps:
-        group = step.position // 10
-        for moment in (step.started_at, step.finished_at):
-            if moment is not None and (group not in latest or moment > latest[group]):
-                latest[group] = moment
-    first = datetime.min.replace(tzinfo=UTC)
-    never = datetime.max.replace(tzinfo=UTC)
-
-    def place(step: ProvisioningStep) -> tuple[datetime, int, int]:
-        group = step.position // 10
-        when = first if group == 0 else latest.get(group, never)
-        return when, step.position, step.id
-
-    return sorted(steps, key=place)
+    """Every pipeline's steps as the Progress tab lists them (`portal.step_order`)."""
+    return step_order.in_order(ProvisioningStep.objects.filter(environment=env))
 
 
 def environment_resources(env: Environment) -> list[dict[str, Any]]:
