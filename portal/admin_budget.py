@@ -8,13 +8,12 @@ from django.contrib import admin
 
 from kiln.admin_site import KilnModelAdmin, admin_actor
 from kiln.identity import permissions
+from kiln.widgets import decimal_text
 from portal import conf
 from portal.models import BudgetNotice, BudgetRaise, TeamBudget
 from portal.services import budgets
 
-# An amount is typed as text: a browser's number field empties what it cannot read (1e400), so
-# the server would answer "required" instead of saying what is wrong with it.
-MONEY_WIDGET = forms.TextInput(attrs={"inputmode": "decimal", "autocomplete": "off"})
+MONEY_WIDGET = decimal_text()
 MONEY_ERRORS = {
     "invalid": "Type an amount such as 1200 or 1200.50.",
     "max_digits": "At most 9999999999.99.",

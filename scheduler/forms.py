@@ -6,14 +6,13 @@ from decimal import Decimal
 
 from django import forms
 
+from kiln.widgets import decimal_text
 from scheduler import scoring
 
 UNLABELLED = "unlabelled"
 
 
-# Typed as text: a number input sends nothing for what it cannot read (1e400), so the
-# server would answer "required" instead of naming the limit.
-DECIMAL_WIDGET = forms.TextInput(attrs={"inputmode": "decimal", "autocomplete": "off"})
+DECIMAL_WIDGET = decimal_text()
 
 
 class ScoreExplainForm(forms.Form):
