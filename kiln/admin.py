@@ -10,7 +10,7 @@ from django.contrib.auth.models import Group
 from django.db import transaction
 
 import audit
-from kiln.admin_site import KilnModelAdmin, ReadOnlyInline, admin_actor
+from kiln.admin_site import KilnModelAdmin, ReadOnlyInline, admin_actor, username_display
 from kiln.identity import permissions, services, visibility
 from kiln.identity.models import Membership, Team
 
@@ -23,9 +23,10 @@ class MembershipInline(ReadOnlyInline):
     """Read-only list of a team's members on the team page."""
 
     model = Membership
-    fields = ("user", "source", "created_at")
+    fields = ("member", "source", "created_at")
     readonly_fields = fields
     view_predicate = staticmethod(_can_view_teams)
+    member = username_display("user", "user")
 
 
 @admin.register(Team)
@@ -96,6 +97,15 @@ class MembershipAdmin(KilnModelAdmin):
             visibility.TEAMS,
             team_field="team__slug",
         )
+
+    member = username_display("user", "user")
+
+    def get_fields(self, request, obj=None):
+        """A membership is never changed, only read: its user as text (see username_display)."""
+        return self.fields if obj is None else ("member", "team", "source", "created_at")
+
+    def get_readonly_fields(self, request, obj=None):
+        return () if obj is None else self.get_fields(request, obj)
 
     def save_model(self, request, obj: Membership, form, change: bool) -> None:
         membership = services.membership_add(

@@ -57,12 +57,29 @@ def selected_pks_check(model, values: list[str]) -> None:
         try:
             key = pk.to_python(value)
         except ValidationError as exc:
-            raise BadRequest(f"{value[:40]!r} is not an id of a {model._meta.verbose_name}") from exc
+            raise BadRequest(
+                f"{value[:40]!r} is not an id of a {model._meta.verbose_name}"
+            ) from exc
         if bounds is not None and not bounds[0] <= key <= bounds[1]:
             raise BadRequest(f"{value[:40]!r} is not an id of a {model._meta.verbose_name}")
 
 
 Predicate = Callable[[Actor], bool]
+
+
+def username_display(field: str, description: str):
+    """A read-only column or field naming the user `field` points to, as text.
+
+    Django links a read-only foreign key to the user's admin page, which only platform admins
+    may open: an approver reading a membership or an environment would follow it to a 403.
+    """
+
+    @admin.display(description=description, ordering=f"{field}__username")
+    def show(self, obj) -> str:
+        user = getattr(obj, field)
+        return user.get_username() if user is not None else "-"
+
+    return show
 
 
 class KilnModelAdmin(admin.ModelAdmin):

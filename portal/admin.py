@@ -8,7 +8,7 @@ from django.http import HttpRequest
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 
-from kiln.admin_site import KilnModelAdmin, ReadOnlyInline, admin_actor
+from kiln.admin_site import KilnModelAdmin, ReadOnlyInline, admin_actor, username_display
 from kiln.errors import KilnError
 from kiln.identity import permissions, visibility
 from portal import services
@@ -100,7 +100,7 @@ class EnvironmentAdmin(KilnModelAdmin):
         "expires_at",
         "datastore_pool",
         "hourly_cost",
-        "quarantine_owner",
+        "quarantined_by",
         "created_at",
         "ready_at",
         "deleted_at",
@@ -122,6 +122,8 @@ class EnvironmentAdmin(KilnModelAdmin):
     def plan(self, obj: Environment) -> str:
         """What approving creates: manifests as committed, diff, policy verdicts, cost."""
         return render_to_string("portal/_plan.html", {"plan": environment_plan(environment=obj)})
+
+    quarantined_by = username_display("quarantine_owner", "quarantine owner")
 
     @admin.display(description="requested by")
     def requested_by(self, obj: Environment) -> str:

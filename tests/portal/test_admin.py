@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
@@ -137,3 +139,36 @@ def test_an_approver_is_offered_only_its_teams_and_reads_statuses_in_words(peopl
         URL, {"action": "reject_selected", "_selected_action": [env.pk]}
     ).content.decode()
     assert "(staging, Waiting for approval)" in confirm
+
+
+def admin_links(page: str) -> set[str]:
+    """The admin pages a page links to (its own actions and the log-out form left aside)."""
+    links = set(re.findall(r'href="(/admin/[^"#?]*)', page))
+    return {link for link in links if not link.endswith(("/logout/", "/password_change/"))}
+
+
+def test_an_approver_follows_no_admin_link_into_a_refusal(people, teams):
+    """Django links a read-only user to the user's admin page, which only platform admins may
+    open: an approver reading its team, a membership or a quarantined environment followed it
+    to a 403. Every admin link on those pages opens for the approver who was shown it."""
+    env, _ = environment_request_submit(
+        actor=people["alice"], data=request_data(env_class="staging", name="held")
+    )
+    Environment.objects.filter(pk=env.pk).update(
+        quarantine_owner=get_user_model().objects.get(username="alice")
+    )
+    carol = staff("carol-links", "approver", "payments")
+    membership = Membership.objects.get(user__username="alice")
+    pages = (
+        f"{URL}{env.pk}/change/",
+        f"/admin/kiln/membership/{membership.pk}/change/",
+        f"/admin/kiln/team/{teams['payments'].pk}/change/",
+        "/admin/kiln/membership/",
+    )
+    for url in pages:
+        page = carol.get(url)
+        assert page.status_code == 200, url
+        body = page.content.decode()
+        assert "alice" in body, url  # the user is still named, as text
+        for link in admin_links(body):
+            assert carol.get(link).status_code == 200, f"{url} links to {link}"
