@@ -10,28 +10,22 @@ from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
 from canary.models import Arm, MetricsSource, RolloutStatus
-from kiln.openapi import paginated
+from kiln.openapi import TeamObjectOutput, paginated
 
 
 @extend_schema_serializer(component_name="CanaryService")
-class ServiceOutput(serializers.Serializer):
+class ServiceOutput(TeamObjectOutput):
     """A service that rollouts shift traffic for."""
 
-    id = serializers.UUIDField()
-    team = serializers.CharField(source="team.slug")
-    name = serializers.CharField()
-    namespace = serializers.CharField()
+    team = serializers.CharField(source="team.slug", help_text="The owning team's slug.")
     host = serializers.CharField()
     metrics_source = serializers.ChoiceField(choices=MetricsSource.values)
     sim_traffic_class = serializers.CharField()
 
 
 @extend_schema_serializer(component_name="RolloutService")
-class RolloutServiceOutput(serializers.Serializer):
-    id = serializers.UUIDField()
-    name = serializers.CharField()
-    namespace = serializers.CharField()
-    team = serializers.CharField()
+class RolloutServiceOutput(TeamObjectOutput):
+    """The service a rollout shifts traffic for."""
 
 
 @extend_schema_serializer(component_name="Rollout")

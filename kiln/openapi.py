@@ -59,6 +59,15 @@ class ErrorSerializer(serializers.Serializer):
     )
 
 
+class TeamObjectOutput(serializers.Serializer):
+    """The fields every response about an object a team owns in one namespace starts with."""
+
+    id = serializers.UUIDField()
+    name = serializers.CharField()
+    namespace = serializers.CharField()
+    team = serializers.CharField(help_text="The owning team's slug.")
+
+
 def errors(*statuses: int) -> dict[int, OpenApiResponse]:
     """`responses={200: Out, **errors(404, 409)}`: these statuses answer the Error shape."""
     return {

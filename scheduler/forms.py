@@ -15,23 +15,22 @@ UNLABELLED = "unlabelled"
 DECIMAL_WIDGET = decimal_text()
 
 
+def _amount(label: str, *, most: str, initial: str) -> forms.DecimalField:
+    """A request of a divisible resource, from 0 to `most`, typed as text the server checks."""
+    return forms.DecimalField(
+        label=label,
+        min_value=Decimal("0"),
+        max_value=Decimal(most),
+        initial=Decimal(initial),
+        widget=DECIMAL_WIDGET,
+    )
+
+
 class ScoreExplainForm(forms.Form):
     """A sample pod to score against the current nodes."""
 
-    cpu = forms.DecimalField(
-        label="CPU (cores)",
-        min_value=Decimal("0"),
-        max_value=Decimal("1024"),
-        initial=Decimal("0.5"),
-        widget=DECIMAL_WIDGET,
-    )
-    memory_gib = forms.DecimalField(
-        label="Memory (GiB)",
-        min_value=Decimal("0"),
-        max_value=Decimal("16384"),
-        initial=Decimal("1"),
-        widget=DECIMAL_WIDGET,
-    )
+    cpu = _amount("CPU (cores)", most="1024", initial="0.5")
+    memory_gib = _amount("Memory (GiB)", most="16384", initial="1")
     gpus = forms.IntegerField(label="GPUs", min_value=0, max_value=16, initial=0)
     workload_class = forms.ChoiceField(
         label="kiln.dev/workload-class",

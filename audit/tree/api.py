@@ -124,15 +124,27 @@ class ConsistencyProofOutput(serializers.Serializer):
     proof = serializers.ListField(child=serializers.CharField())
 
 
-@extend_schema_view(
-    get=extend_schema(
-        operation_id="audit_proof_inclusion",
-        parameters=[
-            OpenApiParameter("seq", SEQ, required=True, description="Chain seq (from 1)."),
-            OpenApiParameter("size", SEQ, description="Tree size (default: the whole tree)."),
-        ],
-        responses={200: InclusionProofOutput, **errors(400)},
+def _proof_schema(
+    operation_id: str, output: type, needed: tuple[str, str], optional: tuple[str, str]
+):
+    """A proof route's schema: one required and one optional position, each a (name, meaning)."""
+    return extend_schema_view(
+        get=extend_schema(
+            operation_id=operation_id,
+            parameters=[
+                OpenApiParameter(needed[0], SEQ, required=True, description=needed[1]),
+                OpenApiParameter(optional[0], SEQ, description=optional[1]),
+            ],
+            responses={200: output, **errors(400)},
+        )
     )
+
+
+@_proof_schema(
+    "audit_proof_inclusion",
+    InclusionProofOutput,
+    ("seq", "Chain seq (from 1)."),
+    ("size", "Tree size (default: the whole tree)."),
 )
 class AuditInclusionProofApi(PublicTlogRead):
     """GET /api/v1/audit/proofs/inclusion?seq=N[&size=M]: RFC 9162 inclusion proof of entry N."""
@@ -144,15 +156,11 @@ class AuditInclusionProofApi(PublicTlogRead):
         return _json(serving.event_inclusion(seq=seq, size=size))
 
 
-@extend_schema_view(
-    get=extend_schema(
-        operation_id="audit_proof_consistency",
-        parameters=[
-            OpenApiParameter("from", SEQ, required=True, description="Older tree size."),
-            OpenApiParameter("to", SEQ, description="Newer tree size (default: the whole tree)."),
-        ],
-        responses={200: ConsistencyProofOutput, **errors(400)},
-    )
+@_proof_schema(
+    "audit_proof_consistency",
+    ConsistencyProofOutput,
+    ("from", "Older tree size."),
+    ("to", "Newer tree size (default: the whole tree)."),
 )
 class AuditConsistencyProofApi(PublicTlogRead):
     """GET /api/v1/audit/proofs/consistency?from=A[&to=B]: RFC 9162 consistency proof A -> B."""

@@ -12,7 +12,7 @@ from rest_framework import serializers
 
 from canary.chaos.leases import TIMING_FIELDS
 from canary.chaos.models import ExperimentStatus, FaultKind, InjectionState
-from kiln.openapi import documented, paginated
+from kiln.openapi import TeamObjectOutput, documented, paginated
 
 EXPERIMENT_STATUSES = ExperimentStatus.values
 INJECTION_STATES = InjectionState.values  # the schema's InjectionStateEnum
@@ -92,13 +92,9 @@ class InjectionOutput(serializers.Serializer):
 
 
 @extend_schema_serializer(component_name="Experiment")
-class ExperimentOutput(serializers.Serializer):
+class ExperimentOutput(TeamObjectOutput):
     """A chaos experiment with its lease (`experiment_payload`)."""
 
-    id = serializers.UUIDField()
-    name = serializers.CharField()
-    team = serializers.CharField()
-    namespace = serializers.CharField()
     selector = serializers.DictField(child=serializers.CharField())
     service = serializers.CharField(allow_blank=True)
     fault = serializers.ChoiceField(choices=FaultKind.values)
