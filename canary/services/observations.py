@@ -28,7 +28,8 @@ def observation_push(
     """Store one arm's metrics for the next tick of a push-fed rollout.
 
     Refused whole (400, nothing stored): negative counts, errors above requests, more
-    latency samples than requests, or a window ending no later than the arm's last one.
+    latency samples than requests, or a window ending no later than the rollout's start or
+    the arm's last window.
     """
     if not can_manage_rollout(actor, rollout.service.team.slug):
         raise Forbidden("only engineers of the owning team push its metrics")
@@ -57,6 +58,14 @@ def observation_push(
             .values_list("observed_at", flat=True)
             .first()
         )
+        if observed_at <= rollout.created_at:
+            # A window that ended before the rollout began measured neither of its arms.
+            raise InvalidInput(
+                "The observation is older than the rollout.",
+                extra={"fields": {"observed_at": [
+                    f"must be after the rollout began ({rollout.created_at.isoformat()})"
+                ]}},
+            )  # fmt: skip
         if last is not None and observed_at <= last:
             raise InvalidInput(
                 "The observation is out of order.",

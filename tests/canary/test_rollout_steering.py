@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.utils import timezone
@@ -206,6 +206,18 @@ def test_out_of_order_observations_are_refused_and_nothing_is_recorded(push_roll
         actor=ALICE, rollout=push_rollout, arm="baseline", requests=5, errors=0, observed_at=now
     )
     assert Observation.objects.count() == 2
+
+
+def test_a_window_that_ended_before_the_rollout_began_is_refused(push_rollout):
+    """It measured traffic of neither arm; stored, it used to be analysed as the first window."""
+    for when in (push_rollout.created_at, datetime(1970, 1, 1, tzinfo=UTC)):
+        with pytest.raises(InvalidInput) as exc:
+            services.observation_push(
+                actor=ALICE, rollout=push_rollout, arm="canary", requests=5, errors=0,
+                observed_at=when,
+            )  # fmt: skip
+        assert "after the rollout began" in exc.value.extra["fields"]["observed_at"][0]
+    assert Observation.objects.count() == 0
 
 
 # --- over the API ------------------------------------------------------------------------
