@@ -3,9 +3,9 @@
     python -m kiln.benchjson bench/results/suite_time-<date>.json -- \\
         python bench/suite_time.py --rounds 2 --variant serial=0,0 --variant parallel=2,2
 
-Each variant is `name=FAST_WORKERS,SLOW_WORKERS`, run as `make test TEST_WORKERS=.. \\
-TEST_SLOW_WORKERS=..` (0: one pytest process, no xdist); the variants alternate round by round,
-so a change in the machine's pace falls on both. With `--paths tests/portal ...` it times one
+Each variant is `name=FAST_WORKERS,SLOW_WORKERS[,ORDER]`, run as `make test TEST_WORKERS=.. \\
+TEST_SLOW_WORKERS=.. [TEST_ORDER=ORDER]` (0: one pytest process, no xdist; ORDER after or
+beside); the variants alternate round by round, so a change in the machine's pace falls on both. With `--paths tests/portal ...` it times one
 pytest run of the tests not marked slow under those paths instead (`-n FAST_WORKERS`), against
 DATABASE_URL and REDIS_URL as set; with `--slow` as well, of the tests marked slow there
 (`-n SLOW_WORKERS`). `--checkout NAME=DIR` runs variant NAME in another checkout (a clean
@@ -43,18 +43,23 @@ SUMMARY = re.compile(
 )
 
 
-def variant(text: str) -> tuple[str, int, int]:
-    """`parallel=2,2` -> ("parallel", 2, 2)."""
+def variant(text: str) -> tuple[str, int, int, str | None]:
+    """`parallel=2,2` -> ("parallel", 2, 2, None); `after=2,4,after` -> (..., "after"): the
+    Makefile's TEST_ORDER (after: the slow run once the fast one is done; beside: both at once)."""
     name, _, workers = text.partition("=")
-    fast, _, slow = workers.partition(",")
-    return name, int(fast), int(slow or fast)
+    fast, _, rest = workers.partition(",")
+    slow, _, order = rest.partition(",")
+    return name, int(fast), int(slow or fast), order or None
 
 
-def command(fast: int, slow: int, paths: list[str], marked_slow: bool = False) -> list[str]:
+def command(
+    fast: int, slow: int, paths: list[str], marked_slow: bool = False, order: str | None = None
+) -> list[str]:
     """`make test` with the given worker counts, or one pytest run over `paths`: of the tests
     not marked slow on `fast` workers, or of those marked slow on `slow` workers."""
     if not paths:
-        return ["make", "test", f"TEST_WORKERS={fast}", f"TEST_SLOW_WORKERS={slow}"]
+        make = ["make", "test", f"TEST_WORKERS={fast}", f"TEST_SLOW_WORKERS={slow}"]
+        return [*make, f"TEST_ORDER={order}"] if order else make
     marker, workers = ("slow", slow) if marked_slow else ("not slow", fast)
     pytest = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-m", marker]
     return [*pytest, "-n", str(workers), "--dist", "loadgroup", *paths]
@@ -72,9 +77,10 @@ def run_once(
     paths: list[str],
     marked_slow: bool = False,
     checkout: Path = ROOT,
+    order: str | None = None,
 ) -> dict:
     """One run with the given worker counts: wall clock, CPU and its pytest summaries."""
-    argv = command(fast, slow, paths, marked_slow)
+    argv = command(fast, slow, paths, marked_slow, order)
     load_before = os.getloadavg()[0]
     pace_before = cpu_reference_ms()
     cpu_before = _children_cpu()
@@ -97,6 +103,7 @@ def run_once(
         "command": " ".join(argv),
         "fast_workers": fast,
         "slow_workers": slow,
+        "order": order,
         "wall_seconds": round(wall, 1),
         # Everything the run started and waited for: pytest, its workers, browsers, servers.
         "cpu_seconds": round(cpu, 1),
@@ -123,7 +130,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument(
-        "--variant", action="append", type=variant, help="name=FAST_WORKERS,SLOW_WORKERS"
+        "--variant",
+        action="append",
+        type=variant,
+        help="name=FAST_WORKERS,SLOW_WORKERS[,after|beside]",
     )
     parser.add_argument("--paths", nargs="*", default=[], help="time pytest over these instead")
     parser.add_argument(
@@ -141,9 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     for round_no in range(args.rounds):
         order = variants if round_no % 2 == 0 else list(reversed(variants))
-        for name, fast, slow in order:
+        for name, fast, slow, test_order in order:
             checkout = checkouts.get(name, ROOT)
-            runs.append(run_once(name, fast, slow, args.paths, args.slow, checkout))
+            runs.append(run_once(name, fast, slow, args.paths, args.slow, checkout, test_order))
             print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
     report = {
         "benchmark": "suite_time",
@@ -153,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": runs,
         "median_wall_seconds": {
             name: statistics.median(r["wall_seconds"] for r in runs if r["variant"] == name)
-            for name, _, _ in variants
+            for name, *_ in variants
         },
     }
     print(json.dumps(report, indent=2))
