@@ -69,6 +69,9 @@ class EnvironmentOutput(serializers.Serializer):
     requested_by = serializers.CharField(source="request.requested_by.get_username")
     request = EnvironmentRequestFieldsOutput()
     hourly_cost = documented(serializers.CharField(), **DECIMAL, description="USD per hour")
+    asleep_hourly_cost = documented(
+        serializers.CharField(), **DECIMAL, description="USD per hour while asleep"
+    )
     created_at = serializers.DateTimeField()
     ready_at = serializers.DateTimeField(allow_null=True)
     expires_at = serializers.DateTimeField(allow_null=True)
@@ -186,6 +189,11 @@ class EstimateOutput(serializers.Serializer):
     lifetime = documented(serializers.CharField(), **DECIMAL)
     ttl_hours = serializers.IntegerField(min_value=1)
     lines = EstimateLineOutput(many=True)
+    asleep_hourly = documented(
+        serializers.CharField(),
+        **DECIMAL,
+        description="USD per hour while asleep: what sleeping keeps (the database claim).",
+    )
     source = serializers.CharField()
     currency = serializers.ChoiceField(choices=["USD"])
 
@@ -230,6 +238,7 @@ def environment_payload(
         "requested_by": req.requested_by.get_username(),
         "request": {k: getattr(req, k) for k in FIELDS if k != "team"},
         "hourly_cost": str(env.hourly_cost),
+        "asleep_hourly_cost": str(env.asleep_hourly_cost),
         "created_at": _when(env.created_at),
         "ready_at": _when(env.ready_at),
         "expires_at": _when(env.expires_at),

@@ -5,8 +5,8 @@ A team's month is the UTC calendar month. Its figures, all Decimal money in one 
 - budget   = the monthly amount + the month's raises;
 - spend    = what its environments' nodes ran this month, priced (scheduler/showback.py);
 - forecast = spend + Σ over what is running: hourly price × the hours it will still run
-             before the month ends, stopping at its expiry and leaving out the hours a
-             sleeping schedule keeps it asleep;
+             before the month ends, stopping at its expiry, with the hours a sleeping
+             schedule keeps it asleep at its asleep price (what sleeping keeps);
 - a request's cost this month = its hourly estimate × min(TTL, hours left in the month).
 
 A threshold t (the budget's warning percentage, then 100) is crossed when
@@ -52,18 +52,29 @@ class Running:
     hourly: Decimal
     until: datetime | None
     awake: AwakeHours | None = None  # None: awake the whole time
+    asleep_hourly: Decimal = Decimal(0)  # what it pays an hour asleep (what sleeping keeps)
+
+    def _stop(self, end: datetime) -> datetime:
+        return min(end, self.until) if self.until is not None else end
 
     def hours(self, start: datetime, end: datetime) -> Decimal:
         """Hours it runs within [start, end): up to its expiry, minus hours asleep."""
-        stop = min(end, self.until) if self.until is not None else end
+        stop = self._stop(end)
         if stop <= start:
             return Decimal(0)
         return self.awake(start, stop) if self.awake else hours_between(start, stop)
 
+    def cost(self, start: datetime, end: datetime) -> Decimal:
+        """What it costs within [start, end) (unrounded): its hours awake at its hourly price,
+        the rest until its expiry at its asleep price."""
+        awake = self.hours(start, end)
+        asleep = max(hours_between(start, self._stop(end)) - awake, Decimal(0))
+        return self.hourly * awake + self.asleep_hourly * asleep
+
 
 def cost_to(items: Iterable[Running], start: datetime, end: datetime) -> Decimal:
     """What `items` cost from start to end (unrounded)."""
-    return sum((r.hourly * r.hours(start, end) for r in items), Decimal(0))
+    return sum((r.cost(start, end) for r in items), Decimal(0))
 
 
 def request_month_cost(*, hourly: Decimal, ttl_hours: int, now: datetime) -> Decimal:

@@ -113,15 +113,25 @@ def _awake(schedule: sleep_schedule.Schedule) -> bm.AwakeHours:
     return hours
 
 
+def _asleep(start: datetime, end: datetime) -> Decimal:
+    return Decimal(0)
+
+
 def team_running(*, team: Team, now: datetime) -> list[bm.Running]:
     """What keeps costing: each running environment's hourly price until its expiry, and with a
-    sleep schedule, only in its waking windows (sleeping ones too: the schedule wakes them)."""
+    sleep schedule, only in its waking windows (sleeping ones too: the schedule wakes them).
+    Without a schedule a sleeping one stays asleep, paying what sleeping keeps; so does every
+    environment in the hours its schedule keeps it asleep."""
     schedule = team_schedule(team)
-    states = SCHEDULED if schedule is not None else RUNNING
     awake = _awake(schedule) if schedule is not None else None
     return [
-        bm.Running(hourly=e.hourly_cost, until=e.expires_at, awake=awake)
-        for e in Environment.objects.filter(team=team, status__in=[s.value for s in states])
+        bm.Running(
+            hourly=e.hourly_cost,
+            until=e.expires_at,
+            awake=_asleep if awake is None and e.status == Status.SLEEPING else awake,
+            asleep_hourly=e.asleep_hourly_cost,
+        )
+        for e in Environment.objects.filter(team=team, status__in=[s.value for s in SCHEDULED])
     ]
 
 
@@ -302,7 +312,8 @@ def request_budget_preview(
 
 def environment_cost(*, environment: Environment, now: datetime | None = None) -> dict[str, Any]:
     """The environment page's cost story: what its nodes ran so far (showback's number), what it
-    was priced so far (its hourly price for the hours it was up, sleeps left out), what it costs
+    was priced so far (its hourly price for the hours it was up, its asleep price for the hours
+    it slept), what it costs
     if it runs to its expiry (so far + its hourly price for the hours left), and its team's
     budget month when there is one."""
     now = now or timezone.now()
@@ -310,8 +321,7 @@ def environment_cost(*, environment: Environment, now: datetime | None = None) -
     ran = environment_ran_cost(
         windows={env.pk: Window(env.namespace, env.created_at, env.deleted_at)}, now=now
     )[env.pk]
-    hours_up = uptime.environment_up_hours(env, now=now) if env.ready_at else Decimal(0)
-    so_far = bm.money(env.hourly_cost * hours_up)
+    so_far = bm.money(uptime.environment_priced(env, now=now).cost)
     running = Status(env.status) in SCHEDULED and env.expires_at is not None
     left = bm.hours_between(now, env.expires_at) if running else Decimal(0)
     return {

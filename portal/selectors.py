@@ -253,7 +253,7 @@ def team_showback(
 ) -> list[dict[str, Any]]:
     """Spend per team, environment and class over the period from `since` (all time if None):
     the request-time estimate (hourly price x hours up within the period: ready until deleted
-    or now, less its sleeps) beside the cost from what ran (node-hours the environment's NodePool
+    or now, less its sleeps; and asleep price x hours asleep, for what sleeping keeps) beside the cost from what ran (node-hours the environment's NodePool
     provisioned in the period, priced: scheduler/showback.py). Every team the viewer may see
     has a row, at $0 when nothing of it ran."""
     now = timezone.now()
@@ -275,8 +275,8 @@ def team_showback(
         now=now,
     )
     for env in envs:
-        hours = uptime.environment_up_hours(env, now=now, begin=since)
-        unrounded = env.hourly_cost * hours  # totals add these, rounded once at the end
+        priced = uptime.environment_priced(env, now=now, begin=since)
+        unrounded = priced.cost  # totals add these, rounded once at the end
         spend = unrounded.quantize(Decimal("0.01"))
         bucket = rows.setdefault(env.team.slug, _showback_row(env.team.slug))
         bucket["total"] += unrounded
@@ -287,9 +287,11 @@ def team_showback(
         bucket["environments"].append(
             {
                 "environment": env,
-                "hours": hours,
+                "hours": priced.hours,
+                "asleep_hours": priced.asleep_hours,
                 "spend": spend,
                 "hourly": env.hourly_cost,
+                "asleep_hourly": env.asleep_hourly_cost,
                 "ran": ran[env.pk],
             }
         )
@@ -310,7 +312,7 @@ def _showback_row(slug: str) -> dict[str, Any]:
 
 
 def spend_by_day(*, viewer: Actor, days: int, team: str | None = None) -> list[dict[str, Any]]:
-    """Estimated spend (hourly price x hours up, sleeps left out) per UTC day over the last `days` days, oldest
+    """Estimated spend (hourly price x hours up, asleep price x hours asleep) per UTC day over the last `days` days, oldest
     first, over the environments the viewer may see; each day's share of the largest day as
     `percent` for the chart."""
     now = timezone.now()
@@ -326,10 +328,9 @@ def spend_by_day(*, viewer: Actor, days: int, team: str | None = None) -> list[d
         end = min(start + timedelta(days=1), now)
         spend = sum(
             (
-                env.hourly_cost
-                * uptime.environment_up_hours(
+                uptime.environment_priced(
                     env, now=now, begin=start, end=end, slept=slept[env.pk]
-                )
+                ).cost
                 for env in envs
             ),
             Decimal(0),
@@ -355,13 +356,13 @@ def teams_for(viewer: Actor) -> QuerySet[Team]:
 
 
 def spend_this_month(*, viewer: Actor) -> Decimal:
-    """Hourly price x hours up (sleeps left out) since the first of this month (UTC), over
-    visible environments."""
+    """Hourly price x hours up and asleep price x hours asleep since the first of this month
+    (UTC), over visible environments."""
     now = timezone.now()
     start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     total = Decimal(0)
     for env in environment_queryset(viewer).exclude(ready_at__isnull=True):
-        total += env.hourly_cost * uptime.environment_up_hours(env, now=now, begin=start)
+        total += uptime.environment_priced(env, now=now, begin=start).cost
     return total.quantize(Decimal("0.01"))
 
 

@@ -1,4 +1,5 @@
-"""Hours an environment was up: ready until deleted (or now), less the hours it slept.
+"""Hours an environment was up: ready until deleted (or now), less the hours it slept; and
+their price, the hours asleep priced at what sleeping keeps (`environment_priced`).
 
 An environment records each sleep as a `[asleep_from, awake_from]` pair of ISO timestamps
 (`Environment.sleeps`; the last one open, `None`, while it sleeps; closed as its wake begins,
@@ -10,6 +11,7 @@ aware times (an open end aside) is passed over rather than fail a page. Pure: no
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -48,6 +50,14 @@ def asleep_seconds(slept: Sequence[Period], begin: datetime, end: datetime) -> f
     return sum(_seconds(max(start, begin), min(stop or end, end)) for start, stop in slept)
 
 
+def _window(
+    ready_at: datetime, gone_at: datetime | None, now: datetime, begin, end
+) -> tuple[datetime, datetime]:
+    start = max(ready_at, begin) if begin else ready_at
+    stop = min(gone_at or now, end) if end else gone_at or now
+    return start, stop
+
+
 def up_hours(
     *,
     ready_at: datetime,
@@ -59,32 +69,45 @@ def up_hours(
 ) -> Decimal:
     """Hours within [begin, end) (the whole life by default) the environment was ready and
     awake: from ready until deleted (or now), less its sleeps (`periods`)."""
-    start = max(ready_at, begin) if begin else ready_at
-    stop = min(gone_at or now, end) if end else gone_at or now
+    start, stop = _window(ready_at, gone_at, now, begin, end)
     if stop <= start:
         return Decimal("0.00")
     seconds = _seconds(start, stop) - asleep_seconds(slept, start, stop)
     return Decimal(max(seconds, 0.0) / 3600).quantize(HOURS)
 
 
-def environment_up_hours(
+@dataclass(frozen=True)
+class Priced:
+    """An environment's hours in a window and their estimated price (unrounded: totals add
+    these and round once): its hourly price for the hours it was up and awake, and its asleep
+    price (what sleeping keeps, the database claim) for the hours it slept."""
+
+    hours: Decimal
+    asleep_hours: Decimal
+    cost: Decimal
+
+
+def environment_priced(
     env: Any,
     *,
     now: datetime,
     begin: datetime | None = None,
     end: datetime | None = None,
     slept: Sequence[Period] | None = None,
-) -> Decimal:
-    """`up_hours` of an environment: its ready and deletion times and its sleeps (`slept`, when
-    the caller read them already)."""
-    return up_hours(
-        ready_at=env.ready_at,
-        gone_at=env.deleted_at,
-        slept=periods(env.sleeps) if slept is None else slept,
-        now=now,
-        begin=begin,
-        end=end,
+) -> Priced:
+    """`Priced` of an environment within [begin, end): `hourly_cost` per hour up,
+    `asleep_hourly_cost` per hour asleep; nothing before it was ready. `slept`: its sleeps, when
+    the caller read them already."""
+    if env.ready_at is None:
+        return Priced(Decimal("0.00"), Decimal("0.00"), Decimal(0))
+    slept = periods(env.sleeps) if slept is None else slept
+    start, stop = _window(env.ready_at, env.deleted_at, now, begin, end)
+    asleep = Decimal(asleep_seconds(slept, start, stop) / 3600).quantize(HOURS)
+    hours = up_hours(
+        ready_at=env.ready_at, gone_at=env.deleted_at, slept=slept, now=now, begin=begin, end=end
     )
+    cost = env.hourly_cost * hours + (env.asleep_hourly_cost or 0) * asleep
+    return Priced(hours, asleep, cost)
 
 
 def asleep_from(sleeps: list, at: datetime) -> list:

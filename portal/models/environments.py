@@ -95,6 +95,8 @@ class Environment(models.Model):
     applied_refs = models.JSONField(default=list, blank=True)
     datastore_pool = models.CharField(max_length=100, blank=True, default="")
     hourly_cost = models.DecimalField(max_digits=12, decimal_places=4, default=0)
+    # What sleeping keeps (the database claim) costs an hour: priced for the hours asleep.
+    asleep_hourly_cost = models.DecimalField(max_digits=12, decimal_places=4, default=0)
     teardown_deadline = models.DateTimeField(null=True, blank=True)
     quarantine_owner = models.ForeignKey(
         settings.AUTH_USER_MODEL,

@@ -109,15 +109,25 @@ def estimate(
     if database:
         size = DATABASE_SIZE.get(env_class, "small")
         lines.append(_line(f"PostgreSQL ({size})", 1, DATABASE_HOURLY[size]))
+    kept = kept_asleep_hourly(env_class=env_class, database=database)
     hourly = sum((line["hourly"] for line in lines), Decimal(0)).quantize(CENT, ROUND_HALF_UP)
     return {
         "hourly": hourly,
         "lifetime": (hourly * ttl_hours).quantize(Decimal("0.01"), ROUND_HALF_UP),
         "ttl_hours": ttl_hours,
         "lines": lines,
+        "asleep_hourly": kept,
         "source": source,
         "currency": "USD",
     }
+
+
+def kept_asleep_hourly(*, env_class: str, database: bool) -> Decimal:
+    """What an asleep environment still pays an hour: its database claim, which sleeping keeps
+    (portal/compose/sleep.py); nothing without one."""
+    if not database:
+        return Decimal("0.0000")
+    return DATABASE_HOURLY[DATABASE_SIZE.get(env_class, "small")]
 
 
 def _line(item: str, quantity: int, unit_price: Decimal) -> dict:

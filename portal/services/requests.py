@@ -203,6 +203,7 @@ def _create(
         status=Status.SUBMITTED.value,
         policy_version=evaluation.version,
         hourly_cost=estimate["hourly"],
+        asleep_hourly_cost=estimate["asleep_hourly"],
         traceparent=current_traceparent(),
     )
     audit.record(
@@ -216,6 +217,7 @@ def _create(
             "team": team.slug,
             "policy_version": evaluation.version,
             "hourly_cost": estimate["hourly"],
+            "asleep_hourly_cost": estimate["asleep_hourly"],
             "idempotency_key": bool(key),
             "budget": budget.as_dict() if budget is not None else None,
         },

@@ -200,7 +200,7 @@ def sleep_savings(environment: Environment, *, asleep_hours_per_day: float | Non
         database=req.database,
     )
     kept = [line for line in estimate["lines"] if line["item"].startswith("PostgreSQL")]
-    kept_hourly = sum((line["hourly"] for line in kept), Decimal(0))
+    kept_hourly = estimate["asleep_hourly"]
     saved_hourly = estimate["hourly"] - kept_hourly
     out = {
         "hourly": estimate["hourly"],

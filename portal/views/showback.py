@@ -24,6 +24,8 @@ CSV_HEADER = [
     "spend_usd",
     "node_hours_ran",
     "spend_from_what_ran_usd",
+    "hours_asleep",
+    "asleep_hourly_usd",
 ]
 
 
@@ -96,7 +98,9 @@ def showback_csv(request: HttpRequest) -> HttpResponse:
     writer.writerow(CSV_HEADER)
     for row in report["rows"]:
         if not row["environments"]:
-            writer.writerow([row["team"], "", "", "", "0.00", "", "0.00", "0.00", "0.00"])
+            writer.writerow(
+                [row["team"], "", "", "", "0.00", "", "0.00", "0.00", "0.00", "0.00", ""]
+            )
         for e in row["environments"]:
             env, ran = e["environment"], e["ran"]
             writer.writerow(
@@ -110,6 +114,8 @@ def showback_csv(request: HttpRequest) -> HttpResponse:
                     e["spend"],
                     f"{ran.node_hours:.2f}",
                     ran.cost,
+                    e["asleep_hours"],
+                    e["asleep_hourly"],
                 ]
             )
     return response
