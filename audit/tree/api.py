@@ -124,54 +124,75 @@ class ConsistencyProofOutput(serializers.Serializer):
     proof = serializers.ListField(child=serializers.CharField())
 
 
-def _proof_schema(
-    operation_id: str, output: type, needed: tuple[str, str], optional: tuple[str, str]
-):
-    """A proof route's schema: one required and one optional position, each a (name, meaning)."""
-    return extend_schema_view(
-        get=extend_schema(
-            operation_id=operation_id,
-            parameters=[
-                OpenApiParameter(needed[0], SEQ, required=True, description=needed[1]),
-                OpenApiParameter(optional[0], SEQ, description=optional[1]),
-            ],
-            responses={200: output, **errors(400)},
+class ProofRead(PublicTlogRead):
+    """A proof route: one required tree position and one optional (`positions`), each a chain
+    seq or tree size from 1; `prove` answers from them."""
+
+    positions: tuple[str, str]
+
+    def answer(self, query: QueryDict) -> HttpResponse:
+        needed, optional = self.positions
+        return _json(
+            self.prove(
+                _seq_param(query, needed, required=True),
+                _seq_param(query, optional, required=False),
+            )
         )
-    )
+
+    def prove(self, first: int, second: int | None) -> dict:
+        """The proof, in its serializer's shape (which documents the schema)."""
+        raise NotImplementedError
 
 
-@_proof_schema(
+def _proof_route(operation_id: str, output: type, *meanings: str):
+    """A ProofRead's schema: its positions (the class's `positions`) with their meanings."""
+
+    def document(view: type[ProofRead]) -> type[ProofRead]:
+        (needed, optional), (needed_doc, optional_doc) = view.positions, meanings
+        return extend_schema_view(
+            get=extend_schema(
+                operation_id=operation_id,
+                parameters=[
+                    OpenApiParameter(needed, SEQ, required=True, description=needed_doc),
+                    OpenApiParameter(optional, SEQ, description=optional_doc),
+                ],
+                responses={200: output, **errors(400)},
+            )
+        )(view)
+
+    return document
+
+
+@_proof_route(
     "audit_proof_inclusion",
     InclusionProofOutput,
-    ("seq", "Chain seq (from 1)."),
-    ("size", "Tree size (default: the whole tree)."),
+    "Chain seq (from 1).",
+    "Tree size (default: the whole tree).",
 )
-class AuditInclusionProofApi(PublicTlogRead):
+class AuditInclusionProofApi(ProofRead):
     """GET /api/v1/audit/proofs/inclusion?seq=N[&size=M]: RFC 9162 inclusion proof of entry N."""
 
-    def answer(self, query: QueryDict) -> HttpResponse:
-        seq = _seq_param(query, "seq", required=True)
-        size = _seq_param(query, "size", required=False)
-        # Already in the serializer's shape (it documents the schema): rendered as it is.
-        return _json(serving.event_inclusion(seq=seq, size=size))
+    positions = ("seq", "size")
+
+    def prove(self, first: int, second: int | None) -> dict:
+        return serving.event_inclusion(seq=first, size=second)
 
 
-@_proof_schema(
+@_proof_route(
     "audit_proof_consistency",
     ConsistencyProofOutput,
-    ("from", "Older tree size."),
-    ("to", "Newer tree size (default: the whole tree)."),
+    "Older tree size.",
+    "Newer tree size (default: the whole tree).",
 )
-class AuditConsistencyProofApi(PublicTlogRead):
+class AuditConsistencyProofApi(ProofRead):
     """GET /api/v1/audit/proofs/consistency?from=A[&to=B]: RFC 9162 consistency proof A -> B."""
 
-    def answer(self, query: QueryDict) -> HttpResponse:
-        old = _seq_param(query, "from", required=True)
-        new = _seq_param(query, "to", required=False)
-        new, proof, old_root, new_root = serving.consistency_proof(old=old, new=new)
-        out = {"old_size": old, "new_size": new, "old_root": _b64(old_root),
-               "new_root": _b64(new_root), "proof": [_b64(p) for p in proof]}  # fmt: skip
-        return _json(out)  # the serializer's shape (it documents the schema)
+    positions = ("from", "to")
+
+    def prove(self, first: int, second: int | None) -> dict:
+        new, proof, old_root, new_root = serving.consistency_proof(old=first, new=second)
+        return {"old_size": first, "new_size": new, "old_root": _b64(old_root),
+                "new_root": _b64(new_root), "proof": [_b64(p) for p in proof]}  # fmt: skip
 
 
 class AuditEventProofApi(APIView):
