@@ -64,9 +64,10 @@ prometheus-tools:
 	  if command -v systemctl >/dev/null 2>&1 && systemctl is-system-running >/dev/null 2>&1; then \
 	    $$SUDO systemctl disable --now prometheus.service >/dev/null 2>&1 || :; fi; }
 
-## test: the whole suite against PostgreSQL and Redis, as two pytest runs side by side: the
+## test: the whole suite against PostgreSQL and Redis, as two pytest runs: the rest, then the
 ## tests marked slow (tests/conftest.py: browsers, real processes, faults; mostly waiting) on a
-## test database and Redis databases of their own, beside the rest; their output follows. Each
+## test database and Redis databases of their own (TEST_ORDER=beside: both at once, the slow
+## run's output after). Each
 ## run spreads its test files over TEST_WORKERS pytest-xdist workers (0: in one process), each
 ## worker on its own test database (pytest-django suffixes it) and Redis database (the run's
 ## database number plus the worker's index: tests/conftest.py), so the fast run takes Redis
@@ -93,6 +94,7 @@ TEST_SLOW_DIST = --dist loadgroup
 test: $(VENV)/.installed services browser prometheus-tools
 	$(PY) -m compileall -q -j 0 kiln portal canary scheduler audit bench tests
 	$(PY) manage.py audit_setup_roles
+	@case "$(TEST_ORDER)" in after|beside) ;; *) echo "TEST_ORDER is after or beside" >&2; exit 2;; esac
 	@mkdir -p var; db="$${DATABASE_URL%%\?*}"; \
 	  slow_run() { DATABASE_URL="$${db}_slow" REDIS_URL="$${REDIS_URL%/*}/$(TEST_SLOW_REDIS_DB)" \
 	    $(PY) -m pytest -p no:cacheprovider -n $(TEST_SLOW_WORKERS) $(TEST_SLOW_DIST) -m slow; }; \

@@ -5,11 +5,12 @@
 
 Each variant is `name=FAST_WORKERS,SLOW_WORKERS[,ORDER]`, run as `make test TEST_WORKERS=.. \\
 TEST_SLOW_WORKERS=.. [TEST_ORDER=ORDER]` (0: one pytest process, no xdist; ORDER after or
-beside); the variants alternate round by round, so a change in the machine's pace falls on both. With `--paths tests/portal ...` it times one
-pytest run of the tests not marked slow under those paths instead (`-n FAST_WORKERS`), against
-DATABASE_URL and REDIS_URL as set; with `--slow` as well, of the tests marked slow there
-(`-n SLOW_WORKERS`). `--checkout NAME=DIR` runs variant NAME in another checkout (a clean
-clone of an earlier revision, say), to compare revisions alternately on the same machine.
+beside); the variants alternate round by round, so a change in the machine's pace falls on
+both. With `--paths tests/portal ...` it times one pytest run of the tests not marked slow under
+those paths instead (`-n FAST_WORKERS`), against DATABASE_URL and REDIS_URL as set; with
+`--slow` as well, of the tests marked slow there (`-n SLOW_WORKERS`). `--checkout NAME=DIR` runs
+variant NAME in another checkout (a clean clone of an earlier revision, say), to compare
+revisions alternately on the same machine.
 Prints one JSON object: per run the wall-clock seconds, the CPU seconds of everything it ran
 (user and system), each pytest run's closing line and seconds, the exit code, the 1-minute load
 average and the machine's pace (`cpu_reference_ms`, lower is faster) before and after; per
@@ -43,12 +44,17 @@ SUMMARY = re.compile(
 )
 
 
+ORDERS = ("after", "beside")  # the Makefile's TEST_ORDER; its default is the first
+
+
 def variant(text: str) -> tuple[str, int, int, str | None]:
     """`parallel=2,2` -> ("parallel", 2, 2, None); `after=2,4,after` -> (..., "after"): the
     Makefile's TEST_ORDER (after: the slow run once the fast one is done; beside: both at once)."""
     name, _, workers = text.partition("=")
     fast, _, rest = workers.partition(",")
     slow, _, order = rest.partition(",")
+    if order not in ("", *ORDERS):
+        raise argparse.ArgumentTypeError(f"the order is one of {', '.join(ORDERS)}, not {order!r}")
     return name, int(fast), int(slow or fast), order or None
 
 
@@ -103,7 +109,7 @@ def run_once(
         "command": " ".join(argv),
         "fast_workers": fast,
         "slow_workers": slow,
-        "order": order,
+        "order": order or ORDERS[0],  # as run (a checkout older than TEST_ORDER: beside)
         "wall_seconds": round(wall, 1),
         # Everything the run started and waited for: pytest, its workers, browsers, servers.
         "cpu_seconds": round(cpu, 1),

@@ -10,7 +10,7 @@ from django.contrib.auth.models import Group
 from django.db import transaction
 
 import audit
-from kiln.admin_site import KilnModelAdmin, ReadOnlyInline, admin_actor, username_display
+from kiln.admin_site import KilnModelAdmin, ReadOnlyInline, admin_actor, related_text
 from kiln.identity import permissions, services, visibility
 from kiln.identity.models import Membership, Team
 
@@ -26,7 +26,7 @@ class MembershipInline(ReadOnlyInline):
     fields = ("member", "source", "created_at")
     readonly_fields = fields
     view_predicate = staticmethod(_can_view_teams)
-    member = username_display("user", "user")
+    member = related_text("user", "user", "user__username")
 
 
 @admin.register(Team)
@@ -98,10 +98,10 @@ class MembershipAdmin(KilnModelAdmin):
             team_field="team__slug",
         )
 
-    member = username_display("user", "user")
+    member = related_text("user", "user", "user__username")
 
     def get_fields(self, request, obj=None):
-        """A membership is never changed, only read: its user as text (see username_display)."""
+        """A membership is never changed, only read: its user as text (see related_text)."""
         return self.fields if obj is None else ("member", "team", "source", "created_at")
 
     def get_readonly_fields(self, request, obj=None):

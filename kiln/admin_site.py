@@ -67,17 +67,19 @@ def selected_pks_check(model, values: list[str]) -> None:
 Predicate = Callable[[Actor], bool]
 
 
-def username_display(field: str, description: str):
-    """A read-only column or field naming the user `field` points to, as text.
+def related_text(field: str, description: str, ordering: str):
+    """A read-only column or field naming the object `field` points to, as text.
 
-    Django links a read-only foreign key to the user's admin page, which only platform admins
-    may open: an approver reading a membership or an environment would follow it to a 403.
+    Django links a read-only foreign key to the object's admin page whatever the viewer may
+    open there: a user's page only platform admins may open, a team's page only for the teams
+    the viewer sees, where an approver who sees every team's environments may not see every
+    team. Following it ended in a 403 or "does not exist".
     """
 
-    @admin.display(description=description, ordering=f"{field}__username")
+    @admin.display(description=description, ordering=ordering)
     def show(self, obj) -> str:
-        user = getattr(obj, field)
-        return user.get_username() if user is not None else "-"
+        related = getattr(obj, field)
+        return str(related) if related is not None else "-"
 
     return show
 

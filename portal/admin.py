@@ -8,7 +8,7 @@ from django.http import HttpRequest
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 
-from kiln.admin_site import KilnModelAdmin, ReadOnlyInline, admin_actor, username_display
+from kiln.admin_site import KilnModelAdmin, ReadOnlyInline, admin_actor, related_text
 from kiln.errors import KilnError
 from kiln.identity import permissions, visibility
 from portal import services
@@ -92,7 +92,7 @@ class EnvironmentAdmin(KilnModelAdmin):
     readonly_fields = (
         "public_id",
         "namespace",
-        "team",
+        "team_slug",
         "env_class",
         "status_words",
         "status_reason",
@@ -123,7 +123,10 @@ class EnvironmentAdmin(KilnModelAdmin):
         """What approving creates: manifests as committed, diff, policy verdicts, cost."""
         return render_to_string("portal/_plan.html", {"plan": environment_plan(environment=obj)})
 
-    quarantined_by = username_display("quarantine_owner", "quarantine owner")
+    team_slug = related_text("team", "team", "team__slug")
+    quarantined_by = related_text(
+        "quarantine_owner", "quarantine owner", "quarantine_owner__username"
+    )
 
     @admin.display(description="requested by")
     def requested_by(self, obj: Environment) -> str:

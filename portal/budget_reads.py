@@ -16,14 +16,15 @@ from kiln.identity.models import Team
 from kiln.identity.permissions import Actor
 from portal import budget_math as bm
 from portal import conf, sleep_schedule, uptime
-from portal.lifecycle import Status
+from portal.lifecycle import WOKEN_BY_SCHEDULE, Status
 from portal.models import BudgetNotice, BudgetRaise, Environment, SleepSchedule, TeamBudget
 from portal.validation import DNS_LABEL_RE
 from scheduler.showback import Window, environment_ran_cost
 
 # What keeps costing until it expires or is torn down: approved and on its way up, up, or
-# waking. A sleeping environment's nodes are gone: it costs nothing until it wakes, which under
-# its team's sleep schedule is in the schedule's waking windows.
+# waking. A sleeping environment's nodes are gone: it pays only for what sleeping keeps (its
+# database claim) until it wakes, which under its team's sleep schedule is in the schedule's
+# waking windows when the schedule or inactivity put it to sleep.
 RUNNING = frozenset({Status.APPROVED, Status.PROVISIONING, Status.READY, Status.WAKING})
 SCHEDULED = RUNNING | {Status.SLEEPING}
 
@@ -117,20 +118,29 @@ def _asleep(start: datetime, end: datetime) -> Decimal:
     return Decimal(0)
 
 
+def running_of(env: Environment, awake: bm.AwakeHours | None) -> bm.Running:
+    """What `env` keeps costing until its expiry: its hourly price in the hours it will be awake
+    (`awake`, its team's schedule; None: all of them) and what sleeping keeps in the rest. A
+    sleeping one stays asleep unless the schedule wakes it: only what the schedule or
+    inactivity put to sleep (`WOKEN_BY_SCHEDULE`), never what a person or the budget did."""
+    if env.status == Status.SLEEPING and (
+        awake is None or env.sleep_trigger not in WOKEN_BY_SCHEDULE
+    ):
+        awake = _asleep
+    return bm.Running(
+        hourly=env.hourly_cost,
+        until=env.expires_at,
+        awake=awake,
+        asleep_hourly=env.asleep_hourly_cost,
+    )
+
+
 def team_running(*, team: Team, now: datetime) -> list[bm.Running]:
-    """What keeps costing: each running environment's hourly price until its expiry, and with a
-    sleep schedule, only in its waking windows (sleeping ones too: the schedule wakes them).
-    Without a schedule a sleeping one stays asleep, paying what sleeping keeps; so does every
-    environment in the hours its schedule keeps it asleep."""
+    """What keeps costing: each running or sleeping environment until its expiry (`running_of`)."""
     schedule = team_schedule(team)
     awake = _awake(schedule) if schedule is not None else None
     return [
-        bm.Running(
-            hourly=e.hourly_cost,
-            until=e.expires_at,
-            awake=_asleep if awake is None and e.status == Status.SLEEPING else awake,
-            asleep_hourly=e.asleep_hourly_cost,
-        )
+        running_of(e, awake)
         for e in Environment.objects.filter(team=team, status__in=[s.value for s in SCHEDULED])
     ]
 
@@ -313,9 +323,8 @@ def request_budget_preview(
 def environment_cost(*, environment: Environment, now: datetime | None = None) -> dict[str, Any]:
     """The environment page's cost story: what its nodes ran so far (showback's number), what it
     was priced so far (its hourly price for the hours it was up, its asleep price for the hours
-    it slept), what it costs
-    if it runs to its expiry (so far + its hourly price for the hours left), and its team's
-    budget month when there is one."""
+    it slept), what it costs if it runs to its expiry (so far + the hours left as the budget's
+    forecast prices them: `running_of`), and its team's budget month when there is one."""
     now = now or timezone.now()
     env = environment
     ran = environment_ran_cost(
@@ -324,10 +333,14 @@ def environment_cost(*, environment: Environment, now: datetime | None = None) -
     so_far = bm.money(uptime.environment_priced(env, now=now).cost)
     running = Status(env.status) in SCHEDULED and env.expires_at is not None
     left = bm.hours_between(now, env.expires_at) if running else Decimal(0)
+    if running:
+        schedule = team_schedule(env.team)
+        rest = running_of(env, _awake(schedule) if schedule is not None else None)
+        to_expiry = bm.money(so_far + rest.cost(now, env.expires_at))
     return {
         "ran": ran,
         "so_far": so_far,
         "hours_left": left.quantize(Decimal("0.1")),
-        "to_expiry": bm.money(so_far + env.hourly_cost * left) if running else None,
+        "to_expiry": to_expiry if running else None,
         "team_month": team_month(team=env.team, now=now),
     }

@@ -126,6 +126,18 @@ LABELS: dict[Status, str] = {
 # The reaper's reason for READY -> EXPIRING; any other reason is a person asking for teardown.
 TTL_EXPIRED_PREFIX = REAPER_PREFIX
 
+# Who put an environment to sleep (`Environment.sleep_trigger`); the team's schedule wakes only
+# what it or inactivity put to sleep, never what a person or the budget did.
+OWNER, INACTIVITY, SCHEDULE, BUDGET, KUBECTL = (
+    "owner",
+    "inactivity",
+    "schedule",
+    "budget",
+    "kubectl",
+)
+TRIGGERS = (OWNER, INACTIVITY, SCHEDULE, BUDGET, KUBECTL)
+WOKEN_BY_SCHEDULE = (SCHEDULE, INACTIVITY)
+
 
 def teardown_requested(status: Status | str, reason: str = "") -> bool:
     """EXPIRING because a person asked for the teardown, not because the TTL ran out."""

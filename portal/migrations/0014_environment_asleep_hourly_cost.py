@@ -12,7 +12,7 @@ DATABASE_SIZE = {"ephemeral": "small", "dev": "small", "staging": "medium", "pro
 def kept_prices(apps, schema_editor):
     Environment = apps.get_model("portal", "Environment")
     with_database = Environment.objects.filter(request__database=True)
-    for env_class in with_database.values_list("env_class", flat=True).distinct():
+    for env_class in with_database.order_by().values_list("env_class", flat=True).distinct():
         price = DATABASE_HOURLY[DATABASE_SIZE.get(env_class, "small")]
         with_database.filter(env_class=env_class).update(asleep_hourly_cost=price)
 

@@ -25,22 +25,13 @@ from django.utils import timezone
 from kiln.errors import Conflict, Forbidden, IllegalTransition
 from kiln.identity.permissions import Actor, can_sleep_environment, system_actor
 from portal import conf, uptime
-from portal.lifecycle import Status, label
+from portal.lifecycle import BUDGET, INACTIVITY, KUBECTL, OWNER, SCHEDULE, TRIGGERS, Status, label
 from portal.models import Environment
 from portal.services import cost
 from portal.services.lifecycle import environment_update
 from portal.services.pipeline import NOOP, Move, pipeline_advance, pipeline_enter
 from portal.services.queueing import enqueue_sleep, enqueue_wake
 from portal.services.sleep_steps import SLEEP, SLEEPER, WAKE
-
-OWNER, INACTIVITY, SCHEDULE, BUDGET, KUBECTL = (
-    "owner",
-    "inactivity",
-    "schedule",
-    "budget",
-    "kubectl",
-)
-TRIGGERS = (OWNER, INACTIVITY, SCHEDULE, BUDGET, KUBECTL)
 
 __all__ = [
     "BUDGET",

@@ -34,7 +34,7 @@ from kiln.identity.permissions import Actor, can_set_sleep_schedule, system_acto
 from portal import activity, conf
 from portal import compose as c
 from portal import sleep_schedule as sched
-from portal.lifecycle import Status
+from portal.lifecycle import WOKEN_BY_SCHEDULE, Status
 from portal.models import Environment, SleepSchedule
 from portal.services.lifecycle import environment_transition
 from portal.services.notices import ACTIVITY_RESOURCES, _activity_seen
@@ -45,7 +45,6 @@ from portal.words import REAPER_PREFIX
 
 REAPER = "reaper"
 log = logging.getLogger("kiln.portal.sleep")
-WOKEN_BY_SCHEDULE = (SCHEDULE, INACTIVITY)  # who put it to sleep, for the schedule to wake it
 
 
 # --- schedules ----------------------------------------------------------------------------

@@ -147,7 +147,7 @@ def admin_links(page: str) -> set[str]:
     return {link for link in links if not link.endswith(("/logout/", "/password_change/"))}
 
 
-def test_an_approver_follows_no_admin_link_into_a_refusal(people, teams):
+def test_an_approver_follows_no_admin_link_into_a_refusal(people, teams, settings):
     """Django links a read-only user to the user's admin page, which only platform admins may
     open: an approver reading its team, a membership or a quarantined environment followed it
     to a 403. Every admin link on those pages opens for the approver who was shown it."""
@@ -172,3 +172,13 @@ def test_an_approver_follows_no_admin_link_into_a_refusal(people, teams):
         assert "alice" in body, url  # the user is still named, as text
         for link in admin_links(body):
             assert carol.get(link).status_code == 200, f"{url} links to {link}"
+    # An approver who sees every team's environments does not see every team: another team's
+    # environment names its team as text.
+    settings.KILN_APPROVERS_GLOBAL = True
+    theirs, _ = environment_request_submit(
+        actor=people["bob"], data=request_data(team="search", env_class="staging", name="theirs")
+    )
+    page = carol.get(f"{URL}{theirs.pk}/change/")
+    assert page.status_code == 200 and "Search" in page.content.decode()
+    for link in admin_links(page.content.decode()):
+        assert carol.get(link).status_code == 200, f"another team's environment links to {link}"

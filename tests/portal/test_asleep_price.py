@@ -19,6 +19,7 @@ from portal import budget_reads, selectors, uptime
 from portal.lifecycle import Status
 from portal.models import Environment, TeamBudget
 from portal.services import cost, environment_request_submit, sleep
+from portal.services.sleep_triggers import sleep_schedule_set
 from tests.portal.conftest import request_data
 from tests.portal.test_lifecycle_notices import ready_env
 
@@ -126,3 +127,32 @@ def test_the_migration_prices_an_earlier_environments_database_from_its_request(
     assert {c: migration.DATABASE_HOURLY[s] for c, s in migration.DATABASE_SIZE.items()} == {
         c: cost.kept_asleep_hourly(env_class=c, database=True) for c in cost.DATABASE_SIZE
     }
+
+
+@pytest.mark.parametrize(("trigger", "wakes"), [("schedule", True), ("inactivity", True),
+                                               ("owner", False), ("budget", False)])  # fmt: skip
+def test_under_a_schedule_the_forecast_wakes_only_what_the_schedule_would(
+    people, django_capture_on_commit_callbacks, trigger, wakes
+):
+    """The schedule wakes what it or inactivity put to sleep; one a person or the budget put to
+    sleep stays asleep, paying only for its database, until someone wakes it."""
+    env = ready_env(people, django_capture_on_commit_callbacks, database=True)
+    now = timezone.now()
+    Environment.objects.filter(pk=env.pk).update(
+        status=Status.SLEEPING,
+        sleep_trigger=trigger,
+        hourly_cost=Decimal("3.00"),
+        asleep_hourly_cost=Decimal("0.50"),
+        expires_at=now + timedelta(days=7),
+    )
+    team = Team.objects.get(slug="payments")
+    every_day = {"days": ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]}
+    sleep_schedule_set(
+        actor=people["alice"], team=team, time_zone="UTC",
+        wake_windows=[{**every_day, "start": "08:00", "end": "20:00"}],
+    )  # fmt: skip
+    [running] = budget_reads.team_running(team=team, now=now)
+    week = running.cost(now, now + timedelta(days=7))
+    # A week: 84 hours awake and 84 asleep under the schedule, or all 168 asleep.
+    expected = Decimal("3.00") * 84 + Decimal("0.50") * 84 if wakes else Decimal("0.50") * 168
+    assert abs(week - expected) < Decimal("0.01"), (trigger, week)

@@ -259,8 +259,8 @@ def test_forecast_applies_the_teams_sleep_schedule(people, teams):
     assert budget_reads.team_month(team=teams["payments"], now=now).figures.forecast == Decimal(
         "136.00"
     )
-    # A sleeping environment counts too: the schedule wakes it.
-    Environment.objects.filter(pk=env.pk).update(status=Status.SLEEPING)
+    # A sleeping environment the schedule put to sleep counts too: the schedule wakes it.
+    Environment.objects.filter(pk=env.pk).update(status=Status.SLEEPING, sleep_trigger="schedule")
     assert budget_reads.team_month(team=teams["payments"], now=now).figures.forecast == Decimal(
         "136.00"
     )
