@@ -112,10 +112,19 @@ def pytest_xdist_setupnodes(config, specs) -> None:
         spec.env["KILN_VAR_DIR"] = str(var_dir)
 
 
-# The browser tests: under `--dist loadgroup` (both runs of `make test`) they stay together on
-# one worker and go first, so one standalone server serves them all; every other file is a unit
-# of its own, as under `--dist loadfile`.
+# The browser tests: under `--dist loadgroup` (both runs of `make test`) they go first, as two
+# units of about equal length, each on one worker with one standalone server for its tests (one
+# unit was the slow run's critical path); every other file is a unit of its own, as under
+# `--dist loadfile`.
 BROWSER = "tests/e2e/"
+BROWSER_SECOND = (  # the second browser unit: about half of the browser tests' time
+    "tests/e2e/test_walk.py",
+    "tests/e2e/test_narrow_screens.py",
+    "tests/e2e/test_live_lists.py",
+    "tests/e2e/test_home.py",
+    "tests/e2e/test_phone_width.py",
+)
+BROWSER_UNITS = ("browser", "browser-2")
 # Files of few tests that take long (bench/results/suite_profile-fast-before-2026-12-06.json):
 # handed out right after the browser tests. pytest-xdist orders files by their number of tests,
 # which put the API fuzzing's four tests (over a minute) last, on one worker, the other idle.
@@ -134,19 +143,21 @@ LONG_FILES = (
 
 
 class FilesAndBrowserScheduling(LoadScopeScheduling):
-    """pytest-xdist's `loadfile` distribution, except that every browser test is one unit, and
-    that unit and then LONG_FILES are handed out first. (Its own `xdist_group` markers do not
-    group under pytest 9, whose node ids it cannot rename.)"""
+    """pytest-xdist's `loadfile` distribution, except that the browser tests are two units
+    (BROWSER_UNITS), and those and then LONG_FILES are handed out first. (Its own `xdist_group`
+    markers do not group under pytest 9, whose node ids it cannot rename.)"""
 
     _ordered = False
 
     def _split_scope(self, nodeid: str) -> str:
         path = nodeid.split("::", 1)[0]
-        return "browser" if path.startswith(BROWSER) else path
+        if not path.startswith(BROWSER):
+            return path
+        return BROWSER_UNITS[1] if path in BROWSER_SECOND else BROWSER_UNITS[0]
 
     @staticmethod
     def _rank(scope: str) -> int:
-        if scope == "browser":
+        if scope in BROWSER_UNITS:
             return 0
         return 1 + LONG_FILES.index(scope) if scope in LONG_FILES else 1 + len(LONG_FILES)
 

@@ -17,6 +17,8 @@ from django.utils import timezone
 from xdist.scheduler import LoadScopeScheduling
 
 from tests.conftest import (
+    BROWSER,
+    BROWSER_SECOND,
     LONG_FILES,
     SLOW,
     FilesAndBrowserScheduling,
@@ -64,17 +66,22 @@ def test_the_controlled_clock_stands_still_until_advanced(clock):
     assert (timezone.now() - start).total_seconds() == 2.5
 
 
-def test_the_slow_run_keeps_every_browser_test_on_one_worker_and_each_other_file_together():
+def test_the_slow_run_keeps_the_browser_tests_in_two_units_and_each_other_file_together():
     split = FilesAndBrowserScheduling._split_scope
-    scopes = {
-        split(None, node)
+    assert {
+        node: split(None, node)
         for node in (
             "tests/e2e/test_home.py::test_a[desktop]",
             "tests/e2e/test_walk.py::test_b",
             "tests/e2e/test_rollout_dashboard.py::test_c",
+            "tests/e2e/test_chaos_detail.py::test_d",
         )
+    } == {
+        "tests/e2e/test_home.py::test_a[desktop]": "browser-2",
+        "tests/e2e/test_walk.py::test_b": "browser-2",
+        "tests/e2e/test_rollout_dashboard.py::test_c": "browser",
+        "tests/e2e/test_chaos_detail.py::test_d": "browser",
     }
-    assert scopes == {"browser"}
     assert split(None, "tests/kiln/test_db_pool.py::test_d[x::y]") == "tests/kiln/test_db_pool.py"
     assert split(None, "tests/kiln/test_db_pool.py::test_e") == "tests/kiln/test_db_pool.py"
 
@@ -88,6 +95,7 @@ def test_the_browser_unit_and_then_the_long_files_are_handed_out_first():
             "tests/kiln/test_system_actors_enforced.py",
             "browser",
             "tests/portal/test_pages.py",
+            "browser-2",
             LONG_FILES[1],
             LONG_FILES[0],
         )
@@ -102,6 +110,7 @@ def test_the_browser_unit_and_then_the_long_files_are_handed_out_first():
             scheduling._assign_work_unit(node=None)
     assert handed_out == [
         "browser",
+        "browser-2",
         LONG_FILES[0],
         LONG_FILES[1],
         "tests/kiln/test_system_actors_enforced.py",
@@ -114,6 +123,12 @@ def test_every_long_file_named_is_a_test_file_of_the_fast_run():
     for path in LONG_FILES:
         assert (root / path).is_file(), path
         assert not path.startswith(SLOW), path
+
+
+def test_every_file_of_the_second_browser_unit_is_a_browser_test_file():
+    root = Path(__file__).resolve().parents[2]
+    for path in BROWSER_SECOND:
+        assert path.startswith(BROWSER) and (root / path).is_file(), path
 
 
 @pytest.mark.django_db(transaction=True)
