@@ -71,15 +71,14 @@ prometheus-tools:
 ## run spreads its test files over TEST_WORKERS pytest-xdist workers (0: in one process), each
 ## worker on its own test database (pytest-django suffixes it) and Redis database (the run's
 ## database number plus the worker's index: tests/conftest.py), so the fast run takes Redis
-## databases 0 and 1 and the slow run TEST_SLOW_REDIS_DB and the two above it (2, 3 and 4).
+## databases 0 and 1 and the slow run TEST_SLOW_REDIS_DB and the four above it (2 to 6).
 ## docs/operations.md has the timings.
 TEST_SLOW_REDIS_DB ?= 2
-# The slow run on three workers (its tests mostly wait on browsers and processes), the fast run
-# on two (one a core): in one process the fast run was the whole suite's critical path, with a
-# core often idle beside it (docs/operations.md "The test suite's time"). TEST_WORKERS=0 runs it
-# in one process.
+# The fast run on two workers (one a core), then the slow run on five (its tests mostly wait on
+# browsers and processes; the browser tests are two of its units): docs/operations.md "The test
+# suite's time". TEST_WORKERS=0 runs the fast run in one process.
 TEST_WORKERS ?= 2
-TEST_SLOW_WORKERS ?= 3
+TEST_SLOW_WORKERS ?= 5
 # after: the slow run once the fast one is done; beside: both at once (the slow run's output
 # follows). On two cores the two at once were slower than one after the other.
 TEST_ORDER ?= after
