@@ -80,7 +80,8 @@ TEST_SLOW_REDIS_DB ?= 2
 TEST_WORKERS ?= 2
 TEST_SLOW_WORKERS ?= 5
 # after: the slow run once the fast one is done; beside: both at once (the slow run's output
-# follows). On two cores the two at once were slower than one after the other.
+# follows). About as fast on two cores, after uses less CPU and leaves the slow run's waits
+# uncontended (docs/operations.md).
 TEST_ORDER ?= after
 # Each file one unit, the long ones handed out first; in the slow run the browser tests as one
 # unit on one worker, one standalone server for them all (tests/conftest.py
