@@ -100,6 +100,7 @@ class EnvironmentAdmin(KilnModelAdmin):
         "expires_at",
         "datastore_pool",
         "hourly_cost",
+        "asleep_hourly_cost",
         "quarantined_by",
         "created_at",
         "ready_at",

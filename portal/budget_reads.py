@@ -333,14 +333,19 @@ def environment_cost(*, environment: Environment, now: datetime | None = None) -
     so_far = bm.money(uptime.environment_priced(env, now=now).cost)
     running = Status(env.status) in SCHEDULED and env.expires_at is not None
     left = bm.hours_between(now, env.expires_at) if running else Decimal(0)
+    to_expiry, awake_left = None, Decimal(0)
     if running:
         schedule = team_schedule(env.team)
         rest = running_of(env, _awake(schedule) if schedule is not None else None)
         to_expiry = bm.money(so_far + rest.cost(now, env.expires_at))
+        awake_left = rest.hours(now, env.expires_at)
     return {
         "ran": ran,
         "so_far": so_far,
         "hours_left": left.quantize(Decimal("0.1")),
-        "to_expiry": to_expiry if running else None,
+        # Of the hours left, those it will be awake and asleep (a schedule's, or asleep now).
+        "awake_left": awake_left.quantize(Decimal("0.1")),
+        "asleep_left": max(left - awake_left, Decimal(0)).quantize(Decimal("0.1")),
+        "to_expiry": to_expiry,
         "team_month": team_month(team=env.team, now=now),
     }

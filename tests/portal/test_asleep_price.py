@@ -22,6 +22,7 @@ from portal.services import cost, environment_request_submit, sleep
 from portal.services.sleep_triggers import sleep_schedule_set
 from tests.portal.conftest import request_data
 from tests.portal.test_lifecycle_notices import ready_env
+from tests.portal.test_pages import login
 
 pytestmark = pytest.mark.django_db
 CENT = Decimal("0.01")
@@ -156,3 +157,26 @@ def test_under_a_schedule_the_forecast_wakes_only_what_the_schedule_would(
     # A week: 84 hours awake and 84 asleep under the schedule, or all 168 asleep.
     expected = Decimal("3.00") * 84 + Decimal("0.50") * 84 if wakes else Decimal("0.50") * 168
     assert abs(week - expected) < Decimal("0.01"), (trigger, week)
+
+
+def test_the_cost_tab_says_how_the_hours_left_are_priced(
+    people, django_capture_on_commit_callbacks
+):
+    """'If it runs to its expiry' names the hours awake and asleep it counts, so the sum can be
+    followed: a sleeping environment left asleep pays only what sleeping keeps."""
+    env = ready_env(people, django_capture_on_commit_callbacks, database=True)
+    now = timezone.now()
+    Environment.objects.filter(pk=env.pk).update(
+        status=Status.SLEEPING,
+        sleep_trigger="owner",
+        hourly_cost=Decimal("3.00"),
+        asleep_hourly_cost=Decimal("0.50"),
+        ready_at=now,
+        expires_at=now + timedelta(hours=10),
+    )
+    env.refresh_from_db()
+    figures = budget_reads.environment_cost(environment=env, now=now)
+    assert (figures["awake_left"], figures["asleep_left"]) == (Decimal("0.0"), Decimal("10.0"))
+    assert figures["to_expiry"] == figures["so_far"] + Decimal("5.00")
+    page = login("alice-page", "engineer", Team.objects.get(slug="payments")).get(f"/environments/{env.public_id}/").content.decode()
+    assert "10.0 h asleep at $0.5000, unless someone wakes it" in page
