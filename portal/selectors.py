@@ -356,8 +356,7 @@ def teams_for(viewer: Actor) -> QuerySet[Team]:
 
 
 def spend_this_month(*, viewer: Actor) -> Decimal:
-    """Hourly price x hours up and asleep price x hours asleep since the first of this month
-    (UTC), over visible environments."""
+    """`uptime.environment_priced` since the 1st of this month (UTC), over visible environments."""
     now = timezone.now()
     start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     total = Decimal(0)
